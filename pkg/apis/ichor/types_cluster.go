@@ -1,0 +1,152 @@
+package ichor
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosCluster is a desired Talos Linux cluster: its versions, endpoint,
+// network and the Secret holding its secrets bundle.
+type TalosCluster struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   TalosClusterSpec
+	Status TalosClusterStatus
+}
+
+// TalosClusterSpec is the desired state of a Talos cluster.
+type TalosClusterSpec struct {
+	// talosVersion is the Talos release the cluster runs, as a semantic version with a leading v (v1.13.0).
+	TalosVersion string
+	// kubernetesVersion is the Kubernetes release, as a semantic version with a leading v (v1.37.2).
+	KubernetesVersion string
+	// controlPlane describes how the Kubernetes API of the cluster is reached.
+	ControlPlane ControlPlaneSpec
+	// network holds the cluster's pod and service networks and its CNI.
+	Network ClusterNetwork
+	// ciliumValues are Helm values for Cilium as YAML, used when network.cni.name is cilium.
+	CiliumValues string
+	// secretsRef names the Secret holding the cluster's secrets bundle. When empty the
+	// controller generates the bundle into a Secret named <cluster>-secrets.
+	SecretsRef *LocalSecretReference
+	// authentication is the OIDC issuer the cluster's kube-apiserver trusts.
+	Authentication *ClusterAuthentication
+	// security holds opt-in hardening options.
+	Security ClusterSecurity
+	// paused stops the controller from changing any machine of this cluster.
+	Paused bool
+}
+
+// ControlPlaneSpec describes the cluster's control-plane endpoint.
+type ControlPlaneSpec struct {
+	// endpoint is the https URL of the cluster's Kubernetes API (https://10.5.0.2:6443).
+	Endpoint string
+}
+
+// ClusterNetwork holds the cluster's networks.
+type ClusterNetwork struct {
+	// podCIDRs are the networks pod addresses come from.
+	PodCIDRs []string
+	// serviceCIDRs are the networks service addresses come from.
+	ServiceCIDRs []string
+	// dnsDomain is the cluster's DNS domain.
+	DNSDomain string
+	// cni selects the cluster's network plugin.
+	CNI CNISpec
+}
+
+// CNIName names a network plugin Ichor can install.
+type CNIName string
+
+const (
+	// CNIFlannel is Talos's default network plugin.
+	CNIFlannel CNIName = "flannel"
+	// CNICilium is installed with the cluster's ciliumValues.
+	CNICilium CNIName = "cilium"
+	// CNINone installs no network plugin; the user brings one.
+	CNINone CNIName = "none"
+)
+
+// CNISpec selects the network plugin.
+type CNISpec struct {
+	// name of the plugin: flannel, cilium or none.
+	Name CNIName
+}
+
+// ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver.
+type ClusterAuthentication struct {
+	// issuerURL is the https URL of the OIDC issuer.
+	IssuerURL string
+	// clientID is the audience tokens must carry.
+	ClientID string
+	// usernameClaim is the claim used as the user name.
+	UsernameClaim string
+	// groupsClaim is the claim used as the user's groups.
+	GroupsClaim string
+}
+
+// ClusterSecurity holds opt-in hardening options.
+type ClusterSecurity struct {
+	// kubeletServingCertificates makes kubelets request serving certificates that Ichor approves.
+	KubeletServingCertificates KubeletServingCertificates
+}
+
+// KubeletServingCertificates configures kubelet serving certificates.
+type KubeletServingCertificates struct {
+	// enabled turns on serverTLSBootstrap on every kubelet and Ichor's approver.
+	Enabled bool
+	// verifyFromAPIServer makes kube-apiserver verify kubelet serving certificates
+	// once every machine holds one.
+	VerifyFromAPIServer bool
+}
+
+// ClusterPhase summarises a cluster's state for people reading a table.
+type ClusterPhase string
+
+const (
+	ClusterPhasePending      ClusterPhase = "Pending"
+	ClusterPhaseProvisioning ClusterPhase = "Provisioning"
+	ClusterPhaseReady        ClusterPhase = "Ready"
+	ClusterPhaseDegraded     ClusterPhase = "Degraded"
+	ClusterPhaseDeleting     ClusterPhase = "Deleting"
+)
+
+// TalosClusterStatus is the observed state of a Talos cluster, written by the controller.
+type TalosClusterStatus struct {
+	// phase summarises the conditions.
+	Phase ClusterPhase
+	// observedGeneration is the generation the status describes.
+	ObservedGeneration int64
+	// conditions: SecretsReady, MachinesReady, Bootstrapped, KubernetesAPIReady and others.
+	Conditions []metav1.Condition
+	// machines counts the cluster's machines.
+	Machines MachineCounts
+	// talosVersion is the lowest Talos version running on the cluster's machines.
+	TalosVersion string
+	// kubernetesVersion is the Kubernetes version the control plane serves.
+	KubernetesVersion string
+	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
+	BootstrappedAt *metav1.Time
+}
+
+// MachineCounts counts a cluster's machines.
+type MachineCounts struct {
+	// total machines in the cluster.
+	Total int32
+	// ready machines.
+	Ready int32
+	// controlPlanes in the cluster.
+	ControlPlanes int32
+	// workers in the cluster.
+	Workers int32
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosClusterList is a list of TalosCluster objects.
+type TalosClusterList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []TalosCluster
+}

@@ -1,0 +1,52 @@
+package ichor
+
+// MachineRole is the part a machine plays in its Talos cluster.
+type MachineRole string
+
+const (
+	// MachineRoleControlPlane runs etcd and the Kubernetes control plane.
+	MachineRoleControlPlane MachineRole = "controlplane"
+	// MachineRoleWorker runs workloads only.
+	MachineRoleWorker MachineRole = "worker"
+)
+
+// ConfigEffect classifies what applying a machine-config change does to a node,
+// which decides the order and pace of a rollout.
+type ConfigEffect string
+
+const (
+	// ConfigEffectNone means the change does not alter any machine's config.
+	ConfigEffectNone ConfigEffect = "None"
+	// ConfigEffectNoReboot means the change is applied live.
+	ConfigEffectNoReboot ConfigEffect = "NoReboot"
+	// ConfigEffectReboot means the node must reboot for the change to take effect.
+	ConfigEffectReboot ConfigEffect = "Reboot"
+	// ConfigEffectAPIServerRestart means the change restarts kube-apiserver on control planes.
+	ConfigEffectAPIServerRestart ConfigEffect = "APIServerRestart"
+)
+
+// WipeMode says which disks a reset wipes.
+type WipeMode string
+
+const (
+	// WipeModeAll wipes every disk Talos manages.
+	WipeModeAll WipeMode = "all"
+	// WipeModeSystemDisk wipes only the system disk, keeping user volumes.
+	WipeModeSystemDisk WipeMode = "system-disk"
+	// WipeModeUserDisks wipes only user disks.
+	WipeModeUserDisks WipeMode = "user-disks"
+)
+
+// LocalSecretReference names a Secret in the object's own namespace.
+type LocalSecretReference struct {
+	// name of the Secret.
+	Name string
+}
+
+// SecretKeySelector names one key of a Secret in the object's own namespace.
+type SecretKeySelector struct {
+	// name of the Secret.
+	Name string
+	// key inside the Secret's data.
+	Key string
+}

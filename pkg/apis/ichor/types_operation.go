@@ -1,0 +1,132 @@
+package ichor
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosOperation is one operation on a cluster or some of its machines. It is
+// created Pending and only the start subresource sets it running; its spec
+// cannot change after creation.
+type TalosOperation struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   TalosOperationSpec
+	Status TalosOperationStatus
+}
+
+// OperationType names what an operation does.
+type OperationType string
+
+const (
+	OperationTalosUpgrade      OperationType = "talos-upgrade"
+	OperationKubernetesUpgrade OperationType = "kubernetes-upgrade"
+	OperationReboot            OperationType = "reboot"
+	OperationEtcdSnapshot      OperationType = "etcd-snapshot"
+	OperationEtcdDefrag        OperationType = "etcd-defrag"
+	OperationCARotation        OperationType = "ca-rotation"
+	OperationKeyRotation       OperationType = "key-rotation"
+	OperationEtcdRestore       OperationType = "etcd-restore"
+	OperationNodeReset         OperationType = "node-reset"
+	OperationNodeShutdown      OperationType = "node-shutdown"
+	OperationShutdown          OperationType = "shutdown"
+)
+
+// TalosOperationSpec says what to do and to which machines.
+type TalosOperationSpec struct {
+	// clusterName is the TalosCluster in this namespace the operation acts on.
+	ClusterName string
+	// type of the operation.
+	Type OperationType
+	// machines the operation acts on; empty means what the type implies
+	// (every machine, or the control planes for etcd operations).
+	Machines []string
+	// talosUpgrade parameters; required for talos-upgrade, forbidden otherwise.
+	TalosUpgrade *TalosUpgradeParameters
+	// kubernetesUpgrade parameters; required for kubernetes-upgrade, forbidden otherwise.
+	KubernetesUpgrade *KubernetesUpgradeParameters
+	// nodeReset parameters; allowed for node-reset only.
+	NodeReset *NodeResetParameters
+	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
+	EtcdRestore *EtcdRestoreParameters
+}
+
+// TalosUpgradeParameters are the inputs of a Talos upgrade.
+type TalosUpgradeParameters struct {
+	// version to upgrade to, as a semantic version with a leading v.
+	Version string
+	// stage the upgrade to apply at the next reboot.
+	Stage bool
+}
+
+// KubernetesUpgradeParameters are the inputs of a Kubernetes upgrade.
+type KubernetesUpgradeParameters struct {
+	// version to upgrade to, as a semantic version with a leading v.
+	Version string
+}
+
+// NodeResetParameters are the inputs of a node reset.
+type NodeResetParameters struct {
+	// graceful leaves etcd and drains the node before wiping it; defaults to true.
+	Graceful *bool
+	// wipe selects the disks to wipe; defaults to all.
+	Wipe WipeMode
+}
+
+// EtcdRestoreParameters are the inputs of an etcd restore.
+type EtcdRestoreParameters struct {
+	// snapshot is the Secret key holding the etcd snapshot to restore.
+	Snapshot SecretKeySelector
+}
+
+// OperationPhase is where an operation is in its life.
+type OperationPhase string
+
+const (
+	OperationPending   OperationPhase = "Pending"
+	OperationRunning   OperationPhase = "Running"
+	OperationSucceeded OperationPhase = "Succeeded"
+	OperationFailed    OperationPhase = "Failed"
+)
+
+// TalosOperationStatus is the progress of an operation.
+type TalosOperationStatus struct {
+	// phase of the operation; Pending until started.
+	Phase OperationPhase
+	// observedGeneration is the generation the status describes.
+	ObservedGeneration int64
+	// startedBy is the user who started the operation.
+	StartedBy string
+	// startedAt is when it was started.
+	StartedAt *metav1.Time
+	// completedAt is when it succeeded or failed.
+	CompletedAt *metav1.Time
+	// steps are the per-machine progress records.
+	Steps []OperationStep
+	// conditions of the operation.
+	Conditions []metav1.Condition
+}
+
+// OperationStep is the progress of an operation on one machine.
+type OperationStep struct {
+	// machine is the TalosMachine name.
+	Machine string
+	// phase of this step.
+	Phase OperationPhase
+	// message says what happened, for people.
+	Message string
+	// startedAt is when the step began.
+	StartedAt *metav1.Time
+	// completedAt is when the step ended.
+	CompletedAt *metav1.Time
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosOperationList is a list of TalosOperation objects.
+type TalosOperationList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []TalosOperation
+}

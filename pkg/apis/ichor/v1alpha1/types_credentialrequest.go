@@ -1,0 +1,84 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosCredentialRequest asks for a short-lived Talos client certificate for a
+// public key the requester keeps the private half of. The controller signs it
+// for the least Talos role the purpose needs and deletes the request soon after.
+type TalosCredentialRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TalosCredentialRequestSpec   `json:"spec"`
+	Status TalosCredentialRequestStatus `json:"status,omitempty"`
+}
+
+// CredentialPurpose says what a Talos credential is for; it decides the role.
+// +enum
+type CredentialPurpose string
+
+const (
+	PurposeTalosconfigReader CredentialPurpose = "talosconfig-reader"
+	PurposeSupportBundle     CredentialPurpose = "support-bundle"
+	PurposeEtcdSnapshot      CredentialPurpose = "etcd-snapshot"
+	PurposePacketCapture     CredentialPurpose = "packet-capture"
+)
+
+// TalosCredentialRequestSpec is the request. username, uid and groups are
+// set by the server from the authenticated caller; values sent are ignored.
+type TalosCredentialRequestSpec struct {
+	// clusterName is the TalosCluster in this namespace the credential is for.
+	ClusterName string `json:"clusterName"`
+	// machines the credential will be used against; empty means the whole cluster.
+	// +optional
+	// +listType=set
+	Machines []string `json:"machines,omitempty"`
+	// purpose of the credential.
+	Purpose CredentialPurpose `json:"purpose"`
+	// publicKey is the PEM-encoded PKIX public key to certify (Ed25519, ECDSA or RSA).
+	PublicKey string `json:"publicKey"`
+	// username of the requester, set by the server.
+	// +optional
+	Username string `json:"username,omitempty"`
+	// uid of the requester, set by the server.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// groups of the requester, set by the server.
+	// +optional
+	// +listType=atomic
+	Groups []string `json:"groups,omitempty"`
+}
+
+// TalosCredentialRequestStatus carries the answer.
+type TalosCredentialRequestStatus struct {
+	// role is the Talos role the certificate carries.
+	// +optional
+	Role string `json:"role,omitempty"`
+	// certificate is the PEM-encoded client certificate.
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+	// caBundle is the PEM-encoded Talos CA that serves the nodes.
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
+	// expirationTimestamp is when the certificate stops being valid.
+	// +optional
+	ExpirationTimestamp *metav1.Time `json:"expirationTimestamp,omitempty"`
+	// conditions: Issued or Denied, with a reason.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosCredentialRequestList is a list of TalosCredentialRequest objects.
+type TalosCredentialRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []TalosCredentialRequest `json:"items"`
+}

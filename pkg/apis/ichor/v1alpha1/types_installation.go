@@ -1,0 +1,92 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// InstallationName is the only name an IchorInstallation may have.
+const InstallationName = "ichor"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorInstallation is the installation's singleton, named "ichor": the
+// installed version and the runtime settings of every component.
+type IchorInstallation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   IchorInstallationSpec   `json:"spec"`
+	Status IchorInstallationStatus `json:"status,omitempty"`
+}
+
+// IchorInstallationSpec is the desired version and settings.
+type IchorInstallationSpec struct {
+	// version of Ichor installed, as a semantic version with a leading v.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// settings read by Ichor's components at run time.
+	// +optional
+	Settings InstallationSettings `json:"settings,omitempty"`
+}
+
+// InstallationSettings are Ichor's run-time settings.
+type InstallationSettings struct {
+	// provisioningNetworks are CIDRs scanned for machines in maintenance mode.
+	// +optional
+	// +listType=atomic
+	ProvisioningNetworks []string `json:"provisioningNetworks,omitempty"`
+	// scanInterval between scans of the provisioning networks; at least 30s, defaults to 5m.
+	// +optional
+	ScanInterval *metav1.Duration `json:"scanInterval,omitempty"`
+	// credentialLifetimes bound the credentials Ichor issues.
+	// +optional
+	CredentialLifetimes CredentialLifetimes `json:"credentialLifetimes,omitempty"`
+	// usersEnabled turns on sign-in with IchorUser passwords.
+	// +optional
+	UsersEnabled bool `json:"usersEnabled,omitempty"`
+}
+
+// CredentialLifetimes bound the credentials Ichor issues.
+type CredentialLifetimes struct {
+	// talosCredential is the lifetime of TalosCredentialRequest certificates; at most and by default 10m.
+	// +optional
+	TalosCredential *metav1.Duration `json:"talosCredential,omitempty"`
+	// readerTalosconfig is the lifetime of downloaded os:reader talosconfigs; at most and by default 1h.
+	// +optional
+	ReaderTalosconfig *metav1.Duration `json:"readerTalosconfig,omitempty"`
+}
+
+// IchorInstallationStatus reports what runs.
+type IchorInstallationStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// components and the versions they run.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Components []ComponentVersion `json:"components,omitempty"`
+	// conditions of the installation.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ComponentVersion is one running component and its version.
+type ComponentVersion struct {
+	// name of the component (ichor-apiserver, ichor-controller).
+	Name string `json:"name"`
+	// version it runs.
+	Version string `json:"version"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorInstallationList is a list of IchorInstallation objects.
+type IchorInstallationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []IchorInstallation `json:"items"`
+}

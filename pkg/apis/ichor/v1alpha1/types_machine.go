@@ -1,0 +1,195 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosMachine is one node: where its Talos API is, which cluster and role it
+// belongs to, and what Ichor has learned and pinned about it.
+type TalosMachine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TalosMachineSpec   `json:"spec"`
+	Status TalosMachineStatus `json:"status,omitempty"`
+}
+
+// TalosMachineSpec is what a user asks of a machine.
+type TalosMachineSpec struct {
+	// clusterName is the TalosCluster in this namespace the machine joins. Empty for a
+	// machine that is known but not yet assigned. Once set it cannot change: moving a
+	// machine to another cluster is a MachineReclaim.
+	// +optional
+	ClusterName string `json:"clusterName,omitempty"`
+	// role of the machine in its cluster; defaults to worker once clusterName is set.
+	// +optional
+	Role MachineRole `json:"role,omitempty"`
+	// address is the host:port of the node's Talos API; the port defaults to 50000.
+	Address string `json:"address"`
+	// hostname the node is given; when empty Talos picks one.
+	// +optional
+	Hostname string `json:"hostname,omitempty"`
+	// install says where Talos is installed.
+	// +optional
+	Install InstallSpec `json:"install,omitempty"`
+}
+
+// InstallSpec says where Talos is installed.
+type InstallSpec struct {
+	// disk is the device path of the install disk (/dev/sda). When empty the
+	// controller picks the smallest disk the node reports.
+	// +optional
+	Disk string `json:"disk,omitempty"`
+}
+
+// MachinePhase summarises where a machine is in its life.
+// +enum
+type MachinePhase string
+
+const (
+	MachinePhaseDiscovered      MachinePhase = "Discovered"
+	MachinePhasePendingApproval MachinePhase = "PendingApproval"
+	MachinePhaseApproved        MachinePhase = "Approved"
+	MachinePhaseRejected        MachinePhase = "Rejected"
+	MachinePhaseConfiguring     MachinePhase = "Configuring"
+	MachinePhaseReady           MachinePhase = "Ready"
+	MachinePhaseResetting       MachinePhase = "Resetting"
+	MachinePhaseUnreachable     MachinePhase = "Unreachable"
+)
+
+// TalosMachineStatus is what the controller observed and decided about a machine.
+type TalosMachineStatus struct {
+	// phase summarises the conditions.
+	// +optional
+	Phase MachinePhase `json:"phase,omitempty"`
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Reachable, Approved, ConfigApplied, Ready and others.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// maintenance records the certificate the node presented in maintenance mode.
+	// +optional
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
+	// hardware facts read from the node.
+	// +optional
+	Hardware *HardwareStatus `json:"hardware,omitempty"`
+	// talosVersion the node runs.
+	// +optional
+	TalosVersion string `json:"talosVersion,omitempty"`
+	// nodeName is the node's name in its Kubernetes cluster.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// approval records the decision to admit or reject the machine.
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
+	// appliedConfig describes the last machine config applied.
+	// +optional
+	AppliedConfig *AppliedConfigStatus `json:"appliedConfig,omitempty"`
+	// kubeletServingCertificate records the kubelet serving certificate Ichor approved.
+	// +optional
+	KubeletServingCertificate *KubeletServingCertificateStatus `json:"kubeletServingCertificate,omitempty"`
+}
+
+// MaintenanceStatus is the pinned maintenance-mode certificate.
+type MaintenanceStatus struct {
+	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo,
+	// as 64 lower-case hex digits. Configuration is only ever sent to a node presenting it.
+	CertificateFingerprint string `json:"certificateFingerprint"`
+	// seenAt is when the certificate was first seen.
+	SeenAt metav1.Time `json:"seenAt"`
+}
+
+// HardwareStatus holds hardware facts read over the Talos API.
+type HardwareStatus struct {
+	// uuid of the system (SMBIOS).
+	// +optional
+	UUID string `json:"uuid,omitempty"`
+	// serial number of the system.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+	// disks attached to the node.
+	// +optional
+	// +listType=map
+	// +listMapKey=path
+	Disks []Disk `json:"disks,omitempty"`
+	// addresses of the node's links, in CIDR notation.
+	// +optional
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
+}
+
+// Disk is one block device of a node.
+type Disk struct {
+	// path of the device (/dev/sda).
+	Path string `json:"path"`
+	// sizeBytes of the device.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// model of the device.
+	// +optional
+	Model string `json:"model,omitempty"`
+	// serial of the device.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+}
+
+// ApprovalDecision is the outcome of an approval.
+// +enum
+type ApprovalDecision string
+
+const (
+	// ApprovalApproved admits the machine into its cluster.
+	ApprovalApproved ApprovalDecision = "Approved"
+	// ApprovalRejected keeps the machine out; it is never configured.
+	ApprovalRejected ApprovalDecision = "Rejected"
+)
+
+// ApprovalStatus records who decided about a machine, and why.
+type ApprovalStatus struct {
+	// decision taken.
+	Decision ApprovalDecision `json:"decision"`
+	// by is the user who decided.
+	By string `json:"by"`
+	// at is when the decision was taken.
+	At metav1.Time `json:"at"`
+	// reason given by the user.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// AppliedConfigStatus describes the machine config last applied to a node.
+type AppliedConfigStatus struct {
+	// hash is the SHA-256 of the applied config, as hex.
+	Hash string `json:"hash"`
+	// effect of the change that was applied.
+	// +optional
+	Effect ConfigEffect `json:"effect,omitempty"`
+	// appliedAt is when the node accepted it.
+	AppliedAt metav1.Time `json:"appliedAt"`
+}
+
+// KubeletServingCertificateStatus records an approved kubelet serving certificate.
+type KubeletServingCertificateStatus struct {
+	// request is the name of the CertificateSigningRequest.
+	Request string `json:"request"`
+	// issuedAt is when the certificate was issued.
+	// +optional
+	IssuedAt *metav1.Time `json:"issuedAt,omitempty"`
+	// notAfter is when the certificate expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosMachineList is a list of TalosMachine objects.
+type TalosMachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []TalosMachine `json:"items"`
+}

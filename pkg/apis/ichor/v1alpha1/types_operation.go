@@ -1,0 +1,158 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosOperation is one operation on a cluster or some of its machines. It is
+// created Pending and only the start subresource sets it running; its spec
+// cannot change after creation.
+type TalosOperation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TalosOperationSpec   `json:"spec"`
+	Status TalosOperationStatus `json:"status,omitempty"`
+}
+
+// OperationType names what an operation does.
+// +enum
+type OperationType string
+
+const (
+	OperationTalosUpgrade      OperationType = "talos-upgrade"
+	OperationKubernetesUpgrade OperationType = "kubernetes-upgrade"
+	OperationReboot            OperationType = "reboot"
+	OperationEtcdSnapshot      OperationType = "etcd-snapshot"
+	OperationEtcdDefrag        OperationType = "etcd-defrag"
+	OperationCARotation        OperationType = "ca-rotation"
+	OperationKeyRotation       OperationType = "key-rotation"
+	OperationEtcdRestore       OperationType = "etcd-restore"
+	OperationNodeReset         OperationType = "node-reset"
+	OperationNodeShutdown      OperationType = "node-shutdown"
+	OperationShutdown          OperationType = "shutdown"
+)
+
+// TalosOperationSpec says what to do and to which machines.
+type TalosOperationSpec struct {
+	// clusterName is the TalosCluster in this namespace the operation acts on.
+	ClusterName string `json:"clusterName"`
+	// type of the operation.
+	Type OperationType `json:"type"`
+	// machines the operation acts on; empty means what the type implies
+	// (every machine, or the control planes for etcd operations).
+	// +optional
+	// +listType=set
+	Machines []string `json:"machines,omitempty"`
+	// talosUpgrade parameters; required for talos-upgrade, forbidden otherwise.
+	// +optional
+	TalosUpgrade *TalosUpgradeParameters `json:"talosUpgrade,omitempty"`
+	// kubernetesUpgrade parameters; required for kubernetes-upgrade, forbidden otherwise.
+	// +optional
+	KubernetesUpgrade *KubernetesUpgradeParameters `json:"kubernetesUpgrade,omitempty"`
+	// nodeReset parameters; allowed for node-reset only.
+	// +optional
+	NodeReset *NodeResetParameters `json:"nodeReset,omitempty"`
+	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
+	// +optional
+	EtcdRestore *EtcdRestoreParameters `json:"etcdRestore,omitempty"`
+}
+
+// TalosUpgradeParameters are the inputs of a Talos upgrade.
+type TalosUpgradeParameters struct {
+	// version to upgrade to, as a semantic version with a leading v.
+	Version string `json:"version"`
+	// stage the upgrade to apply at the next reboot.
+	// +optional
+	Stage bool `json:"stage,omitempty"`
+}
+
+// KubernetesUpgradeParameters are the inputs of a Kubernetes upgrade.
+type KubernetesUpgradeParameters struct {
+	// version to upgrade to, as a semantic version with a leading v.
+	Version string `json:"version"`
+}
+
+// NodeResetParameters are the inputs of a node reset.
+type NodeResetParameters struct {
+	// graceful leaves etcd and drains the node before wiping it; defaults to true.
+	// +optional
+	Graceful *bool `json:"graceful,omitempty"`
+	// wipe selects the disks to wipe; defaults to all.
+	// +optional
+	Wipe WipeMode `json:"wipe,omitempty"`
+}
+
+// EtcdRestoreParameters are the inputs of an etcd restore.
+type EtcdRestoreParameters struct {
+	// snapshot is the Secret key holding the etcd snapshot to restore.
+	Snapshot SecretKeySelector `json:"snapshot"`
+}
+
+// OperationPhase is where an operation is in its life.
+// +enum
+type OperationPhase string
+
+const (
+	OperationPending   OperationPhase = "Pending"
+	OperationRunning   OperationPhase = "Running"
+	OperationSucceeded OperationPhase = "Succeeded"
+	OperationFailed    OperationPhase = "Failed"
+)
+
+// TalosOperationStatus is the progress of an operation.
+type TalosOperationStatus struct {
+	// phase of the operation; Pending until started.
+	// +optional
+	Phase OperationPhase `json:"phase,omitempty"`
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// startedBy is the user who started the operation.
+	// +optional
+	StartedBy string `json:"startedBy,omitempty"`
+	// startedAt is when it was started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// completedAt is when it succeeded or failed.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// steps are the per-machine progress records.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	Steps []OperationStep `json:"steps,omitempty"`
+	// conditions of the operation.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// OperationStep is the progress of an operation on one machine.
+type OperationStep struct {
+	// machine is the TalosMachine name.
+	Machine string `json:"machine"`
+	// phase of this step.
+	Phase OperationPhase `json:"phase"`
+	// message says what happened, for people.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// startedAt is when the step began.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// completedAt is when the step ended.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// TalosOperationList is a list of TalosOperation objects.
+type TalosOperationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []TalosOperation `json:"items"`
+}
