@@ -1,0 +1,34 @@
+// Package admission is the one place that names Ichor's admission plugins,
+// registers them and fixes their order in the chain. The plugins themselves
+// live in pkg/admission/plugin/<name>.
+package admission
+
+import (
+	"k8s.io/apiserver/pkg/admission"
+)
+
+// plugin is one of Ichor's admission plugins.
+type plugin struct {
+	name     string
+	register func(*admission.Plugins)
+}
+
+// plugins are Ichor's own plugins in the order they run, after the generic
+// server's built-in ones (NamespaceLifecycle and the admission webhooks).
+var plugins = []plugin{}
+
+// OrderedPlugins returns the names of Ichor's plugins in chain order.
+func OrderedPlugins() []string {
+	names := make([]string, len(plugins))
+	for i, p := range plugins {
+		names[i] = p.name
+	}
+	return names
+}
+
+// Register adds every Ichor plugin to the registry the server's admission options use.
+func Register(registry *admission.Plugins) {
+	for _, p := range plugins {
+		p.register(registry)
+	}
+}

@@ -1,0 +1,116 @@
+package validation
+
+import (
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+)
+
+// maxCIDRsPerFamily allows one network per IP family (dual stack).
+const maxCIDRsPerFamily = 2
+
+// ValidateTalosCluster checks a TalosCluster on create.
+func ValidateTalosCluster(c *ichor.TalosCluster) field.ErrorList {
+	errs := validateNamespacedMeta(&c.ObjectMeta)
+	return append(errs, validateTalosClusterSpec(&c.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateTalosClusterUpdate checks a TalosCluster on update. The networks are
+// fixed once the cluster exists: Talos cannot move a running cluster to new ones.
+func ValidateTalosClusterUpdate(c, old *ichor.TalosCluster) field.ErrorList {
+	errs := validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateTalosClusterSpec(&c.Spec, spec)...)
+	network := spec.Child("network")
+	errs = append(errs, validateImmutable(c.Spec.Network.PodCIDRs, old.Spec.Network.PodCIDRs, network.Child("podCIDRs"), "")...)
+	errs = append(errs, validateImmutable(c.Spec.Network.ServiceCIDRs, old.Spec.Network.ServiceCIDRs, network.Child("serviceCIDRs"), "")...)
+	errs = append(errs, validateImmutable(c.Spec.Network.DNSDomain, old.Spec.Network.DNSDomain, network.Child("dnsDomain"), "")...)
+	return errs
+}
+
+// ValidateTalosClusterStatusUpdate checks a status written through /status.
+func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorList {
+	errs := validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)
+	status := field.NewPath("status")
+	s := &c.Status
+	errs = append(errs, validateOptionalEnum(s.Phase, status.Child("phase"),
+		ichor.ClusterPhasePending, ichor.ClusterPhaseProvisioning, ichor.ClusterPhaseReady, ichor.ClusterPhaseDegraded, ichor.ClusterPhaseDeleting)...)
+	errs = append(errs, validateConditions(s.Conditions, status.Child("conditions"))...)
+	if s.ObservedGeneration < 0 {
+		errs = append(errs, field.Invalid(status.Child("observedGeneration"), s.ObservedGeneration, "must not be negative"))
+	}
+	if s.TalosVersion != "" {
+		errs = append(errs, validateVersion(s.TalosVersion, status.Child("talosVersion"))...)
+	}
+	if s.KubernetesVersion != "" {
+		errs = append(errs, validateVersion(s.KubernetesVersion, status.Child("kubernetesVersion"))...)
+	}
+	return errs
+}
+
+func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) field.ErrorList {
+	errs := validateVersion(s.TalosVersion, fldPath.Child("talosVersion"))
+	errs = append(errs, validateVersion(s.KubernetesVersion, fldPath.Child("kubernetesVersion"))...)
+	errs = append(errs, validateHTTPSURL(s.ControlPlane.Endpoint, fldPath.Child("controlPlane", "endpoint"))...)
+	errs = append(errs, validateClusterNetwork(&s.Network, fldPath.Child("network"))...)
+
+	if s.CiliumValues != "" {
+		valuesPath := fldPath.Child("ciliumValues")
+		if s.Network.CNI.Name != ichor.CNICilium {
+			errs = append(errs, field.Forbidden(valuesPath, "may only be set when spec.network.cni.name is cilium"))
+		} else if err := yaml.Unmarshal([]byte(s.CiliumValues), &map[string]any{}); err != nil {
+			errs = append(errs, field.Invalid(valuesPath, "<values>", "must be a YAML mapping of Helm values: "+err.Error()))
+		}
+	}
+	if s.SecretsRef != nil {
+		errs = append(errs, validateRequiredName(s.SecretsRef.Name, fldPath.Child("secretsRef", "name"))...)
+	}
+	if a := s.Authentication; a != nil {
+		authPath := fldPath.Child("authentication")
+		errs = append(errs, validateHTTPSURL(a.IssuerURL, authPath.Child("issuerURL"))...)
+		if a.ClientID == "" {
+			errs = append(errs, field.Required(authPath.Child("clientID"), ""))
+		}
+	}
+	ksc := s.Security.KubeletServingCertificates
+	if ksc.VerifyFromAPIServer && !ksc.Enabled {
+		errs = append(errs, field.Forbidden(fldPath.Child("security", "kubeletServingCertificates", "verifyFromAPIServer"),
+			"requires spec.security.kubeletServingCertificates.enabled"))
+	}
+	return errs
+}
+
+func validateClusterNetwork(n *ichor.ClusterNetwork, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, list := range []struct {
+		name  string
+		cidrs []string
+	}{{"podCIDRs", n.PodCIDRs}, {"serviceCIDRs", n.ServiceCIDRs}} {
+		p := fldPath.Child(list.name)
+		switch {
+		case len(list.cidrs) == 0:
+			errs = append(errs, field.Required(p, "at least one network"))
+		case len(list.cidrs) > maxCIDRsPerFamily:
+			errs = append(errs, field.TooMany(p, len(list.cidrs), maxCIDRsPerFamily))
+		}
+		errs = append(errs, validateCIDRs(list.cidrs, p)...)
+		if len(list.cidrs) == maxCIDRsPerFamily && list.cidrs[0] != list.cidrs[1] {
+			first, err0 := parseCanonicalCIDR(list.cidrs[0])
+			second, err1 := parseCanonicalCIDR(list.cidrs[1])
+			if err0 == nil && err1 == nil && first.Addr().Is4() == second.Addr().Is4() {
+				errs = append(errs, field.Invalid(p.Index(1), list.cidrs[1], "a second network must be of the other IP family (dual stack)"))
+			}
+		}
+	}
+	if n.DNSDomain == "" {
+		errs = append(errs, field.Required(fldPath.Child("dnsDomain"), ""))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(n.DNSDomain) {
+			errs = append(errs, field.Invalid(fldPath.Child("dnsDomain"), n.DNSDomain, msg))
+		}
+	}
+	errs = append(errs, validateEnum(n.CNI.Name, fldPath.Child("cni", "name"), ichor.CNIFlannel, ichor.CNICilium, ichor.CNINone)...)
+	return errs
+}

@@ -1,0 +1,350 @@
+package validation
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// validCluster is an internal TalosCluster with the v1alpha1 defaults already
+// filled in by hand.
+func validCluster() *ichor.TalosCluster {
+	return &ichor.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a", ResourceVersion: "1"},
+		Spec: ichor.TalosClusterSpec{
+			TalosVersion:      "v1.13.0",
+			KubernetesVersion: "v1.37.2",
+			ControlPlane:      ichor.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
+			Network: ichor.ClusterNetwork{
+				PodCIDRs:     []string{"10.244.0.0/16"},
+				ServiceCIDRs: []string{"10.96.0.0/12"},
+				DNSDomain:    "cluster.local",
+				CNI:          ichor.CNISpec{Name: ichor.CNIFlannel},
+			},
+		},
+	}
+}
+
+func TestValidateTalosCluster(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(c *ichor.TalosCluster)
+		want   []fe
+	}{
+		{name: "valid", mutate: func(c *ichor.TalosCluster) {}},
+		{
+			name: "valid dual stack",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.PodCIDRs = []string{"10.244.0.0/16", "fd00:10:244::/56"}
+				c.Spec.Network.ServiceCIDRs = []string{"fd00:10:96::/112", "10.96.0.0/12"}
+			},
+		},
+		{
+			name: "valid with every option",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.ControlPlane.Endpoint = "https://k8s.example.com"
+				c.Spec.Network.CNI.Name = ichor.CNICilium
+				c.Spec.CiliumValues = "kubeProxyReplacement: true\nipam:\n  mode: kubernetes\n"
+				c.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "prod-secrets"}
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes"}
+				c.Spec.Security.KubeletServingCertificates = ichor.KubeletServingCertificates{Enabled: true, VerifyFromAPIServer: true}
+				c.Spec.Paused = true
+			},
+		},
+		{
+			name:   "bad metadata",
+			mutate: func(c *ichor.TalosCluster) { c.Name = "Prod_1"; c.Namespace = "" },
+			want:   []fe{invalid("metadata.name"), required("metadata.namespace")},
+		},
+		{
+			name:   "missing versions",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.TalosVersion = ""; c.Spec.KubernetesVersion = "" },
+			want:   []fe{required("spec.talosVersion"), required("spec.kubernetesVersion")},
+		},
+		{
+			name:   "semver without leading v",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.TalosVersion = "1.13.0" },
+			want:   []fe{invalid("spec.talosVersion")},
+		},
+		{
+			name:   "version that is not semver",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.KubernetesVersion = "v1.37" },
+			want:   []fe{invalid("spec.kubernetesVersion")},
+		},
+		{
+			name:   "endpoint missing",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "" },
+			want:   []fe{required("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "endpoint over http",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "http://10.5.0.2:6443" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "endpoint without host",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "https://:6443" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "endpoint with credentials",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "https://admin:pw@10.5.0.2:6443" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "endpoint with query",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "https://10.5.0.2:6443/?x=1" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "endpoint port out of range",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "https://10.5.0.2:70000" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "no networks",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = nil; c.Spec.Network.ServiceCIDRs = []string{} },
+			want:   []fe{required("spec.network.podCIDRs"), required("spec.network.serviceCIDRs")},
+		},
+		{
+			name: "too many pod networks",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.PodCIDRs = []string{"10.244.0.0/16", "fd00:10:244::/56", "10.245.0.0/16"}
+			},
+			want: []fe{tooMany("spec.network.podCIDRs")},
+		},
+		{
+			name:   "repeated pod network",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = []string{"10.244.0.0/16", "10.244.0.0/16"} },
+			want:   []fe{duplicate("spec.network.podCIDRs[1]")},
+		},
+		{
+			name:   "two pod networks of one family",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = []string{"10.244.0.0/16", "10.245.0.0/16"} },
+			want:   []fe{invalid("spec.network.podCIDRs[1]")},
+		},
+		{
+			name:   "two IPv6 service networks",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.ServiceCIDRs = []string{"fd00:1::/112", "fd00:2::/112"} },
+			want:   []fe{invalid("spec.network.serviceCIDRs[1]")},
+		},
+		{
+			name:   "pod network not canonical",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = []string{"10.244.1.0/16"} },
+			want:   []fe{invalid("spec.network.podCIDRs[0]")},
+		},
+		{
+			name:   "service network not a CIDR",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.ServiceCIDRs = []string{"10.96.0.0/12", "ten-ninety-six"} },
+			want:   []fe{invalid("spec.network.serviceCIDRs[1]")},
+		},
+		{
+			name:   "dns domain missing",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.DNSDomain = "" },
+			want:   []fe{required("spec.network.dnsDomain")},
+		},
+		{
+			name:   "dns domain invalid",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.DNSDomain = "Cluster_Local" },
+			want:   []fe{invalid("spec.network.dnsDomain")},
+		},
+		{
+			name:   "cni missing",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.CNI.Name = "" },
+			want:   []fe{required("spec.network.cni.name")},
+		},
+		{
+			name:   "cni unknown",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.CNI.Name = "calico" },
+			want:   []fe{notSupported("spec.network.cni.name")},
+		},
+		{
+			name:   "cilium values without cilium",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.CiliumValues = "ipam:\n  mode: kubernetes\n" },
+			want:   []fe{forbidden("spec.ciliumValues")},
+		},
+		{
+			name: "cilium values that are a list",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.CNI.Name = ichor.CNICilium
+				c.Spec.CiliumValues = "- a\n- b\n"
+			},
+			want: []fe{invalid("spec.ciliumValues")},
+		},
+		{
+			name:   "secrets ref without name",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.SecretsRef = &ichor.LocalSecretReference{} },
+			want:   []fe{required("spec.secretsRef.name")},
+		},
+		{
+			name:   "secrets ref with bad name",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "Prod Secrets"} },
+			want:   []fe{invalid("spec.secretsRef.name")},
+		},
+		{
+			name: "authentication incomplete",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "http://issuer.example.com"}
+			},
+			want: []fe{invalid("spec.authentication.issuerURL"), required("spec.authentication.clientID")},
+		},
+		{
+			name: "verifyFromAPIServer without serving certificates",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = true
+			},
+			want: []fe{forbidden("spec.security.kubeletServingCertificates.verifyFromAPIServer")},
+		},
+		{
+			name:   "empty spec",
+			mutate: func(c *ichor.TalosCluster) { c.Spec = ichor.TalosClusterSpec{} },
+			want: []fe{
+				required("spec.talosVersion"), required("spec.kubernetesVersion"), required("spec.controlPlane.endpoint"),
+				required("spec.network.podCIDRs"), required("spec.network.serviceCIDRs"), required("spec.network.dnsDomain"),
+				required("spec.network.cni.name"),
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validCluster()
+			tc.mutate(c)
+			expectErrors(t, ValidateTalosCluster(c), tc.want...)
+		})
+	}
+}
+
+// TestValidateTalosClusterDefaulted checks that the v1alpha1 defaults turn the
+// smallest cluster a user can write into a valid one.
+func TestValidateTalosClusterDefaulted(t *testing.T) {
+	in := &v1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a"},
+		Spec: v1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.13.0",
+			KubernetesVersion: "v1.37.2",
+			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
+		},
+	}
+	out := &ichor.TalosCluster{}
+	defaultedInternal(t, in, out)
+	expectErrors(t, ValidateTalosCluster(out))
+	if got := out.Spec.Network.CNI.Name; got != ichor.CNIFlannel {
+		t.Errorf("cni defaulted to %q, want flannel", got)
+	}
+}
+
+func TestValidateTalosClusterUpdate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(c *ichor.TalosCluster)
+		want   []fe
+	}{
+		{name: "unchanged", mutate: func(c *ichor.TalosCluster) {}},
+		{
+			name: "versions, endpoint, cni and pause may change",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.TalosVersion = "v1.13.1"
+				c.Spec.KubernetesVersion = "v1.38.0"
+				c.Spec.ControlPlane.Endpoint = "https://k8s.example.com:6443"
+				c.Spec.Network.CNI.Name = ichor.CNINone
+				c.Spec.Paused = true
+			},
+		},
+		{
+			name:   "pod networks are immutable",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = []string{"10.100.0.0/16"} },
+			want:   []fe{invalid("spec.network.podCIDRs")},
+		},
+		{
+			name: "adding a second family is a change too",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.ServiceCIDRs = append(c.Spec.Network.ServiceCIDRs, "fd00:10:96::/112")
+			},
+			want: []fe{invalid("spec.network.serviceCIDRs")},
+		},
+		{
+			name:   "dns domain is immutable",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.DNSDomain = "prod.local" },
+			want:   []fe{invalid("spec.network.dnsDomain")},
+		},
+		{
+			name:   "spec is still validated",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.ControlPlane.Endpoint = "10.5.0.2:6443" },
+			want:   []fe{invalid("spec.controlPlane.endpoint")},
+		},
+		{
+			name:   "update without resource version",
+			mutate: func(c *ichor.TalosCluster) { c.ResourceVersion = "" },
+			want:   []fe{invalid("metadata.resourceVersion")},
+		},
+		{
+			name:   "rename",
+			mutate: func(c *ichor.TalosCluster) { c.Name = "staging" },
+			want:   []fe{invalid("metadata.name")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validCluster()
+			c := old.DeepCopy()
+			tc.mutate(c)
+			expectErrors(t, ValidateTalosClusterUpdate(c, old), tc.want...)
+		})
+	}
+}
+
+func TestValidateTalosClusterStatusUpdate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(s *ichor.TalosClusterStatus)
+		want   []fe
+	}{
+		{name: "empty status", mutate: func(s *ichor.TalosClusterStatus) {}},
+		{
+			name: "full status",
+			mutate: func(s *ichor.TalosClusterStatus) {
+				s.Phase = ichor.ClusterPhaseReady
+				s.ObservedGeneration = 3
+				s.Conditions = []metav1.Condition{goodCondition("SecretsReady"), goodCondition("Bootstrapped")}
+				s.Machines = ichor.MachineCounts{Total: 3, Ready: 3, ControlPlanes: 1, Workers: 2}
+				s.TalosVersion = "v1.13.0"
+				s.KubernetesVersion = "v1.37.2"
+				s.BootstrappedAt = &fixedTime
+			},
+		},
+		{
+			name:   "unknown phase",
+			mutate: func(s *ichor.TalosClusterStatus) { s.Phase = "Exploded" },
+			want:   []fe{notSupported("status.phase")},
+		},
+		{
+			name:   "negative observed generation",
+			mutate: func(s *ichor.TalosClusterStatus) { s.ObservedGeneration = -1 },
+			want:   []fe{invalid("status.observedGeneration")},
+		},
+		{
+			name:   "versions without leading v",
+			mutate: func(s *ichor.TalosClusterStatus) { s.TalosVersion = "1.13.0"; s.KubernetesVersion = "1.37.2" },
+			want:   []fe{invalid("status.talosVersion"), invalid("status.kubernetesVersion")},
+		},
+	}
+	for _, bc := range badConditionCases {
+		cond := bc.conditions
+		cases = append(cases, struct {
+			name   string
+			mutate func(s *ichor.TalosClusterStatus)
+			want   []fe
+		}{bc.name, func(s *ichor.TalosClusterStatus) { s.Conditions = cond }, bc.want("status.conditions")})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validCluster()
+			c := old.DeepCopy()
+			tc.mutate(&c.Status)
+			expectErrors(t, ValidateTalosClusterStatusUpdate(c, old), tc.want...)
+		})
+	}
+}

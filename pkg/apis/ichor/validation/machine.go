@@ -1,0 +1,126 @@
+package validation
+
+import (
+	"encoding/hex"
+	"net"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+)
+
+// ValidateTalosMachine checks a TalosMachine on create.
+func ValidateTalosMachine(m *ichor.TalosMachine) field.ErrorList {
+	errs := validateNamespacedMeta(&m.ObjectMeta)
+	return append(errs, validateTalosMachineSpec(&m.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateTalosMachineUpdate checks a TalosMachine on update. A machine that
+// belongs to a cluster keeps that cluster and its role: moving it is a MachineReclaim.
+func ValidateTalosMachineUpdate(m, old *ichor.TalosMachine) field.ErrorList {
+	errs := validateMetaUpdate(&m.ObjectMeta, &old.ObjectMeta)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateTalosMachineSpec(&m.Spec, spec)...)
+	if old.Spec.ClusterName != "" {
+		const hint = "a machine that belongs to a cluster moves only through a MachineReclaim"
+		errs = append(errs, validateImmutable(m.Spec.ClusterName, old.Spec.ClusterName, spec.Child("clusterName"), hint)...)
+		errs = append(errs, validateImmutable(m.Spec.Role, old.Spec.Role, spec.Child("role"), hint)...)
+	}
+	return errs
+}
+
+func validateTalosMachineSpec(s *ichor.TalosMachineSpec, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.ClusterName != "" {
+		errs = append(errs, validateObjectName(s.ClusterName, fldPath.Child("clusterName"))...)
+		errs = append(errs, validateEnum(s.Role, fldPath.Child("role"), ichor.MachineRoleControlPlane, ichor.MachineRoleWorker)...)
+	} else {
+		errs = append(errs, validateOptionalEnum(s.Role, fldPath.Child("role"), ichor.MachineRoleControlPlane, ichor.MachineRoleWorker)...)
+	}
+	errs = append(errs, validateHostPort(s.Address, fldPath.Child("address"))...)
+	if s.Hostname != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(s.Hostname) {
+			errs = append(errs, field.Invalid(fldPath.Child("hostname"), s.Hostname, msg))
+		}
+	}
+	if d := s.Install.Disk; d != "" && (!strings.HasPrefix(d, "/dev/") || len(d) == len("/dev/")) {
+		errs = append(errs, field.Invalid(fldPath.Child("install", "disk"), d, "must be a device path such as /dev/sda"))
+	}
+	return errs
+}
+
+// ValidateTalosMachineStatusUpdate checks a status written through /status.
+func ValidateTalosMachineStatusUpdate(m, old *ichor.TalosMachine) field.ErrorList {
+	errs := validateMetaUpdate(&m.ObjectMeta, &old.ObjectMeta)
+	status := field.NewPath("status")
+	s := &m.Status
+	errs = append(errs, validateOptionalEnum(s.Phase, status.Child("phase"),
+		ichor.MachinePhaseDiscovered, ichor.MachinePhasePendingApproval, ichor.MachinePhaseApproved, ichor.MachinePhaseRejected,
+		ichor.MachinePhaseConfiguring, ichor.MachinePhaseReady, ichor.MachinePhaseResetting, ichor.MachinePhaseUnreachable)...)
+	errs = append(errs, validateConditions(s.Conditions, status.Child("conditions"))...)
+	if mt := s.Maintenance; mt != nil {
+		errs = append(errs, validateSHA256Hex(mt.CertificateFingerprint, status.Child("maintenance", "certificateFingerprint"))...)
+	}
+	if hw := s.Hardware; hw != nil {
+		errs = append(errs, validateHardware(hw, status.Child("hardware"))...)
+	}
+	if s.TalosVersion != "" {
+		errs = append(errs, validateVersion(s.TalosVersion, status.Child("talosVersion"))...)
+	}
+	if a := s.Approval; a != nil {
+		p := status.Child("approval")
+		errs = append(errs, validateEnum(a.Decision, p.Child("decision"), ichor.ApprovalApproved, ichor.ApprovalRejected)...)
+		if a.By == "" {
+			errs = append(errs, field.Required(p.Child("by"), "the user who decided"))
+		}
+	}
+	if ac := s.AppliedConfig; ac != nil {
+		p := status.Child("appliedConfig")
+		errs = append(errs, validateSHA256Hex(ac.Hash, p.Child("hash"))...)
+		errs = append(errs, validateOptionalEnum(ac.Effect, p.Child("effect"), configEffects...)...)
+	}
+	if k := s.KubeletServingCertificate; k != nil {
+		errs = append(errs, validateRequiredName(k.Request, status.Child("kubeletServingCertificate", "request"))...)
+	}
+	return errs
+}
+
+var configEffects = []ichor.ConfigEffect{ichor.ConfigEffectNone, ichor.ConfigEffectNoReboot, ichor.ConfigEffectReboot, ichor.ConfigEffectAPIServerRestart}
+
+func validateHardware(hw *ichor.HardwareStatus, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	paths := sets.New[string]()
+	for i, d := range hw.Disks {
+		p := fldPath.Child("disks").Index(i)
+		if d.Path == "" {
+			errs = append(errs, field.Required(p.Child("path"), ""))
+		} else if paths.Has(d.Path) {
+			errs = append(errs, field.Duplicate(p.Child("path"), d.Path))
+		}
+		paths.Insert(d.Path)
+		if d.SizeBytes < 0 {
+			errs = append(errs, field.Invalid(p.Child("sizeBytes"), d.SizeBytes, "must not be negative"))
+		}
+	}
+	for i, a := range hw.Addresses {
+		if _, err := netip.ParsePrefix(a); err != nil && net.ParseIP(a) == nil {
+			errs = append(errs, field.Invalid(fldPath.Child("addresses").Index(i), a, "must be an IP address or an address in CIDR notation"))
+		}
+	}
+	return errs
+}
+
+// validateSHA256Hex checks a SHA-256 digest written as 64 lower-case hex digits.
+func validateSHA256Hex(v string, fldPath *field.Path) field.ErrorList {
+	if v == "" {
+		return field.ErrorList{field.Required(fldPath, "a SHA-256 digest as 64 lower-case hex digits")}
+	}
+	if b, err := hex.DecodeString(v); err != nil || len(b) != 32 || strings.ToLower(v) != v {
+		return field.ErrorList{field.Invalid(fldPath, v, "must be a SHA-256 digest as 64 lower-case hex digits")}
+	}
+	return nil
+}

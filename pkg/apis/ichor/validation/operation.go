@@ -1,0 +1,131 @@
+package validation
+
+import (
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+)
+
+// OperationTypes lists every operation type, in the order documentation shows them.
+var OperationTypes = []ichor.OperationType{
+	ichor.OperationTalosUpgrade, ichor.OperationKubernetesUpgrade, ichor.OperationReboot,
+	ichor.OperationEtcdSnapshot, ichor.OperationEtcdDefrag, ichor.OperationCARotation,
+	ichor.OperationKeyRotation, ichor.OperationEtcdRestore, ichor.OperationNodeReset,
+	ichor.OperationNodeShutdown, ichor.OperationShutdown,
+}
+
+// machineScope says how an operation type relates to spec.machines.
+type machineScope int
+
+const (
+	machinesOptional  machineScope = iota // empty means every machine the type implies
+	machinesRequired                      // acts on named nodes only
+	machinesForbidden                     // acts on the cluster as a whole
+)
+
+var operationMachineScope = map[ichor.OperationType]machineScope{
+	ichor.OperationTalosUpgrade:      machinesOptional,
+	ichor.OperationKubernetesUpgrade: machinesForbidden,
+	ichor.OperationReboot:            machinesOptional,
+	ichor.OperationEtcdSnapshot:      machinesOptional,
+	ichor.OperationEtcdDefrag:        machinesOptional,
+	ichor.OperationCARotation:        machinesForbidden,
+	ichor.OperationKeyRotation:       machinesForbidden,
+	ichor.OperationEtcdRestore:       machinesForbidden,
+	ichor.OperationNodeReset:         machinesRequired,
+	ichor.OperationNodeShutdown:      machinesRequired,
+	ichor.OperationShutdown:          machinesForbidden,
+}
+
+var operationPhases = []ichor.OperationPhase{ichor.OperationPending, ichor.OperationRunning, ichor.OperationSucceeded, ichor.OperationFailed}
+
+// ValidateTalosOperation checks a TalosOperation on create.
+func ValidateTalosOperation(o *ichor.TalosOperation) field.ErrorList {
+	errs := validateNamespacedMeta(&o.ObjectMeta)
+	return append(errs, validateTalosOperationSpec(&o.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateTalosOperationUpdate checks a TalosOperation on update: its spec is a
+// record of what was asked and never changes.
+func ValidateTalosOperationUpdate(o, old *ichor.TalosOperation) field.ErrorList {
+	errs := validateMetaUpdate(&o.ObjectMeta, &old.ObjectMeta)
+	return append(errs, validateImmutable(o.Spec, old.Spec, field.NewPath("spec"), "create a new TalosOperation instead")...)
+}
+
+// ValidateTalosOperationStatusUpdate checks a status written through /status.
+func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.ErrorList {
+	errs := validateMetaUpdate(&o.ObjectMeta, &old.ObjectMeta)
+	status := field.NewPath("status")
+	errs = append(errs, validateOptionalEnum(o.Status.Phase, status.Child("phase"), operationPhases...)...)
+	errs = append(errs, validateConditions(o.Status.Conditions, status.Child("conditions"))...)
+	machines := sets.New[string]()
+	for i, step := range o.Status.Steps {
+		p := status.Child("steps").Index(i)
+		errs = append(errs, validateRequiredName(step.Machine, p.Child("machine"))...)
+		if step.Machine != "" && machines.Has(step.Machine) {
+			errs = append(errs, field.Duplicate(p.Child("machine"), step.Machine))
+		}
+		machines.Insert(step.Machine)
+		errs = append(errs, validateEnum(step.Phase, p.Child("phase"), operationPhases...)...)
+	}
+	return errs
+}
+
+func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path) field.ErrorList {
+	errs := validateRequiredName(s.ClusterName, fldPath.Child("clusterName"))
+	typeErrs := validateEnum(s.Type, fldPath.Child("type"), OperationTypes...)
+	if len(typeErrs) > 0 {
+		return append(errs, typeErrs...)
+	}
+
+	machines := fldPath.Child("machines")
+	errs = append(errs, validateNameList(s.Machines, machines)...)
+	switch operationMachineScope[s.Type] {
+	case machinesRequired:
+		if len(s.Machines) == 0 {
+			errs = append(errs, field.Required(machines, string(s.Type)+" acts on named machines only"))
+		}
+	case machinesForbidden:
+		if len(s.Machines) > 0 {
+			errs = append(errs, field.Forbidden(machines, string(s.Type)+" acts on the whole cluster"))
+		}
+	}
+
+	// Each parameter block belongs to exactly one type.
+	type block struct {
+		name     string
+		forType  ichor.OperationType
+		set      bool
+		required bool
+	}
+	for _, b := range []block{
+		{"talosUpgrade", ichor.OperationTalosUpgrade, s.TalosUpgrade != nil, true},
+		{"kubernetesUpgrade", ichor.OperationKubernetesUpgrade, s.KubernetesUpgrade != nil, true},
+		{"nodeReset", ichor.OperationNodeReset, s.NodeReset != nil, false},
+		{"etcdRestore", ichor.OperationEtcdRestore, s.EtcdRestore != nil, true},
+	} {
+		p := fldPath.Child(b.name)
+		switch {
+		case b.set && s.Type != b.forType:
+			errs = append(errs, field.Forbidden(p, "may only be set when type is "+string(b.forType)))
+		case !b.set && s.Type == b.forType && b.required:
+			errs = append(errs, field.Required(p, "required when type is "+string(b.forType)))
+		}
+	}
+	if s.TalosUpgrade != nil {
+		errs = append(errs, validateVersion(s.TalosUpgrade.Version, fldPath.Child("talosUpgrade", "version"))...)
+	}
+	if s.KubernetesUpgrade != nil {
+		errs = append(errs, validateVersion(s.KubernetesUpgrade.Version, fldPath.Child("kubernetesUpgrade", "version"))...)
+	}
+	if r := s.NodeReset; r != nil {
+		errs = append(errs, validateOptionalEnum(r.Wipe, fldPath.Child("nodeReset", "wipe"), wipeModes...)...)
+	}
+	if r := s.EtcdRestore; r != nil {
+		errs = append(errs, validateSecretKey(r.Snapshot.Name, r.Snapshot.Key, fldPath.Child("etcdRestore", "snapshot"))...)
+	}
+	return errs
+}
+
+var wipeModes = []ichor.WipeMode{ichor.WipeModeAll, ichor.WipeModeSystemDisk, ichor.WipeModeUserDisks}

@@ -1,0 +1,350 @@
+package validation
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// validOperation is an internal TalosOperation of the given type with what
+// that type needs, and the v1alpha1 defaults filled in by hand.
+func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
+	o := &ichor.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op-1", Namespace: "team-a", ResourceVersion: "1"},
+		Spec:       ichor.TalosOperationSpec{ClusterName: "prod", Type: typ},
+	}
+	s := &o.Spec
+	switch typ {
+	case ichor.OperationTalosUpgrade:
+		s.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "v1.13.1"}
+	case ichor.OperationKubernetesUpgrade:
+		s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
+	case ichor.OperationEtcdRestore:
+		s.EtcdRestore = &ichor.EtcdRestoreParameters{Snapshot: ichor.SecretKeySelector{Name: "etcd-backup", Key: "db.snapshot"}}
+	case ichor.OperationNodeReset:
+		s.Machines = []string{"node-3"}
+		s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeAll}
+	case ichor.OperationNodeShutdown:
+		s.Machines = []string{"node-3", "node-4"}
+	}
+	return o
+}
+
+func TestValidateTalosOperationEveryType(t *testing.T) {
+	for _, typ := range OperationTypes {
+		t.Run(string(typ), func(t *testing.T) {
+			expectErrors(t, ValidateTalosOperation(validOperation(typ)))
+		})
+	}
+	if len(OperationTypes) != len(operationMachineScope) {
+		t.Errorf("OperationTypes has %d types, operationMachineScope %d", len(OperationTypes), len(operationMachineScope))
+	}
+	for _, typ := range OperationTypes {
+		if _, ok := operationMachineScope[typ]; !ok {
+			t.Errorf("operation type %q has no machine scope", typ)
+		}
+	}
+}
+
+func TestValidateTalosOperation(t *testing.T) {
+	cases := []struct {
+		name   string
+		typ    ichor.OperationType
+		mutate func(s *ichor.TalosOperationSpec)
+		want   []fe
+	}{
+		{
+			name:   "talos upgrade of some machines, staged",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"node-1"}; s.TalosUpgrade.Stage = true },
+		},
+		{
+			name:   "etcd snapshot of one control plane",
+			typ:    ichor.OperationEtcdSnapshot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
+		},
+		{
+			name:   "node reset without parameters",
+			typ:    ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) { s.NodeReset = nil },
+		},
+		{
+			name: "node reset keeping user disks, not graceful",
+			typ:  ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(false), Wipe: ichor.WipeModeSystemDisk}
+			},
+		},
+		{
+			name:   "cluster name missing",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.ClusterName = "" },
+			want:   []fe{required("spec.clusterName")},
+		},
+		{
+			name:   "type missing",
+			typ:    "",
+			mutate: func(s *ichor.TalosOperationSpec) {},
+			want:   []fe{required("spec.type")},
+		},
+		{
+			name: "unknown type stops further checks",
+			typ:  "format-everything",
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.Machines = []string{"a", "a"}
+				s.TalosUpgrade = &ichor.TalosUpgradeParameters{}
+			},
+			want: []fe{notSupported("spec.type")},
+		},
+		{
+			name:   "talos upgrade without parameters",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade = nil },
+			want:   []fe{required("spec.talosUpgrade")},
+		},
+		{
+			name:   "talos upgrade to a semver without leading v",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade.Version = "1.13.1" },
+			want:   []fe{invalid("spec.talosUpgrade.version")},
+		},
+		{
+			name:   "talos upgrade without version",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade.Version = "" },
+			want:   []fe{required("spec.talosUpgrade.version")},
+		},
+		{
+			name:   "kubernetes upgrade without parameters",
+			typ:    ichor.OperationKubernetesUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.KubernetesUpgrade = nil },
+			want:   []fe{required("spec.kubernetesUpgrade")},
+		},
+		{
+			name:   "kubernetes upgrade to a bad version",
+			typ:    ichor.OperationKubernetesUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.KubernetesUpgrade.Version = "latest" },
+			want:   []fe{invalid("spec.kubernetesUpgrade.version")},
+		},
+		{
+			name:   "kubernetes upgrade of some machines",
+			typ:    ichor.OperationKubernetesUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"node-1"} },
+			want:   []fe{forbidden("spec.machines")},
+		},
+		{
+			name:   "ca rotation of some machines",
+			typ:    ichor.OperationCARotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
+			want:   []fe{forbidden("spec.machines")},
+		},
+		{
+			name:   "shutdown of some machines",
+			typ:    ichor.OperationShutdown,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
+			want:   []fe{forbidden("spec.machines")},
+		},
+		{
+			name:   "node reset without machines",
+			typ:    ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = nil },
+			want:   []fe{required("spec.machines")},
+		},
+		{
+			name:   "node shutdown without machines",
+			typ:    ichor.OperationNodeShutdown,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{} },
+			want:   []fe{required("spec.machines")},
+		},
+		{
+			name:   "machines repeated or invalid",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"node-1", "node-1", "Node_2"} },
+			want:   []fe{duplicate("spec.machines[1]"), invalid("spec.machines[2]")},
+		},
+		{
+			name:   "node reset with an unknown wipe mode",
+			typ:    ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) { s.NodeReset.Wipe = "everything" },
+			want:   []fe{notSupported("spec.nodeReset.wipe")},
+		},
+		{
+			name: "parameters of other types",
+			typ:  ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "v1.13.1"}
+				s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
+				s.NodeReset = &ichor.NodeResetParameters{}
+				s.EtcdRestore = &ichor.EtcdRestoreParameters{Snapshot: ichor.SecretKeySelector{Name: "s", Key: "k"}}
+			},
+			want: []fe{
+				forbidden("spec.talosUpgrade"), forbidden("spec.kubernetesUpgrade"),
+				forbidden("spec.nodeReset"), forbidden("spec.etcdRestore"),
+			},
+		},
+		{
+			name:   "forbidden parameters are still checked",
+			typ:    ichor.OperationEtcdDefrag,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "1.13"} },
+			want:   []fe{forbidden("spec.talosUpgrade"), invalid("spec.talosUpgrade.version")},
+		},
+		{
+			name:   "etcd restore without parameters",
+			typ:    ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore = nil },
+			want:   []fe{required("spec.etcdRestore")},
+		},
+		{
+			name:   "etcd restore with an empty snapshot reference",
+			typ:    ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.Snapshot = ichor.SecretKeySelector{} },
+			want:   []fe{required("spec.etcdRestore.snapshot.name"), required("spec.etcdRestore.snapshot.key")},
+		},
+		{
+			name: "etcd restore with a bad snapshot reference",
+			typ:  ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.EtcdRestore.Snapshot = ichor.SecretKeySelector{Name: "Backups", Key: "db/snapshot"}
+			},
+			want: []fe{invalid("spec.etcdRestore.snapshot.name"), invalid("spec.etcdRestore.snapshot.key")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOperation(tc.typ)
+			tc.mutate(&o.Spec)
+			expectErrors(t, ValidateTalosOperation(o), tc.want...)
+		})
+	}
+}
+
+// TestValidateTalosOperationDefaulted checks that a node reset written without
+// parameters is defaulted to a graceful reset of every disk, which validates.
+func TestValidateTalosOperationDefaulted(t *testing.T) {
+	in := &v1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "reset-node-3", Namespace: "team-a"},
+		Spec: v1alpha1.TalosOperationSpec{
+			ClusterName: "prod",
+			Type:        v1alpha1.OperationNodeReset,
+			Machines:    []string{"node-3"},
+		},
+	}
+	out := &ichor.TalosOperation{}
+	defaultedInternal(t, in, out)
+	r := out.Spec.NodeReset
+	if r == nil || r.Graceful == nil || !*r.Graceful || r.Wipe != ichor.WipeModeAll {
+		t.Fatalf("node reset defaulted to %+v, want graceful and wipe all", r)
+	}
+	expectErrors(t, ValidateTalosOperation(out))
+}
+
+func TestValidateTalosOperationUpdate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(o *ichor.TalosOperation)
+		want   []fe
+	}{
+		{name: "unchanged", mutate: func(o *ichor.TalosOperation) {}},
+		{
+			name:   "labels may change",
+			mutate: func(o *ichor.TalosOperation) { o.Labels = map[string]string{"ticket": "ops-42"} },
+		},
+		{
+			name:   "same parameters in a new pointer",
+			mutate: func(o *ichor.TalosOperation) { o.Spec.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "v1.13.1"} },
+		},
+		{
+			name:   "machines changed",
+			mutate: func(o *ichor.TalosOperation) { o.Spec.Machines = []string{"node-1"} },
+			want:   []fe{invalid("spec")},
+		},
+		{
+			name:   "version changed",
+			mutate: func(o *ichor.TalosOperation) { o.Spec.TalosUpgrade.Version = "v1.14.0" },
+			want:   []fe{invalid("spec")},
+		},
+		{
+			name:   "type changed",
+			mutate: func(o *ichor.TalosOperation) { o.Spec.Type = ichor.OperationReboot; o.Spec.TalosUpgrade = nil },
+			want:   []fe{invalid("spec")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validOperation(ichor.OperationTalosUpgrade)
+			o := old.DeepCopy()
+			tc.mutate(o)
+			expectErrors(t, ValidateTalosOperationUpdate(o, old), tc.want...)
+		})
+	}
+}
+
+func TestValidateTalosOperationStatusUpdate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(s *ichor.TalosOperationStatus)
+		want   []fe
+	}{
+		{name: "empty status", mutate: func(s *ichor.TalosOperationStatus) {}},
+		{
+			name: "full status",
+			mutate: func(s *ichor.TalosOperationStatus) {
+				s.Phase = ichor.OperationRunning
+				s.ObservedGeneration = 1
+				s.StartedBy = "alice"
+				s.StartedAt = &fixedTime
+				s.Steps = []ichor.OperationStep{
+					{Machine: "node-1", Phase: ichor.OperationSucceeded, StartedAt: &fixedTime, CompletedAt: &fixedTime},
+					{Machine: "node-2", Phase: ichor.OperationRunning, Message: "draining"},
+					{Machine: "node-3", Phase: ichor.OperationPending},
+				}
+				s.Conditions = []metav1.Condition{goodCondition("Progressing")}
+			},
+		},
+		{
+			name:   "unknown phase",
+			mutate: func(s *ichor.TalosOperationStatus) { s.Phase = "Paused" },
+			want:   []fe{notSupported("status.phase")},
+		},
+		{
+			name: "bad steps",
+			mutate: func(s *ichor.TalosOperationStatus) {
+				s.Steps = []ichor.OperationStep{
+					{Machine: "", Phase: ichor.OperationPending},
+					{Machine: "node-2"},
+					{Machine: "node-3", Phase: "Paused"},
+				}
+			},
+			want: []fe{required("status.steps[0].machine"), required("status.steps[1].phase"), notSupported("status.steps[2].phase")},
+		},
+		{
+			name: "two steps for one machine",
+			mutate: func(s *ichor.TalosOperationStatus) {
+				s.Steps = []ichor.OperationStep{
+					{Machine: "node-1", Phase: ichor.OperationSucceeded},
+					{Machine: "node-1", Phase: ichor.OperationRunning},
+				}
+			},
+			want: []fe{duplicate("status.steps[1].machine")},
+		},
+	}
+	for _, bc := range badConditionCases {
+		cond := bc.conditions
+		cases = append(cases, struct {
+			name   string
+			mutate func(s *ichor.TalosOperationStatus)
+			want   []fe
+		}{bc.name, func(s *ichor.TalosOperationStatus) { s.Conditions = cond }, bc.want("status.conditions")})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validOperation(ichor.OperationReboot)
+			o := old.DeepCopy()
+			tc.mutate(&o.Status)
+			expectErrors(t, ValidateTalosOperationStatusUpdate(o, old), tc.want...)
+		})
+	}
+}

@@ -1,0 +1,55 @@
+// Package apiserver assembles the ichor.dev API server from a generic API
+// server configuration and the registry's storage.
+package apiserver
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/registry"
+)
+
+// Name is the API server's component name in logs and health checks.
+const Name = "ichor-apiserver"
+
+// Config is the configuration of an ichor-apiserver.
+type Config struct {
+	GenericConfig *genericapiserver.RecommendedConfig
+}
+
+// CompletedConfig is a Config with its defaults filled in.
+type CompletedConfig struct {
+	generic genericapiserver.CompletedConfig
+}
+
+// Server is a running ichor-apiserver.
+type Server struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+}
+
+// Complete fills in the defaults the generic server derives.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{generic: c.GenericConfig.Complete()}
+}
+
+// New builds the server and installs the ichor.dev group.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.generic.New(Name, genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(ichor.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter)
+	if err != nil {
+		return nil, fmt.Errorf("build %s storage: %w", v1alpha1.SchemeGroupVersion, err)
+	}
+	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = storage
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("install %s: %w", ichor.GroupName, err)
+	}
+	return &Server{GenericAPIServer: generic}, nil
+}

@@ -1,0 +1,49 @@
+// Package taloscluster stores TalosClusters.
+package taloscluster
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/resource"
+)
+
+// Definition describes TalosClusters to the generic storage.
+var Definition = &resource.Definition[*ichor.TalosCluster]{
+	Resource:        ichor.Resource("talosclusters"),
+	Singular:        "taloscluster",
+	NamespaceScoped: true,
+	ShortNames:      []string{"tc"},
+
+	New:     func() *ichor.TalosCluster { return &ichor.TalosCluster{} },
+	NewList: func() runtime.Object { return &ichor.TalosClusterList{} },
+
+	Validate:             validation.ValidateTalosCluster,
+	ValidateUpdate:       validation.ValidateTalosClusterUpdate,
+	ValidateStatusUpdate: validation.ValidateTalosClusterStatusUpdate,
+
+	SelectableFields: func(c *ichor.TalosCluster) fields.Set {
+		return fields.Set{"status.phase": string(c.Status.Phase)}
+	},
+
+	Columns: []metav1.TableColumnDefinition{
+		{Name: "Talos", Type: "string", Description: "Talos version the cluster runs (spec)."},
+		{Name: "Kubernetes", Type: "string", Description: "Kubernetes version of the cluster (spec)."},
+		{Name: "Endpoint", Type: "string", Description: "URL of the cluster's Kubernetes API."},
+		{Name: "Machines", Type: "string", Description: "Ready machines out of all machines."},
+		{Name: "Phase", Type: "string", Description: "Summary of the cluster's conditions."},
+		{Name: "CNI", Type: "string", Priority: 1, Description: "Network plugin."},
+	},
+	Cells: func(c *ichor.TalosCluster) []any {
+		return []any{
+			c.Spec.TalosVersion, c.Spec.KubernetesVersion, c.Spec.ControlPlane.Endpoint,
+			fmt.Sprintf("%d/%d", c.Status.Machines.Ready, c.Status.Machines.Total),
+			string(c.Status.Phase), string(c.Spec.Network.CNI.Name),
+		}
+	},
+}

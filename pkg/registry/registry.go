@@ -1,0 +1,61 @@
+// Package registry maps every resource path of the ichor.dev API to its REST storage.
+package registry
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/registry/ichor/ichorinstallation"
+	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"
+	"ichor.dev/ichor/pkg/registry/ichor/machinereclaim"
+	"ichor.dev/ichor/pkg/registry/ichor/taloscluster"
+	"ichor.dev/ichor/pkg/registry/ichor/talosconfigpatch"
+	"ichor.dev/ichor/pkg/registry/ichor/taloscredentialrequest"
+	"ichor.dev/ichor/pkg/registry/ichor/talosmachine"
+	"ichor.dev/ichor/pkg/registry/ichor/talosoperation"
+	"ichor.dev/ichor/pkg/registry/resource"
+)
+
+// V1alpha1 returns the storage of every v1alpha1 resource path.
+func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (map[string]rest.Storage, error) {
+	var firstErr error
+	build := func(s *resource.Storage, err error) *resource.Storage {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		return s
+	}
+	gv := v1alpha1.SchemeGroupVersion
+	clusters := build(resource.NewStorage(taloscluster.Definition, scheme, gv, optsGetter))
+	machines := build(resource.NewStorage(talosmachine.Definition, scheme, gv, optsGetter))
+	patches := build(resource.NewStorage(talosconfigpatch.Definition, scheme, gv, optsGetter))
+	operations := build(resource.NewStorage(talosoperation.Definition, scheme, gv, optsGetter))
+	credentials := build(resource.NewStorage(taloscredentialrequest.Definition, scheme, gv, optsGetter))
+	reclaims := build(resource.NewStorage(machinereclaim.Definition, scheme, gv, optsGetter))
+	users := build(resource.NewStorage(ichoruser.Definition, scheme, gv, optsGetter))
+	installations := build(resource.NewStorage(ichorinstallation.Definition, scheme, gv, optsGetter))
+	if firstErr != nil {
+		return nil, firstErr
+	}
+
+	return map[string]rest.Storage{
+		"talosclusters":                  clusters.Store,
+		"talosclusters/status":           clusters.Status,
+		"talosmachines":                  machines.Store,
+		"talosmachines/status":           machines.Status,
+		"talosconfigpatches":             patches.Store,
+		"talosconfigpatches/status":      patches.Status,
+		"talosoperations":                operations.Store,
+		"talosoperations/status":         operations.Status,
+		"taloscredentialrequests":        credentials.Store,
+		"taloscredentialrequests/status": credentials.Status,
+		"machinereclaims":                reclaims.Store,
+		"machinereclaims/status":         reclaims.Status,
+		"ichorusers":                     users.Store,
+		"ichorusers/status":              users.Status,
+		"ichorinstallations":             installations.Store,
+		"ichorinstallations/status":      installations.Status,
+	}, nil
+}

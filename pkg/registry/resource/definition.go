@@ -1,0 +1,89 @@
+// Package resource turns a short description of an ichor.dev kind into its
+// REST storage: a genericregistry.Store for the main endpoint and a separate
+// store for /status, with the strategies, field selectors and table columns
+// every kind shares. Each kind's package under pkg/registry/ichor says only
+// what is particular to it.
+package resource
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Object is what every ichor.dev kind is: a runtime.Object with object
+// metadata and, by convention, a Spec and a Status field.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Definition describes one kind to this package.
+type Definition[T Object] struct {
+	// Resource is the plural resource name qualified with the group.
+	Resource schema.GroupResource
+	// Singular is the singular resource name (talosmachine).
+	Singular string
+	// NamespaceScoped is true for kinds that live in a namespace.
+	NamespaceScoped bool
+	// ShortNames are the abbreviations kubectl accepts.
+	ShortNames []string
+
+	// New and NewList return empty internal objects.
+	New     func() T
+	NewList func() runtime.Object
+
+	// PrepareForCreate, if set, runs after the status has been cleared on create,
+	// to set what the server owns (an initial phase, the requester).
+	PrepareForCreate func(ctx context.Context, obj T)
+
+	// Validate, ValidateUpdate and ValidateStatusUpdate check the internal object.
+	Validate             func(obj T) field.ErrorList
+	ValidateUpdate       func(obj, old T) field.ErrorList
+	ValidateStatusUpdate func(obj, old T) field.ErrorList
+
+	// SelectableFields returns the values of the fields, beyond metadata.name
+	// and metadata.namespace, that field selectors may name. Its keys must be
+	// the field labels the versioned API accepts.
+	SelectableFields func(obj T) fields.Set
+
+	// Columns are the table columns between Name and Age, and Cells their
+	// values for one object.
+	Columns []metav1.TableColumnDefinition
+	Cells   func(obj T) []any
+}
+
+// check panics when a definition cannot work, so a mistake fails at start-up
+// and in every test rather than on the first request.
+func (d *Definition[T]) check() {
+	missing := func(what string) { panic(fmt.Sprintf("resource %s: definition lacks %s", d.Resource, what)) }
+	switch {
+	case d.Resource.Resource == "" || d.Singular == "":
+		missing("resource names")
+	case d.New == nil || d.NewList == nil:
+		missing("New or NewList")
+	case d.Validate == nil || d.ValidateUpdate == nil || d.ValidateStatusUpdate == nil:
+		missing("validation")
+	case d.Cells == nil:
+		missing("table cells")
+	}
+	t := reflect.TypeOf(d.New()).Elem()
+	for _, f := range []string{"Spec", "Status"} {
+		if _, ok := t.FieldByName(f); !ok {
+			missing("a " + f + " field in " + t.Name())
+		}
+	}
+}
+
+// specOf and statusOf address an object's Spec and Status fields, which the
+// strategies move between old and new objects to keep each endpoint to its half.
+func specOf(obj runtime.Object) reflect.Value { return reflect.ValueOf(obj).Elem().FieldByName("Spec") }
+func statusOf(obj runtime.Object) reflect.Value {
+	return reflect.ValueOf(obj).Elem().FieldByName("Status")
+}

@@ -1,0 +1,118 @@
+package resource
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Category groups every ichor.dev kind, so `kubectl get ichor` lists them all.
+const Category = "ichor"
+
+// REST is a kind's main endpoint.
+type REST struct {
+	*genericregistry.Store
+	shortNames []string
+}
+
+var (
+	_ rest.ShortNamesProvider = &REST{}
+	_ rest.CategoriesProvider = &REST{}
+)
+
+// ShortNames are the abbreviations kubectl accepts for the resource.
+func (r *REST) ShortNames() []string { return r.shortNames }
+
+// Categories puts the resource in the "ichor" category.
+func (r *REST) Categories() []string { return []string{Category} }
+
+// StatusREST is a kind's /status endpoint: it reads the whole object and
+// writes only its status.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var (
+	_ rest.Getter              = &StatusREST{}
+	_ rest.Updater             = &StatusREST{}
+	_ rest.ResetFieldsStrategy = &StatusREST{}
+	_ rest.TableConvertor      = &StatusREST{}
+)
+
+// New returns an empty object of the kind.
+func (r *StatusREST) New() runtime.Object { return r.store.New() }
+
+// Destroy does nothing: the main endpoint owns the storage.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the whole object.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes the object's status.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Subresources never create.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields says which fields a status write leaves alone.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable renders the object as the main endpoint does.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// Storage is the REST storage of one kind.
+type Storage struct {
+	// Store is the main endpoint, kept so subresources can share its storage.
+	Store  *REST
+	Status *StatusREST
+}
+
+// NewStorage builds the stores of a kind. storageVersion is the version objects
+// are written in; SSA's reset fields are stated in it.
+func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVersion schema.GroupVersion, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+	def.check()
+	s := &strategy[T]{
+		ObjectTyper:   scheme,
+		NameGenerator: names.SimpleNameGenerator,
+		def:           def,
+		apiVersion:    fieldpath.APIVersion(storageVersion.String()),
+	}
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return def.New() },
+		NewListFunc:               def.NewList,
+		DefaultQualifiedResource:  def.Resource,
+		SingularQualifiedResource: schema.GroupResource{Group: def.Resource.Group, Resource: def.Singular},
+		CreateStrategy:            s,
+		UpdateStrategy:            s,
+		DeleteStrategy:            s,
+		ResetFieldsStrategy:       s,
+		TableConvertor:            newTableConvertor(def),
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: def.attrs}); err != nil {
+		return nil, err
+	}
+
+	statusStore := *store
+	status := statusStrategy[T]{s}
+	statusStore.UpdateStrategy = status
+	statusStore.ResetFieldsStrategy = status
+
+	return &Storage{
+		Store:  &REST{Store: store, shortNames: def.ShortNames},
+		Status: &StatusREST{store: &statusStore},
+	}, nil
+}
