@@ -1,0 +1,141 @@
+// Package apiserver is ichor-apiserver's command line: its options, and how
+// they become a running server (Complete, Validate, Config, Run).
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	basecompatibility "k8s.io/component-base/compatibility"
+	baseversion "k8s.io/component-base/version"
+	"k8s.io/klog/v2"
+
+	ichoradmission "ichor.dev/ichor/pkg/admission"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/apiserver"
+	"ichor.dev/ichor/pkg/etcd/embedded"
+	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
+)
+
+// EtcdPathPrefix is where Ichor's objects live in etcd.
+const EtcdPathPrefix = "/registry/ichor.dev"
+
+// embeddedEtcdReadyTimeout bounds how long start-up waits for the embedded etcd.
+const embeddedEtcdReadyTimeout = time.Minute
+
+// Options are everything ichor-apiserver can be told on its command line.
+type Options struct {
+	Recommended *genericoptions.RecommendedOptions
+	// EmbeddedEtcd is used when no --etcd-servers is given.
+	EmbeddedEtcd embedded.Options
+}
+
+// NewOptions returns options with Ichor's defaults.
+func NewOptions() *Options {
+	o := &Options{
+		Recommended: genericoptions.NewRecommendedOptions(EtcdPathPrefix, apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		EmbeddedEtcd: embedded.Options{
+			DataDir:       "/var/lib/ichor/etcd",
+			ClientAddress: "127.0.0.1:2379",
+			PeerAddress:   "127.0.0.1:2380",
+		},
+	}
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	// Ichor's admission plugins run after the generic ones, in their declared order.
+	ichoradmission.Register(o.Recommended.Admission.Plugins)
+	o.Recommended.Admission.RecommendedPluginOrder = append(o.Recommended.Admission.RecommendedPluginOrder, ichoradmission.OrderedPlugins()...)
+	return o
+}
+
+// AddFlags registers the options' flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Recommended.AddFlags(fs)
+	fs.StringVar(&o.EmbeddedEtcd.DataDir, "embedded-etcd-data-dir", o.EmbeddedEtcd.DataDir,
+		"Directory of the embedded etcd, used when --etcd-servers is empty.")
+	fs.StringVar(&o.EmbeddedEtcd.ClientAddress, "embedded-etcd-client-address", o.EmbeddedEtcd.ClientAddress,
+		"Loopback host:port the embedded etcd serves clients on.")
+	fs.StringVar(&o.EmbeddedEtcd.PeerAddress, "embedded-etcd-peer-address", o.EmbeddedEtcd.PeerAddress,
+		"Loopback host:port of the embedded etcd's peer listener.")
+}
+
+// UsesEmbeddedEtcd is true when no external etcd was named.
+func (o *Options) UsesEmbeddedEtcd() bool {
+	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
+}
+
+// Complete fills in what the flags left open: a self-signed serving
+// certificate when none was given.
+func (o *Options) Complete() error {
+	return o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{net.IPv4(127, 0, 0, 1)})
+}
+
+// Validate reports every invalid option at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.UsesEmbeddedEtcd() {
+		// The embedded etcd fills --etcd-servers at Run; validate everything else now.
+		saved := o.Recommended.Etcd
+		o.Recommended.Etcd = nil
+		defer func() { o.Recommended.Etcd = saved }()
+		if o.EmbeddedEtcd.DataDir == "" {
+			errs = append(errs, fmt.Errorf("--embedded-etcd-data-dir is required when --etcd-servers is empty"))
+		}
+	}
+	errs = append(errs, o.Recommended.Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+// Config turns the options into a server configuration.
+func (o *Options) Config() (*apiserver.Config, error) {
+	cfg := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	cfg.EffectiveVersion = basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", "")
+	cfg.FeatureGate = utilfeature.DefaultFeatureGate
+
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(ichoropenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIConfig.Info.Title = "Ichor"
+	cfg.OpenAPIConfig.Info.Version = v1alpha1.SchemeGroupVersion.Version
+	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(ichoropenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIV3Config.Info.Title = "Ichor"
+	cfg.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
+
+	if err := o.Recommended.ApplyTo(cfg); err != nil {
+		return nil, err
+	}
+	return &apiserver.Config{GenericConfig: cfg}, nil
+}
+
+// Run starts the embedded etcd if needed, then serves until ctx ends, then
+// shuts down gracefully: the API first, etcd last.
+func (o *Options) Run(ctx context.Context) error {
+	if o.UsesEmbeddedEtcd() {
+		etcd, err := embedded.Start(o.EmbeddedEtcd, embeddedEtcdReadyTimeout)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		t := &o.Recommended.Etcd.StorageConfig.Transport
+		t.ServerList = []string{etcd.Endpoint}
+		t.TrustedCAFile, t.CertFile, t.KeyFile = etcd.CAFile, etcd.CertFile, etcd.KeyFile
+		klog.InfoS("Started embedded etcd", "endpoint", etcd.Endpoint, "dataDir", o.EmbeddedEtcd.DataDir)
+	}
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	server, err := cfg.Complete().New()
+	if err != nil {
+		return err
+	}
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}

@@ -1,0 +1,258 @@
+// Package harness starts a real Kubernetes control plane for tests and for
+// `make run`: etcd and kube-apiserver built from source by
+// hack/build-controlplane.sh, both with TLS, RBAC and front-proxy
+// certificates generated here, and ichor-apiserver registered behind the
+// kube-apiserver's aggregator through an APIService with a real caBundle.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Options tune a control plane.
+type Options struct {
+	// Dir holds certificates, data and logs; a temporary directory when empty.
+	Dir string
+	// IchorBinary runs ichor-apiserver as a process of this binary; when empty
+	// it runs in this process, from the same options and flags.
+	IchorBinary string
+	// IchorEmbeddedEtcd makes ichor-apiserver use its embedded etcd instead
+	// of the control plane's.
+	IchorEmbeddedEtcd bool
+	// Logf receives progress messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// ControlPlane is a running etcd, kube-apiserver and ichor-apiserver.
+type ControlPlane struct {
+	// Dir holds certificates, data and logs.
+	Dir string
+	// BinDir holds the control-plane binaries (kubectl among them).
+	BinDir string
+	// URL is the kube-apiserver's address.
+	URL string
+	// AdminConfig authenticates as a member of system:masters.
+	AdminConfig *rest.Config
+	// AdminKubeconfig is AdminConfig as a kubeconfig file, for kubectl.
+	AdminKubeconfig string
+	// IchorURL is ichor-apiserver's own address (behind the aggregator).
+	IchorURL string
+
+	files      files
+	ichorCA    []byte
+	ownDir     bool
+	etcdURL    string
+	etcd       *process
+	kube       *process
+	kcm        *process
+	ichor      *ichorServer
+	logf       func(string, ...any)
+	kubeClient kubernetes.Interface
+}
+
+// startTimeout bounds each component's start.
+const startTimeout = 90 * time.Second
+
+// Start brings up the whole control plane and returns once ichor.dev is
+// Available through the aggregator. Stop it with Stop.
+func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
+	cp = &ControlPlane{Dir: opts.Dir, logf: opts.Logf}
+	if cp.logf == nil {
+		cp.logf = func(string, ...any) {}
+	}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+			cp = nil
+		}
+	}()
+	if cp.Dir == "" {
+		if cp.Dir, err = os.MkdirTemp("", "ichor-controlplane-"); err != nil {
+			return nil, err
+		}
+		cp.ownDir = true
+	}
+	if cp.BinDir, err = BinDir(); err != nil {
+		return nil, err
+	}
+	pkiDir := filepath.Join(cp.Dir, "pki")
+	if err = os.MkdirAll(pkiDir, 0o700); err != nil {
+		return nil, err
+	}
+	if cp.files, cp.ichorCA, err = writePKI(pkiDir); err != nil {
+		return nil, fmt.Errorf("generate certificates: %w", err)
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {
+		return nil, err
+	}
+	if err = cp.startKubeAPIServer(ctx, ports[2]); err != nil {
+		return nil, err
+	}
+	if err = cp.startControllerManager(ctx, ports[3]); err != nil {
+		return nil, err
+	}
+	if err = cp.installIchorAccess(ctx); err != nil {
+		return nil, err
+	}
+	if err = cp.startIchor(ctx, opts); err != nil {
+		return nil, err
+	}
+	if err = cp.registerAPIService(ctx); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Stop stops every component, newest first, so each can shut down cleanly
+// while what it depends on still runs, and removes a temporary Dir.
+func (cp *ControlPlane) Stop() {
+	if cp == nil {
+		return
+	}
+	cp.ichor.stop()
+	cp.kcm.stop(10 * time.Second)
+	cp.kube.stop(15 * time.Second)
+	cp.etcd.stop(10 * time.Second)
+	if cp.ownDir && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
+		os.RemoveAll(cp.Dir)
+	}
+}
+
+func (cp *ControlPlane) bin(name string) string { return filepath.Join(cp.BinDir, name) }
+
+func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int) error {
+	f := cp.files
+	cp.etcdURL = "https://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
+	var err error
+	cp.etcd, err = startProcess(cp.Dir, "etcd", cp.bin("etcd"),
+		"--name=default",
+		"--data-dir="+filepath.Join(cp.Dir, "etcd-data"),
+		"--listen-client-urls="+cp.etcdURL, "--advertise-client-urls="+cp.etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--cert-file="+f.etcdServerCert, "--key-file="+f.etcdServerKey,
+		"--trusted-ca-file="+f.etcdCA, "--client-cert-auth",
+		"--peer-cert-file="+f.etcdServerCert, "--peer-key-file="+f.etcdServerKey,
+		"--peer-trusted-ca-file="+f.etcdCA, "--peer-client-cert-auth",
+		"--log-level=warn",
+		// Test data is thrown away; fsync only slows the tests.
+		"--unsafe-no-fsync",
+	)
+	if err != nil {
+		return err
+	}
+	client, err := tlsClient(f.etcdCA, f.etcdClientCert, f.etcdClientKey)
+	if err != nil {
+		return err
+	}
+	cp.logf("waiting for etcd at %s", cp.etcdURL)
+	return waitHealthy(ctx, cp.etcd, client, cp.etcdURL+"/health")
+}
+
+func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error {
+	f := cp.files
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
+	var err error
+	cp.kube, err = startProcess(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--tls-cert-file="+f.kubeServingCert, "--tls-private-key-file="+f.kubeServingKey,
+		"--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
+		"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey,
+		"--client-ca-file="+f.clientCA,
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+f.saPub, "--service-account-signing-key-file="+f.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		// The front proxy: how the aggregator tells ichor-apiserver who is calling.
+		"--requestheader-client-ca-file="+f.frontProxyCA,
+		"--requestheader-allowed-names="+frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-uid-headers=X-Remote-Uid",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+f.frontProxyCert, "--proxy-client-key-file="+f.frontProxyKey,
+		// No kubelets or pods here: the kubernetes Service would point at loopback.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	)
+	if err != nil {
+		return err
+	}
+	cp.AdminConfig = &rest.Config{
+		Host:            cp.URL,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: f.kubeCA, CertFile: f.adminCert, KeyFile: f.adminKey},
+		QPS:             -1, // no client-side throttling in tests
+	}
+	if cp.AdminKubeconfig, err = writeKubeconfig(filepath.Join(cp.Dir, "admin.kubeconfig"), cp.URL, f.kubeCA, f.adminCert, f.adminKey); err != nil {
+		return err
+	}
+	client, err := tlsClient(f.kubeCA, f.adminCert, f.adminKey)
+	if err != nil {
+		return err
+	}
+	cp.logf("waiting for kube-apiserver at %s", cp.URL)
+	if err := waitHealthy(ctx, cp.kube, client, cp.URL+"/readyz"); err != nil {
+		return err
+	}
+	cp.kubeClient, err = kubernetes.NewForConfig(cp.AdminConfig)
+	return err
+}
+
+// startControllerManager runs kube-controller-manager with the controllers a
+// management cluster needs here: ClusterRole aggregation, which fills Ichor's
+// aggregated roles.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) error {
+	var err error
+	cp.kcm, err = startProcess(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),
+		"--kubeconfig="+cp.AdminKubeconfig,
+		"--authentication-kubeconfig="+cp.AdminKubeconfig,
+		"--authorization-kubeconfig="+cp.AdminKubeconfig,
+		"--controllers=clusterrole-aggregation",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
+	)
+	// Its readiness shows in installIchorAccess, which waits for the aggregated roles.
+	return err
+}
+
+// waitHealthy polls url until it answers 200, the process exits, or the deadline passes.
+func waitHealthy(ctx context.Context, p *process, client *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	var last error
+	for {
+		if err := p.exited(); err != nil {
+			return err
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy after %s: %v\n%s", p.name, startTimeout, last, p.logTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
