@@ -122,13 +122,20 @@ func (cp *ControlPlane) Stop() {
 	if cp == nil {
 		return
 	}
-	cp.ichor.stop()
+	_ = cp.ichor.stop()
 	cp.kcm.stop(10 * time.Second)
 	cp.kube.stop(15 * time.Second)
 	cp.etcd.stop(10 * time.Second)
 	if cp.ownDir && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
 		os.RemoveAll(cp.Dir)
 	}
+}
+
+// StopIchor stops only ichor-apiserver, gracefully, and returns how it ended.
+func (cp *ControlPlane) StopIchor() error {
+	err := cp.ichor.stop()
+	cp.ichor = nil
+	return err
 }
 
 func (cp *ControlPlane) bin(name string) string { return filepath.Join(cp.BinDir, name) }

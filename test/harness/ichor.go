@@ -34,18 +34,23 @@ type ichorServer struct {
 	done   chan error
 }
 
-func (s *ichorServer) stop() {
+// stop shuts ichor-apiserver down gracefully (SIGTERM, or cancelling its
+// context) and returns how it ended: nil for a clean exit.
+func (s *ichorServer) stop() error {
 	if s == nil {
-		return
+		return nil
 	}
 	if s.proc != nil {
 		s.proc.stop(15 * time.Second)
-		return
+		return s.proc.err
 	}
 	s.cancel()
 	select {
-	case <-s.done:
+	case err := <-s.done:
+		s.done <- err
+		return err
 	case <-time.After(30 * time.Second):
+		return fmt.Errorf("ichor-apiserver still running 30s after its context ended")
 	}
 }
 
