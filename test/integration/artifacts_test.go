@@ -1,0 +1,665 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"sigs.k8s.io/yaml"
+
+	"ichor.dev/ichor/test/harness"
+)
+
+// artifactDoc is one YAML document of artifacts/, with the file it came from.
+type artifactDoc struct {
+	file string
+	meta metav1.TypeMeta
+	name string
+	ns   string
+	data []byte
+}
+
+// readArtifacts splits every artifacts/*.yaml into its documents, skipping
+// documents that hold only comments.
+func readArtifacts(t testing.TB) (dir string, files []string, docs []artifactDoc) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(root, "artifacts")
+	files, err = filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no artifacts/*.yaml: %v", err)
+	}
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader := utilyaml.NewYAMLReader(bufio.NewReader(f))
+		for {
+			data, err := reader.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				f.Close()
+				t.Fatalf("%s: %v", file, err)
+			}
+			var head struct {
+				metav1.TypeMeta `json:",inline"`
+				Metadata        struct{ Name, Namespace string } `json:"metadata"`
+			}
+			if err := yaml.Unmarshal(data, &head); err != nil {
+				f.Close()
+				t.Fatalf("%s: %v\n%s", file, err, data)
+			}
+			if head.Kind == "" {
+				if strings.TrimSpace(stripComments(data)) != "" {
+					t.Fatalf("%s: a document without kind:\n%s", file, data)
+				}
+				continue
+			}
+			docs = append(docs, artifactDoc{file: filepath.Base(file), meta: head.TypeMeta, name: head.Metadata.Name, ns: head.Metadata.Namespace, data: data})
+		}
+		f.Close()
+	}
+	return dir, files, docs
+}
+
+func stripComments(data []byte) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// TestArtifactsServerDryRun sends every manifest in artifacts/ to the test
+// kube-apiserver as a server-side dry run, so the API server validates and
+// admits each object (PodSecurity included) without changing anything.
+//
+// The harness already applied namespace.yaml, serviceaccount.yaml,
+// apiserver-rbac.yaml and roles.yaml for real, with field manager
+// ichor-harness, and made its own Service ichor-system/ichor-apiserver (an
+// ExternalName to loopback) and APIService v1alpha1.ichor.dev (with its port
+// and caBundle) through the typed client. Hence:
+//   - the installed files are re-applied exactly as installed, without
+//     --force-conflicts: an upgrade does that, and it must not conflict (with
+//     kube-controller-manager over aggregated rules, say);
+//   - everything but service.yaml is server-side applied with
+//     --force-conflicts: the APIService's spec.service.port is owned by the
+//     harness's client, which a real install does not have;
+//   - service.yaml cannot be applied over the harness's Service by any apply:
+//     both strategic merge and server-side apply merge spec.ports by port, so
+//     the manifest's 443 "https" joins the harness's loopback "https" port and
+//     validation rejects the duplicate name, whatever the manifest says. A
+//     dry-run replace sends the manifest as the whole object instead, which
+//     is what a cluster without the harness would receive.
+//
+// Nothing is applied for real: the shared control plane keeps its Service and
+// APIService, which the test checks at the end.
+func TestArtifactsServerDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	dir, files, docs := readArtifacts(t)
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+
+	t.Run("reapply installed files without force", func(t *testing.T) {
+		args := []string{"apply", "--server-side", "--field-manager=ichor-harness", "--dry-run=server"}
+		for _, name := range []string{"namespace.yaml", "serviceaccount.yaml", "apiserver-rbac.yaml", "roles.yaml"} {
+			args = append(args, "-f", filepath.Join(dir, name))
+		}
+		if _, _, err := runKubectl(ctx, t, nil, args...); err != nil {
+			t.Fatal(err)
+		}
+		// The same as another manager, who co-owns every field with the same value.
+		args[2] = "--field-manager=ichor-upgrade"
+		if _, _, err := runKubectl(ctx, t, nil, args...); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("every file but service.yaml", func(t *testing.T) {
+		args := []string{"apply", "--server-side", "--force-conflicts", "--dry-run=server", "-o", "json"}
+		want := map[string]bool{}
+		for _, file := range files {
+			if filepath.Base(file) == "service.yaml" {
+				continue
+			}
+			args = append(args, "-f", file)
+		}
+		for _, d := range docs {
+			if d.file != "service.yaml" {
+				want[d.meta.Kind+"/"+d.ns+"/"+d.name] = true
+			}
+		}
+		for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding", "Deployment", "PersistentVolumeClaim", "APIService"} {
+			if !slices.ContainsFunc(docs, func(d artifactDoc) bool { return d.meta.Kind == kind }) {
+				t.Errorf("artifacts/ has no %s", kind)
+			}
+		}
+		out, stderr, err := runKubectl(ctx, t, nil, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stderr, "PodSecurity") || strings.Contains(stderr, "Warning") {
+			t.Errorf("dry-run apply warned:\n%s", stderr)
+		}
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("decode dry-run output: %v\n%s", err, out)
+		}
+		got := map[string]bool{}
+		for _, raw := range list.Items {
+			var item struct {
+				metav1.TypeMeta `json:",inline"`
+				Metadata        metav1.ObjectMeta `json:"metadata"`
+			}
+			if err := json.Unmarshal(raw, &item); err != nil {
+				t.Fatal(err)
+			}
+			got[item.Kind+"/"+item.Metadata.Namespace+"/"+item.Metadata.Name] = true
+			// Applying the manifests, even forcing, must leave the rules the
+			// clusterrole-aggregation controller fills in.
+			if item.Kind == "ClusterRole" {
+				var role rbacv1.ClusterRole
+				if err := json.Unmarshal(raw, &role); err != nil {
+					t.Fatal(err)
+				}
+				if role.AggregationRule == nil {
+					continue
+				}
+				live, err := kube.RbacV1().ClusterRoles().Get(ctx, role.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(role.Rules) == 0 || !apiequality.Semantic.DeepEqual(role.Rules, live.Rules) {
+					t.Errorf("a forced apply of %s would change its aggregated rules from %d to %d rules", role.Name, len(live.Rules), len(role.Rules))
+				}
+			}
+		}
+		for k := range want {
+			if !got[k] {
+				t.Errorf("dry-run apply did not return %s; got %v", k, got)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("dry-run apply returned %d objects, artifacts hold %d", len(got), len(want))
+		}
+	})
+
+	t.Run("service.yaml", func(t *testing.T) {
+		out, _, err := runKubectl(ctx, t, nil, "replace", "--dry-run=server", "-o", "json", "-f", filepath.Join(dir, "service.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var svc struct {
+			Spec struct {
+				Type     string            `json:"type"`
+				Selector map[string]string `json:"selector"`
+				Ports    []struct {
+					Name       string `json:"name"`
+					Port       int32  `json:"port"`
+					TargetPort any    `json:"targetPort"`
+				} `json:"ports"`
+			} `json:"spec"`
+		}
+		if err := json.Unmarshal([]byte(out), &svc); err != nil {
+			t.Fatalf("decode: %v\n%s", err, out)
+		}
+		if svc.Spec.Type != "ClusterIP" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort != "https" {
+			t.Errorf("dry-run replace of service.yaml gave %+v", svc.Spec)
+		}
+	})
+
+	// The dry runs left the shared control plane as it was.
+	svc, err := kube.CoreV1().Services(harness.IchorNamespace).Get(ctx, "ichor-apiserver", metav1.GetOptions{})
+	if err != nil || svc.Spec.Type != "ExternalName" {
+		t.Fatalf("the harness's Service changed: %v %+v", err, svc)
+	}
+	agg := aggregatorclient.NewForConfigOrDie(cp.AdminConfig)
+	apiSvc, err := agg.ApiregistrationV1().APIServices().Get(ctx, harness.APIServiceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(apiSvc.Spec.CABundle) == 0 || apiSvc.Spec.Service == nil || apiSvc.Spec.Service.Port == nil || *apiSvc.Spec.Service.Port == 443 {
+		t.Fatalf("the harness's APIService changed: %+v", apiSvc.Spec)
+	}
+	for _, c := range apiSvc.Status.Conditions {
+		if c.Type == apiregistrationv1.Available && c.Status != apiregistrationv1.ConditionTrue {
+			t.Fatalf("APIService not Available after the dry runs: %+v", c)
+		}
+	}
+}
+
+// TestArtifactsConsistent checks that the manifests agree with each other:
+// the Service selects the Deployment's pods and targets a port it names, the
+// APIService points at the Service, and the Deployment runs as the
+// ServiceAccount the RBAC binds.
+func TestArtifactsConsistent(t *testing.T) {
+	_, _, docs := readArtifacts(t)
+	find := func(kind string) []byte {
+		t.Helper()
+		for _, d := range docs {
+			if d.meta.Kind == kind {
+				return d.data
+			}
+		}
+		t.Fatalf("artifacts/ has no %s", kind)
+		return nil
+	}
+	type servicePort struct {
+		Name       string `json:"name"`
+		Port       int32  `json:"port"`
+		TargetPort string `json:"targetPort"`
+	}
+	type containerPort struct {
+		Name string `json:"name"`
+	}
+	var svc struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Selector map[string]string `json:"selector"`
+			Ports    []servicePort     `json:"ports"`
+		} `json:"spec"`
+	}
+	var deploy struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Template struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+				Spec     struct {
+					ServiceAccountName string `json:"serviceAccountName"`
+					Containers         []struct {
+						Ports []containerPort `json:"ports"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	var apiSvc apiregistrationv1.APIService
+	var sa metav1.PartialObjectMetadata
+	for _, u := range []struct {
+		kind string
+		into any
+	}{{"Service", &svc}, {"Deployment", &deploy}, {"APIService", &apiSvc}, {"ServiceAccount", &sa}} {
+		if err := yaml.Unmarshal(find(u.kind), u.into); err != nil {
+			t.Fatalf("%s: %v", u.kind, err)
+		}
+	}
+	podLabels := deploy.Spec.Template.Metadata.Labels
+	for k, v := range svc.Spec.Selector {
+		if podLabels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the Deployment's pod labels %v", k, v, podLabels)
+		}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		t.Error("Service has no selector")
+	}
+	for _, p := range svc.Spec.Ports {
+		found := false
+		for _, c := range deploy.Spec.Template.Spec.Containers {
+			found = found || slices.Contains(c.Ports, containerPort{Name: p.TargetPort})
+		}
+		if !found {
+			t.Errorf("Service port %s targets %q, which no container port names", p.Name, p.TargetPort)
+		}
+	}
+	ref := apiSvc.Spec.Service
+	if ref == nil || ref.Name != svc.Metadata.Name || ref.Namespace != svc.Metadata.Namespace || ref.Port == nil ||
+		!slices.ContainsFunc(svc.Spec.Ports, func(p servicePort) bool { return p.Port == *ref.Port }) {
+		t.Errorf("APIService points at %+v, not at the Service %s/%s %+v", ref, svc.Metadata.Namespace, svc.Metadata.Name, svc.Spec.Ports)
+	}
+	if apiSvc.Spec.InsecureSkipTLSVerify {
+		t.Error("APIService sets insecureSkipTLSVerify")
+	}
+	if deploy.Spec.Template.Spec.ServiceAccountName != sa.Name || deploy.Metadata.Namespace != sa.Namespace ||
+		sa.Name != harness.IchorServiceAccount || sa.Namespace != harness.IchorNamespace {
+		t.Errorf("Deployment %s/%s runs as %q; ServiceAccount is %s/%s", deploy.Metadata.Namespace, deploy.Metadata.Name,
+			deploy.Spec.Template.Spec.ServiceAccountName, sa.Namespace, sa.Name)
+	}
+}
+
+// forbiddenVerbs let a holder grow their own power.
+var forbiddenVerbs = []string{"impersonate", "escalate", "bind"}
+
+// leastPrivilegeViolations lists what in rules breaks Ichor's RBAC rules: no
+// wildcards, no Secrets, no impersonate/escalate/bind, no non-resource URLs,
+// nothing naming cluster-admin.
+func leastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
+	var v []string
+	add := func(i int, format string, args ...any) {
+		v = append(v, fmt.Sprintf("%s rule %d: ", role, i)+fmt.Sprintf(format, args...))
+	}
+	for i, r := range rules {
+		for _, g := range r.APIGroups {
+			if strings.Contains(g, "*") {
+				add(i, "wildcard apiGroup %q", g)
+			}
+		}
+		for _, res := range r.Resources {
+			if strings.Contains(res, "*") {
+				add(i, "wildcard resource %q", res)
+			}
+			if base, _, _ := strings.Cut(res, "/"); base == "secrets" {
+				add(i, "grants secrets (%q in %v)", res, r.APIGroups)
+			}
+		}
+		for _, verb := range r.Verbs {
+			if strings.Contains(verb, "*") {
+				add(i, "wildcard verb %q", verb)
+			}
+			if slices.Contains(forbiddenVerbs, strings.ToLower(verb)) {
+				add(i, "grants %s", verb)
+			}
+		}
+		if len(r.NonResourceURLs) > 0 {
+			add(i, "grants nonResourceURLs %v", r.NonResourceURLs)
+		}
+		if slices.Contains(r.ResourceNames, "cluster-admin") {
+			add(i, "references cluster-admin")
+		}
+	}
+	return v
+}
+
+// bindingViolations lists what is wrong with a binding's roleRef.
+func bindingViolations(binding string, ref rbacv1.RoleRef) []string {
+	if ref.Name == "cluster-admin" {
+		return []string{fmt.Sprintf("%s references cluster-admin", binding)}
+	}
+	return nil
+}
+
+func TestLeastPrivilegeChecker(t *testing.T) {
+	good := rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines", "talosmachines/approval"}, Verbs: []string{"get", "approve"}}
+	for _, tc := range []struct {
+		name string
+		rule rbacv1.PolicyRule
+		want []string
+	}{
+		{"good", good, nil},
+		{"wildcard verb", rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines"}, Verbs: []string{"*"}}, []string{`wildcard verb "*"`}},
+		{"wildcard group", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"talosmachines"}, Verbs: []string{"get"}}, []string{`wildcard apiGroup "*"`}},
+		{"wildcard resource", rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"*"}, Verbs: []string{"get"}}, []string{`wildcard resource "*"`}},
+		{"wildcard subresource", rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"*/status"}, Verbs: []string{"get"}}, []string{`wildcard resource "*/status"`}},
+		{"core secrets", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}, []string{"grants secrets"}},
+		{"secrets in another group", rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{"secrets/status"}, Verbs: []string{"list"}}, []string{"grants secrets"}},
+		{"escalate", rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate"}}, []string{"grants escalate"}},
+		{"bind", rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"bind"}, ResourceNames: []string{"cluster-admin"}}, []string{"grants bind", "references cluster-admin"}},
+		{"impersonate", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}}, []string{"grants impersonate"}},
+		{"non-resource URLs", rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}, []string{"nonResourceURLs"}},
+		{"everything at once", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"secrets"}, Verbs: []string{"*", "escalate"}}, []string{"wildcard apiGroup", "grants secrets", "wildcard verb", "grants escalate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := leastPrivilegeViolations("test-role", []rbacv1.PolicyRule{good, tc.rule})
+			if len(got) != len(tc.want) {
+				t.Fatalf("violations %q, want %d matching %q", got, len(tc.want), tc.want)
+			}
+			for i, want := range tc.want {
+				if !strings.Contains(got[i], want) || !strings.HasPrefix(got[i], "test-role rule 1: ") {
+					t.Errorf("violation %d is %q, want one about %q in rule 1", i, got[i], want)
+				}
+			}
+		})
+	}
+	if got := bindingViolations("b", rbacv1.RoleRef{Kind: "ClusterRole", Name: "cluster-admin"}); len(got) != 1 {
+		t.Errorf("a binding to cluster-admin is not reported: %q", got)
+	}
+	if got := bindingViolations("b", rbacv1.RoleRef{Kind: "ClusterRole", Name: "ichor-admin"}); len(got) != 0 {
+		t.Errorf("a binding to ichor-admin is reported: %q", got)
+	}
+}
+
+// access is one (verb, resource, subresource) a rule grants.
+type access struct {
+	group, resource, subresource, verb, name string
+}
+
+func (a access) String() string {
+	s := a.verb + " " + a.group + "/" + a.resource
+	if a.subresource != "" {
+		s += "/" + a.subresource
+	}
+	if a.name != "" {
+		s += " named " + a.name
+	}
+	return s
+}
+
+// accesses expands rules into every access they grant.
+func accesses(rules []rbacv1.PolicyRule) []access {
+	var out []access
+	for _, r := range rules {
+		names := r.ResourceNames
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				resource, sub, _ := strings.Cut(res, "/")
+				for _, verb := range r.Verbs {
+					for _, name := range names {
+						out = append(out, access{g, resource, sub, verb, name})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// allowed asks kube-apiserver, through a SubjectAccessReview, whether user in
+// groups may have a, in every namespace (namespace "").
+func allowed(ctx context.Context, t *testing.T, kube kubernetes.Interface, user string, groups []string, a access, namespace string) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user,
+		Groups: append([]string{"system:authenticated"}, groups...),
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Name: a.name,
+		},
+	}}
+	got, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SubjectAccessReview %s for %s: %v", a, user, err)
+	}
+	return got.Status.Allowed
+}
+
+// TestArtifactsLeastPrivilege holds every Role and ClusterRole in artifacts/,
+// the aggregated roles as kube-controller-manager filled them, and the
+// system roles the artifacts bind, to Ichor's RBAC rules; checks that
+// viewer ⊂ operator ⊂ admin hold as kube-apiserver decides access; and that
+// ichor-apiserver's own ServiceAccount reads no Secret anywhere.
+func TestArtifactsLeastPrivilege(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	_, _, docs := readArtifacts(t)
+
+	// The manifests.
+	type roleRef struct{ kind, namespace, name string }
+	referenced := map[roleRef]bool{}
+	roles := 0
+	for _, d := range docs {
+		where := d.file + ": " + d.meta.Kind + " " + d.name
+		var violations []string
+		switch d.meta.Kind {
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict(d.data, &r); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			violations = leastPrivilegeViolations(where, r.Rules)
+			// An aggregated role's rules belong to the clusterrole-aggregation
+			// controller: even `rules: []` makes a server-side re-apply conflict
+			// with it, or wipe the rules when forced.
+			if r.AggregationRule != nil && r.Rules != nil {
+				t.Errorf("%s: an aggregated ClusterRole sets rules; leave the key out", where)
+			}
+			roles++
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict(d.data, &r); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			violations = leastPrivilegeViolations(where, r.Rules)
+			roles++
+		case "ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			if err := yaml.UnmarshalStrict(d.data, &b); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			violations = bindingViolations(where, b.RoleRef)
+			referenced[roleRef{b.RoleRef.Kind, "", b.RoleRef.Name}] = true
+		case "RoleBinding":
+			var b rbacv1.RoleBinding
+			if err := yaml.UnmarshalStrict(d.data, &b); err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			violations = bindingViolations(where, b.RoleRef)
+			ns := d.ns
+			if b.RoleRef.Kind == "ClusterRole" {
+				ns = ""
+			}
+			referenced[roleRef{b.RoleRef.Kind, ns, b.RoleRef.Name}] = true
+		}
+		for _, v := range violations {
+			t.Error(v)
+		}
+	}
+	if roles < 7 {
+		t.Fatalf("found %d roles in artifacts/, want the 3 aggregated, 3 rule sets, the reclaimer and the apiserver's", roles)
+	}
+
+	// The live roles: the aggregated ones as filled in, and every role the
+	// artifacts bind, system roles included.
+	live := map[string][]rbacv1.PolicyRule{}
+	for _, name := range []string{"ichor-viewer", "ichor-operator", "ichor-admin", "ichor-machine-reclaimer"} {
+		r, err := kube.RbacV1().ClusterRoles().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Rules) == 0 {
+			t.Fatalf("live ClusterRole %s has no rules", name)
+		}
+		live[name] = r.Rules
+	}
+	for ref := range referenced {
+		if _, checked := live[ref.name]; checked && ref.kind == "ClusterRole" {
+			continue
+		}
+		var rules []rbacv1.PolicyRule
+		switch ref.kind {
+		case "ClusterRole":
+			r, err := kube.RbacV1().ClusterRoles().Get(ctx, ref.name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("ClusterRole %s bound by artifacts/: %v", ref.name, err)
+			}
+			rules = r.Rules
+		case "Role":
+			r, err := kube.RbacV1().Roles(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("Role %s/%s bound by artifacts/: %v", ref.namespace, ref.name, err)
+			}
+			rules = r.Rules
+		default:
+			t.Fatalf("binding to a %s", ref.kind)
+		}
+		for _, v := range leastPrivilegeViolations("live "+ref.kind+" "+ref.name, rules) {
+			t.Error(v)
+		}
+	}
+	for name, rules := range live {
+		for _, v := range leastPrivilegeViolations("live ClusterRole "+name, rules) {
+			t.Error(v)
+		}
+	}
+
+	// viewer ⊂ operator ⊂ admin, and the reclaimer ⊂ admin, as kube-apiserver
+	// authorizes them.
+	groups := map[string]string{"ichor-viewer": "ichor:viewer", "ichor-operator": "ichor:operator", "ichor-admin": "ichor:admin"}
+	for _, inclusion := range []struct {
+		role   string
+		supers []string
+	}{
+		{"ichor-viewer", []string{"ichor-operator", "ichor-admin"}},
+		{"ichor-operator", []string{"ichor-admin"}},
+		{"ichor-machine-reclaimer", []string{"ichor-admin"}},
+	} {
+		granted := accesses(live[inclusion.role])
+		if len(granted) < 10 {
+			t.Fatalf("%s grants only %v", inclusion.role, granted)
+		}
+		for _, super := range inclusion.supers {
+			for _, a := range granted {
+				if !allowed(ctx, t, kube, "ichor-subject", []string{groups[super]}, a, "") {
+					t.Errorf("%s may %s, but %s (group %s) may not", inclusion.role, a, super, groups[super])
+				}
+			}
+		}
+	}
+	// The reviews can say no: each step up grants something the one below lacks.
+	for _, c := range []struct {
+		group string
+		a     access
+	}{
+		{"ichor:viewer", access{group: "ichor.dev", resource: "talosmachines", verb: "create"}},
+		{"ichor:operator", access{group: "ichor.dev", resource: "talosoperations", subresource: "ca-rotation", verb: "start"}},
+		{"ichor:operator", access{group: "ichor.dev", resource: "machinereclaims", verb: "reclaim"}},
+	} {
+		if allowed(ctx, t, kube, "ichor-subject", []string{c.group}, c.a, "") {
+			t.Errorf("group %s may %s", c.group, c.a)
+		}
+	}
+
+	// ichor-apiserver's own ServiceAccount needs no Secret access, anywhere.
+	nsList, err := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespaces := []string{""} // every namespace at once
+	for _, ns := range nsList.Items {
+		namespaces = append(namespaces, ns.Name)
+	}
+	saUser := "system:serviceaccount:" + harness.IchorNamespace + ":" + harness.IchorServiceAccount
+	saGroups := []string{"system:serviceaccounts", "system:serviceaccounts:" + harness.IchorNamespace}
+	for _, ns := range namespaces {
+		for _, verb := range []string{"get", "list", "watch"} {
+			a := access{resource: "secrets", verb: verb}
+			if allowed(ctx, t, kube, saUser, saGroups, a, ns) {
+				t.Errorf("%s may %s in namespace %q", saUser, a, ns)
+			}
+		}
+	}
+	// ...but it does have what it needs: the reviews are not all "no".
+	if !allowed(ctx, t, kube, saUser, saGroups, access{group: "authorization.k8s.io", resource: "subjectaccessreviews", verb: "create"}, "") {
+		t.Errorf("%s may not create SubjectAccessReviews", saUser)
+	}
+	if !allowed(ctx, t, kube, saUser, saGroups, access{resource: "configmaps", verb: "get", name: "extension-apiserver-authentication"}, "kube-system") {
+		t.Errorf("%s may not read kube-system/extension-apiserver-authentication", saUser)
+	}
+}
