@@ -1,0 +1,183 @@
+package integration
+
+import (
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	applyv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+)
+
+// apiManagedFields returns the fields manager owns through operation on
+// subresource, as the parsed FieldsV1 document; nil when it has no entry.
+func apiManagedFields(t *testing.T, obj metav1.Object, manager string, op metav1.ManagedFieldsOperationType, subresource string) map[string]any {
+	t.Helper()
+	var found map[string]any
+	for _, e := range obj.GetManagedFields() {
+		if e.Manager != manager || e.Operation != op || e.Subresource != subresource {
+			continue
+		}
+		if found != nil {
+			t.Fatalf("manager %s has two %s entries on %q", manager, op, subresource)
+		}
+		if e.FieldsV1 == nil {
+			t.Fatalf("manager %s entry has no fieldsV1", manager)
+		}
+		found = map[string]any{}
+		if err := json.Unmarshal(e.FieldsV1.Raw, &found); err != nil {
+			t.Fatalf("fieldsV1 of %s: %v", manager, err)
+		}
+	}
+	return found
+}
+
+// apiOwns reports whether a FieldsV1 document holds path (f:spec, f:hostname, ...).
+func apiOwns(fields map[string]any, path ...string) bool {
+	cur := fields
+	for _, p := range path {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			return false
+		}
+		cur = next
+	}
+	return true
+}
+
+func apiTopLevelKeys(fields map[string]any) []string {
+	var keys []string
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func TestAPIServerSideApply(t *testing.T) {
+	ctx := apiContext(t)
+	ns := cp.Namespace(t)
+	machines := apiClient(t).IchorV1alpha1().TalosMachines(ns)
+	const name = "applied"
+
+	// Manager a creates the machine; the status it sends to the main endpoint is dropped.
+	m, err := machines.Apply(ctx, applyv1alpha1.TalosMachine(name, ns).
+		WithLabels(map[string]string{"owner": "a"}).
+		WithSpec(applyv1alpha1.TalosMachineSpec().WithAddress("10.5.0.20:50000").WithHostname("node-a")).
+		WithStatus(applyv1alpha1.TalosMachineStatus().WithPhase(v1alpha1.MachinePhaseReady)),
+		metav1.ApplyOptions{FieldManager: "a"})
+	if err != nil {
+		t.Fatalf("apply by a: %v", err)
+	}
+	if m.Spec.Hostname != "node-a" || m.Spec.Address != "10.5.0.20:50000" || m.Generation != 1 {
+		t.Errorf("after apply by a: hostname %q address %q generation %d, want node-a 10.5.0.20:50000 1", m.Spec.Hostname, m.Spec.Address, m.Generation)
+	}
+	if m.Status.Phase != "" {
+		t.Errorf("status.phase = %q after applying it to the main endpoint, want it ignored", m.Status.Phase)
+	}
+	a := apiManagedFields(t, m, "a", metav1.ManagedFieldsOperationApply, "")
+	if a == nil {
+		t.Fatalf("managedFields lack an Apply entry for a: %+v", m.ManagedFields)
+	}
+	for _, path := range [][]string{{"f:spec", "f:hostname"}, {"f:spec", "f:address"}, {"f:metadata", "f:labels", "f:owner"}} {
+		if !apiOwns(a, path...) {
+			t.Errorf("a does not own %v: %v", path, a)
+		}
+	}
+	if apiOwns(a, "f:status") {
+		t.Errorf("a owns status through the main endpoint: %v", a)
+	}
+
+	// Manager b applies another hostname: a conflict naming a and the field.
+	bConfig := applyv1alpha1.TalosMachine(name, ns).
+		WithSpec(applyv1alpha1.TalosMachineSpec().WithAddress("10.5.0.20:50000").WithHostname("node-b"))
+	_, err = machines.Apply(ctx, bConfig, metav1.ApplyOptions{FieldManager: "b"})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("conflicting apply by b: want 409 Conflict, got %v", err)
+	}
+	status := apiStatus(t, err)
+	var conflicts []string
+	if status.Details != nil {
+		for _, c := range status.Details.Causes {
+			if c.Type == metav1.CauseTypeFieldManagerConflict {
+				conflicts = append(conflicts, c.Field)
+				if !strings.Contains(c.Message, `"a"`) {
+					t.Errorf("conflict cause %q does not name manager a", c.Message)
+				}
+			}
+		}
+	}
+	if !slices.Equal(conflicts, []string{".spec.hostname"}) {
+		t.Errorf("conflicting fields = %v, want [.spec.hostname] (address has the same value, no conflict)", conflicts)
+	}
+	if got, err := machines.Get(ctx, name, metav1.GetOptions{}); err != nil || got.Spec.Hostname != "node-a" {
+		t.Fatalf("after refused apply: hostname %v (err %v), want node-a", got, err)
+	}
+
+	// With Force, b takes the field over.
+	m, err = machines.Apply(ctx, bConfig, metav1.ApplyOptions{FieldManager: "b", Force: true})
+	if err != nil {
+		t.Fatalf("forced apply by b: %v", err)
+	}
+	if m.Spec.Hostname != "node-b" || m.Generation != 2 {
+		t.Errorf("after forced apply: hostname %q generation %d, want node-b 2", m.Spec.Hostname, m.Generation)
+	}
+	a = apiManagedFields(t, m, "a", metav1.ManagedFieldsOperationApply, "")
+	b := apiManagedFields(t, m, "b", metav1.ManagedFieldsOperationApply, "")
+	if apiOwns(a, "f:spec", "f:hostname") || !apiOwns(b, "f:spec", "f:hostname") {
+		t.Errorf("hostname owners after force: a %v, b %v; want b only", apiOwns(a, "f:spec", "f:hostname"), apiOwns(b, "f:spec", "f:hostname"))
+	}
+	if !apiOwns(a, "f:spec", "f:address") || !apiOwns(b, "f:spec", "f:address") {
+		t.Errorf("address should be shared by a and b: a %v b %v", a, b)
+	}
+
+	// Manager c applies status through /status; the spec and label it sends are ignored.
+	rv := m.ResourceVersion
+	m, err = machines.ApplyStatus(ctx, applyv1alpha1.TalosMachine(name, ns).
+		WithLabels(map[string]string{"owner": "c"}).
+		WithSpec(applyv1alpha1.TalosMachineSpec().WithHostname("node-c")).
+		WithStatus(applyv1alpha1.TalosMachineStatus().WithPhase(v1alpha1.MachinePhaseReady).WithTalosVersion("v1.13.0")),
+		metav1.ApplyOptions{FieldManager: "c"})
+	if err != nil {
+		t.Fatalf("apply status by c: %v", err)
+	}
+	if m.Status.Phase != v1alpha1.MachinePhaseReady || m.Status.TalosVersion != "v1.13.0" {
+		t.Errorf("status after ApplyStatus: phase %q talosVersion %q, want Ready v1.13.0", m.Status.Phase, m.Status.TalosVersion)
+	}
+	if m.Spec.Hostname != "node-b" || m.Labels["owner"] != "a" || m.Generation != 2 {
+		t.Errorf("after ApplyStatus: hostname %q label %q generation %d, want node-b a 2", m.Spec.Hostname, m.Labels["owner"], m.Generation)
+	}
+	if m.ResourceVersion == rv {
+		t.Errorf("ApplyStatus did not write: resourceVersion still %s", rv)
+	}
+	c := apiManagedFields(t, m, "c", metav1.ManagedFieldsOperationApply, "status")
+	if c == nil {
+		t.Fatalf("managedFields lack an Apply entry for c on status: %+v", m.ManagedFields)
+	}
+	if keys := apiTopLevelKeys(c); !slices.Equal(keys, []string{"f:status"}) {
+		t.Errorf("c owns %v, want only f:status: %v", keys, c)
+	}
+	if !apiOwns(c, "f:status", "f:phase") || !apiOwns(c, "f:status", "f:talosVersion") {
+		t.Errorf("c does not own the status fields it applied: %v", c)
+	}
+	// a and b keep their spec fields.
+	if b := apiManagedFields(t, m, "b", metav1.ManagedFieldsOperationApply, ""); !apiOwns(b, "f:spec", "f:hostname") {
+		t.Errorf("b lost spec.hostname to a status apply: %v", b)
+	}
+
+	// A later main-endpoint apply by b leaves the status c wrote alone.
+	m, err = machines.Apply(ctx, applyv1alpha1.TalosMachine(name, ns).
+		WithSpec(applyv1alpha1.TalosMachineSpec().WithAddress("10.5.0.20:50000").WithHostname("node-b2")),
+		metav1.ApplyOptions{FieldManager: "b"})
+	if err != nil {
+		t.Fatalf("second apply by b: %v", err)
+	}
+	if m.Spec.Hostname != "node-b2" || m.Status.Phase != v1alpha1.MachinePhaseReady || m.Generation != 3 {
+		t.Errorf("after b's second apply: hostname %q phase %q generation %d, want node-b2 Ready 3", m.Spec.Hostname, m.Status.Phase, m.Generation)
+	}
+}

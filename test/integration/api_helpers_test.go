@@ -1,0 +1,193 @@
+package integration
+
+// Helpers and fixtures shared by the api_*_test.go files.
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"sort"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+)
+
+// apiTestLabel marks every object these tests create with the test's
+// namespace, so lists of cluster-scoped kinds can be narrowed to one test.
+const apiTestLabel = "ichor.dev/api-test"
+
+// apiTimeout bounds each test's requests and waits.
+const apiTimeout = 60 * time.Second
+
+// apiClient is the typed clientset as the control plane's admin, through the aggregator.
+func apiClient(t testing.TB) versioned.Interface {
+	t.Helper()
+	return apiClientFor(t, cp.AdminConfig)
+}
+
+// apiClientFor is the typed clientset for cfg.
+func apiClientFor(t testing.TB, cfg *rest.Config) versioned.Interface {
+	t.Helper()
+	cs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	return cs
+}
+
+// apiContext is the test's context with apiTimeout.
+func apiContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), apiTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// apiPublicKeyPEM is a fresh Ed25519 public key as a PEM "PUBLIC KEY" block.
+func apiPublicKeyPEM(t testing.TB) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// apiStatus returns the metav1.Status of an API error, failing the test for any other error.
+func apiStatus(t testing.TB, err error) metav1.Status {
+	t.Helper()
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		t.Fatalf("want an API status error, got %T: %v", err, err)
+	}
+	return status.Status()
+}
+
+// apiCauseFields lists the field paths of an error's causes, sorted.
+func apiCauseFields(t testing.TB, err error) []string {
+	t.Helper()
+	status := apiStatus(t, err)
+	if status.Details == nil {
+		t.Fatalf("error has no details: %v", err)
+	}
+	var fields []string
+	for _, c := range status.Details.Causes {
+		fields = append(fields, c.Field)
+	}
+	sort.Strings(fields)
+	return fields
+}
+
+// apiNames returns the names of a list's items, sorted.
+func apiNames(t testing.TB, list runtime.Object) []string {
+	t.Helper()
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		t.Fatalf("extract list: %v", err)
+	}
+	names := make([]string, 0, len(items))
+	for _, item := range items {
+		m, err := meta.Accessor(item)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, m.GetName())
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Fixtures: one valid object of each kind.
+
+func apiTalosCluster(name, ns string) *v1alpha1.TalosCluster {
+	return &v1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.TalosClusterSpec{
+			TalosVersion:      "v1.13.0",
+			KubernetesVersion: "v1.37.2",
+			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
+		},
+	}
+}
+
+func apiTalosMachine(name, ns, cluster string) *v1alpha1.TalosMachine {
+	return &v1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TalosMachineSpec{ClusterName: cluster, Address: "10.5.0.10:50000"},
+	}
+}
+
+func apiTalosConfigPatch(name, ns string) *v1alpha1.TalosConfigPatch {
+	return &v1alpha1.TalosConfigPatch{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.TalosConfigPatchSpec{
+			ClusterName: "alpha",
+			Priority:    1,
+			Patch:       "machine:\n  network:\n    hostname: patched\n",
+		},
+	}
+}
+
+func apiTalosOperation(name, ns string, typ v1alpha1.OperationType) *v1alpha1.TalosOperation {
+	return &v1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TalosOperationSpec{ClusterName: "alpha", Type: typ},
+	}
+}
+
+func apiTalosCredentialRequest(t testing.TB, name, ns string) *v1alpha1.TalosCredentialRequest {
+	return &v1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.TalosCredentialRequestSpec{
+			ClusterName: "alpha",
+			Purpose:     v1alpha1.PurposeTalosconfigReader,
+			PublicKey:   apiPublicKeyPEM(t),
+			// The server replaces all three with the caller's identity.
+			Username: "mallory",
+			UID:      "forged-uid",
+			Groups:   []string{"system:masters"},
+		},
+	}
+}
+
+func apiMachineReclaim(name, ns string) *v1alpha1.MachineReclaim {
+	return &v1alpha1.MachineReclaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.MachineReclaimSpec{
+			ClusterName: "alpha",
+			MachineRef:  &v1alpha1.MachineReference{Namespace: "elsewhere", Name: "node-1"},
+			Wipe:        v1alpha1.WipeModeAll,
+		},
+	}
+}
+
+func apiIchorUser(name string) *v1alpha1.IchorUser {
+	return &v1alpha1.IchorUser{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer, DisplayName: "API Test"},
+	}
+}
+
+func apiIchorInstallation() *v1alpha1.IchorInstallation {
+	return &v1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
+		Spec: v1alpha1.IchorInstallationSpec{
+			Version:  "v0.1.0",
+			Settings: v1alpha1.InstallationSettings{ProvisioningNetworks: []string{"10.5.0.0/24"}},
+		},
+	}
+}
