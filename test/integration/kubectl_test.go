@@ -170,7 +170,7 @@ spec:
   type: reboot
 `
 
-const fingerprint = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+const fingerprint = "n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg="
 
 // setupCluster creates clusterManifest in ns and writes cp-1's status as the
 // controller would.

@@ -1470,7 +1470,7 @@ func schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref common.ReferenceCallba
 				Properties: map[string]spec.Schema{
 					"certificateFingerprint": {
 						SchemaProps: spec.SchemaProps{
-							Description: "certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo, as 64 lower-case hex digits. Configuration is only ever sent to a node presenting it.",
+							Description: "certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo in standard base64, the form talosctl's --cert-fingerprint takes. Configuration is only ever sent to a node presenting it.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",

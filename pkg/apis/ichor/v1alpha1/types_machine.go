@@ -96,8 +96,9 @@ type TalosMachineStatus struct {
 
 // MaintenanceStatus is the pinned maintenance-mode certificate.
 type MaintenanceStatus struct {
-	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo,
-	// as 64 lower-case hex digits. Configuration is only ever sent to a node presenting it.
+	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo in
+	// standard base64, the form talosctl's --cert-fingerprint takes. Configuration is only
+	// ever sent to a node presenting it.
 	CertificateFingerprint string `json:"certificateFingerprint"`
 	// seenAt is when the certificate was first seen.
 	SeenAt metav1.Time `json:"seenAt"`

@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"net"
 	"net/netip"
@@ -63,7 +65,7 @@ func ValidateTalosMachineStatusUpdate(m, old *ichor.TalosMachine) field.ErrorLis
 		ichor.MachinePhaseConfiguring, ichor.MachinePhaseReady, ichor.MachinePhaseResetting, ichor.MachinePhaseUnreachable)...)
 	errs = append(errs, validateConditions(s.Conditions, status.Child("conditions"))...)
 	if mt := s.Maintenance; mt != nil {
-		errs = append(errs, validateSHA256Hex(mt.CertificateFingerprint, status.Child("maintenance", "certificateFingerprint"))...)
+		errs = append(errs, validateSPKIFingerprint(mt.CertificateFingerprint, status.Child("maintenance", "certificateFingerprint"))...)
 	}
 	if hw := s.Hardware; hw != nil {
 		errs = append(errs, validateHardware(hw, status.Child("hardware"))...)
@@ -112,6 +114,19 @@ func validateHardware(hw *ichor.HardwareStatus, fldPath *field.Path) field.Error
 		}
 	}
 	return errs
+}
+
+// validateSPKIFingerprint checks a certificate fingerprint as talosctl writes
+// it: the SHA-256 of the SubjectPublicKeyInfo in standard base64.
+func validateSPKIFingerprint(v string, fldPath *field.Path) field.ErrorList {
+	const want = "a SHA-256 SPKI fingerprint in standard base64 (44 characters), as talosctl --cert-fingerprint takes"
+	if v == "" {
+		return field.ErrorList{field.Required(fldPath, want)}
+	}
+	if b, err := base64.StdEncoding.Strict().DecodeString(v); err != nil || len(b) != sha256.Size {
+		return field.ErrorList{field.Invalid(fldPath, v, "must be "+want)}
+	}
+	return nil
 }
 
 // validateSHA256Hex checks a SHA-256 digest written as 64 lower-case hex digits.

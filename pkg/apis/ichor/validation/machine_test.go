@@ -33,6 +33,9 @@ func unassignedMachine() *ichor.TalosMachine {
 
 const sha256Hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
+// spkiFingerprint is a SHA-256 in standard base64, as talosctl prints fingerprints.
+const spkiFingerprint = "n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg="
+
 func TestValidateTalosMachine(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -268,7 +271,7 @@ func TestValidateTalosMachineStatusUpdate(t *testing.T) {
 				s.Phase = ichor.MachinePhaseReady
 				s.ObservedGeneration = 2
 				s.Conditions = []metav1.Condition{goodCondition("Reachable"), goodCondition("Ready")}
-				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: sha256Hex, SeenAt: fixedTime}
+				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: spkiFingerprint, SeenAt: fixedTime}
 				s.Hardware = &ichor.HardwareStatus{
 					UUID:      "4c4c4544-0042-3510-8052-b4c04f4e3232",
 					Disks:     []ichor.Disk{{Path: "/dev/sda", SizeBytes: 1 << 40}, {Path: "/dev/sdb"}},
@@ -292,23 +295,23 @@ func TestValidateTalosMachineStatusUpdate(t *testing.T) {
 			want:   []fe{required("status.maintenance.certificateFingerprint")},
 		},
 		{
-			name: "fingerprint in upper case",
+			name: "fingerprint as hex rather than base64",
 			mutate: func(s *ichor.TalosMachineStatus) {
-				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: strings.ToUpper(sha256Hex)}
+				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: sha256Hex}
 			},
 			want: []fe{invalid("status.maintenance.certificateFingerprint")},
 		},
 		{
 			name: "fingerprint too short",
 			mutate: func(s *ichor.TalosMachineStatus) {
-				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: sha256Hex[:62]}
+				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: spkiFingerprint[:40]}
 			},
 			want: []fe{invalid("status.maintenance.certificateFingerprint")},
 		},
 		{
-			name: "fingerprint not hex",
+			name: "fingerprint not base64",
 			mutate: func(s *ichor.TalosMachineStatus) {
-				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: "zz" + sha256Hex[2:]}
+				s.Maintenance = &ichor.MaintenanceStatus{CertificateFingerprint: "!!" + spkiFingerprint[2:]}
 			},
 			want: []fe{invalid("status.maintenance.certificateFingerprint")},
 		},

@@ -27,8 +27,9 @@ import (
 //
 // MaintenanceStatus is the pinned maintenance-mode certificate.
 type MaintenanceStatusApplyConfiguration struct {
-	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo,
-	// as 64 lower-case hex digits. Configuration is only ever sent to a node presenting it.
+	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo in
+	// standard base64, the form talosctl's --cert-fingerprint takes. Configuration is only
+	// ever sent to a node presenting it.
 	CertificateFingerprint *string `json:"certificateFingerprint,omitempty"`
 	// seenAt is when the certificate was first seen.
 	SeenAt *v1.Time `json:"seenAt,omitempty"`
