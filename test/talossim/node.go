@@ -1,0 +1,338 @@
+// Package talossim simulates a Talos Linux node's API (apid + machined) closely enough that the real
+// machinery client cannot tell it apart for the calls it implements: maintenance mode with a pinned
+// self-signed certificate, mutual TLS with role-based authorization once configured, the read-only COSI
+// resource API, and ApplyConfiguration with its install/reboot/try/staged semantics.
+package talossim
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+)
+
+// Phase is the lifecycle stage of a simulated node.
+type Phase string
+
+// Phases a simulated node goes through.
+const (
+	// PhaseMaintenance: no complete config yet; the API serves a self-signed cert and readers only.
+	PhaseMaintenance Phase = "maintenance"
+	// PhaseInstalling: a config was applied in maintenance and the node is installing to disk; the API
+	// already serves mutual TLS for that config.
+	PhaseInstalling Phase = "installing"
+	// PhaseRebooting: the node is rebooting and its API is down.
+	PhaseRebooting Phase = "rebooting"
+	// PhaseRunning: the node booted from its installed config and serves mutual TLS.
+	PhaseRunning Phase = "running"
+)
+
+// acceptRetryDelay is the pause after a failed Accept (e.g. out of file descriptors) before retrying.
+const acceptRetryDelay = 10 * time.Millisecond
+
+// ErrStopped is returned by waits on a node that has been stopped.
+var ErrStopped = errors.New("talossim: node stopped")
+
+// errNodeStopped is what an API call racing with Stop gets, like a call to a powered-off machine.
+var errNodeStopped = status.Error(codes.Unavailable, "node is stopped")
+
+// Node is one simulated Talos machine with its API listener.
+type Node struct {
+	opts     Options
+	ln       net.Listener
+	listenIP netip.Addr
+	st       state.State
+	maint    *maintenanceIdentity
+	certs    serverCertCache
+
+	// applyMu serializes ApplyConfiguration calls end to end.
+	applyMu sync.Mutex
+
+	mu        sync.Mutex
+	phase     Phase
+	history   []Phase
+	changed   chan struct{} // closed and replaced on every phase change
+	installed bool
+	active    config.Provider // running config (MachineConfig "v1alpha1")
+	persisted config.Provider // config used at next boot (MachineConfig "persistent")
+	rollback  *time.Timer     // pending TRY-mode revert
+	sequence  bool            // an install or reboot sequence is in progress
+	api       *apiServer      // current apid instance; nil while rebooting
+	stopped   bool
+
+	stopCh chan struct{}
+	wg     sync.WaitGroup
+}
+
+// Start brings up a node in maintenance mode listening on opts.ListenAddress.
+func Start(ctx context.Context, opts Options) (*Node, error) {
+	if opts.ListenAddress == "" {
+		opts.ListenAddress = "127.0.0.1:0"
+	}
+
+	ln, err := net.Listen("tcp", opts.ListenAddress)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", opts.ListenAddress, err)
+	}
+
+	n, err := newNode(ctx, ln, opts)
+	if err != nil {
+		ln.Close() //nolint:errcheck
+
+		return nil, err
+	}
+
+	n.wg.Go(n.acceptLoop)
+
+	return n, nil
+}
+
+// newNode prepares node state, identity and the first (maintenance) API instance on ln.
+func newNode(ctx context.Context, ln net.Listener, opts Options) (*Node, error) {
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil {
+		return nil, fmt.Errorf("parsing listen address %s: %w", ln.Addr(), err)
+	}
+
+	listenIP := ap.Addr().Unmap()
+
+	if opts, err = opts.withDefaults(listenIP); err != nil {
+		return nil, err
+	}
+
+	st, err := newResourceState(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	if err = publishHardware(ctx, st, opts); err != nil {
+		return nil, err
+	}
+
+	n := &Node{
+		opts:     opts,
+		ln:       ln,
+		listenIP: listenIP,
+		st:       st,
+		changed:  make(chan struct{}),
+		stopCh:   make(chan struct{}),
+	}
+
+	n.maint, err = newMaintenanceIdentity(n.certIPs(true), []string{opts.Hostname})
+	if err != nil {
+		return nil, err
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if err = n.setPhaseLocked(PhaseMaintenance); err != nil {
+		return nil, err
+	}
+
+	n.api = n.newAPIServer(true)
+
+	return n, nil
+}
+
+// Stop shuts the node down: listener, API instances, pending timers and sequences.
+func (n *Node) Stop() {
+	n.mu.Lock()
+
+	if n.stopped {
+		n.mu.Unlock()
+
+		return
+	}
+
+	n.stopped = true
+	close(n.stopCh)
+
+	if n.rollback != nil {
+		n.rollback.Stop()
+		n.rollback = nil
+	}
+
+	n.retire(n.api)
+	n.api = nil
+	n.mu.Unlock()
+
+	n.ln.Close() //nolint:errcheck
+	n.wg.Wait()
+}
+
+// Addr returns the host:port the node's API listens on.
+func (n *Node) Addr() string {
+	return n.ln.Addr().String()
+}
+
+// MaintenanceFingerprint returns the maintenance certificate's SPKI fingerprint in talosctl's
+// --cert-fingerprint form, so clients can pin the node before it has a config.
+func (n *Node) MaintenanceFingerprint() string {
+	return n.maint.fingerprint
+}
+
+// Phase returns the node's current lifecycle phase.
+func (n *Node) Phase() Phase {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.phase
+}
+
+// PhaseHistory returns every phase the node entered, oldest first, so tests can assert on transitions
+// that happen too quickly to observe with Phase.
+func (n *Node) PhaseHistory() []Phase {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return slices.Clone(n.history)
+}
+
+// WaitPhase blocks until the node is in phase p, ctx is done, or the node is stopped.
+func (n *Node) WaitPhase(ctx context.Context, p Phase) error {
+	for {
+		n.mu.Lock()
+		cur, changed, stopped := n.phase, n.changed, n.stopped
+		n.mu.Unlock()
+
+		switch {
+		case cur == p:
+			return nil
+		case stopped:
+			return ErrStopped
+		}
+
+		select {
+		case <-changed:
+		case <-n.stopCh:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for phase %s (now %s): %w", p, cur, ctx.Err())
+		}
+	}
+}
+
+// setPhaseLocked records a phase change, wakes waiters and republishes the derived resources.
+func (n *Node) setPhaseLocked(p Phase) error {
+	if n.phase != p {
+		n.phase = p
+		n.history = append(n.history, p)
+		close(n.changed)
+		n.changed = make(chan struct{})
+	}
+
+	return n.publishLocked()
+}
+
+// publishLocked writes phase- and config-derived resources to the COSI state.
+func (n *Node) publishLocked() error {
+	return publishDynamic(context.Background(), n.st, nodeView{
+		phase:     n.phase,
+		hostname:  n.hostnameLocked(),
+		active:    n.active,
+		persisted: n.persisted,
+	})
+}
+
+// hostnameLocked returns the hostname from the active config, or the node's own default.
+func (n *Node) hostnameLocked() string {
+	if n.active != nil {
+		if hc := n.active.NetworkHostnameConfig(); hc != nil && hc.Hostname() != "" {
+			return hc.Hostname()
+		}
+	}
+
+	return n.opts.Hostname
+}
+
+// configuredLocked reports whether the active config is complete for boot (i.e. not in maintenance mode).
+func (n *Node) configuredLocked() bool {
+	return n.active != nil && n.active.CompleteForBoot()
+}
+
+// certIPs returns the IPs the API server certificate must carry: the listen IP and node addresses, plus
+// loopback in maintenance mode.
+func (n *Node) certIPs(maintenance bool) []netip.Addr {
+	ips := []netip.Addr{n.listenIP}
+
+	for _, p := range n.opts.Addresses {
+		ips = append(ips, p.Addr())
+	}
+
+	if maintenance {
+		ips = append(ips, netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback())
+	}
+
+	return uniqueAddrs(ips)
+}
+
+// tlsConfig returns the listener's TLS config, which picks maintenance or configured settings per handshake.
+func (n *Node) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		GetConfigForClient: n.configForClient,
+	}
+}
+
+// configForClient chooses the server TLS settings for one handshake from the node's current state.
+func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
+	n.mu.Lock()
+	phase, configured, active, hostname := n.phase, n.configuredLocked(), n.active, n.hostnameLocked()
+	n.mu.Unlock()
+
+	switch {
+	case phase == PhaseRebooting:
+		return nil, errors.New("node is rebooting")
+	case !configured:
+		return n.maint.tlsConfig(), nil
+	}
+
+	cfg, err := n.certs.configuredTLSConfig(configuredTLSInput{
+		cfg:      active,
+		osCA:     n.opts.OSCA,
+		ips:      n.certIPs(false),
+		hostname: hostname,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building API TLS config: %w", err)
+	}
+
+	return cfg, nil
+}
+
+// acceptLoop hands each raw connection to the current API instance, or drops it while the API is down.
+func (n *Node) acceptLoop() {
+	for {
+		c, err := n.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+
+			if !n.delay(acceptRetryDelay) {
+				return
+			}
+
+			continue
+		}
+
+		n.mu.Lock()
+		api := n.api
+		n.mu.Unlock()
+
+		if api == nil || !api.lis.deliver(c) {
+			c.Close() //nolint:errcheck
+		}
+	}
+}

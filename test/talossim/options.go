@@ -1,0 +1,119 @@
+package talossim
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/siderolabs/crypto/x509"
+)
+
+// DefaultVersion is the Talos version tag a simulated node reports unless Options.Version says otherwise.
+const DefaultVersion = "v1.13.0"
+
+// defaultDiskSize is the size of the disk a node gets when Options.Disks is empty (10 GiB).
+const defaultDiskSize = 10 * 1024 * 1024 * 1024
+
+// Disk describes a block device the simulated node reports as a Disks.block.talos.dev resource.
+type Disk struct {
+	// Path is the device path, e.g. /dev/sda; its base name is the resource ID.
+	Path string
+	// Size is the disk size in bytes.
+	Size uint64
+	// Model is the disk model string.
+	Model string
+	// Serial is the disk serial number.
+	Serial string
+}
+
+// Options configures a simulated node; zero values are replaced by the defaults documented per field.
+type Options struct {
+	// ListenAddress is where the Talos API (apid) listens; default 127.0.0.1:0.
+	ListenAddress string
+	// Hostname is the maintenance-mode hostname; default talos-xxx-yyy derived from SystemUUID.
+	Hostname string
+	// SystemUUID is the SMBIOS system UUID; default random.
+	SystemUUID string
+	// SystemSerial is the SMBIOS system serial number.
+	SystemSerial string
+	// Disks are the node's block devices; default a single 10 GiB /dev/sda.
+	Disks []Disk
+	// Addresses are the addresses on link eth0; default the listen IP as a host prefix.
+	Addresses []netip.Prefix
+	// HardwareAddr is eth0's MAC address; default a locally administered MAC derived from SystemUUID.
+	HardwareAddr net.HardwareAddr
+	// Version is the Talos version tag the node reports; default DefaultVersion.
+	Version string
+	// InstallDelay is how long the node stays in PhaseInstalling after a config is applied in maintenance.
+	InstallDelay time.Duration
+	// RebootDelay is how long the node stays in PhaseRebooting (API down).
+	RebootDelay time.Duration
+	// OSCA is the Talos API CA with its key, used like trustd would when the applied config's machine.ca
+	// has no key (worker configs); it must carry the same certificate as machine.ca.
+	OSCA *x509.PEMEncodedCertificateAndKey
+}
+
+// withDefaults returns a copy of o with every unset field filled in; listenIP is the bound listener IP.
+func (o Options) withDefaults(listenIP netip.Addr) (Options, error) {
+	if o.SystemUUID == "" {
+		id, err := randomUUID()
+		if err != nil {
+			return o, fmt.Errorf("generating system UUID: %w", err)
+		}
+
+		o.SystemUUID = id
+	}
+
+	seed := sha256.Sum256([]byte(o.SystemUUID))
+
+	if o.Hostname == "" {
+		h := hex.EncodeToString(seed[:])
+		o.Hostname = "talos-" + h[0:3] + "-" + h[3:6]
+	}
+
+	if len(o.Disks) == 0 {
+		o.Disks = []Disk{{Path: "/dev/sda", Size: defaultDiskSize, Model: "QEMU HARDDISK", Serial: "talossim-" + hex.EncodeToString(seed[6:10])}}
+	}
+
+	for i, d := range o.Disks {
+		if d.Path == "" || filepath.Base(d.Path) == "." || filepath.Base(d.Path) == "/" {
+			return o, fmt.Errorf("disk %d: invalid path %q", i, d.Path)
+		}
+	}
+
+	if len(o.Addresses) == 0 && listenIP.IsValid() && !listenIP.IsUnspecified() {
+		o.Addresses = []netip.Prefix{netip.PrefixFrom(listenIP, listenIP.BitLen())}
+	}
+
+	if len(o.HardwareAddr) == 0 {
+		mac := make(net.HardwareAddr, 6)
+		copy(mac, seed[10:16])
+		mac[0] = (mac[0] | 0x02) &^ 0x01 // locally administered, unicast
+		o.HardwareAddr = mac
+	}
+
+	if o.Version == "" {
+		o.Version = DefaultVersion
+	}
+
+	return o, nil
+}
+
+// randomUUID returns a random RFC 4122 version 4 UUID string.
+func randomUUID() (string, error) {
+	var b [16]byte
+
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
