@@ -1,20 +1,25 @@
 // Command ichor-local runs the whole local management plane in the
 // foreground for `make run`: etcd, kube-apiserver, kube-controller-manager
 // and ichor-apiserver (with its embedded etcd) registered through its
-// APIService. Once ichor.dev is Available it writes an admin kubeconfig and
-// says how to use it; Ctrl-C or SIGTERM stops everything it started.
+// APIService, plus simulated Talos machines in maintenance mode. Once
+// ichor.dev is Available it writes an admin kubeconfig and says how to use
+// it; Ctrl-C or SIGTERM stops everything it started.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+
 	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/talossim"
 )
 
 func main() {
@@ -28,6 +33,8 @@ func run() error {
 	stateDir := flag.String("state-dir", ".local/run", "Directory for certificates, data and logs; emptied at every start.")
 	kubeconfig := flag.String("kubeconfig", ".local/kubeconfig", "Where to write the admin kubeconfig.")
 	apiserver := flag.String("ichor-apiserver", "bin/ichor-apiserver", "The ichor-apiserver binary to run.")
+	machines := flag.Int("machines", 5, "How many simulated Talos machines to start in maintenance mode.")
+	machineNet := flag.String("machine-network", "127.0.1.0/24", "Loopback network the simulated machines listen in, one address each, on the Talos API port.")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +67,16 @@ func run() error {
 	}
 	defer cp.Stop()
 
+	nodes, err := startMachines(ctx, *machines, *machineNet)
+	defer func() {
+		for _, n := range nodes {
+			n.Stop()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+
 	data, err := os.ReadFile(cp.AdminKubeconfig)
 	if err != nil {
 		return err
@@ -74,9 +91,39 @@ Logs are in %s.
   kubectl --kubeconfig %s get ichor -A
   kubectl --kubeconfig %s api-resources --api-group=ichor.dev
 
-Press Ctrl-C to stop.
+Simulated Talos machines in maintenance mode (Talos API address, certificate fingerprint):
 `, cp.URL, dir, *kubeconfig, *kubeconfig)
+	for _, n := range nodes {
+		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
+	}
+	fmt.Print("\nPress Ctrl-C to stop.\n")
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "stopping")
 	return nil
+}
+
+// startMachines starts count simulated machines on consecutive addresses of
+// network, each on the Talos API port, as machines on a provisioning network would be.
+func startMachines(ctx context.Context, count int, network string) ([]*talossim.Node, error) {
+	prefix, err := netip.ParsePrefix(network)
+	if err != nil {
+		return nil, fmt.Errorf("--machine-network: %w", err)
+	}
+	if !prefix.Addr().IsLoopback() {
+		return nil, fmt.Errorf("--machine-network %s: simulated machines listen on loopback only", network)
+	}
+	var nodes []*talossim.Node
+	addr := prefix.Masked().Addr()
+	for range count {
+		addr = addr.Next()
+		if !prefix.Contains(addr) {
+			return nodes, fmt.Errorf("--machine-network %s has room for fewer than %d machines", network, count)
+		}
+		n, err := talossim.Start(ctx, talossim.Options{ListenAddress: netip.AddrPortFrom(addr, constants.ApidPort).String()})
+		if err != nil {
+			return nodes, fmt.Errorf("start simulated machine at %s: %w", addr, err)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
 }
