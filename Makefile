@@ -11,14 +11,15 @@ TEST_TIMEOUT  ?= 20m
 
 all: build
 
-build: ## Build ichor-apiserver into bin/.
+build: ## Build ichor-apiserver (and the local runner) into bin/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
+	$(GO) build -o $(BIN)/ichor-local ./test/cmd/ichor-local
 
 controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubectl and etcd from source.
 	@$(CONTROLPLANE) >/dev/null
 
 test: ## Run all tests with the race detector.
-	ICHOR_CONTROLPLANE_BIN="$$($(CONTROLPLANE))" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 verify: verify-codegen fmt vet ## Check generated code, formatting and vet.
 
@@ -36,7 +37,7 @@ vet:
 
 run: build ## Start etcd, kube-apiserver and ichor-apiserver locally; writes .local/kubeconfig.
 	@mkdir -p .local
-	ICHOR_CONTROLPLANE_BIN="$$($(CONTROLPLANE))" $(GO) run ./test/cmd/ichor-local
+	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" exec $(BIN)/ichor-local
 
 clean:
 	rm -rf $(BIN) .local

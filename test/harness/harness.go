@@ -221,14 +221,15 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 
 // startControllerManager runs kube-controller-manager with the controllers a
 // management cluster needs here: ClusterRole aggregation, which fills Ichor's
-// aggregated roles.
+// aggregated roles, and namespace deletion.
 func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) error {
 	var err error
 	cp.kcm, err = startProcess(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),
 		"--kubeconfig="+cp.AdminKubeconfig,
 		"--authentication-kubeconfig="+cp.AdminKubeconfig,
 		"--authorization-kubeconfig="+cp.AdminKubeconfig,
-		"--controllers=clusterrole-aggregation",
+		// Namespace deletion empties namespaces through discovery, Ichor's resources included.
+		"--controllers=clusterrole-aggregation,namespace",
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),

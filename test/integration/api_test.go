@@ -224,7 +224,7 @@ type apiCounter int
 func (c *apiCounter) next() int { *c++; return int(*c) }
 
 func TestAPICRUDEveryKind(t *testing.T) {
-	alice := cp.ConfigFor("alice", "ichor:operator")
+	alice := cp.ConfigFor("alice", "ichor:admin")
 	cases := []struct {
 		kind string
 		run  func(t *testing.T)
@@ -313,7 +313,7 @@ func TestAPICRUDEveryKind(t *testing.T) {
 						t.Errorf("spec.uid = %q, want empty: the caller has no uid and the body's is discarded", r.Spec.UID)
 					}
 					groups := slices.Sorted(slices.Values(r.Spec.Groups))
-					if want := []string{"ichor:operator", "system:authenticated"}; !slices.Equal(groups, want) {
+					if want := []string{"ichor:admin", "system:authenticated"}; !slices.Equal(groups, want) {
 						t.Errorf("spec.groups = %v, want the caller's %v", groups, want)
 					}
 				},

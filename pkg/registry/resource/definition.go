@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
 // Object is what every ichor.dev kind is: a runtime.Object with object
@@ -42,6 +43,13 @@ type Definition[T Object] struct {
 	// PrepareForCreate, if set, runs after the status has been cleared on create,
 	// to set what the server owns (an initial phase, the requester).
 	PrepareForCreate func(ctx context.Context, obj T)
+
+	// PrepareForUpdate, if set, runs on the main endpoint after the stored
+	// status has been kept, to keep other server-owned fields as stored.
+	PrepareForUpdate func(ctx context.Context, obj, old T)
+	// ServerOwnedFields are spec fields, beyond status, that clients never
+	// set: server-side apply leaves them alone on the main endpoint.
+	ServerOwnedFields []fieldpath.Path
 
 	// Validate, ValidateUpdate and ValidateStatusUpdate check the internal object.
 	Validate             func(obj T) field.ErrorList

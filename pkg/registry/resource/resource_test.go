@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -162,6 +163,20 @@ func TestCredentialRequestRequesterComesFromTheRequest(t *testing.T) {
 	if req.Spec.Username != "alice" || !reflect.DeepEqual(req.Spec.Groups, []string{"ichor:operator"}) {
 		t.Errorf("requester = %q %v, want alice [ichor:operator]", req.Spec.Username, req.Spec.Groups)
 	}
+	// An update (a re-applied manifest, say) cannot change who asked.
+	forged := req.DeepCopy()
+	forged.Spec.Username, forged.Spec.Groups = "mallory", []string{"system:masters"}
+	mainStrategy.PrepareForUpdate(context.Background(), forged, req)
+	if forged.Spec.Username != "alice" || !reflect.DeepEqual(forged.Spec.Groups, []string{"ichor:operator"}) {
+		t.Errorf("update changed the requester to %q %v", forged.Spec.Username, forged.Spec.Groups)
+	}
+	reset := mainStrategy.GetResetFields()[fieldpathVersion("ichor.dev/v1alpha1")]
+	for _, f := range []string{"username", "uid", "groups"} {
+		if !reset.Has(fieldpath.MakePathOrDie("spec", f)) {
+			t.Errorf("server-side apply does not leave spec.%s to the server", f)
+		}
+	}
+
 	anonymous := &ichor.TalosCredentialRequest{Spec: ichor.TalosCredentialRequestSpec{Username: "admin"}}
 	mainStrategy.PrepareForCreate(context.Background(), anonymous)
 	errs := mainStrategy.Validate(context.Background(), anonymous)

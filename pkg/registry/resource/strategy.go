@@ -46,9 +46,12 @@ func (s *strategy[T]) PrepareForCreate(ctx context.Context, obj runtime.Object) 
 }
 
 // PrepareForUpdate keeps the stored status and bumps the generation when the spec changed.
-func (s *strategy[T]) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+func (s *strategy[T]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	statusOf(obj).Set(statusOf(old))
 	newObj, oldObj := obj.(T), old.(T)
+	if s.def.PrepareForUpdate != nil {
+		s.def.PrepareForUpdate(ctx, newObj, oldObj)
+	}
 	if !apiequality.Semantic.DeepEqual(specOf(obj).Interface(), specOf(old).Interface()) {
 		newObj.SetGeneration(oldObj.GetGeneration() + 1)
 	} else {
@@ -74,7 +77,8 @@ func (*strategy[T]) AllowCreateOnUpdate(context.Context) bool      { return fals
 func (*strategy[T]) AllowUnconditionalUpdate(context.Context) bool { return true }
 func (*strategy[T]) Canonicalize(runtime.Object)                   {}
 func (s *strategy[T]) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{s.apiVersion: fieldpath.NewSet(fieldpath.MakePathOrDie("status"))}
+	reset := append([]fieldpath.Path{fieldpath.MakePathOrDie("status")}, s.def.ServerOwnedFields...)
+	return map[fieldpath.APIVersion]*fieldpath.Set{s.apiVersion: fieldpath.NewSet(reset...)}
 }
 
 // statusStrategy is the update strategy of /status: it owns status and

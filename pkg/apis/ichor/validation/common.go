@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -199,6 +200,15 @@ func validateSecretKey(name, key string, fldPath *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(fldPath.Child("key"), key, msg))
 	}
 	return errs
+}
+
+// validateImmutableSpec reports any change to a spec that cannot change after
+// creation, without echoing the spec (it may hold keys) into the error.
+func validateImmutableSpec(newSpec, oldSpec any, fldPath *field.Path, hint string) field.ErrorList {
+	if apiequality.Semantic.DeepEqual(newSpec, oldSpec) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "is immutable; "+hint)}
 }
 
 // validateImmutable reports a change to a field that cannot change after creation.

@@ -44,7 +44,7 @@ func ValidateTalosCredentialRequest(r *ichor.TalosCredentialRequest) field.Error
 // ValidateTalosCredentialRequestUpdate checks an update: the request is immutable.
 func ValidateTalosCredentialRequestUpdate(r, old *ichor.TalosCredentialRequest) field.ErrorList {
 	errs := validateMetaUpdate(&r.ObjectMeta, &old.ObjectMeta)
-	return append(errs, validateImmutable(r.Spec, old.Spec, field.NewPath("spec"), "create a new request instead")...)
+	return append(errs, validateImmutableSpec(r.Spec, old.Spec, field.NewPath("spec"), "create a new request instead")...)
 }
 
 // ValidateTalosCredentialRequestStatusUpdate checks a status written through /status.

@@ -50,7 +50,7 @@ func ValidateTalosOperation(o *ichor.TalosOperation) field.ErrorList {
 // record of what was asked and never changes.
 func ValidateTalosOperationUpdate(o, old *ichor.TalosOperation) field.ErrorList {
 	errs := validateMetaUpdate(&o.ObjectMeta, &old.ObjectMeta)
-	return append(errs, validateImmutable(o.Spec, old.Spec, field.NewPath("spec"), "create a new TalosOperation instead")...)
+	return append(errs, validateImmutableSpec(o.Spec, old.Spec, field.NewPath("spec"), "create a new TalosOperation instead")...)
 }
 
 // ValidateTalosOperationStatusUpdate checks a status written through /status.

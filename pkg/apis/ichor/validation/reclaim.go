@@ -43,7 +43,7 @@ func ValidateMachineReclaim(r *ichor.MachineReclaim) field.ErrorList {
 // ValidateMachineReclaimUpdate checks an update: what was asked does not change.
 func ValidateMachineReclaimUpdate(r, old *ichor.MachineReclaim) field.ErrorList {
 	errs := validateMetaUpdate(&r.ObjectMeta, &old.ObjectMeta)
-	return append(errs, validateImmutable(r.Spec, old.Spec, field.NewPath("spec"), "create a new MachineReclaim instead")...)
+	return append(errs, validateImmutableSpec(r.Spec, old.Spec, field.NewPath("spec"), "create a new MachineReclaim instead")...)
 }
 
 // ValidateMachineReclaimStatusUpdate checks a status written through /status.

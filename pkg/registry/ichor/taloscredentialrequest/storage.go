@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
@@ -25,6 +26,14 @@ var Definition = &resource.Definition[*ichor.TalosCredentialRequest]{
 	NewList: func() runtime.Object { return &ichor.TalosCredentialRequestList{} },
 
 	PrepareForCreate: setRequester,
+	PrepareForUpdate: func(_ context.Context, r, old *ichor.TalosCredentialRequest) {
+		r.Spec.Username, r.Spec.UID, r.Spec.Groups = old.Spec.Username, old.Spec.UID, old.Spec.Groups
+	},
+	ServerOwnedFields: []fieldpath.Path{
+		fieldpath.MakePathOrDie("spec", "username"),
+		fieldpath.MakePathOrDie("spec", "uid"),
+		fieldpath.MakePathOrDie("spec", "groups"),
+	},
 
 	Validate:             validation.ValidateTalosCredentialRequest,
 	ValidateUpdate:       validation.ValidateTalosCredentialRequestUpdate,
