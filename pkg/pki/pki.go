@@ -127,17 +127,39 @@ func (ca *CA) Issue(leaf Leaf) (KeyPair, error) {
 	return KeyPair{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), KeyPEM: keyPEM}, nil
 }
 
-// WriteFiles writes the pair as <dir>/<name>.crt and <dir>/<name>.key (mode 0600)
-// and returns the two paths.
+// WriteFiles writes the pair as <dir>/<name>.crt and <dir>/<name>.key (mode
+// 0600) and returns the two paths. Each file is replaced whole, never rewritten
+// in place, so a reader sees the old or the new one and a key never inherits
+// an older file's mode.
 func (kp KeyPair) WriteFiles(dir, name string) (certFile, keyFile string, err error) {
 	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certFile, kp.CertPEM, 0o644); err != nil {
+	if err := replaceFile(certFile, kp.CertPEM, 0o644); err != nil {
 		return "", "", err
 	}
-	if err := os.WriteFile(keyFile, kp.KeyPEM, 0o600); err != nil {
+	if err := replaceFile(keyFile, kp.KeyPEM, 0o600); err != nil {
 		return "", "", err
 	}
 	return certFile, keyFile, nil
+}
+
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // Loopback is the address set a certificate for a local server needs.

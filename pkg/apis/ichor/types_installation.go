@@ -1,9 +1,23 @@
 package ichor
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // InstallationName is the only name an IchorInstallation may have.
 const InstallationName = "ichor"
+
+// Bounds of the installation settings, shared by defaulting and validation.
+const (
+	// MinScanInterval keeps provisioning-network scans from running back to back.
+	MinScanInterval = 30 * time.Second
+	// MaxTalosCredentialLifetime caps TalosCredentialRequest certificates.
+	MaxTalosCredentialLifetime = 10 * time.Minute
+	// MaxReaderTalosconfigLifetime caps downloaded os:reader talosconfigs.
+	MaxReaderTalosconfigLifetime = time.Hour
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 

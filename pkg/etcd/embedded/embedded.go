@@ -46,6 +46,10 @@ func Start(opts Options, timeout time.Duration) (*Etcd, error) {
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	}
+	// MkdirAll leaves an existing directory's mode alone; the keys need it private.
+	if err := os.Chmod(pkiDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	}
 	creds, err := writeCredentials(pkiDir)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd credentials: %w", err)

@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // Defaults that mirror what Talos itself would choose, so an object reads the
@@ -17,8 +19,8 @@ const (
 	DefaultServiceCIDR      = "10.96.0.0/12"
 	DefaultDNSDomain        = "cluster.local"
 	DefaultScanInterval     = 5 * time.Minute
-	MaxTalosCredentialLife  = 10 * time.Minute
-	MaxReaderTalosconfigAge = time.Hour
+	MaxTalosCredentialLife  = ichor.MaxTalosCredentialLifetime
+	MaxReaderTalosconfigAge = ichor.MaxReaderTalosconfigLifetime
 )
 
 func addDefaultingFuncs(scheme *runtime.Scheme) error {

@@ -104,6 +104,11 @@ func validateClusterNetwork(n *ichor.ClusterNetwork, fldPath *field.Path) field.
 			}
 		}
 	}
+	// Families are compared only once both lists are valid on their own.
+	if pod, svc := ipFamilies(n.PodCIDRs), ipFamilies(n.ServiceCIDRs); len(errs) == 0 && pod != "" && svc != "" && pod != svc {
+		errs = append(errs, field.Invalid(fldPath.Child("serviceCIDRs"), n.ServiceCIDRs,
+			"must cover the same IP families as spec.network.podCIDRs ("+pod+")"))
+	}
 	if n.DNSDomain == "" {
 		errs = append(errs, field.Required(fldPath.Child("dnsDomain"), ""))
 	} else {
@@ -113,4 +118,24 @@ func validateClusterNetwork(n *ichor.ClusterNetwork, fldPath *field.Path) field.
 	}
 	errs = append(errs, validateEnum(n.CNI.Name, fldPath.Child("cni", "name"), ichor.CNIFlannel, ichor.CNICilium, ichor.CNINone)...)
 	return errs
+}
+
+// ipFamilies names the IP families of valid CIDRs in a list ("IPv4", "IPv6",
+// "IPv4,IPv6"), or "" when none is valid.
+func ipFamilies(cidrs []string) string {
+	var v4, v6 bool
+	for _, c := range cidrs {
+		if p, err := parseCanonicalCIDR(c); err == nil {
+			v4, v6 = v4 || p.Addr().Is4(), v6 || p.Addr().Is6()
+		}
+	}
+	switch {
+	case v4 && v6:
+		return "IPv4,IPv6"
+	case v4:
+		return "IPv4"
+	case v6:
+		return "IPv6"
+	}
+	return ""
 }

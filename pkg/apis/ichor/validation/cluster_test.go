@@ -132,6 +132,18 @@ func TestValidateTalosCluster(t *testing.T) {
 			want:   []fe{invalid("spec.network.serviceCIDRs[1]")},
 		},
 		{
+			name:   "service networks of another IP family than the pod networks",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.ServiceCIDRs = []string{"fd00:1::/112"} },
+			want:   []fe{invalid("spec.network.serviceCIDRs")},
+		},
+		{
+			name: "dual-stack pod and service networks",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.PodCIDRs = []string{"10.244.0.0/16", "fd00:10::/56"}
+				c.Spec.Network.ServiceCIDRs = []string{"fd00:1::/112", "10.96.0.0/12"}
+			},
+		},
+		{
 			name:   "pod network not canonical",
 			mutate: func(c *ichor.TalosCluster) { c.Spec.Network.PodCIDRs = []string{"10.244.1.0/16"} },
 			want:   []fe{invalid("spec.network.podCIDRs[0]")},

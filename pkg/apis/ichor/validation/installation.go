@@ -13,9 +13,9 @@ import (
 // Bounds on installation settings. Scans are bounded so one setting cannot make
 // the controller probe millions of addresses.
 const (
-	minScanInterval        = 30 * time.Second
-	maxTalosCredentialLife = 10 * time.Minute
-	maxReaderTalosconfig   = time.Hour
+	minScanInterval        = ichor.MinScanInterval
+	maxTalosCredentialLife = ichor.MaxTalosCredentialLifetime
+	maxReaderTalosconfig   = ichor.MaxReaderTalosconfigLifetime
 	minIPv4ScanPrefix      = 16
 	minIPv6ScanPrefix      = 112
 )
