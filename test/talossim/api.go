@@ -27,6 +27,7 @@ type apiServer struct {
 	gs          *grpc.Server
 	lis         *chanListener
 	retired     atomic.Bool
+	down        chan struct{} // closed when the instance is retired, ending long-lived streams
 	stopped     chan struct{}
 }
 
@@ -35,6 +36,7 @@ func (n *Node) newAPIServer(maintenance bool) *apiServer {
 	a := &apiServer{
 		maintenance: maintenance,
 		lis:         newChanListener(n.ln.Addr()),
+		down:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 	}
 
@@ -45,7 +47,7 @@ func (n *Node) newAPIServer(maintenance bool) *apiServer {
 		grpc.ChainStreamInterceptor(a.streamInterceptor),
 	)
 
-	machine.RegisterMachineServiceServer(a.gs, &machineServer{node: n})
+	machine.RegisterMachineServiceServer(a.gs, &machineServer{node: n, api: a})
 	cosiapi.RegisterStateServer(a.gs, server.NewState(state.WrapCore(state.Filter(n.st, accessPolicy(n.st)))))
 
 	n.wg.Go(func() {
@@ -63,6 +65,8 @@ func (n *Node) retire(a *apiServer) {
 	if a == nil || a.retired.Swap(true) {
 		return
 	}
+
+	close(a.down)
 
 	n.wg.Go(func() {
 		done := make(chan struct{})

@@ -185,7 +185,7 @@ func (n *Node) applyEffect(mode machine.ApplyConfigurationRequest_Mode, cfg conf
 			return err
 		}
 
-		return n.requestRebootLocked()
+		return n.requestRebootLocked("reboot", "")
 	default:
 		return fmt.Errorf("incorrect mode '%s' specified for the apply config call", mode.String())
 	}

@@ -4,8 +4,17 @@ import (
 	"log"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 )
+
+// software tracks the Talos versions of a node: the one running, the one installed on disk (booted
+// next), and an upgrade staged for the next boot.
+type software struct {
+	running   string
+	installed string
+	staged    string
+}
 
 // delay waits d, returning false if the node is stopped first.
 func (n *Node) delay(d time.Duration) bool {
@@ -40,10 +49,29 @@ func (n *Node) replaceAPILocked(down bool) {
 	}
 }
 
+// beginSequenceLocked marks a sequence as running and returns its generation; background steps check
+// currentLocked(gen) so that a sequence taken over (by Shutdown) or outlived by Stop does nothing more.
+func (n *Node) beginSequenceLocked() uint64 {
+	n.sequence = true
+	n.seqGen++
+
+	return n.seqGen
+}
+
+// currentLocked reports whether the sequence of generation gen may still act on the node.
+func (n *Node) currentLocked(gen uint64) bool {
+	return !n.stopped && n.seqGen == gen
+}
+
+// recordSequenceLocked records the start of an API-triggered sequence as Talos's SequenceEvent.
+func (n *Node) recordSequenceLocked(sequence, actorID string) {
+	n.events.add(&machine.SequenceEvent{Sequence: sequence, Action: machine.SequenceEvent_START}, actorID)
+}
+
 // startInstallLocked activates cfg applied in maintenance mode and runs install → reboot → boot.
 func (n *Node) startInstallLocked(cfg config.Provider) error {
 	n.active, n.persisted = cfg, cfg
-	n.sequence = true
+	gen := n.beginSequenceLocked()
 
 	if err := n.setPhaseLocked(PhaseInstalling); err != nil {
 		return err
@@ -57,13 +85,14 @@ func (n *Node) startInstallLocked(cfg config.Provider) error {
 		}
 
 		n.mu.Lock()
-		if n.stopped {
+		if !n.currentLocked(gen) {
 			n.mu.Unlock()
 
 			return
 		}
 
 		n.installed = true
+		n.sw.installed = n.sw.running
 		err := n.enterRebootLocked()
 		n.mu.Unlock()
 
@@ -71,15 +100,16 @@ func (n *Node) startInstallLocked(cfg config.Provider) error {
 			log.Printf("talossim: entering reboot after install: %v", err)
 		}
 
-		n.finishReboot()
+		n.finishReboot(gen)
 	})
 
 	return nil
 }
 
-// requestRebootLocked starts a reboot unless an install or reboot sequence is already running (that one
-// will boot the persisted config anyway).
-func (n *Node) requestRebootLocked() error {
+// requestRebootLocked starts a reboot (recorded as sequence for actorID) unless a sequence is already
+// running: like machined's sequencer lock, the request is then dropped (the running sequence ends in a
+// boot anyway).
+func (n *Node) requestRebootLocked(sequence, actorID string) error {
 	if n.stopped {
 		return errNodeStopped
 	}
@@ -88,13 +118,14 @@ func (n *Node) requestRebootLocked() error {
 		return nil
 	}
 
-	n.sequence = true
+	gen := n.beginSequenceLocked()
+	n.recordSequenceLocked(sequence, actorID)
 
 	if err := n.enterRebootLocked(); err != nil {
 		return err
 	}
 
-	n.wg.Go(n.finishReboot)
+	n.wg.Go(func() { n.finishReboot(gen) })
 
 	return nil
 }
@@ -107,9 +138,8 @@ func (n *Node) enterRebootLocked() error {
 	return n.setPhaseLocked(PhaseRebooting)
 }
 
-// finishReboot waits RebootDelay, then boots: the persisted config becomes active; a node without an
-// installed config comes back in maintenance mode.
-func (n *Node) finishReboot() {
+// finishReboot waits RebootDelay, then boots unless the sequence gen was superseded.
+func (n *Node) finishReboot(gen uint64) {
 	if !n.delay(n.opts.RebootDelay) {
 		return
 	}
@@ -117,16 +147,38 @@ func (n *Node) finishReboot() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
-	if n.stopped {
+	if !n.currentLocked(gen) {
 		return
 	}
+
+	n.bootLocked()
+}
+
+// bootLocked is one boot: the event buffer starts empty, a staged upgrade is installed, the persisted
+// config becomes active (a node without an installed config comes back in maintenance mode), an etcd
+// member of a bootstrapped cluster is (re)joined and the API comes up.
+func (n *Node) bootLocked() {
+	n.events.reset()
+	n.bootTime = time.Now()
 
 	if !n.installed {
 		n.persisted = nil // nothing was written to disk
 	}
 
+	if n.installed && n.sw.staged != "" {
+		n.sw.installed = n.sw.staged
+	}
+
+	n.sw.staged = ""
+	n.sw.running = n.opts.Version
+
+	if n.installed && n.sw.installed != "" {
+		n.sw.running = n.sw.installed
+	}
+
 	n.active = n.persisted
 	n.sequence = false
+	n.etcdLocal.stopped = false
 
 	next := PhaseMaintenance
 	if n.installed && n.configuredLocked() {
@@ -137,7 +189,19 @@ func (n *Node) finishReboot() {
 		log.Printf("talossim: publishing boot state: %v", err)
 	}
 
+	n.joinEtcdLocked()
 	n.replaceAPILocked(false)
+}
+
+// powerOffLocked turns the node off: it takes over any running sequence, and the API stays down until
+// PowerOn.
+func (n *Node) powerOffLocked() error {
+	n.seqGen++
+	n.sequence = false
+	n.cancelRollbackLocked()
+	n.replaceAPILocked(true)
+
+	return n.setPhaseLocked(PhaseShutdown)
 }
 
 // rollbackAfterLocked arms the TRY-mode timer: after timeout the config active now is restored.

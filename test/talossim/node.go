@@ -1,7 +1,10 @@
 // Package talossim simulates a Talos Linux node's API (apid + machined) closely enough that the real
 // machinery client cannot tell it apart for the calls it implements: maintenance mode with a pinned
 // self-signed certificate, mutual TLS with role-based authorization once configured, the read-only COSI
-// resource API, and ApplyConfiguration with its install/reboot/try/staged semantics.
+// resource API, ApplyConfiguration with its install/reboot/try/staged semantics, the lifecycle calls
+// (Reboot, Shutdown, Reset, Upgrade), a shared simulated etcd cluster (Bootstrap and the Etcd* calls),
+// PacketCapture, and the calls a support bundle reads (services, logs, dmesg, containers, events,
+// kubeconfig).
 package talossim
 
 import (
@@ -19,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 )
 
@@ -36,6 +40,13 @@ const (
 	PhaseRebooting Phase = "rebooting"
 	// PhaseRunning: the node booted from its installed config and serves mutual TLS.
 	PhaseRunning Phase = "running"
+	// PhaseUpgrading: an Upgrade is installing the new version; the API stays up until the reboot.
+	PhaseUpgrading Phase = "upgrading"
+	// PhaseResetting: a Reset is wiping the node; the API is down.
+	PhaseResetting Phase = "resetting"
+	// PhaseShutdown: the node is powered off (Shutdown, or Reset without reboot); the API is down until
+	// PowerOn.
+	PhaseShutdown Phase = "shutdown"
 )
 
 // acceptRetryDelay is the pause after a failed Accept (e.g. out of file descriptors) before retrying.
@@ -53,8 +64,9 @@ type Node struct {
 	ln       net.Listener
 	listenIP netip.Addr
 	st       state.State
-	maint    *maintenanceIdentity
 	certs    serverCertCache
+	etcd     *EtcdCluster // Options.Etcd, or a cluster of this node alone
+	events   *eventLog
 
 	// applyMu serializes ApplyConfiguration calls end to end.
 	applyMu sync.Mutex
@@ -67,9 +79,15 @@ type Node struct {
 	active    config.Provider // running config (MachineConfig "v1alpha1")
 	persisted config.Provider // config used at next boot (MachineConfig "persistent")
 	rollback  *time.Timer     // pending TRY-mode revert
-	sequence  bool            // an install or reboot sequence is in progress
-	api       *apiServer      // current apid instance; nil while rebooting
+	sequence  bool            // an install, upgrade, reset or reboot sequence is in progress
+	seqGen    uint64          // bumped by every sequence start; steps of a superseded sequence give up
+	api       *apiServer      // current apid instance; nil while the API is down
 	stopped   bool
+	maint     *maintenanceIdentity // replaced when a Reset wipes the config
+	bootTime  time.Time
+	sw        software
+	etcdLocal etcdLocal
+	lastReset *machine.ResetRequest
 
 	stopCh chan struct{}
 	wg     sync.WaitGroup
@@ -125,8 +143,16 @@ func newNode(ctx context.Context, ln net.Listener, opts Options) (*Node, error) 
 		ln:       ln,
 		listenIP: listenIP,
 		st:       st,
+		etcd:     opts.Etcd,
+		events:   newEventLog(opts.SystemUUID),
 		changed:  make(chan struct{}),
 		stopCh:   make(chan struct{}),
+		bootTime: time.Now(),
+		sw:       software{running: opts.Version},
+	}
+
+	if n.etcd == nil {
+		n.etcd = &EtcdCluster{}
 	}
 
 	n.maint, err = newMaintenanceIdentity(n.certIPs(true), []string{opts.Hostname})
@@ -142,6 +168,7 @@ func newNode(ctx context.Context, ln net.Listener, opts Options) (*Node, error) 
 	}
 
 	n.api = n.newAPIServer(true)
+	n.etcd.attach(n)
 
 	return n, nil
 }
@@ -168,6 +195,7 @@ func (n *Node) Stop() {
 	n.api = nil
 	n.mu.Unlock()
 
+	n.etcd.detach(n)
 	n.ln.Close() //nolint:errcheck
 	n.wg.Wait()
 }
@@ -179,7 +207,11 @@ func (n *Node) Addr() string {
 
 // MaintenanceFingerprint returns the maintenance certificate's SPKI fingerprint in talosctl's
 // --cert-fingerprint form, so clients can pin the node before it has a config.
+// The fingerprint changes when a Reset wipes the node's config, like a freshly booted machine's.
 func (n *Node) MaintenanceFingerprint() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
 	return n.maint.fingerprint
 }
 
@@ -223,13 +255,15 @@ func (n *Node) WaitPhase(ctx context.Context, p Phase) error {
 	}
 }
 
-// setPhaseLocked records a phase change, wakes waiters and republishes the derived resources.
+// setPhaseLocked records a phase change (with its machine status event), wakes waiters and republishes
+// the derived resources.
 func (n *Node) setPhaseLocked(p Phase) error {
 	if n.phase != p {
 		n.phase = p
 		n.history = append(n.history, p)
 		close(n.changed)
 		n.changed = make(chan struct{})
+		n.events.add(machineStatusEvent(p), "")
 	}
 
 	return n.publishLocked()
@@ -238,10 +272,12 @@ func (n *Node) setPhaseLocked(p Phase) error {
 // publishLocked writes phase- and config-derived resources to the COSI state.
 func (n *Node) publishLocked() error {
 	return publishDynamic(context.Background(), n.st, nodeView{
-		phase:     n.phase,
-		hostname:  n.hostnameLocked(),
-		active:    n.active,
-		persisted: n.persisted,
+		phase:        n.phase,
+		hostname:     n.hostnameLocked(),
+		active:       n.active,
+		persisted:    n.persisted,
+		version:      n.sw.running,
+		etcdMemberID: n.etcdLocal.memberID,
 	})
 }
 
@@ -288,14 +324,14 @@ func (n *Node) tlsConfig() *tls.Config {
 // configForClient chooses the server TLS settings for one handshake from the node's current state.
 func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	n.mu.Lock()
-	phase, configured, active, hostname := n.phase, n.configuredLocked(), n.active, n.hostnameLocked()
+	phase, configured, active, hostname, maint := n.phase, n.configuredLocked(), n.active, n.hostnameLocked(), n.maint
 	n.mu.Unlock()
 
 	switch {
-	case phase == PhaseRebooting:
-		return nil, errors.New("node is rebooting")
+	case apiDownPhases[phase]:
+		return nil, fmt.Errorf("node is %s", phase)
 	case !configured:
-		return n.maint.tlsConfig(), nil
+		return maint.tlsConfig(), nil
 	}
 
 	cfg, err := n.certs.configuredTLSConfig(configuredTLSInput{
@@ -310,6 +346,9 @@ func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 
 	return cfg, nil
 }
+
+// apiDownPhases are the phases in which the node serves no API at all.
+var apiDownPhases = map[Phase]bool{PhaseRebooting: true, PhaseResetting: true, PhaseShutdown: true}
 
 // acceptLoop hands each raw connection to the current API instance, or drops it while the API is down.
 func (n *Node) acceptLoop() {

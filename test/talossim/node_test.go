@@ -154,7 +154,7 @@ func TestMaintenanceReads(t *testing.T) {
 	wantCode(t, err, codes.PermissionDenied, `namespace "nope" is not supported`)
 
 	// A reader-allowed method the simulator does not implement answers Unimplemented, not PermissionDenied.
-	_, err = c.ServiceList(ctx)
+	_, err = c.Memory(ctx)
 	wantCode(t, err, codes.Unimplemented, "")
 
 	if history := n.PhaseHistory(); !slices.Equal(history, []Phase{PhaseMaintenance}) {

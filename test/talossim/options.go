@@ -51,8 +51,14 @@ type Options struct {
 	Version string
 	// InstallDelay is how long the node stays in PhaseInstalling after a config is applied in maintenance.
 	InstallDelay time.Duration
-	// RebootDelay is how long the node stays in PhaseRebooting (API down).
+	// UpgradeDelay is how long the node stays in PhaseUpgrading (API up) during an Upgrade.
+	UpgradeDelay time.Duration
+	// RebootDelay is how long the node stays in PhaseRebooting (API down), and how long it takes to boot
+	// after PowerOn.
 	RebootDelay time.Duration
+	// Etcd is the simulated etcd cluster the node's etcd member belongs to once it is a control plane;
+	// control planes of one cluster must share it. Default: a cluster of this node alone.
+	Etcd *EtcdCluster
 	// OSCA is the Talos API CA with its key, used like trustd would when the applied config's machine.ca
 	// has no key (worker configs); it must carry the same certificate as machine.ca.
 	OSCA *x509.PEMEncodedCertificateAndKey

@@ -173,7 +173,7 @@ func removeResource(ctx context.Context, st state.State, md resource.Pointer) er
 }
 
 // publishHardware writes the resources that never change during a node's life: system information,
-// disks, link, addresses, node IPs and the Talos version.
+// disks, link, addresses and node IPs.
 func publishHardware(ctx context.Context, st state.State, o Options) error {
 	si := hardware.NewSystemInformation(hardware.SystemInformationID)
 	si.TypedSpec().UUID = o.SystemUUID
@@ -231,11 +231,6 @@ func publishHardware(ctx context.Context, st state.State, o Options) error {
 
 	resources = append(resources, nodeIP)
 
-	version := runtime.NewVersion()
-	version.TypedSpec().Name = "Talos"
-	version.TypedSpec().Version = o.Version
-	resources = append(resources, version)
-
 	for _, r := range resources {
 		if err := putResource(ctx, st, r); err != nil {
 			return err
@@ -245,23 +240,18 @@ func publishHardware(ctx context.Context, st state.State, o Options) error {
 	return nil
 }
 
-// machineStages maps simulator phases to the MachineStatus stage a real node reports in them.
-var machineStages = map[Phase]runtime.MachineStage{
-	PhaseMaintenance: runtime.MachineStageMaintenance,
-	PhaseInstalling:  runtime.MachineStageInstalling,
-	PhaseRebooting:   runtime.MachineStageRebooting,
-	PhaseRunning:     runtime.MachineStageRunning,
-}
-
 // nodeView is the mutable node state that resources are derived from.
 type nodeView struct {
-	phase     Phase
-	hostname  string
-	active    talosconfig.Provider
-	persisted talosconfig.Provider
+	phase        Phase
+	hostname     string
+	active       talosconfig.Provider
+	persisted    talosconfig.Provider
+	version      string // running Talos version
+	etcdMemberID uint64 // 0: no local etcd member
 }
 
-// publishDynamic writes the resources derived from the phase and the active/persisted configs.
+// publishDynamic writes the resources derived from the phase, the running version, the local etcd
+// member and the active/persisted configs.
 func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	ms := runtime.NewMachineStatus()
 	ms.TypedSpec().Stage = machineStages[v.phase]
@@ -273,8 +263,25 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	nn := k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID)
 	nn.TypedSpec().Nodename = v.hostname
 
-	for _, r := range []resource.Resource{ms, hs, nn} {
+	ver := runtime.NewVersion()
+	ver.TypedSpec().Name = "Talos"
+	ver.TypedSpec().Version = v.version
+
+	for _, r := range []resource.Resource{ms, hs, nn, ver} {
 		if err := putResource(ctx, st, r); err != nil {
+			return err
+		}
+	}
+
+	member := etcd.NewMember(etcd.NamespaceName, etcd.LocalMemberID)
+	if v.etcdMemberID == 0 {
+		if err := removeResource(ctx, st, member.Metadata()); err != nil {
+			return err
+		}
+	} else {
+		member.TypedSpec().MemberID = etcd.FormatMemberID(v.etcdMemberID)
+
+		if err := putResource(ctx, st, member); err != nil {
 			return err
 		}
 	}

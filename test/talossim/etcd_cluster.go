@@ -1,0 +1,369 @@
+package talossim
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+)
+
+// DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero (1 MiB).
+const DefaultSnapshotSize = 1 << 20
+
+// Simulated backend sizes: the data in use grows with the revision; writes also leave fragmentation
+// behind on every member until it is defragmented.
+const (
+	dbBaseSize          = 1 << 20
+	dbBytesPerRevision  = 512
+	dbFragmentPerWrite  = 256
+	bootstrapRaftIndex  = 4 // raft entries of a fresh single-member cluster
+	bootstrapRaftTerm   = 2
+	etcdStorageVersion  = "3.6.0"
+	defaultClusterLabel = "etcd"
+)
+
+// EtcdMember is one member of a simulated etcd cluster as tests see it.
+type EtcdMember struct {
+	// ID is the etcd member ID, derived deterministically from the node's SystemUUID and join count.
+	ID uint64
+	// Hostname is the member name: the node's hostname when it joined.
+	Hostname string
+	// PeerURLs are the member's peer URLs (https://<node IP>:2380).
+	PeerURLs []string
+	// ClientURLs are the member's client URLs (https://<node IP>:2379).
+	ClientURLs []string
+	// DBSize is the member's backend size in bytes, fragmentation included.
+	DBSize int64
+	// DBSizeInUse is the part of DBSize holding live data.
+	DBSizeInUse int64
+}
+
+// EtcdCluster is a simulated etcd cluster shared by the control-plane nodes given it in Options.Etcd.
+// The zero value is an empty, not yet bootstrapped cluster. Set the exported fields before handing the
+// cluster to a node; its state is then changed only through the nodes' APIs and the methods below.
+//
+// Nodes never talk to each other: membership, leadership, revision and backend sizes live here, and a
+// control plane that boots (or is running when another node bootstraps the cluster) joins as a member.
+type EtcdCluster struct {
+	// Name seeds the snapshot contents of a freshly bootstrapped cluster; default "etcd".
+	Name string
+	// SnapshotSize is the exact size in bytes of every EtcdSnapshot; default DefaultSnapshotSize. Sizes
+	// below 56 (the snapshot header plus its trailing SHA-256) are raised to 56.
+	SnapshotSize int
+
+	mu        sync.Mutex
+	members   []*clusterMember
+	leader    uint64
+	revision  int64
+	raftIndex uint64
+	raftTerm  uint64
+	dataSeed  uint64
+	nodes     []*Node // attached nodes, in Start order
+}
+
+// clusterMember is a member plus its share of backend fragmentation.
+type clusterMember struct {
+	EtcdMember
+
+	fragmented int64
+}
+
+// Members returns the current members in join order (the bootstrap member first).
+func (c *EtcdCluster) Members() []EtcdMember {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	out := make([]EtcdMember, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, c.viewLocked(m))
+	}
+
+	return out
+}
+
+// Leader returns the leader's member ID, 0 while the cluster has no members.
+func (c *EtcdCluster) Leader() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.leader
+}
+
+// Revision returns the key-value store revision (1 right after a fresh bootstrap).
+func (c *EtcdCluster) Revision() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.revision
+}
+
+// Bootstrapped reports whether the cluster has members.
+func (c *EtcdCluster) Bootstrapped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return len(c.members) > 0
+}
+
+// AdvanceRevision simulates n writes (e.g. by Kubernetes): the revision and raft index grow by n, and
+// so do the data in use and every member's fragmentation. It returns the resulting revision; a cluster
+// without members (or n <= 0) is left unchanged.
+func (c *EtcdCluster) AdvanceRevision(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if len(c.members) == 0 || n <= 0 {
+		return c.revision
+	}
+
+	c.revision += n
+	c.raftIndex += uint64(n)
+
+	for _, m := range c.members {
+		m.fragmented += n * dbFragmentPerWrite
+	}
+
+	return c.revision
+}
+
+// viewLocked returns m with its backend sizes filled in.
+func (c *EtcdCluster) viewLocked(m *clusterMember) EtcdMember {
+	v := m.EtcdMember
+	v.PeerURLs = slices.Clone(m.PeerURLs)
+	v.ClientURLs = slices.Clone(m.ClientURLs)
+	v.DBSizeInUse = dbBaseSize + c.revision*dbBytesPerRevision
+	v.DBSize = v.DBSizeInUse + m.fragmented
+
+	return v
+}
+
+// findLocked returns the member with id and its index, or nil.
+func (c *EtcdCluster) findLocked(id uint64) (*clusterMember, int) {
+	for i, m := range c.members {
+		if m.ID == id {
+			return m, i
+		}
+	}
+
+	return nil, -1
+}
+
+// has reports whether id is a current member.
+func (c *EtcdCluster) has(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	m, _ := c.findLocked(id)
+
+	return m != nil
+}
+
+// bootstrap makes m the single member and leader of a new cluster whose data is identified by seed and
+// revision (a fresh cluster, or one restored from a snapshot); false if the cluster already has members.
+func (c *EtcdCluster) bootstrap(m EtcdMember, seed uint64, revision int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if len(c.members) > 0 {
+		return false
+	}
+
+	c.members = []*clusterMember{{EtcdMember: m}}
+	c.leader = m.ID
+	c.dataSeed = seed
+	c.revision = revision
+	c.raftIndex = bootstrapRaftIndex + uint64(revision)
+	c.raftTerm = bootstrapRaftTerm
+
+	return true
+}
+
+// join adds m as a voting member; false if the cluster has no members to join.
+func (c *EtcdCluster) join(m EtcdMember) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if len(c.members) == 0 {
+		return false
+	}
+
+	c.members = append(c.members, &clusterMember{EtcdMember: m})
+	c.raftIndex++
+
+	return true
+}
+
+// remove drops member id; a removed leader hands leadership to the first remaining member. False if id
+// is not a member.
+func (c *EtcdCluster) remove(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	m, i := c.findLocked(id)
+	if m == nil {
+		return false
+	}
+
+	c.members = slices.Delete(c.members, i, i+1)
+	c.raftIndex++
+
+	if c.leader == id {
+		c.leader = 0
+
+		if len(c.members) > 0 {
+			c.leader = c.members[0].ID
+			c.raftTerm++
+		}
+	}
+
+	return true
+}
+
+// forfeit moves leadership away from member id to the first other member, like Talos's
+// ForfeitLeadership: it returns the new leader's name, or "" when id is not the leader.
+func (c *EtcdCluster) forfeit(id uint64) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if len(c.members) == 1 {
+		return "", fmt.Errorf("failed to forfeit leadership: cannot forfeit leadership, only one member")
+	}
+
+	if m, _ := c.findLocked(id); m == nil {
+		return "", fmt.Errorf("failed to forfeit leadership: failed to find %q in list of etcd members", formatMemberID(id))
+	}
+
+	if c.leader != id {
+		return "", nil
+	}
+
+	for _, m := range c.members {
+		if m.ID != id {
+			c.leader = m.ID
+			c.raftTerm++
+			c.raftIndex++
+
+			return m.Hostname, nil
+		}
+	}
+
+	return "", nil
+}
+
+// defragment compacts member id's backend; false if id is not a member.
+func (c *EtcdCluster) defragment(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	m, _ := c.findLocked(id)
+	if m == nil {
+		return false
+	}
+
+	m.fragmented = 0
+
+	return true
+}
+
+// memberList returns the members in the MachineService form.
+func (c *EtcdCluster) memberList() []*machine.EtcdMember {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	out := make([]*machine.EtcdMember, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, &machine.EtcdMember{
+			Id:         m.ID,
+			Hostname:   m.Hostname,
+			PeerUrls:   slices.Clone(m.PeerURLs),
+			ClientUrls: slices.Clone(m.ClientURLs),
+		})
+	}
+
+	return out
+}
+
+// status returns what etcd's Status call reports for member id; false if id is not a member.
+func (c *EtcdCluster) status(id uint64) (*machine.EtcdMemberStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	m, _ := c.findLocked(id)
+	if m == nil {
+		return nil, false
+	}
+
+	v := c.viewLocked(m)
+
+	return &machine.EtcdMemberStatus{
+		MemberId:         id,
+		ProtocolVersion:  constants.DefaultEtcdVersion[1:],
+		DbSize:           v.DBSize,
+		DbSizeInUse:      v.DBSizeInUse,
+		Leader:           c.leader,
+		RaftIndex:        c.raftIndex,
+		RaftTerm:         c.raftTerm,
+		RaftAppliedIndex: c.raftIndex,
+		StorageVersion:   etcdStorageVersion,
+	}, true
+}
+
+// snapshot returns the snapshot of the cluster's data at the current revision.
+func (c *EtcdCluster) snapshot() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return buildSnapshot(c.dataSeed, c.revision, c.SnapshotSize)
+}
+
+// freshSeed identifies the data of a cluster bootstrapped from scratch.
+func (c *EtcdCluster) freshSeed() uint64 {
+	name := c.Name
+	if name == "" {
+		name = defaultClusterLabel
+	}
+
+	sum := sha256.Sum256([]byte("talossim etcd data " + name))
+
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// attach registers n as a node of the cluster, so it can join when another node bootstraps.
+func (c *EtcdCluster) attach(n *Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	c.nodes = append(c.nodes, n)
+}
+
+// detach forgets a stopped node.
+func (c *EtcdCluster) detach(n *Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	c.nodes = slices.DeleteFunc(c.nodes, func(o *Node) bool { return o == n })
+}
+
+// attached returns the attached nodes in Start order.
+func (c *EtcdCluster) attached() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return slices.Clone(c.nodes)
+}
+
+// memberIDFor derives a node's etcd member ID for its joins-th join (etcd IDs are never 0).
+func memberIDFor(systemUUID string, joins int) uint64 {
+	sum := sha256.Sum256(fmt.Appendf(nil, "talossim etcd member %s/%d", systemUUID, joins))
+
+	return max(binary.BigEndian.Uint64(sum[:8]), 1)
+}
+
+// formatMemberID renders a member ID like etcd.FormatMemberID.
+func formatMemberID(id uint64) string {
+	return fmt.Sprintf("%016x", id)
+}

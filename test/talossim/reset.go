@@ -1,0 +1,219 @@
+package talossim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+)
+
+// System volume labels of an installed node that ResetRequest.SystemPartitionsToWipe may name.
+const (
+	volumeEFI       = "EFI"
+	volumeMETA      = "META"
+	volumeSTATE     = "STATE"
+	volumeEPHEMERAL = "EPHEMERAL"
+)
+
+// systemVolumes are the volumes of an installed node, in partition order.
+var systemVolumes = []string{volumeEFI, volumeMETA, volumeSTATE, volumeEPHEMERAL}
+
+// LastReset returns a copy of the last Reset request the node accepted, nil if none.
+func (n *Node) LastReset() *machine.ResetRequest {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if n.lastReset == nil {
+		return nil
+	}
+
+	return proto.CloneOf(n.lastReset)
+}
+
+// Reset validates the request like machined, then resets the node asynchronously: with Graceful, a
+// control plane first leaves etcd; the selected disks are wiped; then the node reboots (Reboot) or
+// powers off. Wiping the system disk (modes ALL and SYSTEM_DISK without SystemPartitionsToWipe) or
+// its STATE volume removes the config and the node comes back in maintenance mode with a new
+// maintenance certificate; USER_DISKS keeps the system intact.
+func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine.ResetResponse, error) {
+	actorID, err := randomUUID()
+	if err != nil {
+		return nil, fmt.Errorf("generating actor ID: %w", err)
+	}
+
+	n := s.node
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if n.stopped {
+		return nil, errNodeStopped
+	}
+
+	if err = n.validateResetLocked(in); err != nil {
+		return nil, err
+	}
+
+	n.lastReset = proto.CloneOf(in)
+
+	if n.sequence {
+		return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil // dropped, like machined's locked sequencer
+	}
+
+	gen := n.beginSequenceLocked()
+	n.recordSequenceLocked("reset", actorID)
+	n.cancelRollbackLocked()
+	n.replaceAPILocked(true)
+
+	if err = n.setPhaseLocked(PhaseResetting); err != nil {
+		return nil, err
+	}
+
+	req := proto.CloneOf(in)
+	n.wg.Go(func() { n.runReset(gen, req) })
+
+	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil
+}
+
+// validateResetLocked mirrors machined's Reset input checks and their (plain, code Unknown) errors.
+func (n *Node) validateResetLocked(in *machine.ResetRequest) error {
+	if len(in.GetUserDisksToWipe()) > 0 {
+		if in.GetMode() == machine.ResetRequest_SYSTEM_DISK {
+			return errors.New("reset failed: invalid input, wipe mode SYSTEM_DISK doesn't support UserDisksToWipe parameter")
+		}
+
+		systemDisk := n.systemDiskLocked()
+
+		for _, dev := range in.GetUserDisksToWipe() {
+			if !slices.ContainsFunc(n.opts.Disks, func(d Disk) bool { return d.Path == dev }) {
+				return fmt.Errorf("reset user disk failed: device %s wasn't found", dev)
+			}
+
+			if dev == systemDisk {
+				return fmt.Errorf("reset user disk failed: device %s is the system disk", dev)
+			}
+		}
+	}
+
+	if len(in.GetSystemPartitionsToWipe()) > 0 {
+		if in.GetMode() == machine.ResetRequest_USER_DISKS {
+			return errors.New("reset failed: invalid input, wipe mode USER_DISKS doesn't support SystemPartitionsToWipe parameter")
+		}
+
+		for _, spec := range in.GetSystemPartitionsToWipe() {
+			if !slices.Contains(systemVolumes, spec.GetLabel()) {
+				return fmt.Errorf("failed to get volume status with label %q: resource VolumeStatuses.block.talos.dev(runtime/%s@undefined) doesn't exist",
+					spec.GetLabel(), spec.GetLabel())
+			}
+
+			if !n.installed {
+				return fmt.Errorf("failed to reset: volume %q is not located", spec.GetLabel())
+			}
+		}
+	}
+
+	return nil
+}
+
+// systemDiskLocked returns the install disk of an installed node, "" otherwise.
+func (n *Node) systemDiskLocked() string {
+	if !n.installed || n.active == nil || n.active.Machine() == nil {
+		return ""
+	}
+
+	return n.active.Machine().Install().Disk()
+}
+
+// runReset is the reset sequence after the API went down: leave etcd (graceful control plane), wipe,
+// then reboot or power off.
+func (n *Node) runReset(gen uint64, req *machine.ResetRequest) {
+	// A wiped node is a new machine: it gets a new maintenance identity (made before locking, it is slow).
+	ident, err := newMaintenanceIdentity(n.certIPs(true), []string{n.opts.Hostname})
+	if err != nil {
+		log.Printf("talossim: creating maintenance identity after reset: %v", err)
+	}
+
+	n.mu.Lock()
+
+	if !n.currentLocked(gen) {
+		n.mu.Unlock()
+
+		return
+	}
+
+	if req.GetGraceful() && n.isControlPlaneLocked() && n.etcdLocal.memberID != 0 {
+		n.etcd.remove(n.etcdLocal.memberID)
+		n.etcdLocal.memberID = 0
+	}
+
+	if n.wipeLocked(req) && ident != nil {
+		n.maint = ident
+	}
+
+	if !req.GetReboot() {
+		if err = n.powerOffLocked(); err != nil {
+			log.Printf("talossim: powering off after reset: %v", err)
+		}
+
+		n.mu.Unlock()
+
+		return
+	}
+
+	if err = n.setPhaseLocked(PhaseRebooting); err != nil {
+		log.Printf("talossim: rebooting after reset: %v", err)
+	}
+
+	n.mu.Unlock()
+
+	n.finishReboot(gen)
+}
+
+// wipeLocked applies the wipe of req to the node's state and reports whether the config was wiped.
+// Data on wiped user disks is not modelled; only the request is kept (LastReset).
+func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
+	if req.GetMode() == machine.ResetRequest_USER_DISKS {
+		return false
+	}
+
+	wipe := map[string]bool{}
+
+	if len(req.GetSystemPartitionsToWipe()) == 0 {
+		for _, v := range systemVolumes {
+			wipe[v] = true
+		}
+	}
+
+	for _, spec := range req.GetSystemPartitionsToWipe() {
+		wipe[spec.GetLabel()] = wipe[spec.GetLabel()] || spec.GetWipe()
+	}
+
+	if wipe[volumeEFI] { // nothing bootable left: the machine boots its install media again
+		n.installed = false
+		n.sw.installed = ""
+	}
+
+	if wipe[volumeMETA] {
+		n.sw.staged = ""
+	}
+
+	if wipe[volumeEPHEMERAL] {
+		n.etcdLocal.memberID = 0 // a member still listed in the cluster stays there, as on a real node
+		n.etcdLocal.recovery = nil
+	}
+
+	if wipe[volumeSTATE] {
+		n.active, n.persisted = nil, nil
+	}
+
+	if err := n.publishLocked(); err != nil {
+		log.Printf("talossim: publishing wiped state: %v", err)
+	}
+
+	return wipe[volumeSTATE]
+}
