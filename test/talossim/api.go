@@ -23,6 +23,7 @@ const drainGrace = 2 * time.Second
 // apiServer is one life of the node's apid: a gRPC server fed connections from the node's single listener.
 // A new instance replaces the old one whenever apid would restart (leaving maintenance, after a reboot).
 type apiServer struct {
+	node        *Node
 	maintenance bool
 	gs          *grpc.Server
 	lis         *chanListener
@@ -34,6 +35,7 @@ type apiServer struct {
 // newAPIServer builds an API instance; maintenance fixes how callers' roles are derived for its life.
 func (n *Node) newAPIServer(maintenance bool) *apiServer {
 	a := &apiServer{
+		node:        n,
 		maintenance: maintenance,
 		lis:         newChanListener(n.ln.Addr()),
 		down:        make(chan struct{}),

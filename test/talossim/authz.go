@@ -184,10 +184,15 @@ func authorize(method string, roles role.Set) error {
 // or switching out of maintenance mode); a real node's clients see Unavailable then, too.
 var errAPIDown = status.Error(codes.Unavailable, "talos API is restarting")
 
-// unaryInterceptor injects roles and enforces the rules table for unary calls on one API instance.
+// unaryInterceptor applies call faults, injects roles and enforces the rules table for unary calls on one
+// API instance.
 func (a *apiServer) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if a.retired.Load() {
 		return nil, errAPIDown
+	}
+
+	if err := a.node.callFaults(ctx, a, info.FullMethod); err != nil {
+		return nil, err
 	}
 
 	roles := extractRoles(ctx, a.maintenance)
@@ -198,10 +203,15 @@ func (a *apiServer) unaryInterceptor(ctx context.Context, req any, info *grpc.Un
 	return handler(contextWithRoles(ctx, roles), req)
 }
 
-// streamInterceptor injects roles and enforces the rules table for streaming calls on one API instance.
+// streamInterceptor applies call faults, injects roles and enforces the rules table for streaming calls on
+// one API instance.
 func (a *apiServer) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if a.retired.Load() {
 		return errAPIDown
+	}
+
+	if err := a.node.callFaults(ss.Context(), a, info.FullMethod); err != nil {
+		return err
 	}
 
 	roles := extractRoles(ss.Context(), a.maintenance)

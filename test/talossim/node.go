@@ -4,7 +4,7 @@
 // resource API, ApplyConfiguration with its install/reboot/try/staged semantics, the lifecycle calls
 // (Reboot, Shutdown, Reset, Upgrade), a shared simulated etcd cluster (Bootstrap and the Etcd* calls),
 // PacketCapture, and the calls a support bundle reads (services, logs, dmesg, containers, events,
-// kubeconfig).
+// kubeconfig). Faults (unreachable, slow, impostor, crash) can be switched per node at run time.
 package talossim
 
 import (
@@ -88,6 +88,10 @@ type Node struct {
 	sw        software
 	etcdLocal etcdLocal
 	lastReset *machine.ResetRequest
+	faults    faultState // run-time fault injection (faults.go)
+
+	// faultsMu serializes SetFaults calls; taken before mu.
+	faultsMu sync.Mutex
 
 	stopCh chan struct{}
 	wg     sync.WaitGroup
@@ -193,8 +197,10 @@ func (n *Node) Stop() {
 
 	n.retire(n.api)
 	n.api = nil
+	imp := n.stopFaultsLocked()
 	n.mu.Unlock()
 
+	imp.stop()
 	n.etcd.detach(n)
 	n.ln.Close() //nolint:errcheck
 	n.wg.Wait()
@@ -350,7 +356,8 @@ func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 // apiDownPhases are the phases in which the node serves no API at all.
 var apiDownPhases = map[Phase]bool{PhaseRebooting: true, PhaseResetting: true, PhaseShutdown: true}
 
-// acceptLoop hands each raw connection to the current API instance, or drops it while the API is down.
+// acceptLoop hands each raw connection to the current API instance (or the impostor, see Faults), drops it
+// while the API is down and resets it while the node is Unreachable.
 func (n *Node) acceptLoop() {
 	for {
 		c, err := n.ln.Accept()
@@ -367,11 +374,17 @@ func (n *Node) acceptLoop() {
 		}
 
 		n.mu.Lock()
-		api := n.api
+		unreachable := n.faults.set.Unreachable
+		conn, lis := n.routeConnLocked(c)
 		n.mu.Unlock()
 
-		if api == nil || !api.lis.deliver(c) {
+		switch {
+		case unreachable:
+			resetConn(c)
+		case lis == nil:
 			c.Close() //nolint:errcheck
+		case !lis.deliver(conn):
+			conn.Close() //nolint:errcheck
 		}
 	}
 }

@@ -32,13 +32,20 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 )
 
+// historyInitialCapacity is the watch history each resource type starts with. COSI's default (100
+// events for every type on every node) was most of a simulated node's memory; the history still grows
+// as watches need it.
+const historyInitialCapacity = 8
+
 // eth0Index is the kernel link index of eth0 (lo is 1).
 const eth0Index = 2
 
 // newResourceState builds the in-memory COSI state with the namespaces and resource definitions a Talos
 // node registers (a subset), so the access policy and talosctl's kind resolution work.
 func newResourceState(ctx context.Context) (state.State, error) {
-	st := state.WrapCore(namespaced.NewState(inmem.Build))
+	st := state.WrapCore(namespaced.NewState(func(ns resource.Namespace) state.CoreState {
+		return inmem.NewStateWithOptions(inmem.WithHistoryInitialCapacity(historyInitialCapacity))(ns)
+	}))
 
 	nsReg := registry.NewNamespaceRegistry(st)
 	if err := nsReg.RegisterDefault(ctx); err != nil {
