@@ -4,6 +4,7 @@
 GO            ?= go
 BIN           := bin
 CONTROLPLANE  := bash hack/build-controlplane.sh
+TALOSCTL      := bash hack/build-talosctl.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 20m
 
@@ -19,7 +20,7 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 	@$(CONTROLPLANE) >/dev/null
 
 test: ## Run all tests with the race detector.
-	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 verify: verify-codegen fmt vet ## Check generated code, formatting and vet.
 

@@ -48,7 +48,9 @@ cache_key() {
     go env GOVERSION GOOS GOARCH
     (
       cd "${ROOT}"
-      find hack/tools -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -print |
+      # Only the modules built here: hack/tools/talosctl has its own script
+      # and key (hack/build-talosctl.sh) and must not invalidate this cache.
+      find hack/tools/controlplane hack/tools/etcd -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) -print |
         LC_ALL=C sort |
         while IFS= read -r f; do
           printf '%s %s\n' "$(sha256 <"${f}")" "${f}"

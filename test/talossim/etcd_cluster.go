@@ -11,8 +11,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
 
-// DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero (1 MiB).
-const DefaultSnapshotSize = 1 << 20
+// DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero: 1 MiB of
+// "database" plus the trailing 32-byte SHA-256. A real etcd snapshot is a page-aligned bbolt file followed
+// by its SHA-256, and `talosctl etcd snapshot` rejects a download whose size%512 is not 32 ("sha256
+// checksum not found"), so the default keeps that shape.
+const DefaultSnapshotSize = 1<<20 + 32
 
 // Simulated backend sizes: the data in use grows with the revision; writes also leave fragmentation
 // behind on every member until it is defragmented.
@@ -52,7 +55,8 @@ type EtcdCluster struct {
 	// Name seeds the snapshot contents of a freshly bootstrapped cluster; default "etcd".
 	Name string
 	// SnapshotSize is the exact size in bytes of every EtcdSnapshot; default DefaultSnapshotSize. Sizes
-	// below 56 (the snapshot header plus its trailing SHA-256) are raised to 56.
+	// below 56 (the snapshot header plus its trailing SHA-256) are raised to 56. Pick a size with
+	// size%512 == 32 (like DefaultSnapshotSize) when `talosctl etcd snapshot` must accept the download.
 	SnapshotSize int
 
 	mu        sync.Mutex

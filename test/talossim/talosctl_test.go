@@ -1,0 +1,333 @@
+package talossim
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/crypto/x509"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+)
+
+// Fidelity checks against the official client: these tests run the real talosctl (built from the Talos
+// module by hack/build-talosctl.sh) against simulated nodes and assert on what it prints.
+
+// talosctlBinEnv names the environment variable holding the directory with the talosctl binary;
+// `make test` sets it from hack/build-talosctl.sh.
+const talosctlBinEnv = "ICHOR_TALOSCTL_BIN"
+
+// talosctlTimeout bounds one talosctl invocation; generous for -race on a 2-core machine.
+const talosctlTimeout = 45 * time.Second
+
+var (
+	talosctlOnce sync.Once
+	talosctlPath string
+	talosctlErr  error
+)
+
+// talosctl returns the path of the talosctl binary: $ICHOR_TALOSCTL_BIN/talosctl, else built once per test
+// binary with hack/build-talosctl.sh (a cold build takes a few minutes; later runs hit its cache).
+// Call it before starting nodes or deriving test contexts so the build does not eat their timeouts.
+func talosctl(t *testing.T) string {
+	t.Helper()
+
+	talosctlOnce.Do(func() {
+		dir := os.Getenv(talosctlBinEnv)
+
+		if dir == "" {
+			root, err := repoRoot()
+			if err != nil {
+				talosctlErr = err
+
+				return
+			}
+
+			var stdout, stderr bytes.Buffer
+
+			cmd := exec.Command("bash", filepath.Join(root, "hack", "build-talosctl.sh"))
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+
+			if err := cmd.Run(); err != nil {
+				talosctlErr = fmt.Errorf("hack/build-talosctl.sh: %w\n%s", err, stderr.String())
+
+				return
+			}
+
+			dir = strings.TrimSpace(stdout.String())
+		}
+
+		talosctlPath = filepath.Join(dir, "talosctl")
+
+		if _, err := os.Stat(talosctlPath); err != nil {
+			talosctlErr = fmt.Errorf("talosctl binary: %w", err)
+		}
+	})
+
+	if talosctlErr != nil {
+		t.Fatal(talosctlErr)
+	}
+
+	return talosctlPath
+}
+
+// repoRoot is the directory holding the ichor.dev/ichor go.mod, found by walking up from the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module ichor.dev/ichor\n")) {
+			return dir, nil
+		}
+
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no ichor.dev/ichor go.mod above the working directory")
+		}
+
+		dir = parent
+	}
+}
+
+// talosctlResult is what one talosctl invocation printed and how it exited.
+type talosctlResult struct {
+	args           []string
+	stdout, stderr string
+	err            error
+}
+
+func (r talosctlResult) String() string {
+	return fmt.Sprintf("talosctl %s: err=%v\n--- stdout ---\n%s--- stderr ---\n%s", strings.Join(r.args, " "), r.err, r.stdout, r.stderr)
+}
+
+// runTalosctl runs talosctl with args in dir (a temp dir if empty), with HOME pointing at an empty temp dir
+// and TALOSCONFIG unset so it never reads the user's ~/.talos.
+func runTalosctl(t *testing.T, bin, dir string, args ...string) talosctlResult {
+	t.Helper()
+
+	ctx, cancel := context.WithTimeout(t.Context(), talosctlTimeout)
+	defer cancel()
+
+	if dir == "" {
+		dir = t.TempDir()
+	}
+
+	home := t.TempDir()
+
+	var env []string
+
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TALOSCONFIG=") && !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_") {
+			env = append(env, kv)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(env, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+
+	return talosctlResult{args: args, stdout: stdout.String(), stderr: stderr.String(), err: err}
+}
+
+// mustSucceed fails the test unless the invocation exited 0.
+func (r talosctlResult) mustSucceed(t *testing.T) talosctlResult {
+	t.Helper()
+
+	if r.err != nil {
+		t.Fatalf("%v", r)
+	}
+
+	return r
+}
+
+// mustFail fails the test unless the invocation exited non-zero with every want in its stderr.
+func (r talosctlResult) mustFail(t *testing.T, want ...string) talosctlResult {
+	t.Helper()
+
+	if r.err == nil {
+		t.Fatalf("expected failure, got success\n%v", r)
+	}
+
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Fatalf("stderr lacks %q\n%v", w, r)
+		}
+	}
+
+	return r
+}
+
+// wantLine fails the test unless some line of out matches every pattern (regexps, in order).
+func wantLine(t *testing.T, r talosctlResult, out string, patterns ...string) {
+	t.Helper()
+
+	re := regexp.MustCompile(strings.Join(patterns, `.*`))
+
+	for line := range strings.SplitSeq(out, "\n") {
+		if re.MatchString(line) {
+			return
+		}
+	}
+
+	t.Fatalf("no line matches %q\n%v", re, r)
+}
+
+// writeTalosconfig writes a talosconfig for the node's address with a client certificate for roles.
+func writeTalosconfig(t *testing.T, n *Node, cl *testCluster, roles ...role.Role) string {
+	t.Helper()
+
+	cfg := clientconfig.NewConfig("sim", []string{n.Addr()}, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, roles...))
+	path := filepath.Join(t.TempDir(), "talosconfig")
+
+	if err := cfg.Save(path); err != nil {
+		t.Fatalf("saving talosconfig: %v", err)
+	}
+
+	return path
+}
+
+func TestTalosctlMaintenance(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	ctx := testContext(t)
+	cl := newCluster(t)
+	n := startNode(t, simOptions())
+
+	// In maintenance mode talosctl dials the --nodes themselves (no apid routing), so they carry the port.
+	node := n.Addr()
+
+	r := runTalosctl(t, bin, "", "get", "disks", "--insecure", "--nodes", node).mustSucceed(t)
+	wantLine(t, r, r.stdout, `NODE`, `NAMESPACE`, `TYPE`, `ID`, `VERSION`, `SIZE`, `MODEL`, `SERIAL`)
+	wantLine(t, r, r.stdout, `runtime`, `Disk`, `\bsda\b`, `22 GB`, `SIM DISK A`, `\bDA\b`)
+	wantLine(t, r, r.stdout, `runtime`, `Disk`, `\bnvme0n1\b`, `537 GB`, `SIM NVME`, `\bNV\b`)
+
+	r = runTalosctl(t, bin, "", "get", "systeminformation", "--insecure", "--nodes", node, "-o", "yaml").mustSucceed(t)
+	wantLine(t, r, r.stdout, `^\s*uuid: `+regexp.QuoteMeta(simOptions().SystemUUID)+`$`)
+	wantLine(t, r, r.stdout, `^\s*serialnumber: SER-0001$`)
+
+	// Writes need the config: maintenance mode answers apply-config only.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cp.yaml"), cl.cp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A wrong pin fails the TLS handshake; the node never sees the config.
+	bogus := sha256.Sum256([]byte("not the node"))
+	wrong := x509.Fingerprint(bogus[:]).String()
+	runTalosctl(t, bin, dir, "apply-config", "--insecure", "--nodes", node, "--file", "cp.yaml", "--cert-fingerprint", wrong).
+		mustFail(t, "leaf peer certificate doesn't match the provided fingerprints", wrong)
+
+	if p := n.Phase(); p != PhaseMaintenance {
+		t.Fatalf("after a mismatched apply-config the node is %s, want %s", p, PhaseMaintenance)
+	}
+
+	r = runTalosctl(t, bin, dir, "apply-config", "--insecure", "--nodes", node, "--file", "cp.yaml", "--cert-fingerprint", n.MaintenanceFingerprint()).mustSucceed(t)
+	// Like machined, AUTO in maintenance resolves to NO_REBOOT: the install sequence reboots by itself.
+	if !strings.Contains(r.stderr, "Applied configuration without a reboot") {
+		t.Fatalf("apply-config did not report its mode\n%v", r)
+	}
+
+	if err := n.WaitPhase(ctx, PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+
+	wantHistory(t, n, PhaseMaintenance, PhaseInstalling, PhaseRebooting, PhaseRunning)
+}
+
+func TestTalosctlConfigured(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl := newCluster(t)
+	etcd := &EtcdCluster{Name: "talosctl"}
+	n, admin := bootstrappedNode(t, cl, Options{
+		Hostname:  "cp-talosctl",
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.5.0.7/24")},
+		Etcd:      etcd,
+	})
+
+	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
+	readerCfg := writeTalosconfig(t, n, cl, role.Reader)
+	nodeIP := "10.5.0.7"
+
+	// version: the Server section is the simulated node's.
+	r := runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "version").mustSucceed(t)
+
+	_, server, ok := strings.Cut(r.stdout, "Server:")
+	if !ok {
+		t.Fatalf("no Server section\n%v", r)
+	}
+
+	wantLine(t, r, server, `^\s*Tag:\s+v1\.13\.0\s*$`)
+	wantLine(t, r, server, `^\s*OS/Arch:\s+linux/`)
+
+	// get nodeip: the address the node publishes.
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "get", "nodeip").mustSucceed(t)
+	wantLine(t, r, r.stdout, `^10\.5\.0\.7\s+k8s\s+NodeIP\s+kubelet\s+\d+\s*$`)
+
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "get", "nodeip", "-o", "yaml").mustSucceed(t)
+	wantLine(t, r, r.stdout, `^\s*-\s+10\.5\.0\.7\s*$`)
+
+	// etcd snapshot: the file holds exactly the bytes the simulator serves.
+	dir := t.TempDir()
+	r = runTalosctl(t, bin, dir, "--talosconfig", adminCfg, "--nodes", nodeIP, "etcd", "snapshot", "db.snapshot")
+	wantLine(t, r, r.stdout, regexp.QuoteMeta(fmt.Sprintf(`etcd snapshot saved to "db.snapshot" (%d bytes)`, DefaultSnapshotSize)))
+
+	// Known gap: talosctl then reads the file with etcdutl's bbolt-based status, and the simulated snapshot
+	// is not a bbolt database, so that last step fails.
+	if r.err != nil {
+		r.mustFail(t, "invalid database")
+	}
+
+	got, err := os.ReadFile(filepath.Join(dir, "db.snapshot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want, err := snapshot(testContext(t), admin)
+	if err != nil {
+		t.Fatalf("EtcdSnapshot: %v", err)
+	}
+
+	if !bytes.Equal(got, want) || sha256.Sum256(got) != sha256.Sum256(etcd.snapshot()) {
+		t.Fatalf("talosctl saved %d bytes (sha256 %x), simulator serves %d (sha256 %x)", len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+
+	// A reader may look but not back up etcd or reboot.
+	runTalosctl(t, bin, dir, "--talosconfig", readerCfg, "--nodes", nodeIP, "etcd", "snapshot", "denied.snapshot").
+		mustFail(t, "PermissionDenied", "not authorized")
+
+	if _, err := os.Stat(filepath.Join(dir, "denied.snapshot")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("denied snapshot left a file: %v", err)
+	}
+
+	runTalosctl(t, bin, dir, "--talosconfig", readerCfg, "--nodes", nodeIP, "reboot", "--wait=false").
+		mustFail(t, "PermissionDenied", "not authorized")
+
+	if p := n.Phase(); p != PhaseRunning {
+		t.Fatalf("after a denied reboot the node is %s", p)
+	}
+
+	r = runTalosctl(t, bin, "", "--talosconfig", readerCfg, "--nodes", nodeIP, "get", "nodeip").mustSucceed(t)
+	wantLine(t, r, r.stdout, `^10\.5\.0\.7\s+k8s\s+NodeIP\s+kubelet`)
+}
