@@ -47,13 +47,15 @@ type ControlPlane struct {
 	// IchorURL is ichor-apiserver's own address (behind the aggregator).
 	IchorURL string
 
-	files      files
-	ichorCA    []byte
-	ownDir     bool
-	etcdURL    string
-	etcd       *process
-	kube       *process
-	kcm        *process
+	files   files
+	ichorCA []byte
+	ownDir  bool
+	etcdURL string
+	etcd    *process
+	kube    *process
+	kcm     *process
+	// ichorPorts are ichor-apiserver's port and its embedded etcd's client and peer ports.
+	ichorPorts []int
 	ichor      *ichorServer
 	logf       func(string, ...any)
 	kubeClient kubernetes.Interface
@@ -91,10 +93,12 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if cp.files, cp.ichorCA, err = writePKI(pkiDir); err != nil {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
-	ports, err := freePorts(4)
+	// Every port is chosen in one call, so no two components are handed the same one.
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
+	cp.ichorPorts = ports[4:]
 	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {
 		return nil, err
 	}

@@ -98,14 +98,10 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 		"--authorization-kubeconfig=" + kubeconfig,
 	}
 	if opts.IchorEmbeddedEtcd {
-		ports, err := freePorts(2)
-		if err != nil {
-			return nil, err
-		}
 		args = append(args,
 			"--embedded-etcd-data-dir="+filepath.Join(cp.Dir, "ichor-etcd"),
-			"--embedded-etcd-client-address=127.0.0.1:"+strconv.Itoa(ports[0]),
-			"--embedded-etcd-peer-address=127.0.0.1:"+strconv.Itoa(ports[1]))
+			"--embedded-etcd-client-address=127.0.0.1:"+strconv.Itoa(cp.ichorPorts[1]),
+			"--embedded-etcd-peer-address=127.0.0.1:"+strconv.Itoa(cp.ichorPorts[2]))
 	} else {
 		args = append(args, "--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
 			"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey)
@@ -114,15 +110,12 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 }
 
 func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {
-	ports, err := freePorts(1)
+	port := cp.ichorPorts[0]
+	args, err := cp.ichorArgs(port, opts)
 	if err != nil {
 		return err
 	}
-	args, err := cp.ichorArgs(ports[0], opts)
-	if err != nil {
-		return err
-	}
-	cp.IchorURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	cp.IchorURL = "https://127.0.0.1:" + strconv.Itoa(port)
 	client, err := tlsClient(cp.files.ichorCA, "", "")
 	if err != nil {
 		return err
