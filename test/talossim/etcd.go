@@ -121,6 +121,14 @@ func (s *machineServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequ
 		return nil, err
 	}
 
+	if k := n.opts.Kubernetes; k != nil {
+		n.mu.Lock()
+		cfg := n.active
+		n.mu.Unlock()
+
+		k.bootstrap(cfg)
+	}
+
 	for _, other := range n.etcd.attached() {
 		if other != n {
 			other.joinEtcd()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,14 @@ type Faults struct {
 	// ("/machine.MachineService/ApplyConfiguration") or just its last element ("ApplyConfiguration").
 	// Empty: any call.
 	CrashMethod string
+
+	// KubeletServingExtraIPs are IP SANs the node's simulated kubelet adds to every serving certificate
+	// request it makes from now on (e.g. another node's IP), like a compromised or misconfigured kubelet.
+	KubeletServingExtraIPs []netip.Addr
+
+	// KubeletServingExtraDNSNames are DNS SANs the simulated kubelet adds to its serving certificate
+	// requests from now on.
+	KubeletServingExtraDNSNames []string
 }
 
 // matchesCrash reports whether a call of the full gRPC method name is subject to CrashMethod.

@@ -143,6 +143,11 @@ func newCluster(t *testing.T) *testCluster {
 
 // generateCluster makes secrets and configs for Talos v1.13 installing to /dev/sda.
 func generateCluster() (*testCluster, error) {
+	return generateClusterAt("https://127.0.0.1:6443")
+}
+
+// generateClusterAt is generateCluster with the cluster endpoint given.
+func generateClusterAt(endpoint string) (*testCluster, error) {
 	vc, err := talosconfig.ParseContractFromVersion("v1.13.0")
 	if err != nil {
 		return nil, fmt.Errorf("parsing contract: %w", err)
@@ -153,7 +158,7 @@ func generateCluster() (*testCluster, error) {
 		return nil, fmt.Errorf("creating secrets bundle: %w", err)
 	}
 
-	in, err := generate.NewInput("sim", "https://127.0.0.1:6443", constants.DefaultKubernetesVersion,
+	in, err := generate.NewInput("sim", endpoint, constants.DefaultKubernetesVersion,
 		generate.WithVersionContract(vc),
 		generate.WithSecretsBundle(bundle),
 		generate.WithInstallDisk("/dev/sda"),

@@ -89,6 +89,9 @@ type Node struct {
 	etcdLocal etcdLocal
 	lastReset *machine.ResetRequest
 	faults    faultState // run-time fault injection (faults.go)
+	kubelet   *kubelet   // the running simulated kubelet, nil when none runs (kubelet.go)
+	// kubeletCerts are the kubelet's certificates on the EPHEMERAL partition; nil once wiped.
+	kubeletCerts *kubeletCerts
 
 	// faultsMu serializes SetFaults calls; taken before mu.
 	faultsMu sync.Mutex
@@ -197,6 +200,7 @@ func (n *Node) Stop() {
 
 	n.retire(n.api)
 	n.api = nil
+	n.syncKubeletLocked() // stopped: winds the kubelet down; wg.Wait below waits for it
 	imp := n.stopFaultsLocked()
 	n.mu.Unlock()
 
@@ -275,8 +279,11 @@ func (n *Node) setPhaseLocked(p Phase) error {
 	return n.publishLocked()
 }
 
-// publishLocked writes phase- and config-derived resources to the COSI state.
+// publishLocked writes phase- and config-derived resources to the COSI state, and brings the kubelet in
+// line with the node's phase and config.
 func (n *Node) publishLocked() error {
+	n.syncKubeletLocked()
+
 	return publishDynamic(context.Background(), n.st, nodeView{
 		phase:        n.phase,
 		hostname:     n.hostnameLocked(),

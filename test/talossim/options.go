@@ -59,6 +59,14 @@ type Options struct {
 	// Etcd is the simulated etcd cluster the node's etcd member belongs to once it is a control plane;
 	// control planes of one cluster must share it. Default: a cluster of this node alone.
 	Etcd *EtcdCluster
+	// Kubernetes is the real Kubernetes control plane of the node's cluster, started when a control plane
+	// of the cluster is bootstrapped; all nodes of one cluster must share it. With it set, a configured
+	// node runs a simulated kubelet against the cluster endpoint (see Kubernetes and kubelet.go). Nil: no
+	// Kubernetes, no kubelet.
+	Kubernetes *Kubernetes
+	// KubeletPort is the port the simulated kubelet serves HTTPS on, at the node's first address;
+	// default 0, a free port (the Node object's status reports it). Real nodes use 10250.
+	KubeletPort int
 	// OSCA is the Talos API CA with its key, used like trustd would when the applied config's machine.ca
 	// has no key (worker configs); it must carry the same certificate as machine.ca.
 	OSCA *x509.PEMEncodedCertificateAndKey

@@ -205,6 +205,7 @@ func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
 	if wipe[volumeEPHEMERAL] {
 		n.etcdLocal.memberID = 0 // a member still listed in the cluster stays there, as on a real node
 		n.etcdLocal.recovery = nil
+		n.kubeletCerts = nil // /var/lib/kubelet
 	}
 
 	if wipe[volumeSTATE] {

@@ -56,18 +56,23 @@ func run() error {
 		return err
 	}
 
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	cp, err := harness.Start(ctx, harness.Options{
 		Dir:               dir,
 		IchorBinary:       binary,
 		IchorEmbeddedEtcd: true,
-		Logf:              func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+		Logf:              logf,
 	})
 	if err != nil {
 		return err
 	}
 	defer cp.Stop()
 
-	nodes, err := startMachines(ctx, *machines, *machineNet)
+	// The Kubernetes control plane of every simulated cluster the machines are bootstrapped into.
+	kube := &talossim.Kubernetes{BinDir: cp.BinDir, Dir: filepath.Join(dir, "clusters"), Logf: logf}
+	defer kube.Stop()
+
+	nodes, err := startMachines(ctx, *machines, *machineNet, kube)
 	defer func() {
 		for _, n := range nodes {
 			n.Stop()
@@ -103,8 +108,9 @@ Simulated Talos machines in maintenance mode (Talos API address, certificate fin
 }
 
 // startMachines starts count simulated machines on consecutive addresses of
-// network, each on the Talos API port, as machines on a provisioning network would be.
-func startMachines(ctx context.Context, count int, network string) ([]*talossim.Node, error) {
+// network, each on the Talos API port, as machines on a provisioning network would be, and
+// with its kubelet on the kubelet port once configured.
+func startMachines(ctx context.Context, count int, network string, kube *talossim.Kubernetes) ([]*talossim.Node, error) {
 	prefix, err := netip.ParsePrefix(network)
 	if err != nil {
 		return nil, fmt.Errorf("--machine-network: %w", err)
@@ -119,7 +125,11 @@ func startMachines(ctx context.Context, count int, network string) ([]*talossim.
 		if !prefix.Contains(addr) {
 			return nodes, fmt.Errorf("--machine-network %s has room for fewer than %d machines", network, count)
 		}
-		n, err := talossim.Start(ctx, talossim.Options{ListenAddress: netip.AddrPortFrom(addr, constants.ApidPort).String()})
+		n, err := talossim.Start(ctx, talossim.Options{
+			ListenAddress: netip.AddrPortFrom(addr, constants.ApidPort).String(),
+			Kubernetes:    kube,
+			KubeletPort:   constants.KubeletPort,
+		})
 		if err != nil {
 			return nodes, fmt.Errorf("start simulated machine at %s: %w", addr, err)
 		}

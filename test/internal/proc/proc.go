@@ -1,0 +1,170 @@
+// Package proc runs the control-plane binaries that tests start as child processes (etcd,
+// kube-apiserver, kube-controller-manager): each with its output in a log file, its own process group,
+// killed with its parent, and health checks that report the log tail when a process dies early.
+package proc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process is a running child process whose output goes to a log file.
+type Process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	err     error
+}
+
+// Start runs binary with args, logging its output to dir/<name>.log.
+func Start(dir, name, binary string, args ...string) (*Process, error) {
+	logPath := filepath.Join(dir, name+".log")
+
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Own process group, so an interrupted test run does not leave it to the terminal's signals, and
+	// killed with the test binary so that nothing outlives a crashed run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+
+	if err := cmd.Start(); err != nil {
+		logFile.Close() //nolint:errcheck
+
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close() //nolint:errcheck
+		close(p.done)
+	}()
+
+	return p, nil
+}
+
+// Name is the name the process was started with.
+func (p *Process) Name() string { return p.name }
+
+// Pid is the process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Exited returns nil while the process runs, and once it has ended an error with its exit status and
+// log tail.
+func (p *Process) Exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v):\n%s", p.name, p.err, p.LogTail())
+	default:
+		return nil
+	}
+}
+
+// LogTail returns the last lines of the process's log.
+func (p *Process) LogTail() string {
+	data, _ := os.ReadFile(p.logPath)
+
+	return Tail(string(data), 30)
+}
+
+// Stop sends SIGTERM, waits up to grace, then kills. A nil Process is a no-op.
+func (p *Process) Stop(grace time.Duration) {
+	if p == nil {
+		return
+	}
+
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// WaitHealthy polls url with client until it answers 200, the process exits, or timeout passes.
+func WaitHealthy(ctx context.Context, p *Process, client *http.Client, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var last error
+
+	for {
+		if err := p.Exited(); err != nil {
+			return err
+		}
+
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close() //nolint:errcheck
+
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+
+			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+
+		last = err
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy after %s: %v\n%s", p.name, timeout, last, p.LogTail())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FreePorts asks the kernel for n distinct unused ports on ip.
+func FreePorts(ip string, n int) ([]int, error) {
+	ports := make([]int, 0, n)
+
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, err
+		}
+		// Held open until all are chosen, so the kernel hands out distinct ports.
+		defer l.Close() //nolint:errcheck
+
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+
+	return ports, nil
+}
+
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > n {
+		parts = parts[len(parts)-n:]
+	}
+
+	return strings.Join(parts, "\n")
+}

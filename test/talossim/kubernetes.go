@@ -1,0 +1,668 @@
+package talossim
+
+import (
+	"context"
+	"crypto/tls"
+	stdx509 "crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/crypto/x509"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
+
+	"ichor.dev/ichor/test/internal/proc"
+)
+
+// kubeStartTimeout bounds each control-plane process's start.
+const kubeStartTimeout = 90 * time.Second
+
+// Kubernetes runs the real Kubernetes control planes of simulated clusters: for each bootstrapped
+// cluster an etcd, a kube-apiserver and a kube-controller-manager (CSR signing, approval of kubelet
+// client certificates, CSR cleaning) run as processes from the control-plane binaries, the way Talos
+// brings up its static pods after Bootstrap. Give one Kubernetes to every node in Options.Kubernetes
+// (it serves any number of clusters, one per endpoint); each configured node then also runs a
+// simulated kubelet against its cluster's endpoint (kubelet.go).
+//
+// Everything comes from the bootstrapped node's machine config, as on a real control plane: the
+// kube-apiserver listens at cluster.controlPlane.endpoint (which must be a loopback IP:port), serves a
+// certificate issued by cluster.ca and trusts it for clients, signs service-account tokens with
+// cluster.serviceAccount, authenticates the aggregation layer with cluster.aggregatorCA, keeps its data
+// in an etcd whose certificates come from cluster.etcd.ca, and accepts cluster.token as the kubelets'
+// bootstrap token. The controller manager signs node certificates with cluster.ca. Bootstrapping a
+// cluster with other CAs at the same endpoint (it was reset and created anew) replaces the control
+// plane there, data included.
+//
+// The binaries are those of hack/build-controlplane.sh whatever Kubernetes version the config names,
+// and the simulated etcd membership (EtcdCluster) is separate from this real etcd, which only stores
+// Kubernetes's data.
+type Kubernetes struct {
+	// BinDir holds etcd, kube-apiserver and kube-controller-manager.
+	BinDir string
+	// Dir holds certificates, data and logs; when empty a temporary directory that Stop removes.
+	Dir string
+	// Logf receives progress messages; nil discards them.
+	Logf func(format string, args ...any)
+
+	mu      sync.Mutex
+	runs    map[string]*kubeRun // by endpoint URL
+	started int
+	changed chan struct{} // closed and replaced when runs change
+	stopped bool
+	tmpDir  string
+}
+
+// kubeRun is one start of a control plane, for one cluster CA at one endpoint.
+type kubeRun struct {
+	ca     string        // the cluster CA certificate it was started for
+	ready  chan struct{} // closed once started or failed
+	err    error         // why it failed; set before ready is closed
+	admin  *rest.Config
+	cancel context.CancelFunc
+	done   chan struct{} // closed once its processes are stopped
+
+	procs []*proc.Process // started so far, oldest first
+}
+
+// ErrKubernetesStopped is returned by waits on a stopped Kubernetes.
+var ErrKubernetesStopped = errors.New("talossim: kubernetes control plane stopped")
+
+// bootstrap starts the control plane for cfg in the background unless one already runs for cfg's
+// cluster CA at its endpoint; a control plane of another CA there is replaced.
+func (k *Kubernetes) bootstrap(cfg config.Provider) {
+	cluster := cfg.Cluster()
+	if cluster == nil || cluster.IssuingCA() == nil || cluster.Endpoint() == nil {
+		return
+	}
+
+	endpoint, ca := cluster.Endpoint().String(), string(cluster.IssuingCA().Crt)
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	old := k.runs[endpoint]
+	if k.stopped || (old != nil && old.ca == ca) {
+		return
+	}
+
+	if old != nil {
+		old.cancel()
+		<-old.done
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &kubeRun{ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+
+	if k.runs == nil {
+		k.runs = map[string]*kubeRun{}
+	}
+
+	k.runs[endpoint] = r
+	k.notifyLocked()
+
+	k.started++
+
+	dir, err := k.runDirLocked(k.started)
+	if err != nil {
+		r.fail(err)
+		close(r.done)
+
+		return
+	}
+
+	go k.start(ctx, r, cfg, dir)
+}
+
+// notifyLocked wakes WaitReady callers after runs changed.
+func (k *Kubernetes) notifyLocked() {
+	if k.changed != nil {
+		close(k.changed)
+	}
+
+	k.changed = make(chan struct{})
+}
+
+// runDirLocked creates the directory of the nth control plane started.
+func (k *Kubernetes) runDirLocked(n int) (string, error) {
+	base := k.Dir
+	if base == "" {
+		if k.tmpDir == "" {
+			dir, err := os.MkdirTemp("", "talossim-kubernetes-")
+			if err != nil {
+				return "", err
+			}
+
+			k.tmpDir = dir
+		}
+
+		base = k.tmpDir
+	}
+
+	dir := filepath.Join(base, "cluster-"+strconv.Itoa(n))
+
+	return dir, os.MkdirAll(dir, 0o700)
+}
+
+// WaitReady blocks until the control plane at endpoint (the cluster endpoint URL as the machine config
+// names it) is serving — its kube-apiserver ready, the bootstrap token and node RBAC installed, the
+// controller manager healthy — and returns an admin client config signed by the cluster CA, or the
+// error that stopped it. Before the cluster is bootstrapped it waits for that.
+func (k *Kubernetes) WaitReady(ctx context.Context, endpoint string) (*rest.Config, error) {
+	for {
+		k.mu.Lock()
+		if k.changed == nil {
+			k.changed = make(chan struct{})
+		}
+
+		r, changed, stopped := k.runs[endpoint], k.changed, k.stopped
+		k.mu.Unlock()
+
+		if stopped {
+			return nil, ErrKubernetesStopped
+		}
+
+		var ready chan struct{}
+		if r != nil {
+			ready = r.ready
+		}
+
+		select {
+		case <-ready:
+			if r.err != nil {
+				return nil, r.err
+			}
+
+			return rest.CopyConfig(r.admin), nil
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the Kubernetes control plane at %s: %w", endpoint, ctx.Err())
+		}
+	}
+}
+
+// Bootstrapped reports whether a control plane was started at endpoint.
+func (k *Kubernetes) Bootstrapped(endpoint string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	return k.runs[endpoint] != nil
+}
+
+// Stop stops every control plane's processes and removes a temporary Dir.
+func (k *Kubernetes) Stop() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	if k.stopped {
+		return
+	}
+
+	k.stopped = true
+
+	for _, r := range k.runs {
+		r.cancel()
+		<-r.done
+	}
+
+	k.notifyLocked()
+
+	if k.tmpDir != "" && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
+		os.RemoveAll(k.tmpDir) //nolint:errcheck
+	}
+}
+
+func (k *Kubernetes) logf(format string, args ...any) {
+	if k.Logf != nil {
+		k.Logf(format, args...)
+	}
+}
+
+func (r *kubeRun) fail(err error) {
+	r.err = err
+	close(r.ready)
+}
+
+// start brings the processes up in order and then waits for ctx to stop them, newest first.
+func (k *Kubernetes) start(ctx context.Context, r *kubeRun, cfg config.Provider, dir string) {
+	defer close(r.done)
+	defer func() {
+		for i := len(r.procs) - 1; i >= 0; i-- {
+			r.procs[i].Stop(15 * time.Second)
+		}
+	}()
+
+	if err := k.startProcesses(ctx, r, cfg, dir); err != nil {
+		k.logf("talossim: Kubernetes control plane failed: %v", err)
+		r.fail(err)
+
+		return
+	}
+
+	k.logf("talossim: Kubernetes control plane ready at %s", cfg.Cluster().Endpoint())
+	close(r.ready)
+
+	<-ctx.Done()
+}
+
+func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.Provider, dir string) error {
+	cluster := cfg.Cluster()
+
+	endpoint, bind, err := apiServerAddress(cluster)
+	if err != nil {
+		return err
+	}
+
+	f, err := writeKubePKI(dir, cluster, endpoint, bind.Addr())
+	if err != nil {
+		return fmt.Errorf("writing control-plane certificates: %w", err)
+	}
+
+	if r.admin, err = clientcmd.RESTConfigFromKubeConfig(f.adminKubeconfig); err != nil {
+		return fmt.Errorf("loading the admin kubeconfig: %w", err)
+	}
+
+	r.admin.QPS = -1
+
+	ports, err := proc.FreePorts("127.0.0.1", 3)
+	if err != nil {
+		return err
+	}
+
+	etcdURL := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	peerURL := "https://127.0.0.1:" + strconv.Itoa(ports[1])
+
+	etcd, err := k.startProcess(r, dir, "etcd",
+		"--name=default", "--data-dir="+filepath.Join(dir, "etcd-data"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--cert-file="+f.etcdServerCert, "--key-file="+f.etcdServerKey,
+		"--trusted-ca-file="+f.etcdCA, "--client-cert-auth",
+		"--peer-cert-file="+f.etcdServerCert, "--peer-key-file="+f.etcdServerKey,
+		"--peer-trusted-ca-file="+f.etcdCA, "--peer-client-cert-auth",
+		"--log-level=warn",
+		"--unsafe-no-fsync", // simulated clusters are thrown away
+	)
+	if err != nil {
+		return err
+	}
+
+	if err = waitTLSHealthy(ctx, etcd, f.etcdCA, f.etcdClientCert, f.etcdClientKey, etcdURL+"/health"); err != nil {
+		return err
+	}
+
+	args := []string{
+		"--bind-address=" + bind.Addr().String(), "--advertise-address=" + bind.Addr().String(),
+		"--secure-port=" + strconv.Itoa(int(bind.Port())),
+		"--tls-cert-file=" + f.servingCert, "--tls-private-key-file=" + f.servingKey,
+		"--etcd-servers=" + etcdURL, "--etcd-cafile=" + f.etcdCA,
+		"--etcd-certfile=" + f.etcdClientCert, "--etcd-keyfile=" + f.etcdClientKey,
+		"--client-ca-file=" + f.acceptedCAs,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--enable-bootstrap-token-auth=true",
+		"--service-account-issuer=" + endpoint,
+		"--service-account-key-file=" + f.serviceAccountKey, "--service-account-signing-key-file=" + f.serviceAccountKey,
+		"--service-cluster-ip-range=" + strings.Join(cluster.Network().ServiceCIDRs(), ","),
+		// No pods run here: the kubernetes Service would point at loopback.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	}
+
+	if f.frontProxyCA != "" {
+		args = append(args,
+			"--requestheader-client-ca-file="+f.frontProxyCA,
+			"--requestheader-allowed-names="+frontProxyClientName,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file="+f.frontProxyCert, "--proxy-client-key-file="+f.frontProxyKey,
+		)
+	}
+
+	apiserver, err := k.startProcess(r, dir, "kube-apiserver", args...)
+	if err != nil {
+		return err
+	}
+
+	if err = waitTLSHealthy(ctx, apiserver, f.acceptedCAs, f.adminCert, f.adminKey, endpoint+"/readyz"); err != nil {
+		return err
+	}
+
+	if err = installBootstrapManifests(ctx, r.admin, cluster.Token()); err != nil {
+		return fmt.Errorf("installing the bootstrap token and node RBAC: %w", err)
+	}
+
+	kcmURL := "https://127.0.0.1:" + strconv.Itoa(ports[2])
+
+	kcm, err := k.startProcess(r, dir, "kube-controller-manager",
+		"--kubeconfig="+f.controllerManagerKubeconfig,
+		"--authentication-kubeconfig="+f.controllerManagerKubeconfig,
+		"--authorization-kubeconfig="+f.controllerManagerKubeconfig,
+		"--controllers=csrsigning,csrapproving,csrcleaner",
+		"--use-service-account-credentials=true",
+		"--cluster-signing-cert-file="+f.issuingCACert, "--cluster-signing-key-file="+f.issuingCAKey,
+		"--root-ca-file="+f.acceptedCAs,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
+		"--tls-cert-file="+f.controllerManagerServingCert, "--tls-private-key-file="+f.controllerManagerServingKey,
+	)
+	if err != nil {
+		return err
+	}
+
+	return waitTLSHealthy(ctx, kcm, f.acceptedCAs, "", "", kcmURL+"/healthz")
+}
+
+// startProcess starts one control-plane binary and records it for shutdown.
+func (k *Kubernetes) startProcess(r *kubeRun, dir, name string, args ...string) (*proc.Process, error) {
+	k.logf("talossim: starting %s", name)
+
+	p, err := proc.Start(dir, name, filepath.Join(k.BinDir, name), args...)
+	if err != nil {
+		return nil, err
+	}
+
+	r.procs = append(r.procs, p)
+
+	return p, nil
+}
+
+// apiServerAddress returns the kube-apiserver URL and the address to listen on from
+// cluster.controlPlane.endpoint, which must name a loopback IP so that the simulator can serve it.
+func apiServerAddress(cluster talosconfig.ClusterConfig) (string, netip.AddrPort, error) {
+	u := cluster.Endpoint()
+	if u == nil {
+		return "", netip.AddrPort{}, errors.New("machine config has no cluster.controlPlane.endpoint")
+	}
+
+	port := u.Port()
+	if port == "" {
+		port = "6443"
+	}
+
+	ap, err := netip.ParseAddrPort(net.JoinHostPort(u.Hostname(), port))
+	if err != nil || !ap.Addr().IsLoopback() {
+		return "", netip.AddrPort{}, fmt.Errorf("cluster endpoint %s: the simulator serves Kubernetes only at a loopback IP:port", u)
+	}
+
+	return "https://" + ap.String(), ap, nil
+}
+
+// waitTLSHealthy polls url over TLS verified with caFile (and a client certificate when given).
+func waitTLSHealthy(ctx context.Context, p *proc.Process, caFile, certFile, keyFile, url string) error {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+
+	pool := stdx509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("%s holds no certificate", caFile)
+	}
+
+	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return err
+		}
+
+		tlsConfig.Certificates = []tls.Certificate{cert}
+	}
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+
+	return proc.WaitHealthy(ctx, p, client, url, kubeStartTimeout)
+}
+
+// Names of the bootstrap RBAC Talos installs with its control plane, and the group every bootstrap
+// token authenticates with.
+const (
+	bootstrappersGroup = "system:bootstrappers"
+	nodesGroup         = "system:nodes"
+)
+
+// installBootstrapManifests creates what a Talos control plane installs so that kubelets can join: the
+// bootstrap token Secret for cluster.token, and the bindings that let token holders request node client
+// certificates (approved by the controller manager) and nodes renew their own.
+func installBootstrapManifests(ctx context.Context, admin *rest.Config, token talosconfig.Token) error {
+	client, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + token.ID(), Namespace: metav1.NamespaceSystem},
+		Type:       corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"token-id":                       token.ID(),
+			"token-secret":                   token.Secret(),
+			"usage-bootstrap-authentication": "true",
+			"usage-bootstrap-signing":        "true",
+		},
+	}
+
+	if _, err = client.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+
+	bindings := []struct{ name, role, group string }{
+		{"system-bootstrap-node-bootstrapper", "system:node-bootstrapper", bootstrappersGroup},
+		{"system-bootstrap-approve-node-client-csr", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappersGroup},
+		{"system-bootstrap-node-renewal", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", nodesGroup},
+	}
+
+	for _, b := range bindings {
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: b.name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
+		}
+
+		if _, err = client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// kubePKI are the paths of the control plane's credentials.
+type kubePKI struct {
+	acceptedCAs, issuingCACert, issuingCAKey                             string
+	servingCert, servingKey                                              string
+	serviceAccountKey                                                    string
+	etcdCA, etcdServerCert, etcdServerKey, etcdClientCert, etcdClientKey string
+	frontProxyCA, frontProxyCert, frontProxyKey                          string
+	adminCert, adminKey                                                  string
+	controllerManagerKubeconfig                                          string
+	controllerManagerServingCert, controllerManagerServingKey            string
+	adminKubeconfig                                                      []byte
+}
+
+// frontProxyClientName is the aggregation layer's client certificate CN.
+const frontProxyClientName = "front-proxy-client"
+
+// writeKubePKI writes the control plane's certificates, issued from the config's CAs, into dir.
+func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string, bindIP netip.Addr) (kubePKI, error) {
+	var f kubePKI
+
+	w := pkiWriter{dir: dir}
+
+	issuing := cluster.IssuingCA()
+	if issuing == nil || len(issuing.Key) == 0 {
+		return f, errors.New("cluster.ca has no key: only a control plane's config can start Kubernetes")
+	}
+
+	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(issuing)
+	if err != nil {
+		return f, fmt.Errorf("cluster.ca: %w", err)
+	}
+
+	bundle := append([]byte(nil), issuing.Crt...)
+	for _, accepted := range cluster.AcceptedCAs() {
+		bundle = append(bundle, accepted.Crt...)
+	}
+
+	f.acceptedCAs = w.file("ca.crt", bundle, 0o644)
+	f.issuingCACert = w.file("ca-issuing.crt", issuing.Crt, 0o644)
+	f.issuingCAKey = w.file("ca-issuing.key", issuing.Key, 0o600)
+
+	sans := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc." + cluster.Network().DNSDomain(), bindIP.String(), "127.0.0.1"}
+	sans = append(sans, cluster.CertSANs()...)
+
+	if ips, err := cluster.Network().APIServerIPs(); err == nil {
+		for _, ip := range ips {
+			sans = append(sans, ip.String())
+		}
+	}
+
+	f.servingCert, f.servingKey = w.issue(ca, "kube-apiserver", serverCert("kube-apiserver", sans))
+	f.controllerManagerServingCert, f.controllerManagerServingKey = w.issue(ca, "kube-controller-manager-serving",
+		serverCert("kube-controller-manager", []string{"localhost", "127.0.0.1"}))
+	f.adminCert, f.adminKey = w.issue(ca, "health-client", clientCert("talossim:health-check", "system:masters"))
+
+	kcmCert, kcmKey := w.issue(ca, "kube-controller-manager-client", clientCert("system:kube-controller-manager"))
+	f.controllerManagerKubeconfig = w.kubeconfig("kube-controller-manager.kubeconfig", endpoint, f.acceptedCAs, kcmCert, kcmKey)
+
+	sa := cluster.ServiceAccount()
+	if sa == nil || len(sa.Key) == 0 {
+		return f, errors.New("machine config has no cluster.serviceAccount key")
+	}
+
+	f.serviceAccountKey = w.file("service-account.key", sa.Key, 0o600)
+
+	etcdCA, err := x509.NewCertificateAuthorityFromCertificateAndKey(cluster.Etcd().CA())
+	if err != nil {
+		return f, fmt.Errorf("cluster.etcd.ca: %w", err)
+	}
+
+	f.etcdCA = w.file("etcd-ca.crt", cluster.Etcd().CA().Crt, 0o644)
+	f.etcdServerCert, f.etcdServerKey = w.issue(etcdCA, "etcd-server", append(serverCert("etcd", []string{"localhost", "127.0.0.1"}),
+		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth, stdx509.ExtKeyUsageClientAuth})))
+	f.etcdClientCert, f.etcdClientKey = w.issue(etcdCA, "apiserver-etcd-client", clientCert("kube-apiserver"))
+
+	if agg := cluster.AggregatorCA(); agg != nil && len(agg.Key) > 0 {
+		aggCA, err := x509.NewCertificateAuthorityFromCertificateAndKey(agg)
+		if err != nil {
+			return f, fmt.Errorf("cluster.aggregatorCA: %w", err)
+		}
+
+		f.frontProxyCA = w.file("front-proxy-ca.crt", agg.Crt, 0o644)
+		f.frontProxyCert, f.frontProxyKey = w.issue(aggCA, "front-proxy-client", clientCert(frontProxyClientName))
+	}
+
+	if f.adminKubeconfig, err = adminKubeconfig(cluster, time.Now()); err != nil {
+		return f, err
+	}
+
+	return f, w.err
+}
+
+// serverCert returns the options of a serving certificate for names (IPs and DNS names).
+func serverCert(cn string, names []string) []x509.Option {
+	var (
+		ips []net.IP
+		dns []string
+	)
+
+	for _, name := range names {
+		if ip := net.ParseIP(name); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, name)
+		}
+	}
+
+	return []x509.Option{
+		x509.CommonName(cn), x509.IPAddresses(ips), x509.DNSNames(dns),
+		x509.NotAfter(time.Now().Add(x509.DefaultCertificateValidityDuration)),
+		x509.KeyUsage(stdx509.KeyUsageDigitalSignature | stdx509.KeyUsageKeyEncipherment),
+		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}),
+	}
+}
+
+// clientCert returns the options of a client certificate for user cn in groups.
+func clientCert(cn string, groups ...string) []x509.Option {
+	return []x509.Option{
+		x509.CommonName(cn), x509.Organization(groups...),
+		x509.NotAfter(time.Now().Add(x509.DefaultCertificateValidityDuration)),
+		x509.KeyUsage(stdx509.KeyUsageDigitalSignature | stdx509.KeyUsageKeyEncipherment),
+		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}),
+	}
+}
+
+// pkiWriter writes credential files into dir, keeping the first error so that a sequence of writes
+// reads straight.
+type pkiWriter struct {
+	dir string
+	err error
+}
+
+func (w *pkiWriter) file(name string, data []byte, mode os.FileMode) string {
+	path := filepath.Join(w.dir, name)
+
+	if w.err == nil {
+		w.err = os.WriteFile(path, data, mode)
+	}
+
+	return path
+}
+
+func (w *pkiWriter) issue(ca *x509.CertificateAuthority, name string, opts []x509.Option) (certFile, keyFile string) {
+	if w.err != nil {
+		return "", ""
+	}
+
+	kp, err := x509.NewKeyPair(ca, opts...)
+	if err != nil {
+		w.err = fmt.Errorf("issuing %s: %w", name, err)
+
+		return "", ""
+	}
+
+	return w.file(name+".crt", kp.CrtPEM, 0o644), w.file(name+".key", kp.KeyPEM, 0o600)
+}
+
+func (w *pkiWriter) kubeconfig(name, server, caFile, certFile, keyFile string) string {
+	data := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: cluster
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    client-certificate: %s
+    client-key: %s
+contexts:
+- name: default
+  context: {cluster: cluster, user: user}
+current-context: default
+`, server, caFile, certFile, keyFile)
+
+	return w.file(name, []byte(data), 0o600)
+}
