@@ -77,7 +77,7 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 
 	cp := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.1:0", Hostname: "cp-1", Kubernetes: k}, withBootstrap)
 	w1 := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.2:0", Hostname: "worker-1", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, workerWithBootstrap)
-	startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.3:0", Hostname: "worker-2", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker)
+	w2 := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.3:0", Hostname: "worker-2", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker)
 
 	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
 	if k.Bootstrapped(endpoint) {
@@ -218,6 +218,42 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 		}
 	}
 
+	// The kubelet's client certificate lives in /var/lib/kubelet: a reboot keeps it (the kubelet
+	// registers again without a new request), a reset that wipes EPHEMERAL makes it bootstrap anew.
+	w2Admin := certClient(t, w2, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+
+	deleteNode(t, ctx, kube, "worker-2")
+
+	if err := w2Admin.Reboot(ctx); err != nil {
+		t.Fatalf("Reboot: %v", err)
+	}
+
+	waitNode(t, ctx, kube, "worker-2")
+
+	if got := clientCSRs(t, ctx, kube, "worker-2"); got != 1 {
+		t.Errorf("client certificate requests of worker-2 after a reboot = %d, want 1", got)
+	}
+
+	deleteNode(t, ctx, kube, "worker-2")
+
+	if err := w2Admin.Reset(ctx, false, true); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+
+	if err := w2.WaitPhase(ctx, PhaseMaintenance); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := pinnedClient(t, w2, w2.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cl.worker}); err != nil {
+		t.Fatalf("ApplyConfiguration after reset: %v", err)
+	}
+
+	waitNode(t, ctx, kube, "worker-2")
+
+	if got := clientCSRs(t, ctx, kube, "worker-2"); got != 2 {
+		t.Errorf("client certificate requests of worker-2 after a reset = %d, want 2", got)
+	}
+
 }
 
 // startConfiguredNode starts a node and applies cfg in maintenance mode, returning once it runs.
@@ -260,6 +296,30 @@ func waitNode(t *testing.T, ctx context.Context, kube kubernetes.Interface, name
 	})
 
 	return node
+}
+
+// deleteNode deletes a Node as an administrator would.
+func deleteNode(t *testing.T, ctx context.Context, kube kubernetes.Interface, name string) {
+	t.Helper()
+
+	if err := kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting node %s: %v", name, err)
+	}
+}
+
+// clientCSRs counts the kubelet client certificate requests for node.
+func clientCSRs(t *testing.T, ctx context.Context, kube kubernetes.Interface, node string) int {
+	t.Helper()
+
+	count := 0
+
+	for _, csr := range listCSRs(t, ctx, kube) {
+		if csr.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && parseCSR(t, &csr).Subject.CommonName == "system:node:"+node {
+			count++
+		}
+	}
+
+	return count
 }
 
 // listCSRs lists every CertificateSigningRequest.
