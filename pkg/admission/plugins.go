@@ -5,6 +5,8 @@ package admission
 
 import (
 	"k8s.io/apiserver/pkg/admission"
+
+	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
 )
 
 // plugin is one of Ichor's admission plugins.
@@ -15,7 +17,10 @@ type plugin struct {
 
 // plugins are Ichor's own plugins in the order they run, after the generic
 // server's built-in ones (NamespaceLifecycle and the admission webhooks).
-var plugins = []plugin{}
+var plugins = []plugin{
+	// Custom verbs of action subresources (approve, …), against the stored object.
+	{customverbs.PluginName, customverbs.Register},
+}
 
 // OrderedPlugins returns the names of Ichor's plugins in chain order.
 func OrderedPlugins() []string {

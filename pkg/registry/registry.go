@@ -45,6 +45,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (map
 		"talosclusters/status":           clusters.Status,
 		"talosmachines":                  machines.Store,
 		"talosmachines/status":           machines.Status,
+		"talosmachines/approval":         machines.Subresources[talosmachine.ApprovalSubresource],
 		"talosconfigpatches":             patches.Store,
 		"talosconfigpatches/status":      patches.Status,
 		"talosoperations":                operations.Store,

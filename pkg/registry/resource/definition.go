@@ -51,6 +51,17 @@ type Definition[T Object] struct {
 	// set: server-side apply leaves them alone on the main endpoint.
 	ServerOwnedFields []fieldpath.Path
 
+	// PrepareForStatusUpdate, if set, runs on /status after spec and user
+	// metadata have been kept, to keep status fields that another subresource
+	// owns (status.approval) as stored; StatusResetFields lists those fields
+	// so that server-side apply on /status leaves them alone too.
+	PrepareForStatusUpdate func(ctx context.Context, obj, old T)
+	StatusResetFields      []fieldpath.Path
+
+	// Subresources are the endpoints beyond /status that each write one part
+	// of the object.
+	Subresources []Subresource[T]
+
 	// Validate, ValidateUpdate and ValidateStatusUpdate check the internal object.
 	Validate             func(obj T) field.ErrorList
 	ValidateUpdate       func(obj, old T) field.ErrorList
@@ -67,6 +78,25 @@ type Definition[T Object] struct {
 	Cells   func(obj T) []any
 }
 
+// Subresource describes an endpoint that reads the whole object and writes
+// one part of it, the way a CertificateSigningRequest's /approval writes only
+// its conditions: its own RBAC resource path, its own strategy, and every
+// other field kept as stored.
+type Subresource[T Object] struct {
+	// Name is the path element after the object's name (approval).
+	Name string
+	// PrepareForUpdate makes obj the stored object (old) with only the part
+	// this endpoint owns taken from the request, and sets what the server
+	// records with it (who, when). User metadata and the generation are kept
+	// by the caller.
+	PrepareForUpdate func(ctx context.Context, obj, old T)
+	// ValidateUpdate checks the write.
+	ValidateUpdate func(obj, old T) field.ErrorList
+	// ResetFields are the fields server-side apply through this endpoint
+	// leaves alone: everything but the owned part.
+	ResetFields []fieldpath.Path
+}
+
 // check panics when a definition cannot work, so a mistake fails at start-up
 // and in every test rather than on the first request.
 func (d *Definition[T]) check() {
@@ -80,6 +110,11 @@ func (d *Definition[T]) check() {
 		missing("validation")
 	case d.Cells == nil:
 		missing("table cells")
+	}
+	for _, sub := range d.Subresources {
+		if sub.Name == "" || sub.Name == "status" || sub.PrepareForUpdate == nil || sub.ValidateUpdate == nil || len(sub.ResetFields) == 0 {
+			missing("a complete subresource " + sub.Name)
+		}
 	}
 	t := reflect.TypeOf(d.New()).Elem()
 	for _, f := range []string{"Spec", "Status"} {

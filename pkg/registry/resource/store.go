@@ -33,44 +33,44 @@ func (r *REST) ShortNames() []string { return r.shortNames }
 // Categories puts the resource in the "ichor" category.
 func (r *REST) Categories() []string { return []string{Category} }
 
-// StatusREST is a kind's /status endpoint: it reads the whole object and
-// writes only its status.
-type StatusREST struct {
+// PartREST is an endpoint that reads the whole object and writes only a part
+// of it: /status, and every Subresource of a definition.
+type PartREST struct {
 	store *genericregistry.Store
 }
 
 var (
-	_ rest.Getter              = &StatusREST{}
-	_ rest.Updater             = &StatusREST{}
-	_ rest.ResetFieldsStrategy = &StatusREST{}
-	_ rest.TableConvertor      = &StatusREST{}
+	_ rest.Getter              = &PartREST{}
+	_ rest.Updater             = &PartREST{}
+	_ rest.ResetFieldsStrategy = &PartREST{}
+	_ rest.TableConvertor      = &PartREST{}
 )
 
 // New returns an empty object of the kind.
-func (r *StatusREST) New() runtime.Object { return r.store.New() }
+func (r *PartREST) New() runtime.Object { return r.store.New() }
 
 // Destroy does nothing: the main endpoint owns the storage.
-func (r *StatusREST) Destroy() {}
+func (r *PartREST) Destroy() {}
 
 // Get returns the whole object.
-func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+func (r *PartREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
 	return r.store.Get(ctx, name, options)
 }
 
-// Update writes the object's status.
-func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+// Update writes the endpoint's part of the object.
+func (r *PartREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Subresources never create.
 	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
 }
 
-// GetResetFields says which fields a status write leaves alone.
-func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+// GetResetFields says which fields a write through the endpoint leaves alone.
+func (r *PartREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	return r.store.GetResetFields()
 }
 
 // ConvertToTable renders the object as the main endpoint does.
-func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+func (r *PartREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
 	return r.store.ConvertToTable(ctx, object, tableOptions)
 }
 
@@ -78,7 +78,9 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 type Storage struct {
 	// Store is the main endpoint, kept so subresources can share its storage.
 	Store  *REST
-	Status *StatusREST
+	Status *PartREST
+	// Subresources are the definition's Subresources by name.
+	Subresources map[string]*PartREST
 }
 
 // NewStorage builds the stores of a kind. storageVersion is the version objects
@@ -111,8 +113,17 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
 
-	return &Storage{
-		Store:  &REST{Store: store, shortNames: def.ShortNames},
-		Status: &StatusREST{store: &statusStore},
-	}, nil
+	storage := &Storage{
+		Store:        &REST{Store: store, shortNames: def.ShortNames},
+		Status:       &PartREST{store: &statusStore},
+		Subresources: map[string]*PartREST{},
+	}
+	for _, sub := range def.Subresources {
+		subStore := *store
+		strategy := subresourceStrategy[T]{s, sub}
+		subStore.UpdateStrategy = strategy
+		subStore.ResetFieldsStrategy = strategy
+		storage.Subresources[sub.Name] = &PartREST{store: &subStore}
+	}
+	return storage, nil
 }

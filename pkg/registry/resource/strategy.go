@@ -89,14 +89,22 @@ type statusStrategy[T Object] struct {
 
 var _ rest.RESTUpdateStrategy = statusStrategy[Object]{}
 
-func (s statusStrategy[T]) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+func (s statusStrategy[T]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	specOf(obj).Set(specOf(old))
-	newObj, oldObj := obj.(T), old.(T)
-	newObj.SetLabels(oldObj.GetLabels())
-	newObj.SetAnnotations(oldObj.GetAnnotations())
-	newObj.SetFinalizers(oldObj.GetFinalizers())
-	newObj.SetOwnerReferences(oldObj.GetOwnerReferences())
-	newObj.SetGeneration(oldObj.GetGeneration())
+	keepUserMetadata(obj.(T), old.(T))
+	if s.def.PrepareForStatusUpdate != nil {
+		s.def.PrepareForStatusUpdate(ctx, obj.(T), old.(T))
+	}
+}
+
+// keepUserMetadata keeps the metadata users own, and the generation, as
+// stored: endpoints that write a part of the object never change them.
+func keepUserMetadata[T Object](obj, old T) {
+	obj.SetLabels(old.GetLabels())
+	obj.SetAnnotations(old.GetAnnotations())
+	obj.SetFinalizers(old.GetFinalizers())
+	obj.SetOwnerReferences(old.GetOwnerReferences())
+	obj.SetGeneration(old.GetGeneration())
 }
 
 func (s statusStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
@@ -104,13 +112,41 @@ func (s statusStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Ob
 }
 
 func (s statusStrategy[T]) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{s.apiVersion: fieldpath.NewSet(
-		fieldpath.MakePathOrDie("spec"),
+	reset := append([]fieldpath.Path{fieldpath.MakePathOrDie("spec")}, userMetadataPaths()...)
+	reset = append(reset, s.def.StatusResetFields...)
+	return map[fieldpath.APIVersion]*fieldpath.Set{s.apiVersion: fieldpath.NewSet(reset...)}
+}
+
+// userMetadataPaths are the metadata fields keepUserMetadata keeps.
+func userMetadataPaths() []fieldpath.Path {
+	return []fieldpath.Path{
 		fieldpath.MakePathOrDie("metadata", "labels"),
 		fieldpath.MakePathOrDie("metadata", "annotations"),
 		fieldpath.MakePathOrDie("metadata", "finalizers"),
 		fieldpath.MakePathOrDie("metadata", "ownerReferences"),
-	)}
+	}
+}
+
+// subresourceStrategy is the update strategy of one Subresource endpoint.
+type subresourceStrategy[T Object] struct {
+	*strategy[T]
+	sub Subresource[T]
+}
+
+var _ rest.RESTUpdateStrategy = subresourceStrategy[Object]{}
+
+func (s subresourceStrategy[T]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
+	keepUserMetadata(obj.(T), old.(T))
+	s.sub.PrepareForUpdate(ctx, obj.(T), old.(T))
+}
+
+func (s subresourceStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return s.sub.ValidateUpdate(obj.(T), old.(T))
+}
+
+func (s subresourceStrategy[T]) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	reset := append(userMetadataPaths(), s.sub.ResetFields...)
+	return map[fieldpath.APIVersion]*fieldpath.Set{s.apiVersion: fieldpath.NewSet(reset...)}
 }
 
 // attrs returns the labels and selectable fields of an object for list and

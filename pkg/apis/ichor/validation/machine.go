@@ -139,3 +139,42 @@ func validateSHA256Hex(v string, fldPath *field.Path) field.ErrorList {
 	}
 	return nil
 }
+
+// maxApprovalReasonLength bounds the reason recorded with an approval decision.
+const maxApprovalReasonLength = 1024
+
+// ValidateTalosMachineApproval checks a decision written through
+// talosmachines/NAME/approval. A decision is taken once, about a machine whose
+// maintenance certificate is pinned (so that it is that machine that gets
+// configured), and an approval also needs the cluster and role it joins.
+func ValidateTalosMachineApproval(m, old *ichor.TalosMachine) field.ErrorList {
+	errs := validateMetaUpdate(&m.ObjectMeta, &old.ObjectMeta)
+	p := field.NewPath("status", "approval")
+	a := m.Status.Approval
+	if a == nil {
+		return append(errs, field.Required(p, "an approval decision (Approved or Rejected)"))
+	}
+	errs = append(errs, validateEnum(a.Decision, p.Child("decision"), ichor.ApprovalApproved, ichor.ApprovalRejected)...)
+	if len(a.Reason) > maxApprovalReasonLength {
+		errs = append(errs, field.TooLong(p.Child("reason"), "", maxApprovalReasonLength))
+	}
+	if a.Decision == ichor.ApprovalRejected && strings.TrimSpace(a.Reason) == "" {
+		errs = append(errs, field.Required(p.Child("reason"), "say why the machine is rejected; the reason is recorded"))
+	}
+	if prev := old.Status.Approval; prev != nil && prev.Decision != a.Decision {
+		errs = append(errs, field.Forbidden(p.Child("decision"), "the machine was already "+strings.ToLower(string(prev.Decision))+
+			" by "+prev.By+"; a decision is final (delete the TalosMachine to start over)"))
+	}
+	if mt := old.Status.Maintenance; mt == nil || mt.CertificateFingerprint == "" {
+		errs = append(errs, field.Forbidden(p, "the machine's maintenance certificate is not pinned yet: wait until Ichor has contacted it"))
+	}
+	if a.Decision == ichor.ApprovalApproved {
+		if m.Spec.ClusterName == "" {
+			errs = append(errs, field.Required(field.NewPath("spec", "clusterName"), "assign the machine to a cluster before approving it"))
+		}
+		if m.Spec.Role == "" {
+			errs = append(errs, field.Required(field.NewPath("spec", "role"), "assign the machine a role before approving it"))
+		}
+	}
+	return errs
+}

@@ -2,9 +2,13 @@
 package talosmachine
 
 import (
+	"context"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
@@ -20,6 +24,11 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 
 	New:     func() *ichor.TalosMachine { return &ichor.TalosMachine{} },
 	NewList: func() runtime.Object { return &ichor.TalosMachineList{} },
+
+	// The decision is written only through /approval, so /status keeps it.
+	PrepareForStatusUpdate: func(_ context.Context, m, old *ichor.TalosMachine) { m.Status.Approval = old.Status.Approval },
+	StatusResetFields:      []fieldpath.Path{fieldpath.MakePathOrDie("status", "approval")},
+	Subresources:           []resource.Subresource[*ichor.TalosMachine]{approval},
 
 	Validate:             validation.ValidateTalosMachine,
 	ValidateUpdate:       validation.ValidateTalosMachineUpdate,
@@ -51,5 +60,45 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 			m.Spec.ClusterName, string(m.Spec.Role), string(m.Status.Phase), m.Spec.Address,
 			m.Status.TalosVersion, m.Status.NodeName, fingerprint,
 		}
+	},
+}
+
+// ApprovalSubresource is the path element of the approval endpoint, whose
+// writes need the approve verb (pkg/admission/plugin/customverbs).
+const ApprovalSubresource = "approval"
+
+// approval is talosmachines/NAME/approval: it writes status.approval only,
+// recording who decided and when from the request, never from the body.
+var approval = resource.Subresource[*ichor.TalosMachine]{
+	Name: ApprovalSubresource,
+	PrepareForUpdate: func(ctx context.Context, m, old *ichor.TalosMachine) {
+		decision := m.Status.Approval
+		m.Spec = old.Spec
+		m.Status = old.Status
+		switch {
+		case decision == nil:
+			m.Status.Approval = nil // refused by validation
+		case old.Status.Approval != nil && old.Status.Approval.Decision == decision.Decision:
+			// Repeating the decision changes nothing; the first one stays on record.
+		default:
+			by := ""
+			if user, ok := genericapirequest.UserFrom(ctx); ok {
+				by = user.GetName()
+			}
+			m.Status.Approval = &ichor.ApprovalStatus{Decision: decision.Decision, Reason: decision.Reason, By: by, At: metav1.Now()}
+		}
+	},
+	ValidateUpdate: validation.ValidateTalosMachineApproval,
+	ResetFields: []fieldpath.Path{
+		fieldpath.MakePathOrDie("spec"),
+		fieldpath.MakePathOrDie("status", "phase"),
+		fieldpath.MakePathOrDie("status", "observedGeneration"),
+		fieldpath.MakePathOrDie("status", "conditions"),
+		fieldpath.MakePathOrDie("status", "maintenance"),
+		fieldpath.MakePathOrDie("status", "hardware"),
+		fieldpath.MakePathOrDie("status", "talosVersion"),
+		fieldpath.MakePathOrDie("status", "nodeName"),
+		fieldpath.MakePathOrDie("status", "appliedConfig"),
+		fieldpath.MakePathOrDie("status", "kubeletServingCertificate"),
 	},
 }

@@ -85,6 +85,12 @@ func ExtractTalosMachine(talosMachine *ichorv1alpha1.TalosMachine, fieldManager 
 	return ExtractTalosMachineFrom(talosMachine, fieldManager, "")
 }
 
+// ExtractTalosMachineApproval extracts the applied configuration owned by fieldManager from
+// talosMachine for the approval subresource.
+func ExtractTalosMachineApproval(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {
+	return ExtractTalosMachineFrom(talosMachine, fieldManager, "approval")
+}
+
 // ExtractTalosMachineStatus extracts the applied configuration owned by fieldManager from
 // talosMachine for the status subresource.
 func ExtractTalosMachineStatus(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {

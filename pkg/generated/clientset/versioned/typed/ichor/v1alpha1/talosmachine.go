@@ -51,6 +51,8 @@ type TalosMachineInterface interface {
 	Apply(ctx context.Context, talosMachine *applyconfigurationichorv1alpha1.TalosMachineApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosMachine, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosMachine *applyconfigurationichorv1alpha1.TalosMachineApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosMachine, err error)
+	UpdateApproval(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (*ichorv1alpha1.TalosMachine, error)
+
 	TalosMachineExpansion
 }
 
@@ -71,4 +73,19 @@ func newTalosMachines(c *IchorV1alpha1Client, namespace string) *talosMachines {
 			func() *ichorv1alpha1.TalosMachineList { return &ichorv1alpha1.TalosMachineList{} },
 		),
 	}
+}
+
+// UpdateApproval takes the top resource name and the representation of a talosMachine and updates it. Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *talosMachines) UpdateApproval(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (result *ichorv1alpha1.TalosMachine, err error) {
+	result = &ichorv1alpha1.TalosMachine{}
+	err = c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("talosmachines").
+		Name(talosMachineName).
+		SubResource("approval").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(talosMachine).
+		Do(ctx).
+		Into(result)
+	return
 }

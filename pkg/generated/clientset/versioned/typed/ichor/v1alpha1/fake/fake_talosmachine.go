@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeTalosMachines implements TalosMachineInterface
@@ -50,4 +54,16 @@ func newFakeTalosMachines(fake *FakeIchorV1alpha1, namespace string) typedichorv
 		),
 		fake,
 	}
+}
+
+// UpdateApproval takes the representation of a talosMachine and updates it. Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *fakeTalosMachines) UpdateApproval(ctx context.Context, talosMachineName string, talosMachine *v1alpha1.TalosMachine, opts v1.UpdateOptions) (result *v1alpha1.TalosMachine, err error) {
+	emptyResult := &v1alpha1.TalosMachine{}
+	obj, err := c.Fake.
+		Invokes(testing.NewUpdateSubresourceActionWithOptions(c.Resource(), "approval", c.Namespace(), talosMachine, opts), &v1alpha1.TalosMachine{})
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosMachine), err
 }

@@ -1,0 +1,111 @@
+// Package customverbs checks the custom RBAC verbs of Ichor's action
+// subresources. A write that is an action — approving a machine, for now —
+// needs, beyond the HTTP method's verb, the action's own verb on the
+// subresource (`approve` on talosmachines/approval), asked of the delegated
+// authorizer for the object the request names, the way kube-apiserver checks
+// `approve` on a CSR's signer. RBAC rules can then grant exactly one action,
+// and `kubectl auth can-i approve talosmachines --subresource=approval` tells
+// the truth.
+package customverbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"k8s.io/apiserver/pkg/admission"
+	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+)
+
+// PluginName names the plugin in --enable-admission-plugins and friends.
+const PluginName = "IchorCustomVerbs"
+
+// VerbApprove is the verb on talosmachines/approval that decides about a machine.
+const VerbApprove = "approve"
+
+// action is one subresource write that needs a custom verb.
+type action struct {
+	resource, subresource string
+	operation             admission.Operation
+	verb                  string
+}
+
+// actions are every subresource write this plugin guards.
+var actions = []action{
+	{resource: "talosmachines", subresource: "approval", operation: admission.Update, verb: VerbApprove},
+}
+
+// Register adds the plugin to plugins.
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return New(), nil })
+}
+
+// Plugin is the custom-verb admission check.
+type Plugin struct {
+	*admission.Handler
+	authorizer authorizer.Authorizer
+}
+
+var (
+	_ admission.ValidationInterface        = &Plugin{}
+	_ admission.InitializationValidator    = &Plugin{}
+	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
+)
+
+// New returns the plugin; it needs an authorizer before use.
+func New() *Plugin {
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
+}
+
+// SetAuthorizer receives the server's (delegated) authorizer.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
+
+// ValidateInitialization refuses to run without an authorizer.
+func (p *Plugin) ValidateInitialization() error {
+	if p.authorizer == nil {
+		return errors.New(PluginName + " needs an authorizer")
+	}
+	return nil
+}
+
+// Validate asks the authorizer for the custom verb of a guarded write, for the
+// object as the request names it (the stored one, for an update).
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	gvr := a.GetResource()
+	if gvr.Group != ichor.GroupName {
+		return nil
+	}
+	for _, act := range actions {
+		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
+			continue
+		}
+		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			User:            a.GetUserInfo(),
+			Verb:            act.verb,
+			Namespace:       a.GetNamespace(),
+			APIGroup:        gvr.Group,
+			APIVersion:      gvr.Version,
+			Resource:        gvr.Resource,
+			Subresource:     act.subresource,
+			Name:            a.GetName(),
+			ResourceRequest: true,
+		})
+		if decision == authorizer.DecisionAllow {
+			return nil
+		}
+		msg := fmt.Sprintf("user %q cannot %s %s/%s %q: it needs the %q verb on resource %q, subresource %q",
+			a.GetUserInfo().GetName(), act.verb, act.resource, act.subresource, a.GetName(), act.verb, act.resource, act.subresource)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		if err != nil {
+			msg += fmt.Sprintf(" (authorizer error: %v)", err)
+		}
+		return admission.NewForbidden(a, errors.New(msg))
+	}
+	return nil
+}
