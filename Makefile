@@ -12,8 +12,9 @@ TEST_TIMEOUT  ?= 20m
 
 all: build
 
-build: ## Build ichor-apiserver (and the local runner) into bin/.
+build: ## Build ichor-apiserver, ichor-controller (and the local runner) into bin/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
+	$(GO) build -o $(BIN)/ichor-controller ./cmd/ichor-controller
 	$(GO) build -o $(BIN)/ichor-local ./test/cmd/ichor-local
 
 controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubectl and etcd from source.

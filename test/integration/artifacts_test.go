@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -255,19 +256,20 @@ func TestArtifactsServerDryRun(t *testing.T) {
 }
 
 // TestArtifactsConsistent checks that the manifests agree with each other:
-// the Service selects the Deployment's pods and targets a port it names, the
-// APIService points at the Service, and the Deployment runs as the
-// ServiceAccount the RBAC binds.
+// the Service selects ichor-apiserver's pods and targets a port it names, the
+// APIService points at the Service, each Deployment runs as its own
+// ServiceAccount, and the controller's RBAC binds that ServiceAccount where
+// the controller's flags say it works.
 func TestArtifactsConsistent(t *testing.T) {
 	_, _, docs := readArtifacts(t)
-	find := func(kind string) []byte {
+	find := func(kind, name string) []byte {
 		t.Helper()
 		for _, d := range docs {
-			if d.meta.Kind == kind {
+			if d.meta.Kind == kind && d.name == name {
 				return d.data
 			}
 		}
-		t.Fatalf("artifacts/ has no %s", kind)
+		t.Fatalf("artifacts/ has no %s %s", kind, name)
 		return nil
 	}
 	type servicePort struct {
@@ -304,8 +306,9 @@ func TestArtifactsConsistent(t *testing.T) {
 	for _, u := range []struct {
 		kind string
 		into any
-	}{{"Service", &svc}, {"Deployment", &deploy}, {"APIService", &apiSvc}, {"ServiceAccount", &sa}} {
-		if err := yaml.Unmarshal(find(u.kind), u.into); err != nil {
+		name string
+	}{{"Service", &svc, "ichor-apiserver"}, {"Deployment", &deploy, "ichor-apiserver"}, {"APIService", &apiSvc, harness.APIServiceName}, {"ServiceAccount", &sa, harness.IchorServiceAccount}} {
+		if err := yaml.Unmarshal(find(u.kind, u.name), u.into); err != nil {
 			t.Fatalf("%s: %v", u.kind, err)
 		}
 	}
@@ -339,6 +342,66 @@ func TestArtifactsConsistent(t *testing.T) {
 		sa.Name != harness.IchorServiceAccount || sa.Namespace != harness.IchorNamespace {
 		t.Errorf("Deployment %s/%s runs as %q; ServiceAccount is %s/%s", deploy.Metadata.Namespace, deploy.Metadata.Name,
 			deploy.Spec.Template.Spec.ServiceAccountName, sa.Namespace, sa.Name)
+	}
+
+	// ichor-controller: its own ServiceAccount, bound where its flags say it works.
+	var ctrlDeploy struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Template struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+				Spec     struct {
+					ServiceAccountName string `json:"serviceAccountName"`
+					Containers         []struct {
+						Args []string `json:"args"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(find("Deployment", controllerSA), &ctrlDeploy); err != nil {
+		t.Fatal(err)
+	}
+	var ctrlSA metav1.PartialObjectMetadata
+	if err := yaml.Unmarshal(find("ServiceAccount", controllerSA), &ctrlSA); err != nil {
+		t.Fatal(err)
+	}
+	if ctrlDeploy.Spec.Template.Spec.ServiceAccountName != controllerSA || ctrlSA.Namespace != ctrlDeploy.Metadata.Namespace ||
+		ctrlSA.Namespace != harness.IchorNamespace {
+		t.Errorf("ichor-controller runs as %s/%s; its ServiceAccount is %s/%s", ctrlDeploy.Metadata.Namespace,
+			ctrlDeploy.Spec.Template.Spec.ServiceAccountName, ctrlSA.Namespace, ctrlSA.Name)
+	}
+	if ctrlLabels := ctrlDeploy.Spec.Template.Metadata.Labels; labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(ctrlLabels)) {
+		t.Errorf("the ichor-apiserver Service selects ichor-controller's pods (%v)", ctrlLabels)
+	}
+	flags := map[string]string{}
+	for _, c := range ctrlDeploy.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			k, v, _ := strings.Cut(a, "=")
+			flags[k] = v
+		}
+	}
+	if flags["--leader-elect"] != "true" {
+		t.Errorf("ichor-controller runs without leader election: %v", flags)
+	}
+	for _, b := range []struct{ name, namespace string }{
+		{"ichor-controller-leader-election", flags["--leader-election-namespace"]},
+		{"ichor-controller-discovery", flags["--discovery-namespace"]},
+	} {
+		var rb rbacv1.RoleBinding
+		if err := yaml.Unmarshal(find("RoleBinding", b.name), &rb); err != nil {
+			t.Fatal(err)
+		}
+		if rb.Namespace != b.namespace || len(rb.Subjects) != 1 || rb.Subjects[0].Name != controllerSA || rb.Subjects[0].Namespace != ctrlSA.Namespace {
+			t.Errorf("RoleBinding %s/%s binds %+v; the controller works in %q as %s/%s", rb.Namespace, rb.Name, rb.Subjects, b.namespace, ctrlSA.Namespace, controllerSA)
+		}
+	}
+	var crb rbacv1.ClusterRoleBinding
+	if err := yaml.Unmarshal(find("ClusterRoleBinding", controllerSA), &crb); err != nil {
+		t.Fatal(err)
+	}
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Name != controllerSA || crb.Subjects[0].Namespace != ctrlSA.Namespace || crb.RoleRef.Name != controllerSA {
+		t.Errorf("ClusterRoleBinding %s binds %+v to %s", crb.Name, crb.Subjects, crb.RoleRef.Name)
 	}
 }
 
@@ -385,6 +448,33 @@ func leastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
 	return v
 }
 
+// secretsHolder is the one role that may touch Secrets: ichor-controller
+// reads each cluster's secrets bundle by name and creates the ones it
+// generates. secretsHolderVerbs is all it may do with them: no list or watch
+// (bundles are never cached), no update or delete.
+const secretsHolder = "ichor-controller"
+
+var secretsHolderVerbs = []string{"get", "create"}
+
+// splitSecretsHolderRules separates, in the secrets holder's rules, those
+// that grant exactly core Secrets with some of secretsHolderVerbs from the
+// rest, which are held to leastPrivilegeViolations like every other rule: a
+// Secret rule granting more, or mixing Secrets with anything else, stays
+// there and is reported.
+func splitSecretsHolderRules(rules []rbacv1.PolicyRule) (secretRules, rest []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		exact := slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"secrets"}) &&
+			len(r.Verbs) > 0 && len(r.NonResourceURLs) == 0 &&
+			!slices.ContainsFunc(r.Verbs, func(v string) bool { return !slices.Contains(secretsHolderVerbs, v) })
+		if exact {
+			secretRules = append(secretRules, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return secretRules, rest
+}
+
 // bindingViolations lists what is wrong with a binding's roleRef.
 func bindingViolations(binding string, ref rbacv1.RoleRef) []string {
 	if ref.Name == "cluster-admin" {
@@ -424,6 +514,29 @@ func TestLeastPrivilegeChecker(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The secrets holder's exception is exactly get and create on core Secrets.
+	for _, tc := range []struct {
+		name    string
+		rule    rbacv1.PolicyRule
+		allowed bool
+	}{
+		{"get and create", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create"}}, true},
+		{"get by name", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"b"}}, true},
+		{"list", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}}, false},
+		{"delete", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}}, false},
+		{"wildcard verb", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}}, false},
+		{"mixed with configmaps", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"get"}}, false},
+		{"another group", rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{"secrets"}, Verbs: []string{"get"}}, false},
+		{"no verbs", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}}, false},
+	} {
+		secretRules, rest := splitSecretsHolderRules([]rbacv1.PolicyRule{good, tc.rule})
+		if got := len(secretRules) == 1; got != tc.allowed {
+			t.Errorf("secrets holder %s: allowed %v, want %v", tc.name, got, tc.allowed)
+		}
+		if !tc.allowed && len(leastPrivilegeViolations("holder", rest)) == 0 {
+			t.Errorf("secrets holder %s: not reported", tc.name)
+		}
 	}
 	if got := bindingViolations("b", rbacv1.RoleRef{Kind: "ClusterRole", Name: "cluster-admin"}); len(got) != 1 {
 		t.Errorf("a binding to cluster-admin is not reported: %q", got)
@@ -499,6 +612,8 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	defer cancel()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	_, _, docs := readArtifacts(t)
+	// The harness installs ichor-apiserver's access; the controller's is installed here.
+	installControllerRBAC(ctx, t)
 
 	// The manifests.
 	type roleRef struct{ kind, namespace, name string }
@@ -513,7 +628,14 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 			if err := yaml.UnmarshalStrict(d.data, &r); err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			violations = leastPrivilegeViolations(where, r.Rules)
+			rules := r.Rules
+			if r.Name == secretsHolder {
+				var secretRules []rbacv1.PolicyRule
+				if secretRules, rules = splitSecretsHolderRules(rules); len(secretRules) == 0 {
+					t.Errorf("%s: grants no Secret access, yet reads and generates bundles", where)
+				}
+			}
+			violations = leastPrivilegeViolations(where, rules)
 			// An aggregated role's rules belong to the clusterrole-aggregation
 			// controller: even `rules: []` makes a server-side re-apply conflict
 			// with it, or wipe the rules when forced.
@@ -589,6 +711,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		default:
 			t.Fatalf("binding to a %s", ref.kind)
 		}
+		if ref.kind == "ClusterRole" && ref.name == secretsHolder {
+			_, rules = splitSecretsHolderRules(rules)
+		}
 		for _, v := range leastPrivilegeViolations("live "+ref.kind+" "+ref.name, rules) {
 			t.Error(v)
 		}
@@ -661,5 +786,43 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	}
 	if !allowed(ctx, t, kube, saUser, saGroups, access{resource: "configmaps", verb: "get", name: "extension-apiserver-authentication"}, "kube-system") {
 		t.Errorf("%s may not read kube-system/extension-apiserver-authentication", saUser)
+	}
+
+	// ichor-controller: what it needs, and as kube-apiserver decides, no more.
+	for _, c := range []struct {
+		a         access
+		namespace string
+		want      bool
+	}{
+		{access{resource: "secrets", verb: "get"}, "", true},
+		{access{resource: "secrets", verb: "create"}, "", true},
+		{access{resource: "secrets", verb: "list"}, "", false},
+		{access{resource: "secrets", verb: "watch"}, "", false},
+		{access{resource: "secrets", verb: "update"}, "", false},
+		{access{resource: "secrets", verb: "delete"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "watch"}, "", true},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "update"}, "", true},
+		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "update"}, "", true},
+		{access{group: "ichor.dev", resource: "ichorinstallations", subresource: "status", verb: "update"}, "", true},
+		// It writes status, never spec, and deletes nothing.
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "update"}, "", false},
+		{access{group: "ichor.dev", resource: "talosclusters", verb: "patch"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "delete"}, "", false},
+		// It creates discovered machines only in its discovery namespace.
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, harness.IchorNamespace, true},
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, "default", false},
+		// Approval is a person's decision.
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "approve"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "update"}, "", false},
+		// Its own Lease, no other.
+		{access{group: "coordination.k8s.io", resource: "leases", verb: "update", name: "ichor-controller"}, harness.IchorNamespace, true},
+		{access{group: "coordination.k8s.io", resource: "leases", verb: "update", name: "kube-controller-manager"}, "kube-system", false},
+		{access{group: "coordination.k8s.io", resource: "leases", verb: "update", name: "other"}, harness.IchorNamespace, false},
+		{access{group: "events.k8s.io", resource: "events", verb: "create"}, "", true},
+		{access{resource: "serviceaccounts", verb: "impersonate"}, "", false},
+	} {
+		if got := allowed(ctx, t, kube, controllerUser, controllerGroups, c.a, c.namespace); got != c.want {
+			t.Errorf("%s may %s in namespace %q: %v, want %v", controllerUser, c.a, c.namespace, got, c.want)
+		}
 	}
 }

@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/discovery"
+	"ichor.dev/ichor/pkg/controller/talosmachine"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// EventSource is the reporting controller of ichor-controller's Events.
+const EventSource = "ichor-controller"
+
+// readyzCacheTimeout bounds how long /readyz waits for the caches.
+const readyzCacheTimeout = time.Second
+
+// NewScheme knows the built-in kinds the controller touches and ichor.dev/v1alpha1.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager builds the controller manager with every reconciler registered.
+func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Client: client.Options{Cache: &client.CacheOptions{
+			// Secrets are read one by one, never listed or watched: the
+			// controller holds no RBAC for that, and caches no bundles.
+			DisableFor: []client.Object{&corev1.Secret{}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	recorder := mgr.GetEventRecorder(EventSource)
+	dialer := talos.Machinery{}
+
+	reconcilers := []interface{ SetupWithManager(ctrl.Manager) error }{
+		&clustersecrets.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Scheme: scheme, Recorder: recorder,
+		},
+		&talosmachine.Reconciler{
+			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,
+			Options: talosmachine.Options{
+				ContactTimeout:          o.MachineContactTimeout,
+				RecheckInterval:         o.MachineRecheckInterval,
+				MaxConcurrentReconciles: o.MachineConcurrency,
+			},
+		},
+		&discovery.Reconciler{
+			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,
+			Options: discovery.Options{
+				Namespace:       o.DiscoveryNamespace,
+				ProbesPerSecond: o.ScanProbesPerSecond,
+				Parallelism:     o.ScanParallelism,
+				ContactTimeout:  o.MachineContactTimeout,
+			},
+		},
+	}
+	for _, r := range reconcilers {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("set up %T: %w", r, err)
+		}
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), readyzCacheTimeout)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return fmt.Errorf("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// Run runs the controller manager until ctx ends.
+func (o *Options) Run(ctx context.Context, cfg *rest.Config) error {
+	mgr, err := o.NewManager(cfg)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("Starting ichor-controller",
+		"leaderElection", o.LeaderElect, "leaseNamespace", o.LeaderElectionNamespace, "leaseName", o.LeaderElectionID,
+		"discoveryNamespace", o.DiscoveryNamespace)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,138 @@
+// Package controller is ichor-controller's command line: its options, and
+// how they become a running controller manager (Validate, then Run).
+package controller
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Defaults that match artifacts/controller-rbac.yaml and controller-deployment.yaml.
+const (
+	DefaultNamespace        = "ichor-system"
+	DefaultLeaderElectionID = "ichor-controller"
+)
+
+// Options are everything ichor-controller can be told on its command line.
+type Options struct {
+	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
+	HealthProbeBindAddress string
+
+	// LeaderElect makes replicas elect one active manager.
+	LeaderElect             bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+
+	// DiscoveryNamespace is where machines found on provisioning networks
+	// are created.
+	DiscoveryNamespace string
+	// ScanProbesPerSecond and ScanParallelism pace provisioning-network scans.
+	ScanProbesPerSecond float64
+	ScanParallelism     int
+
+	// MachineContactTimeout bounds one contact with a node.
+	MachineContactTimeout time.Duration
+	// MachineRecheckInterval is how often a machine awaiting approval is
+	// checked for still presenting its pinned certificate.
+	MachineRecheckInterval time.Duration
+	// MachineConcurrency is how many machines are contacted at once.
+	MachineConcurrency int
+
+	// Log configures the structured (zap) logger; klog, which client-go
+	// logs through, writes to it as well.
+	Log zap.Options
+}
+
+// NewOptions returns options with ichor-controller's defaults.
+func NewOptions() *Options {
+	return &Options{
+		MetricsBindAddress:      ":8080",
+		HealthProbeBindAddress:  ":8081",
+		LeaderElect:             true,
+		LeaderElectionID:        DefaultLeaderElectionID,
+		LeaderElectionNamespace: DefaultNamespace,
+		DiscoveryNamespace:      DefaultNamespace,
+		ScanProbesPerSecond:     50,
+		ScanParallelism:         16,
+		MachineContactTimeout:   20 * time.Second,
+		MachineRecheckInterval:  time.Minute,
+		MachineConcurrency:      4,
+	}
+}
+
+// AddFlags registers the options' flags, and the --kubeconfig flag of
+// controller-runtime's standard configuration loading (--kubeconfig, then
+// $KUBECONFIG, then the in-cluster ServiceAccount, then ~/.kube/config).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
+		fs.AddGoFlag(f)
+	}
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
+		`Address the Prometheus metrics endpoint binds to; "0" turns it off.`)
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress,
+		`Address /healthz and /readyz bind to; "0" turns them off.`)
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect,
+		"Elect one active manager among replicas through a Lease.")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID,
+		"Name of the leader-election Lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace,
+		"Namespace of the leader-election Lease.")
+	fs.StringVar(&o.DiscoveryNamespace, "discovery-namespace", o.DiscoveryNamespace,
+		"Namespace TalosMachines found on provisioning networks are created in; the controller must be allowed to create TalosMachines there.")
+	fs.Float64Var(&o.ScanProbesPerSecond, "scan-probes-per-second", o.ScanProbesPerSecond,
+		"New connections per second while scanning provisioning networks.")
+	fs.IntVar(&o.ScanParallelism, "scan-parallelism", o.ScanParallelism,
+		"Connections in flight while scanning provisioning networks.")
+	fs.DurationVar(&o.MachineContactTimeout, "machine-contact-timeout", o.MachineContactTimeout,
+		"Time limit of one contact with a node's Talos API.")
+	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
+		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
+	fs.IntVar(&o.MachineConcurrency, "machine-concurrency", o.MachineConcurrency,
+		"How many machines are contacted at once.")
+	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.Log.BindFlags(zfs)
+	fs.AddGoFlagSet(zfs)
+}
+
+// Validate reports every invalid option at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.LeaderElect {
+		if o.LeaderElectionID == "" || o.LeaderElectionNamespace == "" {
+			errs = append(errs, errors.New("--leader-elect needs --leader-election-id and --leader-election-namespace"))
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(o.LeaderElectionID) {
+			errs = append(errs, fmt.Errorf("--leader-election-id %q: %s", o.LeaderElectionID, msg))
+		}
+	}
+	for _, msg := range validation.IsDNS1123Label(o.DiscoveryNamespace) {
+		errs = append(errs, fmt.Errorf("--discovery-namespace %q: %s", o.DiscoveryNamespace, msg))
+	}
+	if o.ScanProbesPerSecond <= 0 {
+		errs = append(errs, fmt.Errorf("--scan-probes-per-second must be positive, not %v", o.ScanProbesPerSecond))
+	}
+	for _, c := range []struct {
+		flag string
+		ok   bool
+	}{
+		{"--scan-parallelism", o.ScanParallelism > 0},
+		{"--machine-concurrency", o.MachineConcurrency > 0},
+		{"--machine-contact-timeout", o.MachineContactTimeout > 0},
+		{"--machine-recheck-interval", o.MachineRecheckInterval > 0},
+	} {
+		if !c.ok {
+			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))
+		}
+	}
+	return utilerrors.NewAggregate(errs)
+}

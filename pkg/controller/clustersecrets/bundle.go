@@ -1,0 +1,58 @@
+package clustersecrets
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
+)
+
+// BundleKey is the key of the bundle in its Secret: the file name
+// `talosctl gen secrets` writes, so a bundle made by hand is stored with
+// `kubectl create secret generic NAME --from-file=secrets.yaml`.
+const BundleKey = "secrets.yaml"
+
+// errNotABundle says a Secret's data is not a bundle, without quoting it:
+// YAML errors quote the text they could not read, and that text is secret.
+var errNotABundle = errors.New("key " + BundleKey + " does not hold a Talos secrets bundle in YAML")
+
+// generate makes a new bundle for a cluster running talosVersion, with
+// machinery's secrets package, and encodes it as `talosctl gen secrets` does.
+func generate(talosVersion string, now time.Time) ([]byte, error) {
+	contract, err := config.ParseContractFromVersion(talosVersion)
+	if err != nil {
+		return nil, fmt.Errorf("talos version %q: %w", talosVersion, err)
+	}
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(now), contract)
+	if err != nil {
+		return nil, fmt.Errorf("generate secrets bundle: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	if err := enc.Encode(bundle); err != nil {
+		return nil, fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// parse reads and validates a bundle. Its errors name fields, never values.
+func parse(data []byte) (*secrets.Bundle, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("key %s is missing or empty", BundleKey)
+	}
+	bundle := &secrets.Bundle{Clock: secrets.NewClock()}
+	if err := yaml.Unmarshal(data, bundle); err != nil {
+		return nil, errNotABundle
+	}
+	if err := bundle.Validate(); err != nil {
+		return nil, fmt.Errorf("the bundle in key %s is incomplete: %w", BundleKey, err)
+	}
+	return bundle, nil
+}

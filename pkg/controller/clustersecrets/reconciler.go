@@ -1,0 +1,228 @@
+// Package clustersecrets makes sure every TalosCluster has its secrets
+// bundle (the Talos, Kubernetes and etcd CAs, keys and tokens the cluster's
+// configs are rendered from). A cluster that names a Secret in
+// spec.secretsRef uses that one; a cluster that names none gets a bundle
+// generated with machinery's secrets package into <cluster>-secrets, owned by
+// the cluster. Its SecretsReady condition says which, or what is wrong.
+//
+// The bundle is read and written here and nowhere else. It never appears in
+// a log line, an Event, a status or an error message: those name the Secret
+// and the fields that are wrong, never values. Secrets are read with a
+// client that does not cache, so the controller needs neither list nor
+// watch on them.
+package clustersecrets
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "taloscluster-secrets"
+
+// The SecretsReady condition and its reasons.
+const (
+	ConditionSecretsReady = "SecretsReady"
+	ReasonGenerated       = "Generated"
+	ReasonProvided        = "Provided"
+	ReasonSecretNotFound  = "SecretNotFound"
+	ReasonSecretConflict  = "SecretConflict"
+	ReasonInvalidBundle   = "InvalidBundle"
+)
+
+// EventSecretsGenerated is the Normal Event of a new bundle; the failures
+// are Warning Events with the condition's reason.
+const EventSecretsGenerated = "SecretsGenerated"
+
+// SecretType marks the Secrets Ichor generates.
+const SecretType corev1.SecretType = "ichor.dev/talos-secrets-bundle"
+
+// Defaults of the Reconciler's intervals.
+const (
+	DefaultResyncInterval = 10 * time.Minute
+	DefaultRetryInterval  = 30 * time.Second
+)
+
+// SecretName is the Secret holding cluster's bundle.
+func SecretName(cluster *v1alpha1.TalosCluster) string {
+	if ref := cluster.Spec.SecretsRef; ref != nil {
+		return ref.Name
+	}
+	return cluster.Name + "-secrets"
+}
+
+// Reconciler gives each TalosCluster its secrets bundle.
+type Reconciler struct {
+	// Client reads TalosClusters (cached) and writes Secrets and status.
+	Client client.Client
+	// Secrets reads Secrets without a cache.
+	Secrets  client.Reader
+	Scheme   *runtime.Scheme
+	Recorder events.EventRecorder
+	// ResyncInterval is how often a cluster with a good bundle is checked
+	// again; RetryInterval, one without. Secrets are not watched, so these
+	// are how a Secret created, fixed or deleted later is noticed.
+	ResyncInterval, RetryInterval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler; it wakes on spec changes, not
+// on the status it writes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.ResyncInterval <= 0 {
+		r.ResyncInterval = DefaultResyncInterval
+	}
+	if r.RetryInterval <= 0 {
+		r.RetryInterval = DefaultRetryInterval
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// Reconcile checks, or generates, one cluster's bundle.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster v1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	name := SecretName(&cluster)
+	logger := log.FromContext(ctx).WithValues("secret", name)
+
+	cond, err := r.ensureBundle(ctx, &cluster, name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	prev := meta.FindStatusCondition(cluster.Status.Conditions, ConditionSecretsReady)
+	changed := prev == nil || prev.Status != cond.Status || prev.Reason != cond.Reason
+	if err := r.writeStatus(ctx, &cluster, cond); err != nil {
+		return ctrl.Result{}, err
+	}
+	if changed {
+		r.announce(&cluster, cond)
+		logger.Info("Secrets bundle checked", "ready", cond.Status, "reason", cond.Reason)
+	}
+	if cond.Status != metav1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: r.RetryInterval}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.ResyncInterval}, nil
+}
+
+// ensureBundle finds, checks or generates the bundle and says how it went.
+func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) (metav1.Condition, error) {
+	generated := cluster.Spec.SecretsRef == nil
+	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) (metav1.Condition, error) {
+		return metav1.Condition{Type: ConditionSecretsReady, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
+	}
+
+	var secret corev1.Secret
+	err := r.Secrets.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &secret)
+	switch {
+	case apierrors.IsNotFound(err) && generated:
+		if err := r.generate(ctx, cluster, name); err != nil {
+			return metav1.Condition{}, err
+		}
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsGenerated, "GenerateSecretsBundle",
+			"Generated a secrets bundle for Talos %s into Secret %s", cluster.Spec.TalosVersion, name)
+		return cond(metav1.ConditionTrue, ReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+	case apierrors.IsNotFound(err):
+		return cond(metav1.ConditionFalse, ReasonSecretNotFound,
+			"Secret %s named by spec.secretsRef does not exist; create it with the bundle in key %s (talosctl gen secrets), or clear spec.secretsRef to have one generated",
+			name, BundleKey)
+	case err != nil:
+		return metav1.Condition{}, fmt.Errorf("read Secret %s/%s: %w", cluster.Namespace, name, err)
+	case generated && !metav1.IsControlledBy(&secret, cluster):
+		return cond(metav1.ConditionFalse, ReasonSecretConflict,
+			"Secret %s exists but was not generated for this cluster; it is neither used nor overwritten. Delete it, or name it in spec.secretsRef to use it",
+			name)
+	}
+	if _, err := parse(secret.Data[BundleKey]); err != nil {
+		return cond(metav1.ConditionFalse, ReasonInvalidBundle, "Secret %s: %v", name, err)
+	}
+	if generated {
+		return cond(metav1.ConditionTrue, ReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+	}
+	return cond(metav1.ConditionTrue, ReasonProvided, "the bundle is read from Secret %s", name)
+}
+
+// generate writes a new bundle into Secret name, controlled by cluster so
+// that it goes when the cluster goes.
+func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) error {
+	data, err := generate(cluster.Spec.TalosVersion, r.Now())
+	if err != nil {
+		return fmt.Errorf("TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: cluster.Namespace,
+			Name:      name,
+			Labels: map[string]string{
+				"app.kubernetes.io/managed-by": "ichor-controller",
+				"ichor.dev/cluster":            cluster.Name,
+			},
+		},
+		Type: SecretType,
+		Data: map[string][]byte{BundleKey: data},
+	}
+	if err := controllerutil.SetControllerReference(cluster, secret, r.Scheme); err != nil {
+		return fmt.Errorf("own Secret %s/%s: %w", cluster.Namespace, name, err)
+	}
+	if err := r.Client.Create(ctx, secret); err != nil {
+		return fmt.Errorf("create Secret %s/%s: %w", cluster.Namespace, name, err)
+	}
+	return nil
+}
+
+// writeStatus records cond, the observed generation and, while the cluster
+// has no phase yet, Pending.
+func (r *Reconciler) writeStatus(ctx context.Context, cluster *v1alpha1.TalosCluster, cond metav1.Condition) error {
+	before := cluster.Status.DeepCopy()
+	cond.ObservedGeneration = cluster.Generation
+	cond.LastTransitionTime = metav1.NewTime(r.Now())
+	meta.SetStatusCondition(&cluster.Status.Conditions, cond)
+	cluster.Status.ObservedGeneration = cluster.Generation
+	if cluster.Status.Phase == "" {
+		cluster.Status.Phase = v1alpha1.ClusterPhasePending
+	}
+	if equality.Semantic.DeepEqual(before, &cluster.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Update(ctx, cluster); err != nil {
+		return fmt.Errorf("update status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	return nil
+}
+
+// announce emits the Event of a new SecretsReady state.
+func (r *Reconciler) announce(cluster *v1alpha1.TalosCluster, cond metav1.Condition) {
+	if cond.Status == metav1.ConditionTrue {
+		return // a generation has its own Event; a provided bundle needs none
+	}
+	r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, cond.Reason, "CheckSecretsBundle", "%s", cond.Message)
+}

@@ -1,0 +1,145 @@
+package intake
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// Change says what Record changed that people should hear about.
+type Change struct {
+	// Pinned: the certificate of first contact was pinned.
+	Pinned bool
+	// Mismatch: the node presents another certificate than the pinned one,
+	// and did not at the previous contact (or presented yet another).
+	Mismatch *talos.FingerprintMismatchError
+	// Unreachable: the node stopped answering (or never did).
+	Unreachable bool
+	// Recovered: the node answers again with the pinned certificate.
+	Recovered bool
+}
+
+// Record writes the outcome of a contact into a machine's status at now:
+// the pin on first contact, facts, conditions, phase and observedGeneration.
+// It never changes a pin that is already set.
+func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now metav1.Time) Change {
+	var ch Change
+	// A copy: setting conditions below updates the slice in place.
+	var wasReachable *metav1.Condition
+	if c := meta.FindStatusCondition(s.Conditions, ConditionReachable); c != nil {
+		wasReachable = c.DeepCopy()
+	}
+	set := func(condType string, status metav1.ConditionStatus, reason, message string) {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: condType, Status: status, Reason: reason, Message: message,
+			ObservedGeneration: generation, LastTransitionTime: now,
+		})
+	}
+
+	mismatch, isMismatch := r.Mismatch()
+	switch {
+	case r.Err == nil:
+		if s.Maintenance == nil {
+			s.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: r.Fingerprint, SeenAt: now}
+			ch.Pinned = true
+			set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonPinnedOnFirstContact,
+				fmt.Sprintf("pinned SPKI fingerprint %s, presented by the node at %s at first contact", r.Fingerprint, r.Address))
+		} else if c := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified); c == nil || c.Status != metav1.ConditionTrue {
+			set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonMatchesPin,
+				fmt.Sprintf("the node at %s presents the pinned certificate", r.Address))
+		}
+		s.Hardware = hardwareStatus(r.Facts)
+		if validVersion(r.Facts.TalosVersion) {
+			s.TalosVersion = r.Facts.TalosVersion
+		}
+		set(ConditionReachable, metav1.ConditionTrue, ReasonContacted,
+			fmt.Sprintf("the maintenance API at %s answered", r.Address))
+		ch.Recovered = wasReachable != nil && wasReachable.Status == metav1.ConditionFalse
+
+	case isMismatch:
+		msg := mismatch.Error() + "; nothing is sent to it"
+		prev := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified)
+		if prev == nil || prev.Status != metav1.ConditionFalse || prev.Message != msg {
+			ch.Mismatch = mismatch
+		}
+		set(ConditionCertificateVerified, metav1.ConditionFalse, ReasonCertificateMismatch, msg)
+		set(ConditionReachable, metav1.ConditionFalse, ReasonCertificateMismatch,
+			fmt.Sprintf("something answers at %s, but not with the machine's pinned certificate", r.Address))
+
+	default:
+		if meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified) == nil {
+			set(ConditionCertificateVerified, metav1.ConditionUnknown, ReasonNotContacted, "the node has not been reached yet")
+		}
+		set(ConditionReachable, metav1.ConditionFalse, ReasonConnectionFailed, r.Err.Error())
+		ch.Unreachable = wasReachable == nil || wasReachable.Status != metav1.ConditionFalse ||
+			wasReachable.Reason != ReasonConnectionFailed
+	}
+
+	recordApproval(s, generation, now)
+	s.Phase = phase(s)
+	s.ObservedGeneration = generation
+	return ch
+}
+
+// recordApproval mirrors status.approval in the Approved condition.
+func recordApproval(s *v1alpha1.TalosMachineStatus, generation int64, now metav1.Time) {
+	c := metav1.Condition{Type: ConditionApproved, ObservedGeneration: generation, LastTransitionTime: now}
+	switch a := s.Approval; {
+	case a == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonAwaitingApproval, "awaiting an operator's approval"
+	case a.Decision == v1alpha1.ApprovalApproved:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonApproved, "approved by "+a.By
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonRejected, "rejected by "+a.By+"; it is never configured"
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+// phase summarises intake's conditions: a machine that does not answer with
+// its pinned certificate is Unreachable; otherwise it is where approval left it.
+func phase(s *v1alpha1.TalosMachineStatus) v1alpha1.MachinePhase {
+	switch {
+	case !meta.IsStatusConditionTrue(s.Conditions, ConditionReachable):
+		return v1alpha1.MachinePhaseUnreachable
+	case s.Approval == nil:
+		return v1alpha1.MachinePhasePendingApproval
+	case s.Approval.Decision == v1alpha1.ApprovalApproved:
+		return v1alpha1.MachinePhaseApproved
+	default:
+		return v1alpha1.MachinePhaseRejected
+	}
+}
+
+// hardwareStatus is the API form of facts.
+func hardwareStatus(f *talos.Facts) *v1alpha1.HardwareStatus {
+	hw := &v1alpha1.HardwareStatus{UUID: f.UUID, Serial: f.Serial}
+	for _, d := range f.Disks {
+		size := int64(math.MaxInt64)
+		if d.SizeBytes < math.MaxInt64 {
+			size = int64(d.SizeBytes)
+		}
+		hw.Disks = append(hw.Disks, v1alpha1.Disk{Path: d.Path, SizeBytes: size, Model: d.Model, Serial: d.Serial})
+	}
+	for _, a := range f.Addresses {
+		hw.Addresses = append(hw.Addresses, a.String())
+	}
+	return hw
+}
+
+// validVersion is true for what the API accepts as status.talosVersion; a
+// node reporting anything else keeps its previous version in status rather
+// than having the whole status update refused.
+func validVersion(v string) bool {
+	if !strings.HasPrefix(v, "v") {
+		return false
+	}
+	_, err := utilversion.ParseSemantic(v)
+	return err == nil
+}

@@ -1,0 +1,257 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/harness"
+)
+
+// The controller's ServiceAccount, as artifacts/controller-rbac.yaml names it.
+const (
+	controllerSA     = "ichor-controller"
+	controllerUser   = "system:serviceaccount:" + harness.IchorNamespace + ":" + controllerSA
+	controllerWait   = 90 * time.Second
+	controllerPoll   = 200 * time.Millisecond
+	controllerRBAC   = "controller-rbac.yaml"
+	controllerFields = "ichor-controller-test"
+)
+
+// controllerGroups are the groups a token of that ServiceAccount carries.
+var controllerGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + harness.IchorNamespace}
+
+// installControllerRBAC applies artifacts/controller-rbac.yaml for real, as
+// an installation would; applying it again changes nothing.
+func installControllerRBAC(ctx context.Context, t testing.TB) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "--field-manager="+controllerFields,
+		"-f", filepath.Join(root, "artifacts", controllerRBAC)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer collects the controller's log lines for the test to search.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// controllerLog is everything the in-process controllers logged; set once,
+// as controller-runtime's logger is process-wide.
+var (
+	controllerLog     syncBuffer
+	controllerLogOnce sync.Once
+)
+
+// startController runs ichor-controller's manager in this process, from
+// its real options, as its ServiceAccount (impersonated, so kube-apiserver
+// and ichor-apiserver authorize every request against the artifacts' RBAC),
+// and stops it when the test ends. It returns the address of its health probes.
+func startController(t *testing.T, tune func(*ctrlcmd.Options)) string {
+	t.Helper()
+	controllerLogOnce.Do(func() {
+		ctrl.SetLogger(zap.New(zap.WriteTo(&controllerLog), zap.Level(zapcore.DebugLevel)))
+	})
+	probes := freeLoopbackAddress(t)
+	o := ctrlcmd.NewOptions()
+	o.MetricsBindAddress = "0"
+	o.HealthProbeBindAddress = probes
+	tune(o)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := o.NewManager(cp.ConfigFor(controllerUser, controllerGroups...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("controller manager: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("controller manager still running 30s after it was stopped")
+		}
+		if t.Failed() {
+			t.Logf("controller log:\n%s", controllerLog.String())
+		}
+	})
+	return probes
+}
+
+// freeLoopbackAddress is a 127.0.0.1 port nothing listens on.
+func freeLoopbackAddress(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// waitHTTP polls url until it answers 200.
+func waitHTTP(ctx context.Context, t testing.TB, url string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (last: %s)", url, err, last)
+	}
+}
+
+// waitMachine polls a TalosMachine until done accepts it, and returns it.
+func waitMachine(ctx context.Context, t testing.TB, ns, name, what string, done func(*v1alpha1.TalosMachine) bool) *v1alpha1.TalosMachine {
+	t.Helper()
+	client := apiClient(t).IchorV1alpha1().TalosMachines(ns)
+	var last *v1alpha1.TalosMachine
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		m, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = m
+		return done(m), nil
+	})
+	if err != nil {
+		t.Fatalf("TalosMachine %s/%s: waiting until %s: %v\nlast status: %+v", ns, name, what, err, describeStatus(last))
+	}
+	return last
+}
+
+// waitCluster polls a TalosCluster until its condition has status and reason.
+func waitCluster(ctx context.Context, t testing.TB, ns, name, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.TalosCluster {
+	t.Helper()
+	client := apiClient(t).IchorV1alpha1().TalosClusters(ns)
+	var last *v1alpha1.TalosCluster
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		c, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = c
+		got := meta.FindStatusCondition(c.Status.Conditions, condType)
+		return got != nil && got.Status == status && got.Reason == reason, nil
+	})
+	if err != nil {
+		var conds []metav1.Condition
+		if last != nil {
+			conds = last.Status.Conditions
+		}
+		t.Fatalf("TalosCluster %s/%s: waiting for %s=%s (%s): %v\nconditions: %+v", ns, name, condType, status, reason, err, conds)
+	}
+	return last
+}
+
+// hasCondition is true when m's condition condType has status and reason.
+func hasCondition(conds []metav1.Condition, condType string, status metav1.ConditionStatus, reason string) bool {
+	c := meta.FindStatusCondition(conds, condType)
+	return c != nil && c.Status == status && c.Reason == reason
+}
+
+func describeStatus(m *v1alpha1.TalosMachine) string {
+	if m == nil {
+		return "<never read>"
+	}
+	return fmt.Sprintf("phase=%s maintenance=%+v conditions=%+v", m.Status.Phase, m.Status.Maintenance, m.Status.Conditions)
+}
+
+// waitEvent polls the Events of the object named name in ns until one has
+// type and reason, and returns it.
+func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType, reason string) corev1.Event {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	var found corev1.Event
+	var seen []string
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			if e.InvolvedObject.Name != name {
+				continue
+			}
+			seen = append(seen, e.Type+"/"+e.Reason)
+			if e.Type == eventType && e.Reason == reason {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s Event %s for %s/%s: %v; seen %v", eventType, reason, ns, name, err, seen)
+	}
+	return found
+}
+
+// eventsText is every Event message in ns, for searching.
+func eventsText(ctx context.Context, t testing.TB, ns string) string {
+	t.Helper()
+	list, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, e := range list.Items {
+		b.WriteString(e.Reason + ": " + e.Message + "\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,457 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/discovery"
+	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// TestControllerIntake runs ichor-controller in this process as its own
+// ServiceAccount against simulated Talos nodes reached through the real
+// machinery client: machines created with kubectl are pinned with their
+// facts, an impostor at a pinned address gets nothing, an unreachable
+// machine says so and is taken in once it answers, a provisioning-network
+// scan creates machines for the nodes it finds, and clusters get their
+// secrets bundles without the bundle ever leaving its Secret.
+func TestControllerIntake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, t)
+	ns := cp.Namespace(t)
+	// Discovered machines go to ns: grant that as an admin choosing
+	// --discovery-namespace would, with the artifacts' role.
+	mustApply(ctx, t, fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ichor-controller-discovery, namespace: %s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ichor-controller-discovery}
+subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
+`, ns, controllerSA))
+
+	probes := startController(t, func(o *ctrlcmd.Options) {
+		o.DiscoveryNamespace = ns
+		o.MachineRecheckInterval = time.Second
+		o.MachineContactTimeout = 5 * time.Second
+	})
+	waitHTTP(ctx, t, "http://"+probes+"/healthz")
+	waitHTTP(ctx, t, "http://"+probes+"/readyz")
+
+	t.Run("pins the certificate and reads the facts", func(t *testing.T) { testIntakePins(ctx, t, ns) })
+	t.Run("an impostor at a pinned address gets nothing", func(t *testing.T) { testIntakeImpostor(ctx, t, ns) })
+	t.Run("an unreachable machine is retried", func(t *testing.T) { testIntakeUnreachable(ctx, t, ns) })
+	t.Run("provisioning networks are scanned", func(t *testing.T) { testIntakeScan(ctx, t, ns) })
+	t.Run("secrets bundles", func(t *testing.T) { testClusterSecrets(ctx, t, ns) })
+}
+
+// simNode starts a simulated node in maintenance mode, stopped when the test ends.
+func simNode(t *testing.T, opts talossim.Options) *talossim.Node {
+	t.Helper()
+	n, err := talossim.Start(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("start simulated node: %v", err)
+	}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// applyMachine creates a TalosMachine for address with kubectl, as a user would.
+func applyMachine(ctx context.Context, t *testing.T, ns, name, address string) {
+	t.Helper()
+	mustApply(ctx, t, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: %s, namespace: %s}
+spec: {address: "%s"}
+`, name, ns, address))
+}
+
+func pinnedTo(fingerprint string) func(*v1alpha1.TalosMachine) bool {
+	return func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Maintenance != nil && m.Status.Maintenance.CertificateFingerprint == fingerprint &&
+			m.Status.Phase == v1alpha1.MachinePhasePendingApproval
+	}
+}
+
+func testIntakePins(ctx context.Context, t *testing.T, ns string) {
+	nodes := map[string]*talossim.Node{}
+	for i, name := range []string{"node-a", "node-b"} {
+		nodes[name] = simNode(t, talossim.Options{
+			SystemUUID:   fmt.Sprintf("5f0e8d6a-1c2b-4a3d-8e9f-00000000000%d", i+1),
+			SystemSerial: fmt.Sprintf("SER-%d", i+1),
+			Disks: []talossim.Disk{
+				{Path: "/dev/sda", Size: 20 << 30, Model: "SIM DISK", Serial: fmt.Sprintf("D%d", i+1)},
+				{Path: "/dev/nvme0n1", Size: 200 << 30, Model: "SIM NVME", Serial: fmt.Sprintf("N%d", i+1)},
+			},
+			Addresses: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("10.5.0.%d/24", 11+i))},
+		})
+		applyMachine(ctx, t, ns, name, nodes[name].Addr())
+	}
+	for name, n := range nodes {
+		m := waitMachine(ctx, t, ns, name, "pinned and awaiting approval", pinnedTo(n.MaintenanceFingerprint()))
+		i := name[len(name)-1] - 'a' + 1
+		hw := m.Status.Hardware
+		if hw == nil || hw.UUID != fmt.Sprintf("5f0e8d6a-1c2b-4a3d-8e9f-00000000000%d", i) || hw.Serial != fmt.Sprintf("SER-%d", i) {
+			t.Errorf("%s: hardware %+v", name, hw)
+			continue
+		}
+		wantDisks := []v1alpha1.Disk{
+			{Path: "/dev/nvme0n1", SizeBytes: 200 << 30, Model: "SIM NVME", Serial: fmt.Sprintf("N%d", i)},
+			{Path: "/dev/sda", SizeBytes: 20 << 30, Model: "SIM DISK", Serial: fmt.Sprintf("D%d", i)},
+		}
+		if fmt.Sprint(hw.Disks) != fmt.Sprint(wantDisks) {
+			t.Errorf("%s: disks %+v, want %+v", name, hw.Disks, wantDisks)
+		}
+		if want := fmt.Sprintf("10.5.0.%d/24", 10+i); len(hw.Addresses) != 1 || hw.Addresses[0] != want {
+			t.Errorf("%s: addresses %v, want [%s]", name, hw.Addresses, want)
+		}
+		if m.Status.TalosVersion != talossim.DefaultVersion || m.Status.ObservedGeneration != m.Generation {
+			t.Errorf("%s: talosVersion %q, observedGeneration %d of %d", name, m.Status.TalosVersion, m.Status.ObservedGeneration, m.Generation)
+		}
+		for _, c := range []struct {
+			typ    string
+			status metav1.ConditionStatus
+			reason string
+		}{
+			{intake.ConditionReachable, metav1.ConditionTrue, intake.ReasonContacted},
+			{intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonPinnedOnFirstContact},
+			{intake.ConditionApproved, metav1.ConditionFalse, intake.ReasonAwaitingApproval},
+		} {
+			if !hasCondition(m.Status.Conditions, c.typ, c.status, c.reason) {
+				t.Errorf("%s: want %s=%s (%s) in %+v", name, c.typ, c.status, c.reason, m.Status.Conditions)
+			}
+		}
+		e := waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, intake.EventCertificatePinned)
+		if !strings.Contains(e.Message, n.MaintenanceFingerprint()) {
+			t.Errorf("%s: pin Event %q does not name the fingerprint", name, e.Message)
+		}
+	}
+	// kubectl shows the pin as users see it.
+	out := mustKubectl(ctx, t, "get", "talosmachines", "-n", ns, "node-a", "-o", "wide")
+	if fp := nodes["node-a"].MaintenanceFingerprint(); !strings.Contains(out, fp[:16]) || !strings.Contains(out, "PendingApproval") {
+		t.Errorf("kubectl get -o wide does not show the pin and phase:\n%s", out)
+	}
+}
+
+func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
+	n := simNode(t, talossim.Options{})
+	applyMachine(ctx, t, ns, "node-c", n.Addr())
+	waitMachine(ctx, t, ns, "node-c", "pinned", pinnedTo(n.MaintenanceFingerprint()))
+
+	if err := n.SetFaults(talossim.Faults{Impostor: true}); err != nil {
+		t.Fatal(err)
+	}
+	m := waitMachine(ctx, t, ns, "node-c", "the impostor is noticed", func(m *v1alpha1.TalosMachine) bool {
+		return hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch)
+	})
+	if m.Status.Maintenance.CertificateFingerprint != n.MaintenanceFingerprint() {
+		t.Errorf("the pin moved to %s", m.Status.Maintenance.CertificateFingerprint)
+	}
+	if m.Status.Phase != v1alpha1.MachinePhaseUnreachable ||
+		!hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonCertificateMismatch) {
+		t.Errorf("phase %s, conditions %+v", m.Status.Phase, m.Status.Conditions)
+	}
+	e := waitEvent(ctx, t, ns, "node-c", corev1.EventTypeWarning, intake.EventCertificateMismatch)
+	if !strings.Contains(e.Message, n.MaintenanceFingerprint()) || !strings.Contains(e.Message, "nothing was sent") {
+		t.Errorf("mismatch Event %q", e.Message)
+	}
+	if got := n.ImpostorConfigs(); len(got) != 0 {
+		t.Errorf("the impostor received %d configs", len(got))
+	}
+
+	// The real machine is back: it is verified again, still with its pin.
+	n.ClearFaults()
+	waitMachine(ctx, t, ns, "node-c", "the real node is verified again", func(m *v1alpha1.TalosMachine) bool {
+		return pinnedTo(n.MaintenanceFingerprint())(m) &&
+			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesPin)
+	})
+	waitEvent(ctx, t, ns, "node-c", corev1.EventTypeNormal, intake.EventReachable)
+}
+
+func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
+	n := simNode(t, talossim.Options{})
+	if err := n.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	applyMachine(ctx, t, ns, "node-d", n.Addr())
+	m := waitMachine(ctx, t, ns, "node-d", "unreachable", func(m *v1alpha1.TalosMachine) bool {
+		return hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonConnectionFailed)
+	})
+	if m.Status.Phase != v1alpha1.MachinePhaseUnreachable || m.Status.Maintenance != nil || m.Status.Hardware != nil {
+		t.Errorf("an unreachable machine: phase %s, maintenance %+v, hardware %+v", m.Status.Phase, m.Status.Maintenance, m.Status.Hardware)
+	}
+	waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, intake.EventUnreachable)
+
+	// It is retried after a backoff, not in a loop: the node answers again
+	// right away, but is contacted no sooner than the minimum backoff (5s,
+	// less a second for timestamps' precision) after the failed contact.
+	n.ClearFaults()
+	m = waitMachine(ctx, t, ns, "node-d", "pinned once it answers", pinnedTo(n.MaintenanceFingerprint()))
+	reached := conditionOf(m, intake.ConditionReachable)
+	if unreachableFor := reached.LastTransitionTime.Sub(m.CreationTimestamp.Time); unreachableFor < 4*time.Second {
+		t.Errorf("retried after %v, sooner than the minimum backoff", unreachableFor)
+	}
+	waitEvent(ctx, t, ns, "node-d", corev1.EventTypeNormal, intake.EventReachable)
+
+	// A port nobody listens on: the condition says so, and nothing is pinned.
+	applyMachine(ctx, t, ns, "node-e", freeLoopbackAddress(t))
+	m = waitMachine(ctx, t, ns, "node-e", "unreachable", func(m *v1alpha1.TalosMachine) bool {
+		return hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonConnectionFailed)
+	})
+	if c := conditionOf(m, intake.ConditionReachable); !strings.Contains(c.Message, m.Spec.Address) {
+		t.Errorf("Reachable message %q does not name the address", c.Message)
+	}
+}
+
+func conditionOf(m *v1alpha1.TalosMachine, condType string) metav1.Condition {
+	for _, c := range m.Status.Conditions {
+		if c.Type == condType {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// scanNodes starts count simulated nodes on the Talos API port of the first
+// addresses of a random loopback /29, so they are found only by scanning.
+func scanNodes(t *testing.T, count int) (netip.Prefix, []*talossim.Node) {
+	t.Helper()
+	for range 20 {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(100 + rand.IntN(150)), byte(rand.IntN(256)), byte(8 * rand.IntN(32))}), 29)
+		var nodes []*talossim.Node
+		a := p.Addr()
+		for range count {
+			a = a.Next()
+			n, err := talossim.Start(t.Context(), talossim.Options{ListenAddress: a.String() + ":" + v1alpha1.DefaultTalosAPIPort})
+			if err != nil {
+				break
+			}
+			nodes = append(nodes, n)
+		}
+		if len(nodes) == count {
+			for _, n := range nodes {
+				t.Cleanup(n.Stop)
+			}
+			return p, nodes
+		}
+		for _, n := range nodes {
+			n.Stop()
+		}
+	}
+	t.Fatal("no free loopback /29 for the scan")
+	return netip.Prefix{}, nil
+}
+
+func testIntakeScan(ctx context.Context, t *testing.T, ns string) {
+	network, nodes := scanNodes(t, 2)
+	client := apiClient(t).IchorV1alpha1()
+	install := &v1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
+		Spec: v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{
+			ProvisioningNetworks: []string{network.String()},
+			ScanInterval:         &metav1.Duration{Duration: 30 * time.Second},
+		}},
+	}
+	if _, err := client.IchorInstallations().Create(ctx, install, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create IchorInstallation: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = client.IchorInstallations().Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{})
+	})
+
+	for _, n := range nodes {
+		list, err := waitMachines(ctx, t, ns, n.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := list.Name
+		m := waitMachine(ctx, t, ns, name, "pinned by the scan", pinnedTo(n.MaintenanceFingerprint()))
+		if !strings.HasPrefix(name, "machine-") || m.Status.Hardware == nil || !strings.Contains(name, strings.ToLower(m.Status.Hardware.UUID)) {
+			t.Errorf("discovered machine %s is not named from its UUID (hardware %+v)", name, m.Status.Hardware)
+		}
+		if m.Labels["ichor.dev/discovered"] != "true" {
+			t.Errorf("discovered machine %s has labels %v", name, m.Labels)
+		}
+		waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, discovery.EventDiscovered)
+	}
+	var inst *v1alpha1.IchorInstallation
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		var err error
+		inst, err = client.IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+		return err == nil && hasCondition(inst.Status.Conditions, discovery.ConditionProvisioningNetworksScanned, metav1.ConditionTrue, discovery.ReasonScanned), nil
+	})
+	if err != nil {
+		t.Fatalf("no scan condition on the installation: %v; %+v", err, inst)
+	}
+	list, err := client.TalosMachines(ns).List(ctx, metav1.ListOptions{LabelSelector: "ichor.dev/discovered=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != len(nodes) {
+		t.Errorf("the scan created %d machines for %d nodes", len(list.Items), len(nodes))
+	}
+}
+
+// waitMachines waits for a TalosMachine in ns with address.
+func waitMachines(ctx context.Context, t *testing.T, ns, address string) (*v1alpha1.TalosMachine, error) {
+	client := apiClient(t).IchorV1alpha1().TalosMachines(ns)
+	var found *v1alpha1.TalosMachine
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		list, err := client.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Address == address {
+				found = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no TalosMachine for %s in %s: %w", address, ns, err)
+	}
+	return found, nil
+}
+
+// bundleYAML is a fresh bundle as talosctl gen secrets writes it.
+func bundleYAML(t *testing.T) []byte {
+	t.Helper()
+	contract, err := config.ParseContractFromVersion("v1.13.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := secrets.NewBundle(secrets.NewClock(), contract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func clusterYAML(ns, name, secretsRef string) string {
+	ref := ""
+	if secretsRef != "" {
+		ref = "\n  secretsRef: {name: " + secretsRef + "}"
+	}
+	return fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: %s, namespace: %s}
+spec:
+  talosVersion: v1.13.0
+  kubernetesVersion: v1.37.2
+  controlPlane: {endpoint: "https://10.5.0.2:6443"}%s
+`, name, ns, ref)
+}
+
+func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	secretsClient := kube.CoreV1().Secrets(ns)
+	provided := bundleYAML(t)
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "handmade"}, Data: map[string][]byte{clustersecrets.BundleKey: provided}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "garbled"}, Data: map[string][]byte{clustersecrets.BundleKey: []byte("certs: [not-a-bundle-9f2c")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "taken-secrets"}, StringData: map[string]string{"other": "data"}},
+	} {
+		if _, err := secretsClient.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustApply(ctx, t, strings.Join([]string{
+		clusterYAML(ns, "generated", ""),
+		clusterYAML(ns, "provided", "handmade"),
+		clusterYAML(ns, "missing", "nowhere"),
+		clusterYAML(ns, "invalid", "garbled"),
+		clusterYAML(ns, "taken", ""),
+	}, "---"))
+
+	// Generated: the Secret belongs to the cluster and holds a valid bundle.
+	c := waitCluster(ctx, t, ns, "generated", clustersecrets.ConditionSecretsReady, metav1.ConditionTrue, clustersecrets.ReasonGenerated)
+	if c.Status.Phase != v1alpha1.ClusterPhasePending || c.Status.ObservedGeneration != c.Generation {
+		t.Errorf("phase %s, observedGeneration %d of %d", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
+	}
+	gen, err := secretsClient.Get(ctx, "generated-secrets", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := metav1.GetControllerOf(gen); owner == nil || owner.UID != c.UID || owner.Kind != "TalosCluster" || owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
+		t.Errorf("generated Secret's controller is %+v, want TalosCluster %s", owner, c.UID)
+	}
+	if gen.Type != clustersecrets.SecretType {
+		t.Errorf("generated Secret has type %q", gen.Type)
+	}
+	var bundle secrets.Bundle
+	if err := yaml.Unmarshal(gen.Data[clustersecrets.BundleKey], &bundle); err != nil {
+		t.Fatalf("generated Secret does not hold a bundle: %v", err)
+	}
+	bundle.Clock = secrets.NewClock()
+	if err := bundle.Validate(); err != nil {
+		t.Fatalf("generated bundle is invalid: %v", err)
+	}
+	waitEvent(ctx, t, ns, "generated", corev1.EventTypeNormal, clustersecrets.EventSecretsGenerated)
+
+	waitCluster(ctx, t, ns, "provided", clustersecrets.ConditionSecretsReady, metav1.ConditionTrue, clustersecrets.ReasonProvided)
+	waitCluster(ctx, t, ns, "missing", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretNotFound)
+	waitEvent(ctx, t, ns, "missing", corev1.EventTypeWarning, clustersecrets.ReasonSecretNotFound)
+	invalid := waitCluster(ctx, t, ns, "invalid", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonInvalidBundle)
+	if msg := invalid.Status.Conditions[0].Message; strings.Contains(msg, "not-a-bundle-9f2c") {
+		t.Errorf("the condition quotes the Secret's data: %q", msg)
+	}
+	waitCluster(ctx, t, ns, "taken", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretConflict)
+	taken, err := secretsClient.Get(ctx, "taken-secrets", metav1.GetOptions{})
+	if err != nil || string(taken.Data["other"]) != "data" || len(taken.OwnerReferences) != 0 || len(taken.Data) != 1 {
+		t.Errorf("a Secret the controller did not make was changed: %v %+v", err, taken)
+	}
+	if _, err := secretsClient.Get(ctx, "nowhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a referenced Secret was created: %v", err)
+	}
+
+	// The bundles never leave their Secrets: not in a status, an Event or a log line.
+	for _, b := range []*secrets.Bundle{&bundle, mustParseBundle(t, provided)} {
+		secretsOf := []string{string(b.Certs.OS.Key), b.Secrets.BootstrapToken, b.TrustdInfo.Token, b.Cluster.Secret, string(b.Certs.K8s.Key)}
+		out := mustKubectl(ctx, t, "get", "talosclusters", "-n", ns, "-o", "yaml")
+		events := eventsText(ctx, t, ns)
+		logs := controllerLog.String()
+		for _, s := range secretsOf {
+			for where, text := range map[string]string{"TalosClusters": out, "Events": events, "the controller's log": logs} {
+				if s != "" && strings.Contains(text, s) {
+					t.Errorf("bundle material appears in %s", where)
+				}
+			}
+		}
+	}
+}
+
+func mustParseBundle(t *testing.T, data []byte) *secrets.Bundle {
+	t.Helper()
+	var b secrets.Bundle
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&b); err != nil {
+		t.Fatal(err)
+	}
+	return &b
+}
