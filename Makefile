@@ -7,8 +7,10 @@ CONTROLPLANE  := bash hack/build-controlplane.sh
 TALOSCTL      := bash hack/build-talosctl.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 20m
+# Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
+BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane test verify verify-codegen codegen fmt vet run clean
+.PHONY: all build controlplane test bench verify verify-codegen codegen fmt vet run clean
 
 all: build
 
@@ -23,12 +25,16 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 test: ## Run all tests with the race detector.
 	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
+	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
+	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) run ./test/bench/cmd/ichor-bench -ichor-apiserver $(BIN)/ichor-apiserver $(BENCH_FLAGS)
+
 verify: verify-codegen fmt vet ## Check generated code, formatting and vet.
 
 verify-codegen:
 	bash hack/verify-codegen.sh
 
-codegen: ## Regenerate deepcopy, conversions, defaults, OpenAPI, clientset, listers and informers.
+codegen: ## Regenerate deepcopy, conversions, defaults, OpenAPI, clientset, listers, informers and the benchmark's CRDs.
 	bash hack/update-codegen.sh
 
 fmt:

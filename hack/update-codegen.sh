@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates everything under pkg/generated and every zz_generated.*.go file
-# from the API types, with the generator versions pinned in go.mod.
+# from the API types, with the generator versions pinned in go.mod, and the
+# benchmark's CRDs under test/bench/crds.
 set -o errexit -o nounset -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,3 +32,5 @@ kube::codegen::gen_client \
     --output-pkg "${MODULE}/pkg/generated" \
     --boilerplate "${BOILERPLATE}" \
     "${ROOT}/pkg/apis"
+
+bash "${ROOT}/hack/update-bench-crds.sh"

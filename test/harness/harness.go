@@ -28,6 +28,8 @@ type Options struct {
 	// IchorEmbeddedEtcd makes ichor-apiserver use its embedded etcd instead
 	// of the control plane's.
 	IchorEmbeddedEtcd bool
+	// IchorArgs are extra ichor-apiserver flags, after the harness's own.
+	IchorArgs []string
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }

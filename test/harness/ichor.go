@@ -106,7 +106,7 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 		args = append(args, "--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
 			"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey)
 	}
-	return args, nil
+	return append(args, opts.IchorArgs...), nil
 }
 
 func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {

@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/test/harness"
+)
+
+// Run measures both paths on cp, whose ichor-apiserver must run as a binary
+// (harness.Options.IchorBinary) so that its memory can be read. It installs
+// the CRDs itself. logf receives progress.
+func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(string, ...any)) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cp.IchorPID() == 0 {
+		return nil, errors.New("ichor-apiserver runs in this process; start the control plane with Options.IchorBinary to measure it")
+	}
+	r := &Report{Started: time.Now(), Config: cfg}
+	ichor, err := newPath("Ichor", cp.AdminConfig, v1alpha1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	crd, err := newPath("CRD", cp.AdminConfig, schema.GroupVersion{Group: BenchGroup, Version: v1alpha1.SchemeGroupVersion.Version})
+	if err != nil {
+		return nil, err
+	}
+	logf("installing the CRDs of %s", BenchGroup)
+	if err := installCRDs(ctx, cp); err != nil {
+		return nil, err
+	}
+	b := &run{cfg: cfg, ichor: ichor, crd: crd, r: r, logf: logf, kubePID: cp.KubeAPIServerPID(), ichorPID: cp.IchorPID()}
+	if b.kube, err = kubernetes.NewForConfig(cp.AdminConfig); err != nil {
+		return nil, err
+	}
+	for _, step := range []func(context.Context) error{b.creates, b.lists, b.watches, b.applies, b.informers, b.encodings} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.Duration = time.Since(r.Started).Round(time.Millisecond)
+	return r, nil
+}
+
+// run is one benchmark run in progress. Each step measures Ichor, then the
+// CRD, on the same namespaces and with the same objects.
+type run struct {
+	cfg               Config
+	ichor, crd        *path
+	kube              kubernetes.Interface
+	kubePID, ichorPID int
+	r                 *Report
+	logf              func(string, ...any)
+}
+
+func (b *run) paths() [2]*path { return [2]*path{b.ichor, b.crd} }
+
+func listNamespace(size int) string { return fmt.Sprintf("bench-list-%d", size) }
+
+// creates measures create throughput and latency at each concurrency.
+func (b *run) creates(ctx context.Context) error {
+	for _, clients := range b.cfg.CreateClients {
+		ns := fmt.Sprintf("bench-create-%d", clients)
+		if err := b.namespace(ctx, ns); err != nil {
+			return err
+		}
+		var res [2]*writeResult
+		for i, p := range b.paths() {
+			b.logf("%s: creating %d machines with %d clients", p.name, b.cfg.Creates, clients)
+			var err error
+			if res[i], err = writeMachines(ctx, p, ns, "machine", b.cfg.Creates, clients); err != nil {
+				return err
+			}
+		}
+		label := fmt.Sprintf("create, %d client(s)", clients)
+		b.r.add(label+": throughput (POST + PUT /status)", UnitPerSec, res[0].perSecond(), res[1].perSecond())
+		b.r.addDurations(label+": POST p50", res[0].create.quantile(0.5), res[1].create.quantile(0.5))
+		b.r.addDurations(label+": POST p99", res[0].create.quantile(0.99), res[1].create.quantile(0.99))
+		b.r.addDurations(label+": PUT /status p50", res[0].status.quantile(0.5), res[1].status.quantile(0.5))
+		b.r.addDurations(label+": PUT /status p99", res[0].status.quantile(0.99), res[1].status.quantile(0.99))
+	}
+	return nil
+}
+
+// lists fills one namespace per list size on both paths, recording the
+// servers' RSS around the largest fill, then times LISTs of each.
+func (b *run) lists(ctx context.Context) error {
+	sizes := slices.Sorted(slices.Values(b.cfg.ListSizes))
+	largest := sizes[len(sizes)-1]
+	for _, size := range sizes {
+		ns := listNamespace(size)
+		if err := b.namespace(ctx, ns); err != nil {
+			return err
+		}
+		if size == largest {
+			if err := b.fillMeasuringRSS(ctx, ns, size); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, p := range b.paths() {
+			b.logf("%s: filling %s with %d machines", p.name, ns, size)
+			if _, err := writeMachines(ctx, p, ns, "machine", size, b.cfg.FillClients); err != nil {
+				return err
+			}
+		}
+	}
+	for _, size := range sizes {
+		ns := listNamespace(size)
+		var res [2]*listResult
+		for i, p := range b.paths() {
+			b.logf("%s: listing %d machines", p.name, size)
+			var err error
+			if res[i], err = listMachines(ctx, p, ns, size, b.cfg.PageSize, b.cfg.ListRepeats); err != nil {
+				return err
+			}
+		}
+		label := fmt.Sprintf("LIST %d", size)
+		b.r.add(label+": response size", UnitKiB, float64(res[0].bytes)/1024, float64(res[1].bytes)/1024)
+		b.r.addDurations(label+": full p50", res[0].full.quantile(0.5), res[1].full.quantile(0.5))
+		b.r.addDurations(label+": full p99", res[0].full.quantile(0.99), res[1].full.quantile(0.99))
+		paged := fmt.Sprintf("%s: paginated (limit=%d), all pages", label, b.cfg.PageSize)
+		b.r.addDurations(paged+" p50", res[0].paged.quantile(0.5), res[1].paged.quantile(0.5))
+		b.r.addDurations(paged+" p99", res[0].paged.quantile(0.99), res[1].paged.quantile(0.99))
+	}
+	return nil
+}
+
+// fillMeasuringRSS fills ns with size machines on each path in turn and
+// reports how much each server's RSS grew while each path's objects arrived:
+// ichor-apiserver holds Ichor's objects, kube-apiserver the custom resources
+// (and proxies Ichor's requests).
+func (b *run) fillMeasuringRSS(ctx context.Context, ns string, size int) error {
+	var kube, ichor [3]int64
+	sample := func(i int) error {
+		var err error
+		if kube[i], err = rss(b.kubePID); err != nil {
+			return fmt.Errorf("kube-apiserver RSS: %w", err)
+		}
+		if ichor[i], err = rss(b.ichorPID); err != nil {
+			return fmt.Errorf("ichor-apiserver RSS: %w", err)
+		}
+		return nil
+	}
+	if err := sample(0); err != nil {
+		return err
+	}
+	for i, p := range b.paths() {
+		b.logf("%s: filling %s with %d machines, measuring RSS", p.name, ns, size)
+		if _, err := writeMachines(ctx, p, ns, "machine", size, b.cfg.FillClients); err != nil {
+			return err
+		}
+		if err := sample(i + 1); err != nil {
+			return err
+		}
+	}
+	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	label := fmt.Sprintf("RSS growth holding %d objects", size)
+	b.r.add(label+": ichor-apiserver", UnitMiB, mib(ichor[1]-ichor[0]), mib(ichor[2]-ichor[1]))
+	b.r.add(label+": kube-apiserver", UnitMiB, mib(kube[1]-kube[0]), mib(kube[2]-kube[1]))
+	b.r.add(label+": both servers", UnitMiB, mib(ichor[1]-ichor[0]+kube[1]-kube[0]), mib(ichor[2]-ichor[1]+kube[2]-kube[1]))
+	return nil
+}
+
+// watches measures write-to-event latency with many watchers.
+func (b *run) watches(ctx context.Context) error {
+	const ns = "bench-watch"
+	if err := b.namespace(ctx, ns); err != nil {
+		return err
+	}
+	var res [2]*latencies
+	for i, p := range b.paths() {
+		b.logf("%s: %d writes to %d watchers", p.name, b.cfg.WatchEvents, b.cfg.Watchers)
+		var err error
+		if res[i], err = watchLatency(ctx, p, ns, b.cfg.Watchers, b.cfg.WatchEvents); err != nil {
+			return err
+		}
+	}
+	label := fmt.Sprintf("watch, %d watchers: write to event", b.cfg.Watchers)
+	b.r.addDurations(label+" p50", res[0].quantile(0.5), res[1].quantile(0.5))
+	b.r.addDurations(label+" p99", res[0].quantile(0.99), res[1].quantile(0.99))
+	return nil
+}
+
+// applies measures server-side apply of a status change on existing machines.
+func (b *run) applies(ctx context.Context) error {
+	ns := listNamespace(slices.Min(b.cfg.ListSizes))
+	var res [2]*latencies
+	for i, p := range b.paths() {
+		b.logf("%s: %d server-side applies to /status", p.name, b.cfg.Applies)
+		var err error
+		if res[i], err = applyStatuses(ctx, p, ns, "machine", b.cfg.Applies); err != nil {
+			return err
+		}
+	}
+	b.r.addDurations("server-side apply of a status condition p50", res[0].quantile(0.5), res[1].quantile(0.5))
+	b.r.addDurations("server-side apply of a status condition p99", res[0].quantile(0.99), res[1].quantile(0.99))
+	return nil
+}
+
+// informers measures a typed informer over the largest namespace.
+func (b *run) informers(ctx context.Context) error {
+	size := slices.Max(b.cfg.ListSizes)
+	var res [2]*informerResult
+	for i, p := range b.paths() {
+		b.logf("%s: typed informer over %d machines", p.name, size)
+		var err error
+		if res[i], err = informerMemory(ctx, p, listNamespace(size), size); err != nil {
+			return err
+		}
+	}
+	label := fmt.Sprintf("typed informer (controller-runtime cache), %d objects", size)
+	b.r.add(label+": live heap", UnitMiB, float64(res[0].heap)/(1<<20), float64(res[1].heap)/(1<<20))
+	b.r.add(label+": time to sync", UnitSeconds, res[0].sync.Seconds(), res[1].sync.Seconds())
+	return nil
+}
+
+// encodings records which media types each path answers in.
+func (b *run) encodings(ctx context.Context) error {
+	ns := listNamespace(slices.Min(b.cfg.ListSizes))
+	var served [2]map[string]bool
+	for i, p := range b.paths() {
+		var err error
+		if served[i], err = negotiate(ctx, p, ns); err != nil {
+			return err
+		}
+	}
+	for _, enc := range encodings {
+		b.r.add("encoding "+enc, UnitServed, boolValue(served[0][enc]), boolValue(served[1][enc]))
+	}
+	return nil
+}
+
+func boolValue(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// namespace creates ns and waits until both paths admit objects into it:
+// ichor-apiserver learns of namespaces through its own informer.
+func (b *run) namespace(ctx context.Context, ns string) error {
+	_, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	for _, p := range b.paths() {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, last = p.create(ctx, machine(ns, "probe", 0), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return last == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: namespace %s not usable: %v (last: %v)", p.name, ns, err, last)
+		}
+	}
+	return nil
+}
+
+// installCRDs applies test/bench/crds and waits until they are served.
+func installCRDs(ctx context.Context, cp *harness.ControlPlane) error {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, "test", "bench", "crds")
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "--field-manager=ichor-bench", "-f", dir); err != nil {
+		return fmt.Errorf("install CRDs: %w", err)
+	}
+	if _, err := cp.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", dir); err != nil {
+		return fmt.Errorf("CRDs not established: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"ichor.dev/ichor/test/harness"
+)
+
+// TestSmoke runs the whole benchmark at tiny sizes against a real control
+// plane and checks that both paths produced sane numbers. The full-size run
+// is `make bench`, never part of `make test`.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	ctrllog.SetLogger(logr.Discard())
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(t.TempDir(), "ichor-apiserver")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/ichor-apiserver")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build ichor-apiserver: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := harness.Start(ctx, harness.Options{IchorBinary: binary, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+
+	cfg := SmokeConfig()
+	report, err := Run(ctx, cp, cfg, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := report.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", table.String())
+
+	for _, row := range report.Rows {
+		for name, v := range map[string]float64{"Ichor": row.Ichor, "CRD": row.CRD} {
+			switch {
+			case math.IsNaN(v) || math.IsInf(v, 0):
+				t.Errorf("%s: %s is %v", row.Metric, name, v)
+			case row.Unit == UnitMillis || row.Unit == UnitPerSec || row.Unit == UnitKiB || row.Unit == UnitSeconds:
+				if v <= 0 {
+					t.Errorf("%s: %s is %v %s, want > 0", row.Metric, name, v, row.Unit)
+				}
+			}
+		}
+	}
+	// Each path measured what it was asked to: the sizes show in the metric names.
+	for _, metric := range []string{
+		"create, 4 client(s): throughput (POST + PUT /status)",
+		"LIST 40: full p99",
+		"LIST 40: paginated (limit=7), all pages p50",
+		"watch, 3 watchers: write to event p99",
+		"server-side apply of a status condition p50",
+		"typed informer (controller-runtime cache), 40 objects: time to sync",
+		"RSS growth holding 40 objects: ichor-apiserver",
+		"encoding application/json",
+	} {
+		if _, ok := report.Row(metric); !ok {
+			t.Errorf("no row %q", metric)
+		}
+	}
+	if row, _ := report.Row("encoding application/json"); row.Ichor != 1 || row.CRD != 1 {
+		t.Errorf("both paths must serve JSON: %+v", row)
+	}
+	// The objects are the realistic ones: about 3 KiB each, plus the server's
+	// metadata (managedFields of two managers) on the wire.
+	if row, ok := report.Row("LIST 40: response size"); ok {
+		for name, kib := range map[string]float64{"Ichor": row.Ichor, "CRD": row.CRD} {
+			if per := kib / 40; per < 3 || per > 8 {
+				t.Errorf("%s: %.2f KiB per object on the wire, want 3 to 8", name, per)
+			}
+		}
+	}
+	if _, err := json.Marshal(report); err != nil {
+		t.Errorf("report does not encode as JSON: %v", err)
+	}
+	if !strings.Contains(table.String(), "Ichor/CRD") {
+		t.Errorf("table has no ratio column:\n%s", table.String())
+	}
+}
