@@ -1,73 +1,15 @@
 package harness
 
-import (
-	"bytes"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-)
+import "ichor.dev/ichor/test/internal/proc"
 
 // BinDirEnv names the environment variable that points at the control-plane
 // binaries; `make test` and `make run` set it from hack/build-controlplane.sh.
-const BinDirEnv = "ICHOR_CONTROLPLANE_BIN"
-
-var (
-	binDirOnce sync.Once
-	binDir     string
-	binDirErr  error
-)
+const BinDirEnv = proc.BinDirEnv
 
 // BinDir returns the directory holding kube-apiserver, kube-controller-manager,
 // kubectl and etcd, building them with hack/build-controlplane.sh when
 // ICHOR_CONTROLPLANE_BIN is unset.
-func BinDir() (string, error) {
-	binDirOnce.Do(func() {
-		if dir := os.Getenv(BinDirEnv); dir != "" {
-			binDir = dir
-			return
-		}
-		root, err := RepoRoot()
-		if err != nil {
-			binDirErr = err
-			return
-		}
-		var stdout, stderr bytes.Buffer
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-controlplane.sh"))
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			binDirErr = fmt.Errorf("hack/build-controlplane.sh: %w\n%s", err, tail(stderr.String(), 40))
-			return
-		}
-		binDir = strings.TrimSpace(stdout.String())
-	})
-	return binDir, binDirErr
-}
+func BinDir() (string, error) { return proc.BinDir() }
 
 // RepoRoot is the directory holding the module's go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module ichor.dev/ichor\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no ichor.dev/ichor go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
-func tail(s string, lines int) string {
-	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(parts) > lines {
-		parts = parts[len(parts)-lines:]
-	}
-	return strings.Join(parts, "\n")
-}
+func RepoRoot() (string, error) { return proc.RepoRoot() }

@@ -8,7 +8,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"ichor.dev/ichor/test/internal/proc"
 )
 
 // Options tune a control plane.
@@ -53,9 +54,9 @@ type ControlPlane struct {
 	ichorCA []byte
 	ownDir  bool
 	etcdURL string
-	etcd    *process
-	kube    *process
-	kcm     *process
+	etcd    *proc.Process
+	kube    *proc.Process
+	kcm     *proc.Process
 	// ichorPorts are ichor-apiserver's port and its embedded etcd's client and peer ports.
 	ichorPorts []int
 	ichor      *ichorServer
@@ -96,7 +97,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
 	// Every port is chosen in one call, so no two components are handed the same one.
-	ports, err := freePorts(7)
+	ports, err := proc.FreePorts("127.0.0.1", 7)
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +130,9 @@ func (cp *ControlPlane) Stop() {
 		return
 	}
 	_ = cp.ichor.stop()
-	cp.kcm.stop(10 * time.Second)
-	cp.kube.stop(15 * time.Second)
-	cp.etcd.stop(10 * time.Second)
+	cp.kcm.Stop(10 * time.Second)
+	cp.kube.Stop(15 * time.Second)
+	cp.etcd.Stop(10 * time.Second)
 	if cp.ownDir && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
 		os.RemoveAll(cp.Dir)
 	}
@@ -151,7 +152,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 	cp.etcdURL = "https://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
 	var err error
-	cp.etcd, err = startProcess(cp.Dir, "etcd", cp.bin("etcd"),
+	cp.etcd, err = proc.Start(cp.Dir, "etcd", cp.bin("etcd"),
 		"--name=default",
 		"--data-dir="+filepath.Join(cp.Dir, "etcd-data"),
 		"--listen-client-urls="+cp.etcdURL, "--advertise-client-urls="+cp.etcdURL,
@@ -173,14 +174,14 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 		return err
 	}
 	cp.logf("waiting for etcd at %s", cp.etcdURL)
-	return waitHealthy(ctx, cp.etcd, client, cp.etcdURL+"/health")
+	return proc.WaitHealthy(ctx, cp.etcd, client, cp.etcdURL+"/health", startTimeout)
 }
 
 func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error {
 	f := cp.files
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	var err error
-	cp.kube, err = startProcess(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"),
+	cp.kube, err = proc.Start(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+f.kubeServingCert, "--tls-private-key-file="+f.kubeServingKey,
 		"--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
@@ -218,7 +219,7 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 		return err
 	}
 	cp.logf("waiting for kube-apiserver at %s", cp.URL)
-	if err := waitHealthy(ctx, cp.kube, client, cp.URL+"/readyz"); err != nil {
+	if err := proc.WaitHealthy(ctx, cp.kube, client, cp.URL+"/readyz", startTimeout); err != nil {
 		return err
 	}
 	cp.kubeClient, err = kubernetes.NewForConfig(cp.AdminConfig)
@@ -230,7 +231,7 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 // aggregated roles, and namespace deletion.
 func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) error {
 	var err error
-	cp.kcm, err = startProcess(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),
+	cp.kcm, err = proc.Start(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),
 		"--kubeconfig="+cp.AdminKubeconfig,
 		"--authentication-kubeconfig="+cp.AdminKubeconfig,
 		"--authorization-kubeconfig="+cp.AdminKubeconfig,
@@ -242,31 +243,4 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) er
 	)
 	// Its readiness shows in installIchorAccess, which waits for the aggregated roles.
 	return err
-}
-
-// waitHealthy polls url until it answers 200, the process exits, or the deadline passes.
-func waitHealthy(ctx context.Context, p *process, client *http.Client, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	var last error
-	for {
-		if err := p.exited(); err != nil {
-			return err
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s answered %s", url, resp.Status)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy after %s: %v\n%s", p.name, startTimeout, last, p.logTail())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

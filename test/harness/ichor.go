@@ -22,6 +22,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorcmd "ichor.dev/ichor/pkg/cmd/apiserver"
+
+	"ichor.dev/ichor/test/internal/proc"
 )
 
 // APIServiceName is the name of Ichor's APIService.
@@ -29,7 +31,7 @@ var APIServiceName = v1alpha1.SchemeGroupVersion.Version + "." + v1alpha1.GroupN
 
 // ichorServer is ichor-apiserver, running in this process or as a child.
 type ichorServer struct {
-	proc   *process
+	proc   *proc.Process
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -41,8 +43,7 @@ func (s *ichorServer) stop() error {
 		return nil
 	}
 	if s.proc != nil {
-		s.proc.stop(15 * time.Second)
-		return s.proc.err
+		return s.proc.Stop(15 * time.Second)
 	}
 	s.cancel()
 	select {
@@ -71,14 +72,14 @@ func (cp *ControlPlane) installIchorAccess(ctx context.Context) error {
 	}
 	cp.logf("waiting for kube-controller-manager to aggregate the ichor roles")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, startTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := cp.kcm.exited(); err != nil {
+		if err := cp.kcm.Exited(); err != nil {
 			return false, err
 		}
 		role, err := cp.kubeClient.RbacV1().ClusterRoles().Get(ctx, "ichor-admin", metav1.GetOptions{})
 		return err == nil && len(role.Rules) > 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("ichor roles not aggregated: %w\n%s", err, cp.kcm.logTail())
+		return fmt.Errorf("ichor roles not aggregated: %w\n%s", err, cp.kcm.LogTail())
 	}
 	return nil
 }
@@ -122,13 +123,13 @@ func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {
 	}
 
 	if opts.IchorBinary != "" {
-		proc, err := startProcess(cp.Dir, "ichor-apiserver", opts.IchorBinary, args...)
+		p, err := proc.Start(cp.Dir, "ichor-apiserver", opts.IchorBinary, args...)
 		if err != nil {
 			return err
 		}
-		cp.ichor = &ichorServer{proc: proc}
+		cp.ichor = &ichorServer{proc: p}
 		cp.logf("waiting for ichor-apiserver at %s", cp.IchorURL)
-		return waitHealthy(ctx, proc, client, cp.IchorURL+"/readyz")
+		return proc.WaitHealthy(ctx, p, client, cp.IchorURL+"/readyz", startTimeout)
 	}
 
 	// In process: parse the same flags the binary would, and log to a file.
@@ -155,15 +156,15 @@ func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {
 	s := &ichorServer{cancel: cancel, done: make(chan error, 1)}
 	cp.ichor = s
 	go func() { s.done <- o.Run(runCtx) }()
-	pseudo := &process{name: "ichor-apiserver", logPath: logPath, done: make(chan struct{})}
+	live := &inProcess{logPath: logPath, done: make(chan struct{})}
 	go func() {
 		err := <-s.done
-		pseudo.err = err
-		close(pseudo.done)
+		live.err = err
+		close(live.done)
 		s.done <- err
 	}()
 	cp.logf("waiting for ichor-apiserver at %s", cp.IchorURL)
-	return waitHealthy(ctx, pseudo, client, cp.IchorURL+"/readyz")
+	return proc.WaitHealthy(ctx, live, client, cp.IchorURL+"/readyz", startTimeout)
 }
 
 // registerAPIService points the aggregator at ichor-apiserver. The Service is
@@ -248,4 +249,27 @@ func redirectKlog(w io.Writer) {
 	_ = flags.Set("alsologtostderr", "false")
 	_ = flags.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(w)
+}
+
+// inProcess is ichor-apiserver run in this process, as proc.WaitHealthy watches it.
+type inProcess struct {
+	logPath string
+	done    chan struct{}
+	err     error
+}
+
+func (p *inProcess) Name() string { return "ichor-apiserver" }
+
+func (p *inProcess) Exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("ichor-apiserver stopped (%v):\n%s", p.err, p.LogTail())
+	default:
+		return nil
+	}
+}
+
+func (p *inProcess) LogTail() string {
+	data, _ := os.ReadFile(p.logPath)
+	return proc.Tail(string(data), 30)
 }

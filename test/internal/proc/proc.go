@@ -81,15 +81,16 @@ func (p *Process) LogTail() string {
 	return Tail(string(data), 30)
 }
 
-// Stop sends SIGTERM, waits up to grace, then kills. A nil Process is a no-op.
-func (p *Process) Stop(grace time.Duration) {
+// Stop sends SIGTERM, waits up to grace, then kills, and returns how the process ended (nil for a clean
+// exit). A nil Process is a no-op.
+func (p *Process) Stop(grace time.Duration) error {
 	if p == nil {
-		return
+		return nil
 	}
 
 	select {
 	case <-p.done:
-		return
+		return p.err
 	default:
 	}
 
@@ -101,10 +102,24 @@ func (p *Process) Stop(grace time.Duration) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+
+	return p.err
 }
 
-// WaitHealthy polls url with client until it answers 200, the process exits, or timeout passes.
-func WaitHealthy(ctx context.Context, p *Process, client *http.Client, url string, timeout time.Duration) error {
+// Liveness is what WaitHealthy watches while it polls: a Process, or a server run in-process.
+type Liveness interface {
+	// Name names it in errors.
+	Name() string
+	// Exited is nil while it runs, and why it stopped once it has.
+	Exited() error
+	// LogTail is the end of its log, for errors.
+	LogTail() string
+}
+
+var _ Liveness = (*Process)(nil)
+
+// WaitHealthy polls url with client until it answers 200, p exits, or timeout passes.
+func WaitHealthy(ctx context.Context, p Liveness, client *http.Client, url string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
@@ -135,7 +150,7 @@ func WaitHealthy(ctx context.Context, p *Process, client *http.Client, url strin
 
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy after %s: %v\n%s", p.name, timeout, last, p.LogTail())
+			return fmt.Errorf("%s not healthy after %s: %v\n%s", p.Name(), timeout, last, p.LogTail())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
