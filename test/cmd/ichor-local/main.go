@@ -1,9 +1,10 @@
 // Command ichor-local runs the whole local management plane in the
 // foreground for `make run`: etcd, kube-apiserver, kube-controller-manager
 // and ichor-apiserver (with its embedded etcd) registered through its
-// APIService, plus simulated Talos machines in maintenance mode. Once
-// ichor.dev is Available it writes an admin kubeconfig and says how to use
-// it; Ctrl-C or SIGTERM stops everything it started.
+// APIService, ichor-controller as its ServiceAccount, plus simulated Talos
+// machines in maintenance mode. Once ichor.dev is Available it writes an
+// admin kubeconfig and says how to use it; Ctrl-C or SIGTERM stops
+// everything it started.
 package main
 
 import (
@@ -14,11 +15,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -33,6 +38,7 @@ func run() error {
 	stateDir := flag.String("state-dir", ".local/run", "Directory for certificates, data and logs; emptied at every start.")
 	kubeconfig := flag.String("kubeconfig", ".local/kubeconfig", "Where to write the admin kubeconfig.")
 	apiserver := flag.String("ichor-apiserver", "bin/ichor-apiserver", "The ichor-apiserver binary to run.")
+	controller := flag.String("ichor-controller", "bin/ichor-controller", "The ichor-controller binary to run.")
 	machines := flag.Int("machines", 5, "How many simulated Talos machines to start in maintenance mode.")
 	machineNet := flag.String("machine-network", "127.0.1.0/24", "Loopback network the simulated machines listen in, one address each, on the Talos API port.")
 	flag.Parse()
@@ -82,6 +88,12 @@ func run() error {
 		return err
 	}
 
+	ctrlProc, err := startController(ctx, cp, dir, *controller)
+	if err != nil {
+		return err
+	}
+	defer ctrlProc.Stop(15 * time.Second) //nolint:errcheck
+
 	data, err := os.ReadFile(cp.AdminKubeconfig)
 	if err != nil {
 		return err
@@ -91,7 +103,7 @@ func run() error {
 	}
 	fmt.Printf(`
 Ichor is running: ichor.dev/v1alpha1 is Available through kube-apiserver at %s.
-Logs are in %s.
+Logs are in %s (ichor-controller.log for the controller).
 
   kubectl --kubeconfig %s get ichor -A
   kubectl --kubeconfig %s api-resources --api-group=ichor.dev
@@ -136,4 +148,45 @@ func startMachines(ctx context.Context, count int, network string, kube *talossi
 		nodes = append(nodes, n)
 	}
 	return nodes, nil
+}
+
+// The controller's identity, as artifacts/controller-rbac.yaml names it.
+const (
+	controllerUser   = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-controller"
+	controllerGroups = "system:serviceaccounts,system:serviceaccounts:" + harness.IchorNamespace
+)
+
+// startController installs the controller's RBAC from artifacts/ and runs the
+// ichor-controller binary as its ServiceAccount (the admin credential
+// impersonating it, so every request is authorized against that RBAC).
+func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*proc.Process, error) {
+	binary, err := filepath.Abs(binary)
+	if err != nil {
+		return nil, err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "controller-rbac.yaml")); err != nil {
+		return nil, fmt.Errorf("install the controller's RBAC: %w", err)
+	}
+	cfg, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	for _, user := range cfg.AuthInfos {
+		user.Impersonate = controllerUser
+		user.ImpersonateGroups = strings.Split(controllerGroups, ",")
+	}
+	kubeconfig := filepath.Join(dir, "ichor-controller.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		return nil, err
+	}
+	return proc.Start(dir, "ichor-controller", binary,
+		"--kubeconfig="+kubeconfig,
+		"--leader-elect=false",
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:0",
+	)
 }
