@@ -303,15 +303,15 @@ func (s *machineServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*mach
 	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil
 }
 
-// EtcdSnapshot streams a snapshot of the cluster's data from this node's member: the same bytes for the
-// same revision, EtcdCluster.SnapshotSize long.
+// EtcdSnapshot streams a snapshot of the cluster's data from this node's member: an etcd backend
+// snapshot, the same bytes for the same data and revision, about EtcdCluster.SnapshotSize long.
 func (s *machineServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv machine.MachineService_EtcdSnapshotServer) error {
 	var snap []byte
 
-	if err := s.node.etcdCall(srv.Context(), "etcd snapshot", true, func(uint64) error {
-		snap = s.node.etcd.snapshot()
+	if err := s.node.etcdCall(srv.Context(), "etcd snapshot", true, func(uint64) (err error) {
+		snap, err = s.node.etcd.snapshot()
 
-		return nil
+		return err
 	}); err != nil {
 		return err
 	}

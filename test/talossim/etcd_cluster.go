@@ -11,10 +11,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
 
-// DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero: 1 MiB of
-// "database" plus the trailing 32-byte SHA-256. A real etcd snapshot is a page-aligned bbolt file followed
-// by its SHA-256, and `talosctl etcd snapshot` rejects a download whose size%512 is not 32 ("sha256
-// checksum not found"), so the default keeps that shape.
+// DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero: a 1 MiB
+// etcd backend plus the trailing 32-byte SHA-256 etcd appends to snapshots. It is a whole number of
+// 4 KiB pages plus 32, so snapshots of the default size are exactly this long.
 const DefaultSnapshotSize = 1<<20 + 32
 
 // Simulated backend sizes: the data in use grows with the revision; writes also leave fragmentation
@@ -54,9 +53,10 @@ type EtcdMember struct {
 type EtcdCluster struct {
 	// Name seeds the snapshot contents of a freshly bootstrapped cluster; default "etcd".
 	Name string
-	// SnapshotSize is the exact size in bytes of every EtcdSnapshot; default DefaultSnapshotSize. Sizes
-	// below 56 (the snapshot header plus its trailing SHA-256) are raised to 56. Pick a size with
-	// size%512 == 32 (like DefaultSnapshotSize) when `talosctl etcd snapshot` must accept the download.
+	// SnapshotSize is the approximate size in bytes of every EtcdSnapshot; default DefaultSnapshotSize. A
+	// snapshot is a real etcd backend (a bbolt database of 4 KiB pages, padded with generated keys)
+	// followed by its SHA-256, so its actual size is the smallest whole number of pages, at least 6, plus
+	// 32 bytes that is at least SnapshotSize: always size%512 == 32, as `talosctl etcd snapshot` requires.
 	SnapshotSize int
 
 	mu        sync.Mutex
@@ -317,11 +317,12 @@ func (c *EtcdCluster) status(id uint64) (*machine.EtcdMemberStatus, bool) {
 }
 
 // snapshot returns the snapshot of the cluster's data at the current revision.
-func (c *EtcdCluster) snapshot() []byte {
+func (c *EtcdCluster) snapshot() ([]byte, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	seed, revision := c.dataSeed, c.revision
+	c.mu.Unlock()
 
-	return buildSnapshot(c.dataSeed, c.revision, c.SnapshotSize)
+	return buildSnapshot(seed, revision, c.SnapshotSize)
 }
 
 // freshSeed identifies the data of a cluster bootstrapped from scratch.

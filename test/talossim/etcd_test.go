@@ -2,6 +2,7 @@ package talossim
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"testing"
@@ -280,7 +281,7 @@ func TestEtcdSnapshotAndRecover(t *testing.T) {
 	ctx := testContext(t)
 	cl := newCluster(t)
 
-	const size = 300_001 // not a multiple of the chunk size
+	const size = 300_001 // a snapshot of 74 pages + 32 bytes: not a multiple of the chunk size
 
 	source := &EtcdCluster{Name: "source", SnapshotSize: size}
 	n, admin := bootstrappedNode(t, cl, Options{Etcd: source})
@@ -300,7 +301,7 @@ func TestEtcdSnapshotAndRecover(t *testing.T) {
 		t.Fatalf("os:etcd:backup EtcdSnapshot: %v", err)
 	}
 
-	if len(first) != size || !bytes.Equal(first, second) {
+	if len(first) != wantSnapshotSize(size) || len(first) != 74*4096+32 || !bytes.Equal(first, second) {
 		t.Fatalf("snapshots at one revision: %d and %d bytes, equal %v", len(first), len(second), bytes.Equal(first, second))
 	}
 
@@ -311,16 +312,27 @@ func TestEtcdSnapshotAndRecover(t *testing.T) {
 		t.Fatalf("EtcdSnapshot: %v", err)
 	}
 
-	if len(later) != size || bytes.Equal(first, later) {
+	if len(later) != len(first) || bytes.Equal(first, later) {
 		t.Fatal("a snapshot at a later revision must differ")
+	}
+
+	if st := readSnapshotStatus(t, first); st.revision != 42 || st.totalSize != int64(len(first)-sha256.Size) {
+		t.Fatalf("revision-42 snapshot status = %+v", st)
 	}
 
 	// Restore the revision-42 snapshot on a fresh control plane of another cluster.
 	target := &EtcdCluster{Name: "target", SnapshotSize: size}
 	restored, restoredAdmin := installedNode(t, cl, Options{Etcd: target})
 
+	// Corrupt a byte inside a padding value: the hash check catches it, and the database still opens when
+	// the check is skipped.
+	entry := bytes.Index(first, []byte(snapshotKeyPrefix+"00000010"))
+	if entry < 0 {
+		t.Fatal("no padding entry 0x10 in the snapshot")
+	}
+
 	corrupt := bytes.Clone(first)
-	corrupt[len(corrupt)/2] ^= 0xff
+	corrupt[entry+100] ^= 0xff
 
 	if _, err = restoredAdmin.EtcdRecover(ctx, bytes.NewReader(corrupt)); err != nil {
 		t.Fatalf("EtcdRecover: %v", err)
