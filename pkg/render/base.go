@@ -1,0 +1,183 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/compatibility"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
+	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+
+	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// withServerTLSBootstrap sets the kubelet's serverTLSBootstrap through the
+// typed config (machine.kubelet.extraConfig, the place for machine config
+// contracts before v1.14), the switch the cluster's
+// security.kubeletServingCertificates.enabled stands for: the kubelet then
+// asks for its serving certificate with a CSR that Ichor's approver checks.
+// Never the deprecated rotate-server-certificates flag.
+func withServerTLSBootstrap(cfg config.Provider) (config.Provider, error) {
+	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
+		if c.MachineConfig == nil {
+			return fmt.Errorf("config has no machine section")
+		}
+		if c.MachineConfig.MachineKubelet == nil {
+			c.MachineConfig.MachineKubelet = &talosv1alpha1.KubeletConfig{}
+		}
+		extra := &c.MachineConfig.MachineKubelet.KubeletExtraConfig
+		if extra.Object == nil {
+			extra.Object = map[string]any{}
+		}
+		extra.Object["serverTLSBootstrap"] = true
+		return nil
+	})
+}
+
+// baseConfig generates the machine's config from the cluster and machine
+// inputs alone, with machinery's generator, before any TalosConfigPatch.
+func baseConfig(in Input) (config.Provider, error) {
+	cluster, m := in.Cluster, in.Machine
+	spec := cluster.Spec
+
+	contract, err := checkVersions(spec.TalosVersion, spec.KubernetesVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEndpoint(spec.ControlPlane.Endpoint); err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
+	}
+	if m.Spec.Install.Disk == "" {
+		return nil, &InputError{Field: "TalosMachine.spec.install.disk",
+			Err: errors.New("no install disk: choose one from the machine's reported disks before rendering")}
+	}
+
+	opts := []generate.Option{
+		generate.WithVersionContract(contract),
+		generate.WithSecretsBundle(in.Secrets),
+		generate.WithInstallDisk(m.Spec.Install.Disk),
+	}
+	if in.InstallImage != "" {
+		opts = append(opts, generate.WithInstallImage(in.InstallImage))
+	}
+	if spec.Network.DNSDomain != "" {
+		opts = append(opts, generate.WithDNSDomain(spec.Network.DNSDomain))
+	}
+	switch spec.Network.CNI.Name {
+	case "", ichorv1alpha1.CNIFlannel:
+		// Talos's default.
+	case ichorv1alpha1.CNICilium, ichorv1alpha1.CNINone:
+		// Talos installs no CNI; Cilium is installed by Ichor with the cluster's values.
+		opts = append(opts, generate.WithClusterCNIConfig(&talosv1alpha1.CNIConfig{CNIName: constants.NoneCNI}))
+	default:
+		return nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
+			Err: fmt.Errorf("unknown CNI %q (want flannel, cilium or none)", spec.Network.CNI.Name)}
+	}
+
+	gen, err := generate.NewInput(cluster.Name, spec.ControlPlane.Endpoint,
+		strings.TrimPrefix(spec.KubernetesVersion, "v"), opts...)
+	if err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
+	}
+	if len(spec.Network.PodCIDRs) > 0 {
+		gen.PodNet = append([]string(nil), spec.Network.PodCIDRs...)
+	}
+	if len(spec.Network.ServiceCIDRs) > 0 {
+		gen.ServiceNet = append([]string(nil), spec.Network.ServiceCIDRs...)
+	}
+
+	machineType := machine.TypeWorker
+	if MachineRole(m) == ichorv1alpha1.MachineRoleControlPlane {
+		machineType = machine.TypeControlPlane
+	}
+	cfg, err := gen.Config(machineType)
+	if err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
+	}
+
+	if m.Spec.Hostname != "" {
+		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
+			return nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
+		}
+	}
+	if spec.Security.KubeletServingCertificates.Enabled {
+		if cfg, err = withServerTLSBootstrap(cfg); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
+		}
+	}
+	return cfg, nil
+}
+
+// checkVersions parses the Talos version into machinery's version contract and
+// refuses a Kubernetes version that Talos release does not support, using
+// machinery's compatibility table. Machinery's own validation only checks this
+// on a running node, so without it a too-new Kubernetes would render fine and
+// fail on the node.
+func checkVersions(talosVersion, kubernetesVersion string) (*config.VersionContract, error) {
+	contract, err := config.ParseContractFromVersion(talosVersion)
+	if err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
+	}
+	talos, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: talosVersion})
+	if err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
+	}
+	kube, err := compatibility.ParseKubernetesVersion(kubernetesVersion)
+	if err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec.kubernetesVersion", Err: err}
+	}
+	if err := kube.SupportedWith(talos); err != nil {
+		return nil, &InputError{Field: "TalosCluster.spec.kubernetesVersion",
+			Err: fmt.Errorf("Kubernetes %s cannot run on Talos %s: %w", kubernetesVersion, talosVersion, err)}
+	}
+	return contract, nil
+}
+
+// checkEndpoint requires an https URL with a host, the form Talos expects for
+// cluster.controlPlane.endpoint.
+func checkEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%q is not an https URL with a host", endpoint)
+	}
+	return nil
+}
+
+// withHostname sets a fixed hostname. Talos 1.12 and later keep the hostname
+// in a HostnameConfig document, which the generator fills with auto: stable;
+// older contracts keep it in machine.network.hostname.
+func withHostname(cfg config.Provider, hostname string) (config.Provider, error) {
+	for _, doc := range cfg.Documents() {
+		if hc, ok := doc.(*network.HostnameConfigV1Alpha1); ok {
+			hc.ConfigAuto = nil
+			hc.ConfigHostname = hostname
+			return cfg, nil
+		}
+	}
+	patch := fmt.Sprintf("machine:\n  network:\n    hostname: %q\n", hostname)
+	return applyText(cfg, patch)
+}
+
+// applyText applies a strategic-merge patch written by this package.
+func applyText(cfg config.Provider, text string) (config.Provider, error) {
+	p, err := configpatcher.LoadPatch([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("load internal patch: %w", err)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		return nil, fmt.Errorf("apply internal patch: %w", err)
+	}
+	return out.Config()
+}

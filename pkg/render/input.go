@@ -1,0 +1,51 @@
+package render
+
+import (
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"k8s.io/apimachinery/pkg/types"
+
+	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// Input is everything a machine's config is made from. The API objects are
+// taken as they are stored so that rendering and its tests see exactly what
+// the controller sees.
+type Input struct {
+	// Cluster supplies the versions, endpoint, networks, CNI and security options.
+	Cluster *ichorv1alpha1.TalosCluster
+	// Machine supplies the role, hostname, install disk, and the name and labels
+	// that machine-targeted patches match.
+	Machine *ichorv1alpha1.TalosMachine
+	// Patches are candidate patches, typically every TalosConfigPatch in the
+	// cluster's namespace; Render keeps those that target Machine.
+	Patches []ichorv1alpha1.TalosConfigPatch
+	// Secrets is the cluster's secrets bundle.
+	Secrets *secrets.Bundle
+	// InstallImage is the installer image reference written to machine.install.image
+	// (for example siderolabs/installer:v1.13.0 behind the mirror the site uses).
+	// Empty leaves machinery's default, which is empty.
+	InstallImage string
+}
+
+// Rendered is a machine's complete, validated config.
+type Rendered struct {
+	// Config is the multi-document machine config, encoded without comments.
+	Config []byte
+	// Hash is the lowercase hex SHA-256 of Config.
+	Hash string
+	// Applied lists the patches that were applied, in the order they were applied.
+	Applied []AppliedPatch
+	// Warnings are machinery's validation warnings; they do not stop rendering.
+	Warnings []string
+}
+
+// AppliedPatch records one patch that went into a rendered config, with the
+// generation applied, so a patch's status can say which version is in effect.
+type AppliedPatch struct {
+	// Patch is the namespace and name of the TalosConfigPatch.
+	Patch types.NamespacedName
+	// Generation is the patch's metadata.generation at rendering.
+	Generation int64
+	// Scope is the group the patch was ordered in.
+	Scope Scope
+}

@@ -1,0 +1,383 @@
+package render
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+func TestRenderIsDeterministic(t *testing.T) {
+	patches := func() []ichorv1alpha1.TalosConfigPatch {
+		return []ichorv1alpha1.TalosConfigPatch{
+			testPatch("labels", 0, ichorv1alpha1.PatchTarget{}, nodeLabelPatch("gold")),
+			testPatch("sysctl", 0, ichorv1alpha1.PatchTarget{Role: ichorv1alpha1.MachineRoleControlPlane},
+				"machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"\n"),
+		}
+	}
+	for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
+		t.Run(string(role), func(t *testing.T) {
+			first, err := Render(testInput(t, testMachine("node-1", role, nil), patches()...))
+			if err != nil {
+				t.Fatalf("first render: %v", err)
+			}
+			reversed := patches()
+			slices.Reverse(reversed)
+			second, err := Render(testInput(t, testMachine("node-1", role, nil), reversed...))
+			if err != nil {
+				t.Fatalf("second render: %v", err)
+			}
+			if !bytes.Equal(first.Config, second.Config) {
+				t.Fatalf("two renders of the same inputs differ:\n%s\n---\n%s", first.Config, second.Config)
+			}
+			if first.Hash != second.Hash {
+				t.Fatalf("hashes differ: %s != %s", first.Hash, second.Hash)
+			}
+			sum := sha256.Sum256(first.Config)
+			if want := hex.EncodeToString(sum[:]); first.Hash != want {
+				t.Fatalf("hash %s is not the SHA-256 of the config (%s)", first.Hash, want)
+			}
+
+			cfg, err := configloader.NewFromBytes(first.Config)
+			if err != nil {
+				t.Fatalf("rendered config does not load: %v", err)
+			}
+			if got, want := cfg.Machine().Type().String(), string(role); got != want {
+				t.Errorf("machine type %q, want %q", got, want)
+			}
+			if got := cfg.Cluster().Name(); got != "prod" {
+				t.Errorf("cluster name %q, want prod", got)
+			}
+			if got := cfg.Machine().Install().Disk(); got != "/dev/sda" {
+				t.Errorf("install disk %q, want /dev/sda", got)
+			}
+			if !bytes.Contains(first.Config, []byte("hostname: node-1")) {
+				t.Errorf("hostname node-1 not in config:\n%s", first.Config)
+			}
+			if bytes.Contains(first.Config, []byte("auto: stable")) {
+				t.Errorf("a fixed hostname must replace auto: stable")
+			}
+		})
+	}
+}
+
+func TestRenderClusterInputs(t *testing.T) {
+	in := testInput(t, testMachine("cp-1", ichorv1alpha1.MachineRoleControlPlane, nil))
+	in.Cluster.Spec.Network = ichorv1alpha1.ClusterNetwork{
+		PodCIDRs:     []string{"10.100.0.0/16"},
+		ServiceCIDRs: []string{"10.200.0.0/16"},
+		DNSDomain:    "prod.internal",
+		CNI:          ichorv1alpha1.CNISpec{Name: ichorv1alpha1.CNICilium},
+	}
+	in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+	in.InstallImage = "siderolabs/installer:v1.13.0"
+
+	out, err := Render(in)
+	if err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	cfg, err := configloader.NewFromBytes(out.Config)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	c := cfg.Cluster()
+	if got := c.Network().PodCIDRs(); !slices.Equal(got, []string{"10.100.0.0/16"}) {
+		t.Errorf("pod CIDRs %v", got)
+	}
+	if got := c.Network().ServiceCIDRs(); !slices.Equal(got, []string{"10.200.0.0/16"}) {
+		t.Errorf("service CIDRs %v", got)
+	}
+	if got := c.Network().DNSDomain(); got != "prod.internal" {
+		t.Errorf("DNS domain %q", got)
+	}
+	if got := c.Network().CNI().Name(); got != "none" {
+		t.Errorf("CNI %q, want none for cilium (Ichor installs it)", got)
+	}
+	if got := cfg.Machine().Kubelet().ExtraConfig()["serverTLSBootstrap"]; got != true {
+		t.Errorf("kubelet extraConfig.serverTLSBootstrap = %v, want true", got)
+	}
+	if _, ok := cfg.Machine().Kubelet().ExtraArgs()["rotate-server-certificates"]; ok {
+		t.Error("the deprecated rotate-server-certificates flag is rendered")
+	}
+	if got := cfg.Machine().Install().Image(); got != "siderolabs/installer:v1.13.0" {
+		t.Errorf("install image %q", got)
+	}
+	if got := c.Endpoint().String(); got != "https://10.5.0.2:6443" {
+		t.Errorf("endpoint %q", got)
+	}
+}
+
+func TestRenderPatchOrder(t *testing.T) {
+	all := ichorv1alpha1.PatchTarget{}
+	workers := ichorv1alpha1.PatchTarget{Role: ichorv1alpha1.MachineRoleWorker}
+	controlPlanes := ichorv1alpha1.PatchTarget{Role: ichorv1alpha1.MachineRoleControlPlane}
+	byName := ichorv1alpha1.PatchTarget{Machines: []string{"node-1"}}
+	gpu := ichorv1alpha1.PatchTarget{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "yes"}}}
+	ssd := ichorv1alpha1.PatchTarget{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"disk": "ssd"}}}
+
+	disabled := testPatch("z-disabled", 99, all, nodeLabelPatch("disabled"))
+	disabled.Spec.Disabled = true
+	otherCluster := testPatch("z-other-cluster", 99, all, nodeLabelPatch("other"))
+	otherCluster.Spec.ClusterName = "staging"
+	otherNamespace := testPatch("z-other-namespace", 99, all, nodeLabelPatch("other"))
+	otherNamespace.Namespace = "team-b"
+
+	cases := []struct {
+		name    string
+		patches []ichorv1alpha1.TalosConfigPatch
+		want    string   // value of the tier node label
+		applied []string // patch names in application order
+	}{
+		{
+			name: "higher priority applies later and wins",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("a", 10, all, nodeLabelPatch("ten")),
+				testPatch("b", 5, all, nodeLabelPatch("five")),
+			},
+			want: "ten", applied: []string{"b", "a"},
+		},
+		{
+			name: "equal priority orders by name",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("b", 0, all, nodeLabelPatch("b")),
+				testPatch("a", 0, all, nodeLabelPatch("a")),
+			},
+			want: "b", applied: []string{"a", "b"},
+		},
+		{
+			name: "cluster then role then machine, whatever the priority",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("machine", -100, byName, nodeLabelPatch("machine")),
+				testPatch("cluster", 100, all, nodeLabelPatch("cluster")),
+				testPatch("role", 50, workers, nodeLabelPatch("role")),
+			},
+			want: "machine", applied: []string{"cluster", "role", "machine"},
+		},
+		{
+			name: "selector is machine scope",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("by-label", 0, gpu, nodeLabelPatch("gpu")),
+				testPatch("role", 9, workers, nodeLabelPatch("role")),
+			},
+			want: "gpu", applied: []string{"role", "by-label"},
+		},
+		{
+			name: "other role, other machines, non-matching selector are skipped",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("base", 0, all, nodeLabelPatch("base")),
+				testPatch("cp", 0, controlPlanes, nodeLabelPatch("cp")),
+				testPatch("node-2", 0, ichorv1alpha1.PatchTarget{Machines: []string{"node-2"}}, nodeLabelPatch("n2")),
+				testPatch("ssd", 0, ssd, nodeLabelPatch("ssd")),
+			},
+			want: "base", applied: []string{"base"},
+		},
+		{
+			name: "disabled, other cluster and other namespace are skipped",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("base", 0, all, nodeLabelPatch("base")),
+				disabled, otherCluster, otherNamespace,
+			},
+			want: "base", applied: []string{"base"},
+		},
+		{
+			name: "JSON6902 as JSON",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("a-strategic", 0, all, nodeLabelPatch("strategic")),
+				testPatch("b-json", 0, all, `[{"op": "replace", "path": "/machine/nodeLabels/tier", "value": "json"}]`),
+			},
+			want: "json", applied: []string{"a-strategic", "b-json"},
+		},
+		{
+			name: "JSON6902 as YAML, then strategic merge over it",
+			patches: []ichorv1alpha1.TalosConfigPatch{
+				testPatch("a-json", 0, all, "- op: add\n  path: /machine/nodeLabels\n  value:\n    tier: yaml-json\n"),
+				testPatch("b-strategic", 0, all, nodeLabelPatch("strategic")),
+			},
+			want: "strategic", applied: []string{"a-json", "b-strategic"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testMachine("node-1", ichorv1alpha1.MachineRoleWorker, map[string]string{"gpu": "yes"})
+			out, err := Render(testInput(t, m, tc.patches...))
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			cfg, err := configloader.NewFromBytes(out.Config)
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			if got := cfg.Machine().NodeLabels()["tier"]; got != tc.want {
+				t.Errorf("tier label %q, want %q", got, tc.want)
+			}
+			var applied []string
+			for _, a := range out.Applied {
+				applied = append(applied, a.Patch.Name)
+			}
+			if !slices.Equal(applied, tc.applied) {
+				t.Errorf("applied %v, want %v", applied, tc.applied)
+			}
+			if !bytes.Contains(out.Config, []byte("hostname: node-1")) {
+				t.Errorf("the hostname document must survive patching:\n%s", out.Config)
+			}
+		})
+	}
+}
+
+func TestRenderRefusesBadPatches(t *testing.T) {
+	good := testPatch("a-good", 0, ichorv1alpha1.PatchTarget{}, nodeLabelPatch("fine"))
+	later := testPatch("z-later", 0, ichorv1alpha1.PatchTarget{}, nodeLabelPatch("later"))
+	twoTargets := testPatch("two-targets", 0, ichorv1alpha1.PatchTarget{
+		Role: ichorv1alpha1.MachineRoleWorker, Machines: []string{"node-1"},
+	}, nodeLabelPatch("x"))
+	badSelector := testPatch("bad-selector", 0, ichorv1alpha1.PatchTarget{Selector: &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "gpu", Operator: "Sometimes"}},
+	}}, nodeLabelPatch("x"))
+
+	cases := []struct {
+		name    string
+		patches []ichorv1alpha1.TalosConfigPatch
+		blame   string
+		reason  PatchFailure
+		message string // part of the error text
+	}{
+		{
+			name:    "not YAML",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("broken", 0, ichorv1alpha1.PatchTarget{}, "machine: [unclosed\n")},
+			blame:   "broken", reason: PatchParseFailed,
+		},
+		{
+			name:    "unknown field",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("typo", 0, ichorv1alpha1.PatchTarget{}, "machine:\n  kubelett: {}\n")},
+			blame:   "typo", reason: PatchParseFailed, message: "kubelett",
+		},
+		{
+			name: "JSON6902 on a missing path",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("missing", 0, ichorv1alpha1.PatchTarget{},
+				`[{"op": "remove", "path": "/machine/nothingHere"}]`)},
+			blame: "missing", reason: PatchApplyFailed,
+		},
+		{
+			name: "valid patch, invalid result",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, later, testPatch("m-auto-hostname", 0, ichorv1alpha1.PatchTarget{},
+				"apiVersion: v1alpha1\nkind: HostnameConfig\nauto: stable\n")},
+			blame: "m-auto-hostname", reason: PatchInvalidResult,
+			message: "'auto' and 'hostname' cannot be set at the same time",
+		},
+		{
+			name:    "two kinds of target",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, twoTargets},
+			blame:   "two-targets", reason: PatchInvalidTarget,
+		},
+		{
+			name:    "bad selector",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, badSelector},
+			blame:   "bad-selector", reason: PatchInvalidTarget,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := Render(testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleWorker, nil), tc.patches...))
+			if err == nil {
+				t.Fatalf("render succeeded, want an error naming %s", tc.blame)
+			}
+			if out.Config != nil || out.Hash != "" || out.Applied != nil {
+				t.Errorf("a failed render returned output: %+v", out)
+			}
+			var pe *PatchError
+			if !errors.As(err, &pe) {
+				t.Fatalf("error %v is not a *PatchError", err)
+			}
+			if want := (types.NamespacedName{Namespace: testNamespace, Name: tc.blame}); pe.Patch != want {
+				t.Errorf("blamed %s, want %s (error: %v)", pe.Patch, want, err)
+			}
+			if pe.Reason != tc.reason {
+				t.Errorf("reason %s, want %s (error: %v)", pe.Reason, tc.reason, err)
+			}
+			if !strings.Contains(err.Error(), testNamespace+"/"+tc.blame) || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("error %q does not name %s/%s and say %q", err, testNamespace, tc.blame, tc.message)
+			}
+		})
+	}
+}
+
+func TestRenderRefusesBadInputs(t *testing.T) {
+	cases := []struct {
+		name    string
+		change  func(*Input)
+		field   string
+		message string
+	}{
+		{
+			name:    "Kubernetes too new for Talos",
+			change:  func(in *Input) { in.Cluster.Spec.KubernetesVersion = "v1.37.2" },
+			field:   "TalosCluster.spec.kubernetesVersion",
+			message: "Kubernetes v1.37.2 cannot run on Talos v1.13.0: version of Kubernetes 1.37.2 is too new to be used with Talos 1.13.0",
+		},
+		{
+			name:    "Talos unknown to machinery",
+			change:  func(in *Input) { in.Cluster.Spec.TalosVersion = "v1.99.0" },
+			field:   "TalosCluster.spec.kubernetesVersion",
+			message: "not supported",
+		},
+		{
+			name:    "endpoint not https",
+			change:  func(in *Input) { in.Cluster.Spec.ControlPlane.Endpoint = "http://10.5.0.2:6443" },
+			field:   "TalosCluster.spec.controlPlane.endpoint",
+			message: "not an https URL",
+		},
+		{
+			name:    "no install disk",
+			change:  func(in *Input) { in.Machine.Spec.Install.Disk = "" },
+			field:   "TalosMachine.spec.install.disk",
+			message: "no install disk",
+		},
+		{
+			name:    "unknown CNI",
+			change:  func(in *Input) { in.Cluster.Spec.Network.CNI.Name = "weave" },
+			field:   "TalosCluster.spec.network.cni.name",
+			message: `unknown CNI "weave"`,
+		},
+		{
+			name:    "no secrets bundle",
+			change:  func(in *Input) { in.Secrets = nil },
+			field:   "TalosCluster.spec.secretsRef",
+			message: "no secrets bundle",
+		},
+		{
+			name:    "generated config invalid",
+			change:  func(in *Input) { in.Machine.Spec.Hostname = strings.Repeat("x", 300) },
+			field:   "TalosCluster.spec/TalosMachine.spec",
+			message: "invalid before any patch",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleControlPlane, nil))
+			tc.change(&in)
+			out, err := Render(in)
+			if err == nil {
+				t.Fatal("render succeeded")
+			}
+			if out.Config != nil {
+				t.Errorf("a failed render returned a config")
+			}
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("error %v is not an *InputError", err)
+			}
+			if ie.Field != tc.field || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("error %q (field %s), want field %s and %q", err, ie.Field, tc.field, tc.message)
+			}
+		})
+	}
+}
