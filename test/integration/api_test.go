@@ -51,8 +51,10 @@ type apiCRUDCase[T apiObject, L runtime.Object] struct {
 	// specMark reads the spec field mutateSpec changes.
 	specMark   func(T) string
 	mutateSpec func(T)
-	// immutableSpec kinds refuse any spec change with 422 on field "spec".
-	immutableSpec bool
+	// immutableSpec kinds refuse any spec change on the main endpoint with
+	// 422 on the fields in immutableCauses (default: "spec").
+	immutableSpec   bool
+	immutableCauses []string
 
 	// statusMark reads the status field setStatus writes; initialStatus is
 	// its value after create.
@@ -145,8 +147,12 @@ func apiRunCRUD[T apiObject, L runtime.Object](t *testing.T, c apiCRUDCase[T, L]
 		if !apierrors.IsInvalid(err) {
 			t.Fatalf("spec change of an immutable spec: want 422 Invalid, got %v", err)
 		}
-		if fields := apiCauseFields(t, err); !slices.Equal(fields, []string{"spec"}) {
-			t.Errorf("immutable spec error causes = %v, want [spec]", fields)
+		wantCauses := c.immutableCauses
+		if wantCauses == nil {
+			wantCauses = []string{"spec"}
+		}
+		if fields := apiCauseFields(t, err); !slices.Equal(fields, wantCauses) {
+			t.Errorf("immutable spec error causes = %v, want %v", fields, wantCauses)
 		}
 		// A metadata-only update goes through and leaves the generation alone.
 		toUpdate = got.DeepCopyObject().(T)
@@ -380,6 +386,9 @@ func TestAPICRUDEveryKind(t *testing.T) {
 				},
 				specMark:   func(o *v1alpha1.IchorInstallation) string { return o.Spec.Version },
 				mutateSpec: func(o *v1alpha1.IchorInstallation) { o.Spec.Version = fmt.Sprintf("v0.%d.0", 1+n.next()) },
+				// Version and settings, the whole spec, change only through their subresources.
+				immutableSpec:   true,
+				immutableCauses: []string{"spec.version"},
 				statusMark: func(o *v1alpha1.IchorInstallation) string {
 					if len(o.Status.Components) == 0 {
 						return ""

@@ -136,8 +136,13 @@ type subresourceStrategy[T Object] struct {
 var _ rest.RESTUpdateStrategy = subresourceStrategy[Object]{}
 
 func (s subresourceStrategy[T]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
-	keepUserMetadata(obj.(T), old.(T))
-	s.sub.PrepareForUpdate(ctx, obj.(T), old.(T))
+	newObj, oldObj := obj.(T), old.(T)
+	keepUserMetadata(newObj, oldObj)
+	s.sub.PrepareForUpdate(ctx, newObj, oldObj)
+	// A subresource that writes a part of the spec changes the desired state.
+	if !apiequality.Semantic.DeepEqual(specOf(obj).Interface(), specOf(old).Interface()) {
+		newObj.SetGeneration(oldObj.GetGeneration() + 1)
+	}
 }
 
 func (s subresourceStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

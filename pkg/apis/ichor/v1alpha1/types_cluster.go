@@ -3,6 +3,10 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
+// +genclient:method=UpdateAuthentication,verb=update,subresource=authentication
+// (cilium-values and secret-references have no typed methods: the apply
+// configuration generator derives Go names from subresource names and cannot
+// spell hyphenated ones; use the REST client's SubResource for them.)
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // TalosCluster is a desired Talos Linux cluster: its versions, endpoint,

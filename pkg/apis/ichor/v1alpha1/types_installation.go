@@ -7,6 +7,8 @@ const InstallationName = "ichor"
 
 // +genclient
 // +genclient:nonNamespaced
+// +genclient:method=UpdateVersion,verb=update,subresource=version
+// +genclient:method=UpdateSettings,verb=update,subresource=settings
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // IchorInstallation is the installation's singleton, named "ichor": the

@@ -20,6 +20,18 @@ func ValidateTalosCluster(c *ichor.TalosCluster) field.ErrorList {
 // ValidateTalosClusterUpdate checks a TalosCluster on update. The networks are
 // fixed once the cluster exists: Talos cannot move a running cluster to new ones.
 func ValidateTalosClusterUpdate(c, old *ichor.TalosCluster) field.ErrorList {
+	errs := ValidateTalosClusterFieldUpdate(c, old)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateOwnedBySubresource(c.Spec.CiliumValues, old.Spec.CiliumValues, spec.Child("ciliumValues"), "talosclusters/cilium-values")...)
+	errs = append(errs, validateOwnedBySubresource(c.Spec.SecretsRef, old.Spec.SecretsRef, spec.Child("secretsRef"), "talosclusters/secret-references")...)
+	errs = append(errs, validateOwnedBySubresource(c.Spec.Authentication, old.Spec.Authentication, spec.Child("authentication"), "talosclusters/authentication")...)
+	return errs
+}
+
+// ValidateTalosClusterFieldUpdate checks an update through a subresource that
+// writes one part of the spec (cilium-values, secret-references,
+// authentication): the whole object must stay valid.
+func ValidateTalosClusterFieldUpdate(c, old *ichor.TalosCluster) field.ErrorList {
 	errs := validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)
 	spec := field.NewPath("spec")
 	errs = append(errs, validateTalosClusterSpec(&c.Spec, spec)...)

@@ -288,6 +288,16 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 			want:   []fe{invalid("spec.controlPlane.endpoint")},
 		},
 		{
+			name: "subresource-owned fields change only there",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Network.CNI.Name = ichor.CNICilium
+				c.Spec.CiliumValues = "ipam: {mode: kubernetes}\n"
+				c.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "other"}
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes"}
+			},
+			want: []fe{forbidden("spec.ciliumValues"), forbidden("spec.secretsRef"), forbidden("spec.authentication")},
+		},
+		{
 			name:   "update without resource version",
 			mutate: func(c *ichor.TalosCluster) { c.ResourceVersion = "" },
 			want:   []fe{invalid("metadata.resourceVersion")},

@@ -219,3 +219,13 @@ func validateImmutable(newVal, oldVal any, fldPath *field.Path, hint string) fie
 	}
 	return errs
 }
+
+// validateOwnedBySubresource refuses, on the main endpoint, a change to a
+// field that only its subresource writes (with its own RBAC), naming that
+// subresource. The value is not echoed: such fields may hold credentials.
+func validateOwnedBySubresource(newVal, oldVal any, fldPath *field.Path, subresource string) field.ErrorList {
+	if apiequality.Semantic.DeepEqual(newVal, oldVal) {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(fldPath, "changes only through the "+subresource+" subresource")}
+}

@@ -164,19 +164,12 @@ func TestValidateIchorInstallationUpdate(t *testing.T) {
 	}{
 		{name: "unchanged", mutate: func(in *ichor.IchorInstallation) {}},
 		{
-			name: "upgrade and change settings",
+			name: "version and settings change only through their subresources",
 			mutate: func(in *ichor.IchorInstallation) {
 				in.Spec.Version = "v0.5.0"
-				in.Spec.Settings.ProvisioningNetworks = nil
 				in.Spec.Settings.UsersEnabled = true
 			},
-		},
-		{
-			name: "settings are still validated",
-			mutate: func(in *ichor.IchorInstallation) {
-				in.Spec.Settings.CredentialLifetimes.ReaderTalosconfig = dur(48 * time.Hour)
-			},
-			want: []fe{invalid("spec.settings.credentialLifetimes.readerTalosconfig")},
+			want: []fe{forbidden("spec.version"), forbidden("spec.settings")},
 		},
 		{
 			name:   "rename",
@@ -238,6 +231,38 @@ func TestValidateIchorInstallationStatusUpdate(t *testing.T) {
 			in := old.DeepCopy()
 			tc.mutate(&in.Status)
 			expectErrors(t, ValidateIchorInstallationStatusUpdate(in, old), tc.want...)
+		})
+	}
+}
+
+func TestValidateIchorInstallationFieldUpdate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(in *ichor.IchorInstallation)
+		want   []fe
+	}{
+		{
+			name: "upgrade and change settings",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Version = "v0.5.0"
+				in.Spec.Settings.ProvisioningNetworks = nil
+				in.Spec.Settings.UsersEnabled = true
+			},
+		},
+		{
+			name: "settings are still validated",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.CredentialLifetimes.ReaderTalosconfig = dur(48 * time.Hour)
+			},
+			want: []fe{invalid("spec.settings.credentialLifetimes.readerTalosconfig")},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validInstallation()
+			in := old.DeepCopy()
+			tc.mutate(in)
+			expectErrors(t, ValidateIchorInstallationFieldUpdate(in, old), tc.want...)
 		})
 	}
 }

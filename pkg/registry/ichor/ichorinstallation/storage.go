@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
@@ -20,6 +21,13 @@ var Definition = &resource.Definition[*ichor.IchorInstallation]{
 
 	New:     func() *ichor.IchorInstallation { return &ichor.IchorInstallation{} },
 	NewList: func() runtime.Object { return &ichor.IchorInstallationList{} },
+
+	Subresources: []resource.Subresource[*ichor.IchorInstallation]{
+		// Upgrades and run-time settings, each with its own RBAC; the main
+		// endpoint refuses changes to these fields.
+		specField("version", "Version", "version"),
+		specField("settings", "Settings", "settings"),
+	},
 
 	Validate:             validation.ValidateIchorInstallation,
 	ValidateUpdate:       validation.ValidateIchorInstallationUpdate,
@@ -37,4 +45,8 @@ var Definition = &resource.Definition[*ichor.IchorInstallation]{
 		}
 		return []any{in.Spec.Version, strings.Join(in.Spec.Settings.ProvisioningNetworks, ","), interval}
 	},
+}
+
+func specField(name, goField, jsonName string) resource.Subresource[*ichor.IchorInstallation] {
+	return resource.SpecField(name, goField, v1alpha1.IchorInstallation{}, jsonName, validation.ValidateIchorInstallationFieldUpdate)
 }

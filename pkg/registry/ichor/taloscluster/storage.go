@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
@@ -22,6 +23,14 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 
 	New:     func() *ichor.TalosCluster { return &ichor.TalosCluster{} },
 	NewList: func() runtime.Object { return &ichor.TalosClusterList{} },
+
+	Subresources: []resource.Subresource[*ichor.TalosCluster]{
+		// What the cluster trusts and runs, each with its own RBAC; the main
+		// endpoint refuses changes to these fields.
+		specField("cilium-values", "CiliumValues", "ciliumValues"),
+		specField("secret-references", "SecretsRef", "secretsRef"),
+		specField("authentication", "Authentication", "authentication"),
+	},
 
 	Validate:             validation.ValidateTalosCluster,
 	ValidateUpdate:       validation.ValidateTalosClusterUpdate,
@@ -46,4 +55,8 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 			string(c.Status.Phase), string(c.Spec.Network.CNI.Name),
 		}
 	},
+}
+
+func specField(name, goField, jsonName string) resource.Subresource[*ichor.TalosCluster] {
+	return resource.SpecField(name, goField, v1alpha1.TalosCluster{}, jsonName, validation.ValidateTalosClusterFieldUpdate)
 }

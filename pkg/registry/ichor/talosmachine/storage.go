@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
@@ -89,16 +90,5 @@ var approval = resource.Subresource[*ichor.TalosMachine]{
 		}
 	},
 	ValidateUpdate: validation.ValidateTalosMachineApproval,
-	ResetFields: []fieldpath.Path{
-		fieldpath.MakePathOrDie("spec"),
-		fieldpath.MakePathOrDie("status", "phase"),
-		fieldpath.MakePathOrDie("status", "observedGeneration"),
-		fieldpath.MakePathOrDie("status", "conditions"),
-		fieldpath.MakePathOrDie("status", "maintenance"),
-		fieldpath.MakePathOrDie("status", "hardware"),
-		fieldpath.MakePathOrDie("status", "talosVersion"),
-		fieldpath.MakePathOrDie("status", "nodeName"),
-		fieldpath.MakePathOrDie("status", "appliedConfig"),
-		fieldpath.MakePathOrDie("status", "kubeletServingCertificate"),
-	},
+	ResetFields:    resource.ResetAllBut(v1alpha1.TalosMachine{}, "status", "approval"),
 }

@@ -83,10 +83,22 @@ func ExtractIchorInstallation(ichorInstallation *ichorv1alpha1.IchorInstallation
 	return ExtractIchorInstallationFrom(ichorInstallation, fieldManager, "")
 }
 
+// ExtractIchorInstallationSettings extracts the applied configuration owned by fieldManager from
+// ichorInstallation for the settings subresource.
+func ExtractIchorInstallationSettings(ichorInstallation *ichorv1alpha1.IchorInstallation, fieldManager string) (*IchorInstallationApplyConfiguration, error) {
+	return ExtractIchorInstallationFrom(ichorInstallation, fieldManager, "settings")
+}
+
 // ExtractIchorInstallationStatus extracts the applied configuration owned by fieldManager from
 // ichorInstallation for the status subresource.
 func ExtractIchorInstallationStatus(ichorInstallation *ichorv1alpha1.IchorInstallation, fieldManager string) (*IchorInstallationApplyConfiguration, error) {
 	return ExtractIchorInstallationFrom(ichorInstallation, fieldManager, "status")
+}
+
+// ExtractIchorInstallationVersion extracts the applied configuration owned by fieldManager from
+// ichorInstallation for the version subresource.
+func ExtractIchorInstallationVersion(ichorInstallation *ichorv1alpha1.IchorInstallation, fieldManager string) (*IchorInstallationApplyConfiguration, error) {
+	return ExtractIchorInstallationFrom(ichorInstallation, fieldManager, "version")
 }
 
 func (b IchorInstallationApplyConfiguration) IsApplyConfiguration() {}

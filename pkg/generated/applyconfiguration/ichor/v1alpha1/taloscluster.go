@@ -30,6 +30,9 @@ import (
 // TalosClusterApplyConfiguration represents a declarative configuration of the TalosCluster type for use
 // with apply.
 //
+// (cilium-values and secret-references have no typed methods: the apply
+// configuration generator derives Go names from subresource names and cannot
+// spell hyphenated ones; use the REST client's SubResource for them.)
 // TalosCluster is a desired Talos Linux cluster: its versions, endpoint,
 // network and the Secret holding its secrets bundle.
 type TalosClusterApplyConfiguration struct {
@@ -83,6 +86,12 @@ func ExtractTalosClusterFrom(talosCluster *ichorv1alpha1.TalosCluster, fieldMana
 // applied if another fieldManager has updated or force applied any of the previously applied fields.
 func ExtractTalosCluster(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {
 	return ExtractTalosClusterFrom(talosCluster, fieldManager, "")
+}
+
+// ExtractTalosClusterAuthentication extracts the applied configuration owned by fieldManager from
+// talosCluster for the authentication subresource.
+func ExtractTalosClusterAuthentication(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {
+	return ExtractTalosClusterFrom(talosCluster, fieldManager, "authentication")
 }
 
 // ExtractTalosClusterStatus extracts the applied configuration owned by fieldManager from

@@ -51,6 +51,9 @@ type IchorInstallationInterface interface {
 	Apply(ctx context.Context, ichorInstallation *applyconfigurationichorv1alpha1.IchorInstallationApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.IchorInstallation, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, ichorInstallation *applyconfigurationichorv1alpha1.IchorInstallationApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.IchorInstallation, err error)
+	UpdateVersion(ctx context.Context, ichorInstallationName string, ichorInstallation *ichorv1alpha1.IchorInstallation, opts v1.UpdateOptions) (*ichorv1alpha1.IchorInstallation, error)
+	UpdateSettings(ctx context.Context, ichorInstallationName string, ichorInstallation *ichorv1alpha1.IchorInstallation, opts v1.UpdateOptions) (*ichorv1alpha1.IchorInstallation, error)
+
 	IchorInstallationExpansion
 }
 
@@ -71,4 +74,32 @@ func newIchorInstallations(c *IchorV1alpha1Client) *ichorInstallations {
 			func() *ichorv1alpha1.IchorInstallationList { return &ichorv1alpha1.IchorInstallationList{} },
 		),
 	}
+}
+
+// UpdateVersion takes the top resource name and the representation of a ichorInstallation and updates it. Returns the server's representation of the ichorInstallation, and an error, if there is any.
+func (c *ichorInstallations) UpdateVersion(ctx context.Context, ichorInstallationName string, ichorInstallation *ichorv1alpha1.IchorInstallation, opts v1.UpdateOptions) (result *ichorv1alpha1.IchorInstallation, err error) {
+	result = &ichorv1alpha1.IchorInstallation{}
+	err = c.GetClient().Put().
+		Resource("ichorinstallations").
+		Name(ichorInstallationName).
+		SubResource("version").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(ichorInstallation).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// UpdateSettings takes the top resource name and the representation of a ichorInstallation and updates it. Returns the server's representation of the ichorInstallation, and an error, if there is any.
+func (c *ichorInstallations) UpdateSettings(ctx context.Context, ichorInstallationName string, ichorInstallation *ichorv1alpha1.IchorInstallation, opts v1.UpdateOptions) (result *ichorv1alpha1.IchorInstallation, err error) {
+	result = &ichorv1alpha1.IchorInstallation{}
+	err = c.GetClient().Put().
+		Resource("ichorinstallations").
+		Name(ichorInstallationName).
+		SubResource("settings").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(ichorInstallation).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -51,6 +51,8 @@ type TalosClusterInterface interface {
 	Apply(ctx context.Context, talosCluster *applyconfigurationichorv1alpha1.TalosClusterApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosCluster, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosCluster *applyconfigurationichorv1alpha1.TalosClusterApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosCluster, err error)
+	UpdateAuthentication(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (*ichorv1alpha1.TalosCluster, error)
+
 	TalosClusterExpansion
 }
 
@@ -71,4 +73,19 @@ func newTalosClusters(c *IchorV1alpha1Client, namespace string) *talosClusters {
 			func() *ichorv1alpha1.TalosClusterList { return &ichorv1alpha1.TalosClusterList{} },
 		),
 	}
+}
+
+// UpdateAuthentication takes the top resource name and the representation of a talosCluster and updates it. Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *talosClusters) UpdateAuthentication(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (result *ichorv1alpha1.TalosCluster, err error) {
+	result = &ichorv1alpha1.TalosCluster{}
+	err = c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("talosclusters").
+		Name(talosClusterName).
+		SubResource("authentication").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(talosCluster).
+		Do(ctx).
+		Into(result)
+	return
 }

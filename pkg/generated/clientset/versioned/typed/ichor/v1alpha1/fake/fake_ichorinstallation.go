@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeIchorInstallations implements IchorInstallationInterface
@@ -50,4 +54,26 @@ func newFakeIchorInstallations(fake *FakeIchorV1alpha1) typedichorv1alpha1.Ichor
 		),
 		fake,
 	}
+}
+
+// UpdateVersion takes the representation of a ichorInstallation and updates it. Returns the server's representation of the ichorInstallation, and an error, if there is any.
+func (c *fakeIchorInstallations) UpdateVersion(ctx context.Context, ichorInstallationName string, ichorInstallation *v1alpha1.IchorInstallation, opts v1.UpdateOptions) (result *v1alpha1.IchorInstallation, err error) {
+	emptyResult := &v1alpha1.IchorInstallation{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootUpdateSubresourceActionWithOptions(c.Resource(), "version", ichorInstallation, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.IchorInstallation), err
+}
+
+// UpdateSettings takes the representation of a ichorInstallation and updates it. Returns the server's representation of the ichorInstallation, and an error, if there is any.
+func (c *fakeIchorInstallations) UpdateSettings(ctx context.Context, ichorInstallationName string, ichorInstallation *v1alpha1.IchorInstallation, opts v1.UpdateOptions) (result *v1alpha1.IchorInstallation, err error) {
+	emptyResult := &v1alpha1.IchorInstallation{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootUpdateSubresourceActionWithOptions(c.Resource(), "settings", ichorInstallation, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.IchorInstallation), err
 }

@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeTalosClusters implements TalosClusterInterface
@@ -50,4 +54,16 @@ func newFakeTalosClusters(fake *FakeIchorV1alpha1, namespace string) typedichorv
 		),
 		fake,
 	}
+}
+
+// UpdateAuthentication takes the representation of a talosCluster and updates it. Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *fakeTalosClusters) UpdateAuthentication(ctx context.Context, talosClusterName string, talosCluster *v1alpha1.TalosCluster, opts v1.UpdateOptions) (result *v1alpha1.TalosCluster, err error) {
+	emptyResult := &v1alpha1.TalosCluster{}
+	obj, err := c.Fake.
+		Invokes(testing.NewUpdateSubresourceActionWithOptions(c.Resource(), "authentication", c.Namespace(), talosCluster, opts), &v1alpha1.TalosCluster{})
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosCluster), err
 }
