@@ -153,19 +153,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(peerPort)
 	var err error
 	cp.etcd, err = proc.Start(cp.Dir, "etcd", cp.bin("etcd"),
-		"--name=default",
-		"--data-dir="+filepath.Join(cp.Dir, "etcd-data"),
-		"--listen-client-urls="+cp.etcdURL, "--advertise-client-urls="+cp.etcdURL,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=default="+peerURL,
-		"--cert-file="+f.etcdServerCert, "--key-file="+f.etcdServerKey,
-		"--trusted-ca-file="+f.etcdCA, "--client-cert-auth",
-		"--peer-cert-file="+f.etcdServerCert, "--peer-key-file="+f.etcdServerKey,
-		"--peer-trusted-ca-file="+f.etcdCA, "--peer-client-cert-auth",
-		"--log-level=warn",
-		// Test data is thrown away; fsync only slows the tests.
-		"--unsafe-no-fsync",
-	)
+		proc.EtcdArgs(cp.Dir, cp.etcdURL, peerURL, f.etcdCA, f.etcdServerCert, f.etcdServerKey)...)
 	if err != nil {
 		return err
 	}

@@ -288,18 +288,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 	etcdURL := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(ports[1])
 
-	etcd, err := k.startProcess(r, dir, "etcd",
-		"--name=default", "--data-dir="+filepath.Join(dir, "etcd-data"),
-		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=default="+peerURL,
-		"--cert-file="+f.etcdServerCert, "--key-file="+f.etcdServerKey,
-		"--trusted-ca-file="+f.etcdCA, "--client-cert-auth",
-		"--peer-cert-file="+f.etcdServerCert, "--peer-key-file="+f.etcdServerKey,
-		"--peer-trusted-ca-file="+f.etcdCA, "--peer-client-cert-auth",
-		"--log-level=warn",
-		"--unsafe-no-fsync", // simulated clusters are thrown away
-	)
+	etcd, err := k.startProcess(r, dir, "etcd", proc.EtcdArgs(dir, etcdURL, peerURL, f.etcdCA, f.etcdServerCert, f.etcdServerKey)...)
 	if err != nil {
 		return err
 	}

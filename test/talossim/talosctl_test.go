@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,23 +19,15 @@ import (
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"ichor.dev/ichor/test/internal/proc"
 )
 
 // Fidelity checks against the official client: these tests run the real talosctl (built from the Talos
 // module by hack/build-talosctl.sh) against simulated nodes and assert on what it prints.
 
-// talosctlBinEnv names the environment variable holding the directory with the talosctl binary;
-// `make test` sets it from hack/build-talosctl.sh.
-const talosctlBinEnv = "ICHOR_TALOSCTL_BIN"
-
 // talosctlTimeout bounds one talosctl invocation; generous for -race on a 2-core machine.
 const talosctlTimeout = 45 * time.Second
-
-var (
-	talosctlOnce sync.Once
-	talosctlPath string
-	talosctlErr  error
-)
 
 // talosctl returns the path of the talosctl binary: $ICHOR_TALOSCTL_BIN/talosctl, else built once per test
 // binary with hack/build-talosctl.sh (a cold build takes a few minutes; later runs hit its cache).
@@ -44,64 +35,17 @@ var (
 func talosctl(t *testing.T) string {
 	t.Helper()
 
-	talosctlOnce.Do(func() {
-		dir := os.Getenv(talosctlBinEnv)
-
-		if dir == "" {
-			root, err := repoRoot()
-			if err != nil {
-				talosctlErr = err
-
-				return
-			}
-
-			var stdout, stderr bytes.Buffer
-
-			cmd := exec.Command("bash", filepath.Join(root, "hack", "build-talosctl.sh"))
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-
-			if err := cmd.Run(); err != nil {
-				talosctlErr = fmt.Errorf("hack/build-talosctl.sh: %w\n%s", err, stderr.String())
-
-				return
-			}
-
-			dir = strings.TrimSpace(stdout.String())
-		}
-
-		talosctlPath = filepath.Join(dir, "talosctl")
-
-		if _, err := os.Stat(talosctlPath); err != nil {
-			talosctlErr = fmt.Errorf("talosctl binary: %w", err)
-		}
-	})
-
-	if talosctlErr != nil {
-		t.Fatal(talosctlErr)
-	}
-
-	return talosctlPath
-}
-
-// repoRoot is the directory holding the ichor.dev/ichor go.mod, found by walking up from the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	dir, err := proc.TalosctlBinDir()
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
 
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && bytes.HasPrefix(data, []byte("module ichor.dev/ichor\n")) {
-			return dir, nil
-		}
-
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no ichor.dev/ichor go.mod above the working directory")
-		}
-
-		dir = parent
+	path := filepath.Join(dir, "talosctl")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("talosctl binary: %v", err)
 	}
+
+	return path
 }
 
 // talosctlResult is what one talosctl invocation printed and how it exited.

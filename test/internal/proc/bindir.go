@@ -14,44 +14,42 @@ import (
 // `make run` set it from hack/build-controlplane.sh.
 const BinDirEnv = "ICHOR_CONTROLPLANE_BIN"
 
-var (
-	binDirOnce sync.Once
-	binDir     string
-	binDirErr  error
-)
+// TalosctlBinDirEnv names the environment variable that points at the directory holding talosctl; `make
+// test` sets it from hack/build-talosctl.sh.
+const TalosctlBinDirEnv = "ICHOR_TALOSCTL_BIN"
 
 // BinDir returns the directory holding kube-apiserver, kube-controller-manager, kubectl and etcd,
 // building them with hack/build-controlplane.sh when ICHOR_CONTROLPLANE_BIN is unset.
-func BinDir() (string, error) {
-	binDirOnce.Do(func() {
-		if dir := os.Getenv(BinDirEnv); dir != "" {
-			binDir = dir
+var BinDir = toolDir(BinDirEnv, "build-controlplane.sh")
 
-			return
+// TalosctlBinDir returns the directory holding talosctl, building it with hack/build-talosctl.sh when
+// ICHOR_TALOSCTL_BIN is unset.
+var TalosctlBinDir = toolDir(TalosctlBinDirEnv, "build-talosctl.sh")
+
+// toolDir returns a function that finds a directory of built tools once per process: the directory env
+// names, or else what hack/<script> prints on stdout after building (or reusing) them.
+func toolDir(env, script string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		if dir := os.Getenv(env); dir != "" {
+			return dir, nil
 		}
 
 		root, err := RepoRoot()
 		if err != nil {
-			binDirErr = err
-
-			return
+			return "", err
 		}
 
 		var stdout, stderr bytes.Buffer
 
-		cmd := exec.Command("bash", filepath.Join(root, "hack", "build-controlplane.sh"))
+		cmd := exec.Command("bash", filepath.Join(root, "hack", script))
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 
 		if err := cmd.Run(); err != nil {
-			binDirErr = fmt.Errorf("hack/build-controlplane.sh: %w\n%s", err, Tail(stderr.String(), 40))
-
-			return
+			return "", fmt.Errorf("hack/%s: %w\n%s", script, err, Tail(stderr.String(), 40))
 		}
 
-		binDir = strings.TrimSpace(stdout.String())
+		return strings.TrimSpace(stdout.String()), nil
 	})
-
-	return binDir, binDirErr
 }
 
 // RepoRoot is the directory holding the module's go.mod.

@@ -1,0 +1,22 @@
+package proc
+
+import "path/filepath"
+
+// EtcdArgs are the flags of a single-member test etcd in dir, serving clientURL and peerURL with
+// mutual TLS: certFile and keyFile serve both, and only clients with a certificate from caFile get in.
+// Test data is thrown away, so it does not fsync.
+func EtcdArgs(dir, clientURL, peerURL, caFile, certFile, keyFile string) []string {
+	return []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(dir, "etcd-data"),
+		"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=default=" + peerURL,
+		"--cert-file=" + certFile, "--key-file=" + keyFile,
+		"--trusted-ca-file=" + caFile, "--client-cert-auth",
+		"--peer-cert-file=" + certFile, "--peer-key-file=" + keyFile,
+		"--peer-trusted-ca-file=" + caFile, "--peer-client-cert-auth",
+		"--log-level=warn",
+		"--unsafe-no-fsync",
+	}
+}
