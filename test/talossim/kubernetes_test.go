@@ -2,8 +2,12 @@ package talossim
 
 import (
 	"context"
+	"crypto"
+	"crypto/sha256"
 	"crypto/tls"
 	stdx509 "crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -11,14 +15,17 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/keyutil"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -99,6 +106,8 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 	}
 
 	kube := kubernetes.NewForConfigOrDie(cfg)
+
+	checkControlPlaneKeys(t, ctx, kube, cl)
 
 	// Every kubelet bootstraps a client certificate (approved by the controller manager) and registers.
 	for _, n := range []struct {
@@ -402,4 +411,61 @@ func dialKubelet(ip string, port int32, caPEM []byte, serverName string) (*stdx5
 	defer conn.Close() //nolint:errcheck
 
 	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+// checkControlPlaneKeys checks that the control plane uses the machine config's keys beyond the cluster
+// CA (which every client here verifies against): the aggregation layer trusts cluster.aggregatorCA, and
+// service-account tokens are signed with cluster.serviceAccount's key (their key ID is the hash of its
+// public key).
+func checkControlPlaneKeys(t *testing.T, ctx context.Context, kube kubernetes.Interface, cl *testCluster) {
+	t.Helper()
+
+	auth, err := kube.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the aggregation layer's trust: %v", err)
+	}
+
+	if got, want := strings.TrimSpace(auth.Data["requestheader-client-ca-file"]), strings.TrimSpace(string(cl.bundle.Certs.K8sAggregator.Crt)); got != want {
+		t.Errorf("requestheader client CA is not cluster.aggregatorCA:\n%s", got)
+	}
+
+	sa, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceSystem).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tr, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceSystem).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token request: %v", err)
+	}
+
+	header, _, _ := strings.Cut(tr.Status.Token, ".")
+
+	headerJSON, err := base64.RawURLEncoding.DecodeString(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var jose struct {
+		KeyID string `json:"kid"`
+	}
+
+	if err = json.Unmarshal(headerJSON, &jose); err != nil {
+		t.Fatal(err)
+	}
+
+	key, err := keyutil.ParsePrivateKeyPEM(cl.bundle.Certs.K8sServiceAccount.Key)
+	if err != nil {
+		t.Fatalf("cluster.serviceAccount key: %v", err)
+	}
+
+	der, err := stdx509.MarshalPKIXPublicKey(key.(crypto.Signer).Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sum := sha256.Sum256(der)
+	if want := base64.RawURLEncoding.EncodeToString(sum[:]); jose.KeyID != want {
+		t.Errorf("service-account token key ID = %q, want %q (cluster.serviceAccount's key)", jose.KeyID, want)
+	}
 }
