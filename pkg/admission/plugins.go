@@ -7,6 +7,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
+	"ichor.dev/ichor/pkg/admission/plugin/patchsecrets"
 )
 
 // plugin is one of Ichor's admission plugins.
@@ -20,6 +21,8 @@ type plugin struct {
 var plugins = []plugin{
 	// Custom verbs of action subresources (approve, …), against the stored object.
 	{customverbs.PluginName, customverbs.Register},
+	// TalosConfigPatches never touch the secrets bundle.
+	{patchsecrets.PluginName, patchsecrets.Register},
 }
 
 // OrderedPlugins returns the names of Ichor's plugins in chain order.
