@@ -618,6 +618,8 @@ func TestKubectlAuthCanI(t *testing.T) {
 		{"admin", []string{"update", "ichorinstallations", "--subresource=settings"}, true},
 		{"operator", []string{"update", "talosclusters", "--subresource=secret-references"}, false},
 		{"operator", []string{"update", "ichorinstallations", "--subresource=version"}, false},
+		{"operator", []string{"create", "taloscredentialrequests"}, true},
+		{"viewer", []string{"create", "taloscredentialrequests"}, false},
 		{"admin", []string{"get", "secrets"}, false},
 		{"admin", []string{"impersonate", "users"}, false},
 		{"nobody", []string{"list", "talosmachines"}, false},

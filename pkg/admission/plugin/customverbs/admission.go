@@ -1,11 +1,13 @@
-// Package customverbs checks the custom RBAC verbs of Ichor's action
-// subresources. A write that is an action — approving a machine, for now —
-// needs, beyond the HTTP method's verb, the action's own verb on the
-// subresource (`approve` on talosmachines/approval), asked of the delegated
-// authorizer for the object the request names, the way kube-apiserver checks
-// `approve` on a CSR's signer. RBAC rules can then grant exactly one action,
-// and `kubectl auth can-i approve talosmachines --subresource=approval` tells
-// the truth.
+// Package customverbs checks the custom RBAC verbs of Ichor's actions. A
+// write that is an action — approving a machine, for now — needs, beyond the
+// HTTP method's verb, the action's own verb on the subresource (`approve` on
+// talosmachines/approval), asked of the delegated authorizer for the object
+// the request names, the way kube-apiserver checks `approve` on a CSR's
+// signer. RBAC rules can then grant exactly one action, and `kubectl auth
+// can-i approve talosmachines --subresource=approval` tells the truth. A
+// TalosCredentialRequest likewise needs the `download` verb its purpose
+// stands for: nobody gets a Talos certificate for more than they could
+// download through Ichor.
 package customverbs
 
 import (
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"io"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -24,8 +27,27 @@ import (
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorCustomVerbs"
 
-// VerbApprove is the verb on talosmachines/approval that decides about a machine.
-const VerbApprove = "approve"
+// Custom verbs.
+const (
+	// VerbApprove is the verb on talosmachines/approval that decides about a machine.
+	VerbApprove = "approve"
+	// VerbDownload is the verb on a download subresource (talosmachines/etcd-snapshot, …). A
+	// TalosCredentialRequest for a purpose needs it on the download the purpose stands for.
+	VerbDownload = "download"
+)
+
+// download is the subresource whose download verb a credential purpose needs.
+type download struct{ resource, subresource string }
+
+// purposeDownloads says what each TalosCredentialRequest purpose lets its
+// holder do, as the download subresource that does the same through Ichor:
+// nobody gets a Talos certificate for more than they could download.
+var purposeDownloads = map[ichor.CredentialPurpose]download{
+	ichor.PurposeTalosconfigReader: {"talosclusters", "talosconfig-reader"},
+	ichor.PurposeSupportBundle:     {"talosmachines", "support-bundle"},
+	ichor.PurposeEtcdSnapshot:      {"talosmachines", "etcd-snapshot"},
+	ichor.PurposePacketCapture:     {"talosmachines", "packet-capture"},
+}
 
 // action is one subresource write that needs a custom verb.
 type action struct {
@@ -79,6 +101,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if gvr.Group != ichor.GroupName {
 		return nil
 	}
+	if gvr.Resource == "taloscredentialrequests" && a.GetSubresource() == "" && a.GetOperation() == admission.Create {
+		return p.validatePurpose(ctx, a)
+	}
 	for _, act := range actions {
 		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
 			continue
@@ -99,6 +124,55 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 		msg := fmt.Sprintf("user %q cannot %s %s/%s %q: it needs the %q verb on resource %q, subresource %q",
 			a.GetUserInfo().GetName(), act.verb, act.resource, act.subresource, a.GetName(), act.verb, act.resource, act.subresource)
+		if reason != "" {
+			msg += ": " + reason
+		}
+		if err != nil {
+			msg += fmt.Sprintf(" (authorizer error: %v)", err)
+		}
+		return admission.NewForbidden(a, errors.New(msg))
+	}
+	return nil
+}
+
+// validatePurpose checks that the requester of a TalosCredentialRequest holds
+// the download verb the purpose stands for, on the cluster (talosconfig-reader)
+// or on each machine named (all machines of the namespace when none is).
+func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) error {
+	req, ok := a.GetObject().(*ichor.TalosCredentialRequest)
+	if !ok {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s expected a TalosCredentialRequest, got %T", PluginName, a.GetObject()))
+	}
+	d, ok := purposeDownloads[req.Spec.Purpose]
+	if !ok {
+		return admission.NewForbidden(a, fmt.Errorf("purpose %q grants no credential", req.Spec.Purpose))
+	}
+	names := req.Spec.Machines
+	if d.resource == "talosclusters" {
+		names = []string{req.Spec.ClusterName}
+	} else if len(names) == 0 {
+		names = []string{""} // the whole cluster: every machine in the namespace
+	}
+	for _, name := range names {
+		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			User:            a.GetUserInfo(),
+			Verb:            VerbDownload,
+			Namespace:       a.GetNamespace(),
+			APIGroup:        ichor.GroupName,
+			APIVersion:      a.GetResource().Version,
+			Resource:        d.resource,
+			Subresource:     d.subresource,
+			Name:            name,
+			ResourceRequest: true,
+		})
+		if decision == authorizer.DecisionAllow {
+			continue
+		}
+		target := fmt.Sprintf("%s/%s %q", d.resource, d.subresource, name)
+		if name == "" {
+			target = fmt.Sprintf("%s/%s of every machine in the namespace", d.resource, d.subresource)
+		}
+		msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, VerbDownload, target)
 		if reason != "" {
 			msg += ": " + reason
 		}

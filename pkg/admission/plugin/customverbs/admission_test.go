@@ -10,6 +10,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 func TestValidate(t *testing.T) {
@@ -74,5 +76,48 @@ func TestValidate(t *testing.T) {
 func TestValidateInitializationNeedsAnAuthorizer(t *testing.T) {
 	if err := New().ValidateInitialization(); err == nil {
 		t.Fatal("a plugin without an authorizer initialized")
+	}
+}
+
+func TestValidateCredentialPurpose(t *testing.T) {
+	requests := schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: "taloscredentialrequests"}
+	bob := &user.DefaultInfo{Name: "bob"}
+	tcr := func(purpose ichor.CredentialPurpose, machines ...string) *ichor.TalosCredentialRequest {
+		return &ichor.TalosCredentialRequest{Spec: ichor.TalosCredentialRequestSpec{ClusterName: "prod", Purpose: purpose, Machines: machines}}
+	}
+	// The authorizer allows downloads of the reader talosconfig of prod and the etcd snapshot of m1 only.
+	allowed := map[string]bool{"talosclusters/talosconfig-reader/prod": true, "talosmachines/etcd-snapshot/m1": true}
+
+	for _, tc := range []struct {
+		name    string
+		obj     *ichor.TalosCredentialRequest
+		wantErr string
+	}{
+		{name: "reader talosconfig of the cluster", obj: tcr(ichor.PurposeTalosconfigReader)},
+		{name: "snapshot of an allowed machine", obj: tcr(ichor.PurposeEtcdSnapshot, "m1")},
+		{name: "snapshot of a machine not granted", obj: tcr(ichor.PurposeEtcdSnapshot, "m1", "m2"),
+			wantErr: `user "bob" cannot request a etcd-snapshot credential: it needs the "download" verb on talosmachines/etcd-snapshot "m2"`},
+		{name: "snapshot of every machine", obj: tcr(ichor.PurposeEtcdSnapshot),
+			wantErr: "talosmachines/etcd-snapshot of every machine in the namespace"},
+		{name: "packet capture not granted", obj: tcr(ichor.PurposePacketCapture, "m1"), wantErr: `needs the "download" verb on talosmachines/packet-capture "m1"`},
+		{name: "unknown purpose", obj: tcr("root-shell"), wantErr: `purpose "root-shell" grants no credential`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New()
+			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				if a.GetVerb() == VerbDownload && allowed[a.GetResource()+"/"+a.GetSubresource()+"/"+a.GetName()] {
+					return authorizer.DecisionAllow, "", nil
+				}
+				return authorizer.DecisionNoOpinion, "", nil
+			}))
+			attrs := admission.NewAttributesRecord(tc.obj, nil, schema.GroupVersionKind{}, "ns", "r1", requests, "", admission.Create, nil, false, bob)
+			err := p.Validate(context.Background(), attrs, nil)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want Forbidden containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

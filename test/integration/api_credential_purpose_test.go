@@ -1,0 +1,43 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// TestCredentialRequestNeedsTheDownloadItStandsFor checks, through the real authorizer and the roles in
+// artifacts/, that a TalosCredentialRequest is admitted only when its requester holds the download verb
+// of its purpose: operators may ask for a reader talosconfig but not an etcd snapshot; admins may.
+func TestCredentialRequestNeedsTheDownloadItStandsFor(t *testing.T) {
+	ns := cp.Namespace(t)
+	ctx := apiContext(t)
+	operator := apiClientFor(t, cp.ConfigFor("bob", "ichor:operator")).IchorV1alpha1().TalosCredentialRequests(ns)
+	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosCredentialRequests(ns)
+
+	reader := apiTalosCredentialRequest(t, "reader", ns)
+	if _, err := operator.Create(ctx, reader, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("operator reader talosconfig: %v", err)
+	}
+
+	snapshot := apiTalosCredentialRequest(t, "snapshot", ns)
+	snapshot.Spec.Purpose = v1alpha1.PurposeEtcdSnapshot
+	snapshot.Spec.Machines = []string{"m1"}
+	_, err := operator.Create(ctx, snapshot, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `cannot request a etcd-snapshot credential: it needs the "download" verb on talosmachines/etcd-snapshot "m1"`) {
+		t.Fatalf("operator etcd-snapshot credential: want Forbidden naming the download, got %v", err)
+	}
+	if _, err := admin.Create(ctx, snapshot, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin etcd-snapshot credential: %v", err)
+	}
+
+	viewer := apiClientFor(t, cp.ConfigFor("alice", "ichor:viewer")).IchorV1alpha1().TalosCredentialRequests(ns)
+	other := apiTalosCredentialRequest(t, "viewer", ns)
+	if _, err := viewer.Create(ctx, other, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("viewer credential request: want Forbidden, got %v", err)
+	}
+}
