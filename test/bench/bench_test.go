@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,15 +23,9 @@ func TestSmoke(t *testing.T) {
 		t.Skip("starts a control plane")
 	}
 	ctrllog.SetLogger(logr.Discard())
-	root, err := harness.RepoRoot()
+	binary, err := harness.BuildIchorAPIServer(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	binary := filepath.Join(t.TempDir(), "ichor-apiserver")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/ichor-apiserver")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build ichor-apiserver: %v\n%s", err, out)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,6 +1,12 @@
 package harness
 
-import "ichor.dev/ichor/test/internal/proc"
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+
+	"ichor.dev/ichor/test/internal/proc"
+)
 
 // BinDirEnv names the environment variable that points at the control-plane
 // binaries; `make test` and `make run` set it from hack/build-controlplane.sh.
@@ -13,3 +19,19 @@ func BinDir() (string, error) { return proc.BinDir() }
 
 // RepoRoot is the directory holding the module's go.mod.
 func RepoRoot() (string, error) { return proc.RepoRoot() }
+
+// BuildIchorAPIServer builds the ichor-apiserver binary from this checkout
+// into dir and returns its path, for tests that run it as the Deployment does.
+func BuildIchorAPIServer(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	binary := filepath.Join(dir, "ichor-apiserver")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/ichor-apiserver")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build ichor-apiserver: %w\n%s", err, out)
+	}
+	return binary, nil
+}

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,15 +16,9 @@ import (
 // Deployment does, with its embedded etcd, behind a control plane of its own:
 // objects written through the aggregator survive, and SIGTERM ends it cleanly.
 func TestBinaryWithEmbeddedEtcd(t *testing.T) {
-	root, err := harness.RepoRoot()
+	binary, err := harness.BuildIchorAPIServer(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
-	}
-	binary := filepath.Join(t.TempDir(), "ichor-apiserver")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/ichor-apiserver")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build ichor-apiserver: %v\n%s", err, out)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
