@@ -381,3 +381,46 @@ func TestRenderRefusesBadInputs(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeletServingOptionOnlyAddsServerTLSBootstrap checks that the kubelet
+// serving option changes nothing while it is off (existing clusters keep their
+// bytes), and when on adds serverTLSBootstrap and nothing else.
+func TestKubeletServingOptionOnlyAddsServerTLSBootstrap(t *testing.T) {
+	for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
+		t.Run(string(role), func(t *testing.T) {
+			in := testInput(t, testMachine("node-1", role, nil))
+			off, err := Render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(off.Config, []byte("serverTLSBootstrap")) || bytes.Contains(off.Config, []byte("rotate-server-certificates")) {
+				t.Fatal("the option is off but the config asks for serving certificates")
+			}
+
+			// The same inputs with the option spelled out as off render the same bytes.
+			in.Cluster = in.Cluster.DeepCopy()
+			in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = false
+			in.Cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = false
+			again, err := Render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(off.Config, again.Config) {
+				t.Fatal("an explicitly disabled option changed the rendered bytes")
+			}
+
+			in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+			on, err := Render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			effect, changes, err := Classify(off.Config, on.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(changes) != 1 || changes[0].Path != "machine.kubelet.extraConfig.serverTLSBootstrap" || effect != ichorv1alpha1.ConfigEffectNoReboot {
+				t.Fatalf("enabling the option changed %+v (effect %s), want only machine.kubelet.extraConfig.serverTLSBootstrap, no reboot", changes, effect)
+			}
+		})
+	}
+}
