@@ -387,15 +387,7 @@ func TestEtcdRecoverNeedsRunningNode(t *testing.T) {
 
 	ctx := testContext(t)
 	cl := newCluster(t)
-	n := startNode(t, Options{InstallDelay: testTimeout * 10})
-
-	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, applyRequest(cl.cp)); err != nil {
-		t.Fatalf("maintenance apply: %v", err)
-	}
-
-	if err := n.WaitPhase(ctx, PhaseInstalling); err != nil {
-		t.Fatal(err)
-	}
+	n := appliedNode(t, ctx, Options{InstallDelay: testTimeout * 10}, cl.cp, PhaseInstalling)
 
 	admin := adminClient(t, n, cl)
 

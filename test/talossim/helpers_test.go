@@ -213,18 +213,28 @@ func patch(t *testing.T, cfg []byte, yamlPatch string) []byte {
 func installedNode(t *testing.T, cl *testCluster, opts Options) (*Node, *client.Client) {
 	t.Helper()
 
-	ctx := testContext(t)
+	n := appliedNode(t, testContext(t), opts, cl.cp, PhaseRunning)
+
+	return n, certClient(t, n, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+}
+
+// appliedNode starts a node, applies cfg in maintenance mode through the pinned certificate and waits
+// until the node reaches phase (PhaseInstalling for a node held there by a long InstallDelay,
+// PhaseRunning otherwise).
+func appliedNode(t *testing.T, ctx context.Context, opts Options, cfg []byte, phase Phase) *Node {
+	t.Helper()
+
 	n := startNode(t, opts)
 
-	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cl.cp}); err != nil {
+	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cfg}); err != nil {
 		t.Fatalf("maintenance ApplyConfiguration: %v", err)
 	}
 
-	if err := n.WaitPhase(ctx, PhaseRunning); err != nil {
+	if err := n.WaitPhase(ctx, phase); err != nil {
 		t.Fatal(err)
 	}
 
-	return n, certClient(t, n, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+	return n
 }
 
 // machineConfig reads the MachineConfig resource id through the client's COSI API.

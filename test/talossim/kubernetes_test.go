@@ -82,9 +82,9 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 	withBootstrap := patch(t, cl.cp, serverTLSBootstrapPatch)
 	workerWithBootstrap := patch(t, cl.worker, serverTLSBootstrapPatch)
 
-	cp := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.1:0", Hostname: "cp-1", Kubernetes: k}, withBootstrap)
-	w1 := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.2:0", Hostname: "worker-1", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, workerWithBootstrap)
-	w2 := startConfiguredNode(t, ctx, Options{ListenAddress: "127.0.2.3:0", Hostname: "worker-2", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker)
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.1:0", Hostname: "cp-1", Kubernetes: k}, withBootstrap, PhaseRunning)
+	w1 := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.2:0", Hostname: "worker-1", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, workerWithBootstrap, PhaseRunning)
+	w2 := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.3:0", Hostname: "worker-2", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker, PhaseRunning)
 
 	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
 	if k.Bootstrapped(endpoint) {
@@ -263,23 +263,6 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 		t.Errorf("client certificate requests of worker-2 after a reset = %d, want 2", got)
 	}
 
-}
-
-// startConfiguredNode starts a node and applies cfg in maintenance mode, returning once it runs.
-func startConfiguredNode(t *testing.T, ctx context.Context, opts Options, cfg []byte) *Node {
-	t.Helper()
-
-	n := startNode(t, opts)
-
-	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cfg}); err != nil {
-		t.Fatalf("maintenance ApplyConfiguration: %v", err)
-	}
-
-	if err := n.WaitPhase(ctx, PhaseRunning); err != nil {
-		t.Fatal(err)
-	}
-
-	return n
 }
 
 // pollUntil polls cond every 100ms until it holds, failing the test at ctx's deadline.

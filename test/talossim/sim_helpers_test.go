@@ -38,17 +38,8 @@ func adminClient(t *testing.T, n *Node, cl *testCluster) *client.Client {
 func workerNode(t *testing.T, cl *testCluster, opts Options) (*Node, *client.Client) {
 	t.Helper()
 
-	ctx := testContext(t)
 	opts.OSCA = cl.bundle.Certs.OS
-	n := startNode(t, opts)
-
-	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cl.worker}); err != nil {
-		t.Fatalf("worker apply: %v", err)
-	}
-
-	if err := n.WaitPhase(ctx, PhaseRunning); err != nil {
-		t.Fatal(err)
-	}
+	n := appliedNode(t, testContext(t), opts, cl.worker, PhaseRunning)
 
 	return n, adminClient(t, n, cl)
 }

@@ -49,15 +49,7 @@ func TestUpgradeNotInstalled(t *testing.T) {
 
 	ctx := testContext(t)
 	cl := newCluster(t)
-	n := startNode(t, Options{InstallDelay: testTimeout * 10})
-
-	if _, err := pinnedClient(t, n, n.MaintenanceFingerprint()).ApplyConfiguration(ctx, applyRequest(cl.cp)); err != nil {
-		t.Fatalf("maintenance apply: %v", err)
-	}
-
-	if err := n.WaitPhase(ctx, PhaseInstalling); err != nil {
-		t.Fatal(err)
-	}
+	n := appliedNode(t, ctx, Options{InstallDelay: testTimeout * 10}, cl.cp, PhaseInstalling)
 
 	_, err := upgrade(ctx, adminClient(t, n, cl), "siderolabs/installer:v1.13.1", false, true)
 	wantCode(t, err, codes.FailedPrecondition, "Talos is not installed")
