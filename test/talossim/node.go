@@ -284,6 +284,10 @@ func (n *Node) setPhaseLocked(p Phase) error {
 func (n *Node) publishLocked() error {
 	n.syncKubeletLocked()
 
+	if n.configuredLocked() && n.phase == PhaseRunning {
+		n.opts.Trustd.offer(n.active.Machine().Security().IssuingCA())
+	}
+
 	return publishDynamic(context.Background(), n.st, nodeView{
 		phase:        n.phase,
 		hostname:     n.hostnameLocked(),
@@ -347,9 +351,14 @@ func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 		return maint.tlsConfig(), nil
 	}
 
+	osCA := n.opts.OSCA
+	if issuing := active.Machine().Security().IssuingCA(); osCA == nil && issuing != nil && len(issuing.Key) == 0 {
+		osCA = n.opts.Trustd.lookup(issuing.Crt)
+	}
+
 	cfg, err := n.certs.configuredTLSConfig(configuredTLSInput{
 		cfg:      active,
-		osCA:     n.opts.OSCA,
+		osCA:     osCA,
 		ips:      n.certIPs(false),
 		hostname: hostname,
 	})

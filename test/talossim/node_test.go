@@ -418,3 +418,32 @@ func TestWorkerNeedsOSCA(t *testing.T) {
 	_, err = certClient(t, bare, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin)).Version(ctx)
 	wantCode(t, err, codes.Unavailable, "")
 }
+
+func TestWorkerCertificateFromTrustd(t *testing.T) {
+	t.Parallel()
+
+	ctx := testContext(t)
+	cl := newCluster(t)
+	trustd := NewTrustd()
+
+	// A worker configured before any control plane: its API cannot serve yet, as on real nodes.
+	w := startNode(t, Options{Trustd: trustd})
+
+	if _, err := pinnedClient(t, w, w.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: cl.worker}); err != nil {
+		t.Fatalf("worker apply: %v", err)
+	}
+
+	if err := w.WaitPhase(ctx, PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err := certClient(t, w, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin)).Version(ctx)
+	wantCode(t, err, codes.Unavailable, "")
+
+	// Once a control plane of the cluster runs, the worker gets its certificate through trustd.
+	appliedNode(t, ctx, Options{Trustd: trustd}, cl.cp, PhaseRunning)
+
+	if _, err = certClient(t, w, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin)).Version(ctx); err != nil {
+		t.Fatalf("worker Version after a control plane offered its CA: %v", err)
+	}
+}

@@ -70,6 +70,10 @@ type Options struct {
 	// OSCA is the Talos API CA with its key, used like trustd would when the applied config's machine.ca
 	// has no key (worker configs); it must carry the same certificate as machine.ca.
 	OSCA *x509.PEMEncodedCertificateAndKey
+	// Trustd is shared by the nodes of one cluster (or several): configured control planes offer their
+	// Talos API CA through it, and workers without OSCA get their API certificate from it. Nil: only
+	// OSCA serves a worker.
+	Trustd *Trustd
 }
 
 // withDefaults returns a copy of o with every unset field filled in; listenIP is the bound listener IP.

@@ -129,7 +129,7 @@ func (c *serverCertCache) configuredTLSConfig(in configuredTLSInput) (*stdtls.Co
 
 	if len(issuing.Key) == 0 {
 		if in.osCA == nil || string(in.osCA.Crt) != string(issuing.Crt) {
-			return nil, errors.New("machine.ca has no key and no matching Options.OSCA was given")
+			return nil, errors.New("machine.ca has no key, and neither Options.OSCA nor a control plane through Options.Trustd offers it")
 		}
 
 		issuing = in.osCA
