@@ -14,6 +14,7 @@ package talos
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 )
 
@@ -45,6 +46,21 @@ type Credentials struct {
 type Node interface {
 	// Facts reads the node's Talos version and hardware facts.
 	Facts(ctx context.Context) (*Facts, error)
+	// ApplyConfiguration sends a complete machine config. A node in
+	// maintenance mode installs it and boots into it whatever mode says; a
+	// configured node takes it as mode says.
+	ApplyConfiguration(ctx context.Context, config []byte, mode ApplyMode) (*ApplyResult, error)
+	// Status reads the node's machine stage and readiness.
+	Status(ctx context.Context) (*Status, error)
+	// Bootstrap starts etcd on a control plane as the cluster's first member.
+	// It returns ErrAlreadyBootstrapped when the node (or cluster) has etcd
+	// data already, which callers treat as done.
+	Bootstrap(ctx context.Context) error
+	// EtcdMembers lists the members of the node's etcd cluster.
+	EtcdMembers(ctx context.Context) ([]EtcdMember, error)
+	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
+	// into maintenance mode; graceful first leaves etcd and cordons the node.
+	Reset(ctx context.Context, graceful bool) error
 	// Fingerprint is the SPKI fingerprint of the certificate the node
 	// presented, in talosctl's --cert-fingerprint form; empty until a call
 	// has completed a handshake.
@@ -78,3 +94,58 @@ type Disk struct {
 	// Model and Serial are what the device reports.
 	Model, Serial string
 }
+
+// ApplyMode is how a configured node takes a new config.
+type ApplyMode int
+
+const (
+	// ApplyNoReboot applies the config to the running node; the node
+	// refuses it if a field changed that needs a reboot.
+	ApplyNoReboot ApplyMode = iota
+	// ApplyReboot writes the config and reboots the node into it.
+	ApplyReboot
+)
+
+func (m ApplyMode) String() string {
+	if m == ApplyReboot {
+		return "reboot"
+	}
+	return "no-reboot"
+}
+
+// ApplyResult is the node's answer to an applied config.
+type ApplyResult struct {
+	// Rebooting is true when the node reboots to take the config.
+	Rebooting bool
+	// Details is the node's own description of what it did.
+	Details string
+	// Warnings are the node's validation warnings.
+	Warnings []string
+}
+
+// Status is a node's machine stage and readiness.
+type Status struct {
+	// Stage is Talos's machine stage: "running", "booting", "rebooting", …
+	Stage string
+	// Ready is true when the node reports no unmet readiness condition.
+	Ready bool
+	// Unmet names the unmet readiness conditions, if any.
+	Unmet []string
+}
+
+// Running is true for a node in stage running that reports itself ready.
+func (s *Status) Running() bool { return s.Stage == "running" && s.Ready }
+
+// EtcdMember is one member of a control plane's etcd cluster.
+type EtcdMember struct {
+	// ID is the member ID, as talosctl prints it (hex).
+	ID string
+	// Hostname is the member's name (its node's hostname).
+	Hostname string
+	// Learner is true for a member that does not vote yet.
+	Learner bool
+}
+
+// ErrAlreadyBootstrapped is Bootstrap's answer for a node or cluster whose
+// etcd has data already.
+var ErrAlreadyBootstrapped = errors.New("etcd is already bootstrapped")

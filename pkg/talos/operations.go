@@ -1,0 +1,95 @@
+package talos
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ApplyConfiguration implements Node with the call `talosctl apply-config` makes.
+func (n *machineryNode) ApplyConfiguration(ctx context.Context, config []byte, mode ApplyMode) (*ApplyResult, error) {
+	req := &machineapi.ApplyConfigurationRequest{Data: config, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}
+	if mode == ApplyReboot {
+		req.Mode = machineapi.ApplyConfigurationRequest_REBOOT
+	}
+	resp, err := n.c.ApplyConfiguration(ctx, req)
+	if err != nil {
+		return nil, n.v.explain("apply config ("+mode.String()+")", err)
+	}
+	var r ApplyResult
+	for _, m := range resp.GetMessages() {
+		r.Rebooting = r.Rebooting || m.GetMode() == machineapi.ApplyConfigurationRequest_REBOOT
+		r.Details = m.GetModeDetails()
+		r.Warnings = append(r.Warnings, m.GetWarnings()...)
+	}
+	return &r, nil
+}
+
+// Status implements Node by reading the MachineStatus resource (`talosctl get machinestatus`).
+func (n *machineryNode) Status(ctx context.Context) (*Status, error) {
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](ctx, n.c.COSI, runtime.MachineStatusID)
+	if err != nil {
+		return nil, n.v.explain("read machine status", err)
+	}
+	spec := ms.TypedSpec()
+	s := &Status{Stage: spec.Stage.String(), Ready: spec.Status.Ready}
+	for _, c := range spec.Status.UnmetConditions {
+		s.Unmet = append(s.Unmet, c.Name+": "+c.Reason)
+	}
+	return s, nil
+}
+
+// Bootstrap implements Node.
+func (n *machineryNode) Bootstrap(ctx context.Context) error {
+	err := n.c.Bootstrap(ctx, &machineapi.BootstrapRequest{})
+	if status.Code(err) == codes.AlreadyExists {
+		return ErrAlreadyBootstrapped
+	}
+	if err != nil {
+		return n.v.explain("bootstrap etcd", err)
+	}
+	return nil
+}
+
+// EtcdMembers implements Node.
+func (n *machineryNode) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
+	resp, err := n.c.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{})
+	if err != nil {
+		return nil, n.v.explain("list etcd members", err)
+	}
+	var members []EtcdMember
+	for _, msg := range resp.GetMessages() {
+		for _, m := range msg.GetMembers() {
+			members = append(members, EtcdMember{
+				ID:       strconv.FormatUint(m.GetId(), 16),
+				Hostname: m.GetHostname(),
+				Learner:  m.GetIsLearner(),
+			})
+		}
+	}
+	return members, nil
+}
+
+// Reset implements Node: it wipes STATE and EPHEMERAL, as
+// `talosctl reset --system-labels-to-wipe STATE --system-labels-to-wipe EPHEMERAL` does,
+// and reboots, so the node comes back in maintenance mode.
+func (n *machineryNode) Reset(ctx context.Context, graceful bool) error {
+	err := n.c.ResetGeneric(ctx, &machineapi.ResetRequest{
+		Graceful: graceful,
+		Reboot:   true,
+		SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{
+			{Label: "STATE", Wipe: true},
+			{Label: "EPHEMERAL", Wipe: true},
+		},
+	})
+	if err != nil {
+		return n.v.explain(fmt.Sprintf("reset (graceful=%t)", graceful), err)
+	}
+	return nil
+}

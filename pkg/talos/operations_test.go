@@ -1,0 +1,82 @@
+package talos_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// TestConfigureBootstrapReset walks one control plane through the calls the
+// controller makes: apply over the pinned maintenance session, status, bootstrap
+// (twice), etcd members, reset back to maintenance.
+func TestConfigureBootstrapReset(t *testing.T) {
+	ctx := callContext(t)
+	n := startNode(t, simOptions())
+	bundle, cfg := controlPlaneConfig(t)
+
+	pin, err := talos.Pinned(n.MaintenanceFingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := session(t, n.Addr(), pin).ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot)
+	if err != nil {
+		t.Fatalf("apply over the pinned maintenance session: %v", err)
+	}
+	if res.Details == "" {
+		t.Errorf("apply result has no details: %+v", res)
+	}
+	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck
+
+	st, err := s.Status(ctx)
+	if err != nil || !st.Running() {
+		t.Fatalf("Status = %+v, %v; want running and ready", st, err)
+	}
+	if _, err := s.EtcdMembers(ctx); err == nil {
+		t.Error("etcd members listed before bootstrap")
+	}
+	if err := s.Bootstrap(ctx); err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+	if err := s.Bootstrap(ctx); err != talos.ErrAlreadyBootstrapped {
+		t.Errorf("second Bootstrap = %v, want ErrAlreadyBootstrapped", err)
+	}
+	members, err := s.EtcdMembers(ctx)
+	if err != nil || len(members) != 1 || members[0].ID == "" || members[0].Learner {
+		t.Fatalf("EtcdMembers = %+v, %v; want one voting member", members, err)
+	}
+
+	// An unchanged config needs no reboot.
+	if res, err := s.ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot); err != nil || res.Rebooting {
+		t.Fatalf("re-apply = %+v, %v", res, err)
+	}
+
+	if err := s.Reset(ctx, true); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if err := n.WaitPhase(ctx, talossim.PhaseMaintenance); err != nil {
+		t.Fatal(err)
+	}
+	if n.MaintenanceFingerprint() == pin.String() {
+		t.Error("the node kept its maintenance certificate across a reset of STATE")
+	}
+
+	if _, err := talos.MintCredentials(nil, role.MakeSet(role.Admin), time.Now(), time.Minute); err == nil {
+		t.Error("minted credentials without a bundle")
+	}
+}
