@@ -7,6 +7,9 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,7 +45,25 @@ func (n *machineryNode) Status(ctx context.Context) (*Status, error) {
 	for _, c := range spec.Status.UnmetConditions {
 		s.Unmet = append(s.Unmet, c.Name+": "+c.Reason)
 	}
+	nn, err := safe.StateGetByID[*k8s.Nodename](ctx, n.c.COSI, k8s.NodenameID)
+	if err != nil {
+		return nil, n.v.explain("read node name", err)
+	}
+	s.Nodename = nn.TypedSpec().Nodename
 	return s, nil
+}
+
+// Config implements Node by reading the active MachineConfig resource.
+func (n *machineryNode) Config(ctx context.Context) ([]byte, error) {
+	mc, err := safe.StateGetByID[*configres.MachineConfig](ctx, n.c.COSI, configres.ActiveID)
+	if err != nil {
+		return nil, n.v.explain("read machine config", err)
+	}
+	data, err := mc.Provider().EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return nil, fmt.Errorf("encode the machine config read from %s: %w", n.v.address, err)
+	}
+	return data, nil
 }
 
 // Bootstrap implements Node.

@@ -47,6 +47,12 @@ func TestConfigureBootstrapReset(t *testing.T) {
 	if err != nil || !st.Running() {
 		t.Fatalf("Status = %+v, %v; want running and ready", st, err)
 	}
+	if st.Nodename == "" {
+		t.Error("Status reports no node name")
+	}
+	if got, err := s.Config(ctx); err != nil || len(got) == 0 {
+		t.Fatalf("Config = %d bytes, %v", len(got), err)
+	}
 	if _, err := s.EtcdMembers(ctx); err == nil {
 		t.Error("etcd members listed before bootstrap")
 	}

@@ -50,8 +50,12 @@ type Node interface {
 	// maintenance mode installs it and boots into it whatever mode says; a
 	// configured node takes it as mode says.
 	ApplyConfiguration(ctx context.Context, config []byte, mode ApplyMode) (*ApplyResult, error)
-	// Status reads the node's machine stage and readiness.
+	// Status reads the node's machine stage, readiness and node name.
 	Status(ctx context.Context) (*Status, error)
+	// Config reads the machine config the node runs now (not one staged for
+	// its next boot). It holds the cluster's secrets; callers must never log
+	// or store it.
+	Config(ctx context.Context) ([]byte, error)
 	// Bootstrap starts etcd on a control plane as the cluster's first member.
 	// It returns ErrAlreadyBootstrapped when the node (or cluster) has etcd
 	// data already, which callers treat as done.
@@ -131,6 +135,8 @@ type Status struct {
 	Ready bool
 	// Unmet names the unmet readiness conditions, if any.
 	Unmet []string
+	// Nodename is the name the node's kubelet registers with.
+	Nodename string
 }
 
 // Running is true for a node in stage running that reports itself ready.

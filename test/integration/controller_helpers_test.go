@@ -177,25 +177,7 @@ func waitMachine(ctx context.Context, t testing.TB, ns, name, what string, done 
 // waitCluster polls a TalosCluster until its condition has status and reason.
 func waitCluster(ctx context.Context, t testing.TB, ns, name, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.TalosCluster {
 	t.Helper()
-	client := apiClient(t).IchorV1alpha1().TalosClusters(ns)
-	var last *v1alpha1.TalosCluster
-	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-		c, err := client.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = c
-		got := meta.FindStatusCondition(c.Status.Conditions, condType)
-		return got != nil && got.Status == status && got.Reason == reason, nil
-	})
-	if err != nil {
-		var conds []metav1.Condition
-		if last != nil {
-			conds = last.Status.Conditions
-		}
-		t.Fatalf("TalosCluster %s/%s: waiting for %s=%s (%s): %v\nconditions: %+v", ns, name, condType, status, reason, err, conds)
-	}
-	return last
+	return waitClusterFor(ctx, t, ns, name, controllerWait, condType, status, reason)
 }
 
 // hasCondition is true when m's condition condType has status and reason.

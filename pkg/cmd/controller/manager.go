@@ -18,6 +18,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/discovery"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/controller/talosmachine"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -77,6 +79,17 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 				RecheckInterval:         o.MachineRecheckInterval,
 				MaxConcurrentReconciles: o.MachineConcurrency,
 			},
+		},
+		&machineconfig.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(),
+			Dialer: dialer, Recorder: recorder,
+			Options: machineconfig.Options{
+				InstallImage:            o.InstallImage,
+				MaxConcurrentReconciles: o.MachineConcurrency,
+			},
+		},
+		&taloscluster.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
 		},
 		&discovery.Reconciler{
 			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,

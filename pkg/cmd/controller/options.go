@@ -47,6 +47,10 @@ type Options struct {
 	MachineRecheckInterval time.Duration
 	// MachineConcurrency is how many machines are contacted at once.
 	MachineConcurrency int
+	// InstallImage is the Talos installer image written into machine
+	// configs (machine.install.image), e.g. siderolabs/installer:v1.13.0
+	// behind the registry mirror the site uses.
+	InstallImage string
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -97,6 +101,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Time limit of one contact with a node's Talos API.")
 	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
 		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
+	fs.StringVar(&o.InstallImage, "install-image", o.InstallImage,
+		"Talos installer image written into machine configs (machine.install.image); empty leaves Talos's default")
 	fs.IntVar(&o.MachineConcurrency, "machine-concurrency", o.MachineConcurrency,
 		"How many machines are contacted at once.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)

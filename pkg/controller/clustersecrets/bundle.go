@@ -2,6 +2,7 @@ package clustersecrets
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +10,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.yaml.in/yaml/v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 // BundleKey is the key of the bundle in its Secret: the file name
@@ -53,6 +59,21 @@ func parse(data []byte) (*secrets.Bundle, error) {
 	}
 	if err := bundle.Validate(); err != nil {
 		return nil, fmt.Errorf("the bundle in key %s is incomplete: %w", BundleKey, err)
+	}
+	return bundle, nil
+}
+
+// Load reads cluster's bundle from its Secret with reader (one that
+// does not cache). Its errors name the Secret and what is wrong, never a value.
+func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*secrets.Bundle, error) {
+	name := SecretName(cluster)
+	var s corev1.Secret
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {
+		return nil, fmt.Errorf("read the secrets bundle of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	bundle, err := parse(s.Data[BundleKey])
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	return bundle, nil
 }

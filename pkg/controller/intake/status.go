@@ -64,7 +64,7 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 		ch.Recovered = wasReachable != nil && wasReachable.Status == metav1.ConditionFalse
 
 	case isMismatch:
-		msg := mismatch.Error() + "; nothing is sent to it"
+		msg := MismatchMessage(mismatch)
 		prev := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified)
 		if prev == nil || prev.Status != metav1.ConditionFalse || prev.Message != msg {
 			ch.Mismatch = mismatch
@@ -142,4 +142,11 @@ func validVersion(v string) bool {
 	}
 	_, err := utilversion.ParseSemantic(v)
 	return err == nil
+}
+
+// MismatchMessage is the CertificateVerified message of a node presenting
+// another certificate than the pinned one; every reconciler that notices
+// the mismatch writes the same, so the condition does not flap.
+func MismatchMessage(m *talos.FingerprintMismatchError) string {
+	return m.Error() + "; nothing is sent to it"
 }

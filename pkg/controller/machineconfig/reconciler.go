@@ -1,0 +1,436 @@
+// Package machineconfig configures approved TalosMachines. It renders each
+// machine's config from its cluster, itself and the TalosConfigPatches that
+// target it, installs the first one over the maintenance API (only to a node
+// presenting the pinned certificate), and from then on talks to the node
+// with mutual TLS, as os:admin minted from the cluster's bundle, to roll out
+// changes by their effect class and to follow the node to Ready.
+//
+// Rollout: a change that needs no reboot is applied at once, everywhere. A
+// change that needs a reboot (or an API server restart on a control plane)
+// waits until every other approved machine of the cluster is Ready, so one
+// node at a time goes away and control planes keep etcd's quorum. Every step
+// is recorded in the machine's status before the next is taken, and each is
+// decided from the node's own state, so a controller that restarts resumes
+// where it stopped without repeating or skipping one.
+package machineconfig
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "talosmachine-config"
+
+// ClusterNameField indexes TalosMachines and TalosConfigPatches by spec.clusterName.
+const ClusterNameField = "spec.clusterName"
+
+// Options tune the reconciler; zero values take the defaults.
+type Options struct {
+	// CallTimeout bounds one session with a node. Default 30s.
+	CallTimeout time.Duration
+	// PollInterval is how often a machine on its way to Ready is looked at. Default 2s.
+	PollInterval time.Duration
+	// HealthInterval is how often a Ready machine is checked. Default 1m.
+	HealthInterval time.Duration
+	// RetryInterval is the wait after a failure. Default 15s.
+	RetryInterval time.Duration
+	// CredentialTTL is the lifetime of the os:admin certificate minted per session. Default 10m.
+	CredentialTTL time.Duration
+	// InstallImage is the installer image written into configs; empty leaves machinery's default.
+	InstallImage string
+	// MaxConcurrentReconciles is how many machines are worked on at once. Default 4.
+	MaxConcurrentReconciles int
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.CallTimeout, 30*time.Second)
+	def(&o.PollInterval, 2*time.Second)
+	def(&o.HealthInterval, time.Minute)
+	def(&o.RetryInterval, 15*time.Second)
+	def(&o.CredentialTTL, 10*time.Minute)
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	return o
+}
+
+// Reconciler configures approved TalosMachines.
+type Reconciler struct {
+	// Client reads (cached) and writes Ichor objects.
+	Client client.Client
+	// APIReader reads machines without the cache, for rollout decisions.
+	APIReader client.Reader
+	// Secrets reads bundle Secrets without a cache.
+	Secrets  client.Reader
+	Dialer   talos.Dialer
+	Recorder events.EventRecorder
+	Options  Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	locks clusterLocks
+}
+
+// SetupWithManager registers the reconciler and the field indexes it lists by.
+// It wakes on a machine's spec or approval, on its cluster's spec, and on any
+// patch of the cluster.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	ctx := context.Background()
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TalosMachine{}, ClusterNameField, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.TalosMachine).Spec.ClusterName}
+	}); err != nil {
+		return fmt.Errorf("index TalosMachines by cluster: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TalosConfigPatch{}, ClusterNameField, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.TalosConfigPatch).Spec.ClusterName}
+	}); err != nil {
+		return fmt.Errorf("index TalosConfigPatches by cluster: %w", err)
+	}
+	machinesOf := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
+		var list v1alpha1.TalosMachineList
+		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{ClusterNameField: cluster}); err != nil {
+			log.FromContext(ctx).Error(err, "List machines of a cluster", "cluster", cluster)
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return reqs
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, approvalChanged()))).
+		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return machinesOf(ctx, o.GetNamespace(), o.GetName())
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return machinesOf(ctx, o.GetNamespace(), o.(*v1alpha1.TalosConfigPatch).Spec.ClusterName)
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// approvalChanged passes updates that change a machine's approval decision.
+func approvalChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosMachine)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosMachine)
+			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Status.Approval, n.Status.Approval)
+		},
+	}
+}
+
+// step is what one reconcile found and did, to be written into status.
+type step struct {
+	m   *v1alpha1.TalosMachine
+	now metav1.Time
+}
+
+func (s step) set(condType string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.m.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: s.m.Generation, LastTransitionTime: s.now,
+	})
+}
+
+// changed reports whether condType now has another status or reason than in before.
+func changed(before *v1alpha1.TalosMachineStatus, after *v1alpha1.TalosMachineStatus, condType string) bool {
+	b, a := meta.FindStatusCondition(before.Conditions, condType), meta.FindStatusCondition(after.Conditions, condType)
+	return a != nil && (b == nil || b.Status != a.Status || b.Reason != a.Reason)
+}
+
+// Reconcile brings one approved machine one step closer to running its config.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var m v1alpha1.TalosMachine
+	if err := r.Client.Get(ctx, req.NamespacedName, &m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !m.DeletionTimestamp.IsZero() || m.Status.Approval == nil ||
+		m.Status.Approval.Decision != v1alpha1.ApprovalApproved || m.Status.Maintenance == nil {
+		// Only approved machines with a pinned certificate are configured; a
+		// rejected one is never sent anything.
+		return ctrl.Result{}, nil
+	}
+	logger := log.FromContext(ctx).WithValues("cluster", m.Spec.ClusterName, "address", m.Spec.Address)
+	ctx = log.IntoContext(ctx, logger)
+
+	before := m.Status.DeepCopy()
+	s := step{m: &m, now: metav1.NewTime(r.Now())}
+	result, err := r.reconcile(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !equality.Semantic.DeepEqual(before, &m.Status) {
+		m.Status.ObservedGeneration = m.Generation
+		if err := r.Client.Status().Update(ctx, &m); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of TalosMachine %s: %w", req, err)
+		}
+		if changed(before, &m.Status, ConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, ConditionReady) {
+			r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, EventMachineReady, "CheckHealth",
+				"Node %s runs its config and is ready", m.Status.NodeName)
+		}
+	}
+	return result, nil
+}
+
+// reconcile decides and takes the next step; the caller writes the status.
+func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error) {
+	m := s.m
+	retry := ctrl.Result{RequeueAfter: r.Options.RetryInterval}
+
+	var cluster v1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonClusterNotFound,
+				fmt.Sprintf("TalosCluster %s does not exist in namespace %s", m.Spec.ClusterName, m.Namespace))
+			return retry, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if cluster.Spec.Paused || !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, clustersecrets.ConditionSecretsReady) {
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonSecretsNotReady,
+			"the cluster's secrets bundle is not ready; see its SecretsReady condition")
+		return retry, nil
+	}
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	if err != nil {
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonSecretsNotReady, err.Error())
+		return retry, nil
+	}
+	var patches v1alpha1.TalosConfigPatchList
+	if err := r.Client.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{ClusterNameField: cluster.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list TalosConfigPatches of %s: %w", cluster.Name, err)
+	}
+	rendered, err := render.Render(render.Input{
+		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle, InstallImage: r.Options.InstallImage,
+	})
+	if err != nil {
+		// Nothing is sent: a config that cannot be rendered whole is not applied in part.
+		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != err.Error() {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "RenderConfig", "%v", err)
+		}
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonRenderFailed, err.Error())
+		return ctrl.Result{}, nil // a change of the cluster, machine or a patch wakes us
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
+	defer cancel()
+	if m.Status.AppliedConfig == nil {
+		return r.install(callCtx, s, rendered)
+	}
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), s.now.Time, r.Options.CredentialTTL)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.converge(callCtx, s, rendered, creds)
+}
+
+// install sends the first config over the maintenance API, to the pinned certificate only.
+func (r *Reconciler) install(ctx context.Context, s step, rendered render.Rendered) (ctrl.Result, error) {
+	m := s.m
+	retry := ctrl.Result{RequeueAfter: r.Options.RetryInterval}
+	pin, err := talos.Pinned(m.Status.Maintenance.CertificateFingerprint)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	node, err := r.Dialer.Maintenance(ctx, m.Spec.Address, pin)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() { _ = node.Close() }()
+
+	res, err := node.ApplyConfiguration(ctx, rendered.Config, talos.ApplyNoReboot)
+	if mismatch, ok := talos.AsFingerprintMismatch(err); ok {
+		msg := intake.MismatchMessage(mismatch)
+		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != msg {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventCertificateMismatch, "InstallConfig", "%s; its config was not sent", mismatch.Error())
+		}
+		s.set(intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch, msg)
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonCertificateMismatch, msg)
+		return retry, nil
+	}
+	if err != nil {
+		return r.applyFailed(s, "InstallConfig", err), nil
+	}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
+	m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+	s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonInstalled,
+		fmt.Sprintf("config %s installed over the maintenance API of the node presenting the pinned certificate", short(rendered.Hash)))
+	s.set(ConditionReady, metav1.ConditionFalse, ReasonBooting, "the node installs its config and boots into it")
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
+		"Installed config %s as %s over the maintenance API (pinned certificate); the node installs and boots: %s",
+		short(rendered.Hash), render.MachineRole(m), res.Details)
+	log.FromContext(ctx).Info("Installed config", "hash", rendered.Hash, "patches", len(rendered.Applied))
+	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+}
+
+// converge follows a configured node: to Ready when it runs the rendered
+// config, or a rollout step when it does not.
+func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rendered, creds talos.Credentials) (ctrl.Result, error) {
+	m := s.m
+	node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() { _ = node.Close() }()
+
+	st, err := node.Status(ctx)
+	if err != nil {
+		return r.notRunning(s, ReasonNotReachable, fmt.Sprintf("the node's Talos API does not answer over mutual TLS: %v", err)), nil
+	}
+	m.Status.NodeName = st.Nodename
+	if !st.Running() {
+		msg := "the node is in stage " + st.Stage
+		if len(st.Unmet) > 0 {
+			msg += fmt.Sprintf(", waiting for %v", st.Unmet)
+		}
+		return r.notRunning(s, ReasonBooting, msg), nil
+	}
+
+	// What the node runs decides, not what status says was sent: after a
+	// restart, or while a reboot is pending, the two differ.
+	current, err := node.Config(ctx)
+	if err != nil {
+		return r.notRunning(s, ReasonNotReachable, err.Error()), nil
+	}
+	effect, changes, err := render.Classify(current, rendered.Config)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("compare the config of %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	if effect == v1alpha1.ConfigEffectNone {
+		if m.Status.AppliedConfig.Hash != rendered.Hash {
+			// The node runs it already (applied before a restart lost the record).
+			m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
+		}
+		m.Status.Phase = v1alpha1.MachinePhaseReady
+		s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
+		s.set(ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("node %s is running and ready", st.Nodename))
+		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
+	}
+	if m.Status.AppliedConfig.Hash == rendered.Hash && effect == v1alpha1.ConfigEffectReboot &&
+		reasonOf(m.Status.Conditions, ConditionReady) == ReasonRebooting {
+		// Sent with a reboot that has not happened yet.
+		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+	}
+
+	role := render.MachineRole(m)
+	if serialized(effect, role) {
+		unlock := r.locks.lock(m.Namespace + "/" + m.Spec.ClusterName)
+		defer unlock()
+		var all v1alpha1.TalosMachineList
+		if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
+		}
+		if busy := busyMachines(m, all.Items); len(busy) > 0 {
+			msg := fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy)
+			s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout, msg)
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+		}
+	}
+
+	mode := talos.ApplyNoReboot
+	if effect == v1alpha1.ConfigEffectReboot {
+		mode = talos.ApplyReboot
+	}
+	res, err := node.ApplyConfiguration(ctx, rendered.Config, mode)
+	if err != nil {
+		return r.applyFailed(s, "ApplyConfig", err), nil
+	}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: effect, AppliedAt: s.now}
+	what := describe(effect, changes)
+	s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("config %s applied (%s)", short(rendered.Hash), what))
+	if res.Rebooting {
+		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+		s.set(ConditionReady, metav1.ConditionFalse, ReasonRebooting, "the node reboots into its new config")
+	}
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "ApplyConfig",
+		"Applied config %s (%s) in mode %s: %s", short(rendered.Hash), what, mode, res.Details)
+	log.FromContext(ctx).Info("Applied config", "hash", rendered.Hash, "effect", effect, "mode", mode.String(), "changes", len(changes))
+	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+}
+
+// notRunning records a configured node that is not (yet) running its config.
+// Within the boot after an apply it is Configuring; otherwise Unreachable.
+func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
+	m := s.m
+	prev := meta.FindStatusCondition(m.Status.Conditions, ConditionReady)
+	booting := prev != nil && (prev.Reason == ReasonBooting || prev.Reason == ReasonRebooting)
+	if booting && reason == ReasonNotReachable {
+		reason = prev.Reason // down while it boots is expected
+	}
+	s.set(ConditionReady, metav1.ConditionFalse, reason, msg)
+	if reason == ReasonNotReachable {
+		m.Status.Phase = v1alpha1.MachinePhaseUnreachable
+		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
+	}
+	m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+	return ctrl.Result{RequeueAfter: r.Options.PollInterval}
+}
+
+// applyFailed records a config the node refused or could not take.
+func (r *Reconciler) applyFailed(s step, action string, err error) ctrl.Result {
+	msg := err.Error()
+	s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, msg)
+	r.Recorder.Eventf(s.m, nil, corev1.EventTypeWarning, EventConfigFailed, action, "The node did not take its config: %s", msg)
+	return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
+}
+
+// short is the first 12 characters of a config hash, as people read it.
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}
+
+// reasonOf is the reason of condition condType, or "".
+func reasonOf(conds []metav1.Condition, condType string) string {
+	if c := meta.FindStatusCondition(conds, condType); c != nil {
+		return c.Reason
+	}
+	return ""
+}

@@ -1,0 +1,47 @@
+package taloscluster
+
+// Condition types this reconciler writes on a TalosCluster (SecretsReady is
+// clustersecrets').
+const (
+	// ConditionMachinesReady: every approved machine runs its config and is ready.
+	ConditionMachinesReady = "MachinesReady"
+	// ConditionBootstrapped: etcd was bootstrapped on the first control plane.
+	ConditionBootstrapped = "Bootstrapped"
+	// ConditionEtcdHealthy: every control plane is a voting etcd member.
+	ConditionEtcdHealthy = "EtcdHealthy"
+	// ConditionKubernetesAPIReachable: the cluster's Kubernetes API answers
+	// ichor-controller's own identity.
+	ConditionKubernetesAPIReachable = "KubernetesAPIReachable"
+	// ConditionReady: all of the above.
+	ConditionReady = "Ready"
+)
+
+// Reasons of those conditions.
+const (
+	ReasonAllReady            = "AllReady"
+	ReasonMachinesNotReady    = "MachinesNotReady"
+	ReasonNoControlPlane      = "NoControlPlane"
+	ReasonBootstrapped        = "Bootstrapped"
+	ReasonWaitingForControl   = "WaitingForControlPlane"
+	ReasonBootstrapFailed     = "BootstrapFailed"
+	ReasonMembersHealthy      = "MembersHealthy"
+	ReasonMembersMissing      = "MembersMissing"
+	ReasonEtcdUnreadable      = "EtcdUnreadable"
+	ReasonReachable           = "Reachable"
+	ReasonUnreachable         = "Unreachable"
+	ReasonNotBootstrapped     = "NotBootstrapped"
+	ReasonReady               = "Ready"
+	ReasonNotReady            = "NotReady"
+	ReasonSecretsNotReady     = "SecretsNotReady"
+	ReasonAccessInstallFailed = "AccessInstallFailed"
+)
+
+// Event reasons.
+const (
+	EventBootstrapped          = "Bootstrapped"
+	EventBootstrapFailed       = "BootstrapFailed"
+	EventControllerAccess      = "ControllerAccessInstalled"
+	EventClusterReady          = "ClusterReady"
+	EventClusterDegraded       = "ClusterDegraded"
+	EventKubernetesUnreachable = "KubernetesUnreachable"
+)

@@ -1,0 +1,434 @@
+// Package taloscluster follows each TalosCluster as a whole: it counts its
+// machines, bootstraps etcd on the first control plane exactly once, follows
+// etcd membership, reaches the cluster's Kubernetes API with
+// ichor-controller's own least-privilege identity (installing that identity's
+// role on first contact), and sums it up in conditions, phase and Events.
+package taloscluster
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "taloscluster-health"
+
+// Options tune the reconciler; zero values take the defaults.
+type Options struct {
+	// PollInterval is how often a cluster that is not Ready is looked at. Default 5s.
+	PollInterval time.Duration
+	// HealthInterval is how often a Ready cluster is checked. Default 1m.
+	HealthInterval time.Duration
+	// CallTimeout bounds the calls of one reconcile. Default 30s.
+	CallTimeout time.Duration
+	// CredentialTTL is the lifetime of the certificates minted per reconcile. Default 10m.
+	CredentialTTL time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.PollInterval, 5*time.Second)
+	def(&o.HealthInterval, time.Minute)
+	def(&o.CallTimeout, 30*time.Second)
+	def(&o.CredentialTTL, 10*time.Minute)
+	return o
+}
+
+// Reconciler follows TalosClusters.
+type Reconciler struct {
+	Client   client.Client
+	Secrets  client.Reader
+	Dialer   talos.Dialer
+	Recorder events.EventRecorder
+	Options  Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler: it wakes on a cluster's spec
+// and on any change of a machine of the cluster. It relies on the
+// machineconfig reconciler's index of machines by cluster.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			m := o.(*v1alpha1.TalosMachine)
+			if m.Spec.ClusterName == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
+		})).
+		Complete(r)
+}
+
+// view is what one reconcile learned, and the status it writes.
+type view struct {
+	cluster  *v1alpha1.TalosCluster
+	machines []v1alpha1.TalosMachine // approved, of this cluster, sorted by name
+	now      metav1.Time
+}
+
+func (v *view) set(condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&v.cluster.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...),
+		ObservedGeneration: v.cluster.Generation, LastTransitionTime: v.now,
+	})
+}
+
+func (v *view) controlPlanes() []v1alpha1.TalosMachine {
+	var cps []v1alpha1.TalosMachine
+	for _, m := range v.machines {
+		if render.MachineRole(&m) == v1alpha1.MachineRoleControlPlane {
+			cps = append(cps, m)
+		}
+	}
+	return cps
+}
+
+// Reconcile looks at one cluster and records what it found.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cluster v1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() || cluster.Spec.Paused {
+		return ctrl.Result{}, nil
+	}
+	var list v1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &list, client.InNamespace(cluster.Namespace),
+		client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list machines of TalosCluster %s: %w", req, err)
+	}
+	before := cluster.Status.DeepCopy()
+	v := &view{cluster: &cluster, now: metav1.NewTime(r.Now())}
+	cluster.Status.Machines = v1alpha1.MachineCounts{}
+	for _, m := range list.Items {
+		if a := m.Status.Approval; a != nil && a.Decision == v1alpha1.ApprovalRejected {
+			continue
+		}
+		cluster.Status.Machines.Total++
+		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		v.machines = append(v.machines, m)
+		if render.MachineRole(&m) == v1alpha1.MachineRoleControlPlane {
+			cluster.Status.Machines.ControlPlanes++
+		} else {
+			cluster.Status.Machines.Workers++
+		}
+		if m.Status.Phase == v1alpha1.MachinePhaseReady {
+			cluster.Status.Machines.Ready++
+		}
+	}
+	slices.SortFunc(v.machines, func(a, b v1alpha1.TalosMachine) int { return cmp.Compare(a.Name, b.Name) })
+
+	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
+	defer cancel()
+	r.observe(ctx, v)
+
+	r.summarize(v)
+	if !equality.Semantic.DeepEqual(before, &cluster.Status) {
+		cluster.Status.ObservedGeneration = cluster.Generation
+		if err := r.Client.Status().Update(ctx, &cluster); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of TalosCluster %s: %w", req, err)
+		}
+		r.announce(before, &cluster)
+	}
+	if cluster.Status.Phase == v1alpha1.ClusterPhaseReady {
+		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+}
+
+// observe bootstraps when it is time and checks etcd and the Kubernetes API.
+func (r *Reconciler) observe(ctx context.Context, v *view) {
+	cluster := v.cluster
+	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, clustersecrets.ConditionSecretsReady) {
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "the secrets bundle is not ready")
+		return
+	}
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	if err != nil {
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "%v", err)
+		return
+	}
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
+	if err != nil {
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "%v", err)
+		return
+	}
+	if cluster.Status.BootstrappedAt == nil && !r.bootstrap(ctx, v, creds) {
+		return
+	}
+	r.checkEtcd(ctx, v, creds)
+	r.checkKubernetes(ctx, v, bundle)
+}
+
+// session is a running control plane of the cluster.
+type session struct {
+	machine *v1alpha1.TalosMachine
+	node    talos.Node
+}
+
+// runningControlPlanes opens sessions with the configured control planes
+// that run; it also reports the ones that do not. Callers close the sessions.
+func (r *Reconciler) runningControlPlanes(ctx context.Context, v *view, creds talos.Credentials) (running []session, down []string) {
+	for _, m := range v.controlPlanes() {
+		if m.Status.AppliedConfig == nil {
+			down = append(down, m.Name+" (not configured)")
+			continue
+		}
+		node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
+		if err != nil {
+			down = append(down, m.Name)
+			continue
+		}
+		if st, err := node.Status(ctx); err != nil || st.Stage != "running" {
+			_ = node.Close()
+			down = append(down, m.Name+" (not running)")
+			continue
+		}
+		running = append(running, session{machine: &m, node: node})
+	}
+	return running, down
+}
+
+func closeAll(sessions []session) {
+	for _, s := range sessions {
+		_ = s.node.Close()
+	}
+}
+
+// bootstrap starts etcd on the first control plane, once. It first asks
+// every configured control plane for etcd members: one that has some means
+// etcd was bootstrapped already (perhaps before a restart lost the record),
+// and it bootstraps only when every configured control plane runs and none
+// has, so it never starts a second etcd cluster. It reports whether the
+// cluster is bootstrapped.
+func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credentials) bool {
+	cluster := v.cluster
+	if len(v.controlPlanes()) == 0 {
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonNoControlPlane, "no approved control plane yet")
+		return false
+	}
+	running, down := r.runningControlPlanes(ctx, v, creds)
+	defer closeAll(running)
+	for _, s := range running {
+		if members, err := s.node.EtcdMembers(ctx); err == nil && len(members) > 0 {
+			r.recordBootstrap(v, s.machine, "found etcd running")
+			return true
+		}
+	}
+	if len(running) == 0 || len(down) > 0 {
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonWaitingForControl,
+			"waiting for every configured control plane to run before bootstrapping etcd: %s", strings.Join(down, ", "))
+		return false
+	}
+	first := running[0]
+	err := first.node.Bootstrap(ctx)
+	switch {
+	case err == nil || err == talos.ErrAlreadyBootstrapped:
+		r.recordBootstrap(v, first.machine, "bootstrapped etcd")
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventBootstrapped, "Bootstrap",
+			"Bootstrapped etcd on control plane %s (%s)", first.machine.Name, first.machine.Spec.Address)
+		log.FromContext(ctx).Info("Bootstrapped etcd", "machine", first.machine.Name)
+		return true
+	default:
+		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonBootstrapFailed, "bootstrap on %s failed: %v", first.machine.Name, err)
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventBootstrapFailed, "Bootstrap",
+			"Bootstrap on control plane %s failed: %v", first.machine.Name, err)
+		return false
+	}
+}
+
+func (r *Reconciler) recordBootstrap(v *view, m *v1alpha1.TalosMachine, what string) {
+	at := v.now
+	v.cluster.Status.BootstrappedAt = &at
+	v.set(ConditionBootstrapped, metav1.ConditionTrue, ReasonBootstrapped, "%s on control plane %s", what, m.Name)
+}
+
+// checkEtcd compares etcd's voting members with the control planes.
+func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credentials) {
+	running, _ := r.runningControlPlanes(ctx, v, creds)
+	defer closeAll(running)
+	if len(running) == 0 {
+		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonEtcdUnreadable, "no control plane answers")
+		return
+	}
+	members, err := running[0].node.EtcdMembers(ctx)
+	if err != nil {
+		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonEtcdUnreadable, "list etcd members on %s: %v", running[0].machine.Name, err)
+		return
+	}
+	voting := map[string]bool{}
+	for _, mb := range members {
+		if !mb.Learner {
+			voting[mb.Hostname] = true
+		}
+	}
+	var missing []string
+	for _, m := range v.controlPlanes() {
+		if m.Status.NodeName == "" || !voting[m.Status.NodeName] {
+			missing = append(missing, m.Name)
+		}
+	}
+	if len(missing) > 0 {
+		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonMembersMissing,
+			"%d voting members; not yet members: %s", len(voting), strings.Join(missing, ", "))
+		return
+	}
+	v.set(ConditionEtcdHealthy, metav1.ConditionTrue, ReasonMembersHealthy, "%d voting members, one per control plane", len(voting))
+}
+
+// checkKubernetes reaches the cluster's Kubernetes API as ichor-controller's
+// own identity; when that identity is not authorized yet, it installs its
+// role with a short-lived cluster-admin certificate and tries again.
+func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secrets.Bundle) {
+	endpoint := v.cluster.Spec.ControlPlane.Endpoint
+	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, v.now.Time, r.Options.CredentialTTL)
+	if err != nil {
+		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
+		return
+	}
+	cfg.Timeout = r.Options.CallTimeout
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
+		return
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		if err := workload.InstallControllerAccess(ctx, bundle, endpoint, v.now.Time); err != nil {
+			v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonAccessInstallFailed, "%v", err)
+			return
+		}
+		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventControllerAccess, "InstallControllerAccess",
+			"Bound ClusterRole %s to %s in the cluster's Kubernetes", workload.ControllerRole, workload.Controller.User)
+		nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	}
+	if err != nil {
+		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "list nodes at %s: %v", endpoint, err)
+		return
+	}
+	ready := 0
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	if sv, err := cs.Discovery().ServerVersion(); err == nil {
+		v.cluster.Status.KubernetesVersion = sv.GitVersion
+	}
+	v.set(ConditionKubernetesAPIReachable, metav1.ConditionTrue, ReasonReachable,
+		"%s answers; %d of %d nodes Ready", endpoint, ready, len(nodes.Items))
+}
+
+// summarize sets MachinesReady, Ready, the phase and the observed Talos version.
+func (r *Reconciler) summarize(v *view) {
+	s := &v.cluster.Status
+	var notReady []string
+	versions := map[string]bool{}
+	for _, m := range v.machines {
+		if m.Status.Phase != v1alpha1.MachinePhaseReady {
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", m.Name, cmp.Or(string(m.Status.Phase), "new")))
+		}
+		if m.Status.TalosVersion != "" {
+			versions[m.Status.TalosVersion] = true
+		}
+	}
+	if len(versions) == 1 {
+		for ver := range versions {
+			s.TalosVersion = ver
+		}
+	}
+	switch {
+	case s.Machines.ControlPlanes == 0:
+		v.set(ConditionMachinesReady, metav1.ConditionFalse, ReasonNoControlPlane, "no approved control plane")
+	case len(notReady) > 0:
+		v.set(ConditionMachinesReady, metav1.ConditionFalse, ReasonMachinesNotReady,
+			"%d of %d machines Ready; waiting for %s", s.Machines.Ready, len(v.machines), strings.Join(notReady, ", "))
+	default:
+		v.set(ConditionMachinesReady, metav1.ConditionTrue, ReasonAllReady,
+			"%d control planes and %d workers Ready", s.Machines.ControlPlanes, s.Machines.Workers)
+	}
+
+	var pending []string
+	for _, t := range []string{clustersecrets.ConditionSecretsReady, ConditionMachinesReady, ConditionBootstrapped, ConditionEtcdHealthy, ConditionKubernetesAPIReachable} {
+		if !meta.IsStatusConditionTrue(s.Conditions, t) {
+			pending = append(pending, t)
+		}
+	}
+	wasReady := s.Phase == v1alpha1.ClusterPhaseReady || s.Phase == v1alpha1.ClusterPhaseDegraded
+	switch {
+	case len(pending) == 0:
+		v.set(ConditionReady, metav1.ConditionTrue, ReasonReady, "the cluster is bootstrapped, its machines and Kubernetes API are ready")
+		s.Phase = v1alpha1.ClusterPhaseReady
+	default:
+		v.set(ConditionReady, metav1.ConditionFalse, ReasonNotReady, "not yet: %s", strings.Join(pending, ", "))
+		switch {
+		case wasReady:
+			s.Phase = v1alpha1.ClusterPhaseDegraded
+		case len(v.machines) == 0:
+			s.Phase = v1alpha1.ClusterPhasePending
+		default:
+			s.Phase = v1alpha1.ClusterPhaseProvisioning
+		}
+	}
+}
+
+// announce emits the Events of a cluster turning Ready or losing it.
+func (r *Reconciler) announce(before *v1alpha1.TalosClusterStatus, cluster *v1alpha1.TalosCluster) {
+	if before.Phase == cluster.Status.Phase {
+		return
+	}
+	switch cluster.Status.Phase {
+	case v1alpha1.ClusterPhaseReady:
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventClusterReady, "CheckHealth",
+			"Cluster is Ready: %d control planes, %d workers", cluster.Status.Machines.ControlPlanes, cluster.Status.Machines.Workers)
+	case v1alpha1.ClusterPhaseDegraded:
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventClusterDegraded, "CheckHealth",
+			"Cluster is no longer Ready: %s", meta.FindStatusCondition(cluster.Status.Conditions, ConditionReady).Message)
+	}
+}

@@ -1,0 +1,80 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	rbacac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Controller is ichor-controller's own identity in a managed cluster. It is
+// bound to ControllerRole and nothing else.
+var Controller = Identity{User: "ichor:controller"}
+
+// ControllerRole names the ClusterRole (and its binding) that holds what
+// ichor-controller may do in a managed cluster.
+const ControllerRole = "ichor:controller"
+
+// KubeletServingSigner is the signer of kubelet serving certificates.
+const KubeletServingSigner = "kubernetes.io/kubelet-serving"
+
+// fieldManager owns the fields ichor-controller applies in managed clusters.
+const fieldManager = "ichor-controller"
+
+// setupTTL bounds the cluster-admin certificate that installs the
+// controller's role: it is used for two requests and then dropped.
+const setupTTL = 5 * time.Minute
+
+// ControllerRules are everything ichor-controller may do in a managed
+// cluster: read nodes (health and counts), and approve kubelet serving
+// certificates, which needs reading CSRs, updating their approval and the
+// approve verb on exactly that signer. No Secret, no write to any object
+// but a CSR's approval, nothing on another signer.
+func ControllerRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{KubeletServingSigner}, Verbs: []string{"approve"}},
+	}
+}
+
+// InstallControllerAccess applies ControllerRole and its binding to
+// Controller in the cluster at endpoint, authenticating with a short-lived
+// cluster-admin certificate signed from bundle. Applying again changes
+// nothing; a rule added by hand to the role is taken away.
+func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time) error {
+	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{"system:masters"}}, now, setupTTL)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("workload client for %s: %w", endpoint, err)
+	}
+	labels := map[string]string{"app.kubernetes.io/managed-by": fieldManager}
+	role := rbacac.ClusterRole(ControllerRole).WithLabels(labels)
+	for _, r := range ControllerRules() {
+		rule := rbacac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).WithVerbs(r.Verbs...)
+		if len(r.ResourceNames) > 0 {
+			rule.WithResourceNames(r.ResourceNames...)
+		}
+		role.WithRules(rule)
+	}
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	if _, err := cs.RbacV1().ClusterRoles().Apply(ctx, role, opts); err != nil {
+		return fmt.Errorf("apply ClusterRole %s at %s: %w", ControllerRole, endpoint, err)
+	}
+	binding := rbacac.ClusterRoleBinding(ControllerRole).WithLabels(labels).
+		WithRoleRef(rbacac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(ControllerRole)).
+		WithSubjects(rbacac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(Controller.User))
+	if _, err := cs.RbacV1().ClusterRoleBindings().Apply(ctx, binding, opts); err != nil {
+		return fmt.Errorf("apply ClusterRoleBinding %s at %s: %w", ControllerRole, endpoint, err)
+	}
+	return nil
+}

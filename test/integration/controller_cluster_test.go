@@ -1,0 +1,263 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/controller/taloscluster"
+	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// clusterWait bounds a whole cluster's way to Ready: installs, reboots, a
+// real kube-apiserver and kubelet TLS bootstrap, under -race on 2 cores.
+const clusterWait = 5 * time.Minute
+
+// operator is the user the cluster tests act as: in the ichor:operator group, nothing more.
+var operator = []string{"--as=olivia", "--as-group=ichor:operator"}
+
+// TestControllerBuildsACluster drives three control planes and two workers
+// from kubectl apply to a Ready cluster as an ichor:operator, through the
+// controller and the real machinery client to simulated nodes that start a
+// real Kubernetes control plane when bootstrapped. Beside it, a rejected
+// machine is never configured and an impostor at an approved machine's
+// pinned address is sent nothing.
+func TestControllerBuildsACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, t)
+	ns := cp.Namespace(t)
+	probes := startController(t, func(o *ctrlcmd.Options) {
+		o.MachineRecheckInterval = time.Second
+		o.MachineContactTimeout = 5 * time.Second
+	})
+	waitHTTP(ctx, t, "http://"+probes+"/readyz")
+
+	binDir, err := harness.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := &talossim.Kubernetes{BinDir: binDir, Dir: t.TempDir(), Logf: t.Logf}
+	t.Cleanup(kube.Stop)
+	const endpointIP = "127.0.3.100"
+	ports, err := proc.FreePorts(endpointIP, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("https://%s:%d", endpointIP, ports[0])
+
+	etcd, trustd := &talossim.EtcdCluster{Name: "demo"}, talossim.NewTrustd()
+	roles := map[string]v1alpha1.MachineRole{
+		"cp-1": v1alpha1.MachineRoleControlPlane, "cp-2": v1alpha1.MachineRoleControlPlane, "cp-3": v1alpha1.MachineRoleControlPlane,
+		"worker-1": v1alpha1.MachineRoleWorker, "worker-2": v1alpha1.MachineRoleWorker,
+	}
+	nodes := map[string]*talossim.Node{}
+	manifest := fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: demo, namespace: %s}
+spec:
+  talosVersion: v1.13.0
+  kubernetesVersion: v1.36.0
+  controlPlane: {endpoint: "%s"}
+`, ns, endpoint)
+	i := 0
+	for _, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
+		i++
+		nodes[name] = simNode(t, talossim.Options{
+			ListenAddress: fmt.Sprintf("127.0.3.%d:0", i), Kubernetes: kube, Etcd: etcd, Trustd: trustd,
+			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond,
+		})
+		manifest += fmt.Sprintf(`---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: %s, namespace: %s}
+spec: {clusterName: demo, role: %s, address: "%s", hostname: %s, install: {disk: /dev/sda}}
+`, name, ns, roles[name], nodes[name].Addr(), name)
+	}
+	// The rejected machine and the impostor belong to another cluster, so
+	// that they do not hold demo back.
+	rejected := simNode(t, talossim.Options{ListenAddress: "127.0.3.20:0"})
+	impostor := simNode(t, talossim.Options{ListenAddress: "127.0.3.21:0"})
+	manifest += fmt.Sprintf(`---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: other, namespace: %[1]s}
+spec:
+  talosVersion: v1.13.0
+  kubernetesVersion: v1.36.0
+  controlPlane: {endpoint: "https://127.0.3.101:6443"}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: rejected, namespace: %[1]s}
+spec: {clusterName: other, role: controlplane, address: "%[2]s", install: {disk: /dev/sda}}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: impostor, namespace: %[1]s}
+spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk: /dev/sda}}
+`, ns, rejected.Addr(), impostor.Addr())
+	if out, err := cp.KubectlWithInput(ctx, []byte(manifest), append(operator, "apply", "-f", "-")...); err != nil {
+		t.Fatalf("kubectl apply as an operator: %v\n%s", err, out)
+	}
+
+	// The operator approves what the controller pinned, with the approval subresource.
+	machines := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosMachines(ns)
+	decide := func(name string, decision v1alpha1.ApprovalDecision, reason string) {
+		t.Helper()
+		m, err := machines.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}
+		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("%s %s: %v", decision, name, err)
+		}
+	}
+	for name, n := range nodes {
+		waitMachine(ctx, t, ns, name, "pinned", pinnedTo(n.MaintenanceFingerprint()))
+		decide(name, v1alpha1.ApprovalApproved, "")
+	}
+	waitMachine(ctx, t, ns, "rejected", "pinned", pinnedTo(rejected.MaintenanceFingerprint()))
+	decide("rejected", v1alpha1.ApprovalRejected, "not ours")
+	// An impostor takes the pinned machine's address before it is approved:
+	// the controller must send it nothing.
+	waitMachine(ctx, t, ns, "impostor", "pinned", pinnedTo(impostor.MaintenanceFingerprint()))
+	if err := impostor.SetFaults(talossim.Faults{Impostor: true}); err != nil {
+		t.Fatal(err)
+	}
+	decide("impostor", v1alpha1.ApprovalApproved, "")
+
+	t.Run("three control planes and two workers become Ready", func(t *testing.T) {
+		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		if got, want := c.Status.Machines, (v1alpha1.MachineCounts{Total: 5, Ready: 5, ControlPlanes: 3, Workers: 2}); got != want {
+			t.Errorf("machine counts %+v, want %+v", got, want)
+		}
+		if c.Status.Phase != v1alpha1.ClusterPhaseReady || c.Status.BootstrappedAt == nil || c.Status.TalosVersion != talossim.DefaultVersion ||
+			c.Status.KubernetesVersion == "" || c.Status.ObservedGeneration != c.Generation {
+			t.Errorf("status %+v", c.Status)
+		}
+		for _, typ := range []string{taloscluster.ConditionBootstrapped, taloscluster.ConditionEtcdHealthy,
+			taloscluster.ConditionKubernetesAPIReachable, taloscluster.ConditionMachinesReady} {
+			if !meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
+				t.Errorf("condition %s not True: %+v", typ, meta.FindStatusCondition(c.Status.Conditions, typ))
+			}
+		}
+		// Exactly one bootstrap: one etcd cluster with three voting members.
+		members := etcd.Members()
+		if len(members) != 3 {
+			t.Errorf("etcd members %+v, want the three control planes", members)
+		}
+		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapped)
+		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventClusterReady)
+
+		for name, n := range nodes {
+			m, err := machines.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Status.Phase != v1alpha1.MachinePhaseReady || m.Status.NodeName != name || m.Status.AppliedConfig == nil ||
+				!hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate) {
+				t.Errorf("%s: %+v", name, describeStatus(m))
+			}
+			if n.Phase() != talossim.PhaseRunning {
+				t.Errorf("%s: node phase %s", name, n.Phase())
+			}
+			e := waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, machineconfig.EventConfigApplied)
+			if !strings.Contains(e.Message, "pinned certificate") {
+				t.Errorf("%s: install Event %q", name, e.Message)
+			}
+		}
+
+		// The workload cluster: every kubelet registered, and the controller's
+		// identity there holds its own role and not more.
+		rc, err := kube.WaitReady(ctx, endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wl := kubernetes.NewForConfigOrDie(rc)
+		var nodeNames []string
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			list, err := wl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			nodeNames = nodeNames[:0]
+			for _, n := range list.Items {
+				nodeNames = append(nodeNames, n.Name)
+			}
+			return len(nodeNames) == 5, nil
+		})
+		if err != nil {
+			t.Errorf("workload nodes %v: %v", nodeNames, err)
+		}
+		binding, err := wl.RbacV1().ClusterRoleBindings().Get(ctx, "ichor:controller", metav1.GetOptions{})
+		if err != nil || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "ichor:controller" {
+			t.Errorf("controller binding in the workload cluster: %+v, %v", binding, err)
+		}
+
+		// kubectl shows it as users see it.
+		out := mustKubectl(ctx, t, append(operator, "get", "talosclusters", "-n", ns, "demo")...)
+		if !strings.Contains(out, "Ready") {
+			t.Errorf("kubectl get talosclusters:\n%s", out)
+		}
+	})
+
+	t.Run("a rejected machine is never configured", func(t *testing.T) {
+		m, err := machines.Get(ctx, "rejected", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status.Phase != v1alpha1.MachinePhaseRejected || m.Status.AppliedConfig != nil || rejected.Phase() != talossim.PhaseMaintenance {
+			t.Errorf("rejected machine: phase %s, applied %+v, node %s", m.Status.Phase, m.Status.AppliedConfig, rejected.Phase())
+		}
+	})
+
+	t.Run("an impostor at a pinned address is sent nothing", func(t *testing.T) {
+		m := waitMachine(ctx, t, ns, "impostor", "the config is held back", func(m *v1alpha1.TalosMachine) bool {
+			return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionFalse, machineconfig.ReasonCertificateMismatch)
+		})
+		if m.Status.AppliedConfig != nil || len(impostor.ImpostorConfigs()) != 0 || impostor.Phase() != talossim.PhaseMaintenance {
+			t.Errorf("impostor: applied %+v, %d configs delivered, node %s", m.Status.AppliedConfig, len(impostor.ImpostorConfigs()), impostor.Phase())
+		}
+		waitEvent(ctx, t, ns, "impostor", corev1.EventTypeWarning, machineconfig.EventCertificateMismatch)
+	})
+}
+
+// waitClusterFor is waitCluster with its own deadline.
+func waitClusterFor(ctx context.Context, t testing.TB, ns, name string, within time.Duration, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.TalosCluster {
+	t.Helper()
+	client := apiClient(t).IchorV1alpha1().TalosClusters(ns)
+	var last *v1alpha1.TalosCluster
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, within, true, func(ctx context.Context) (bool, error) {
+		c, err := client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = c
+		got := meta.FindStatusCondition(c.Status.Conditions, condType)
+		return got != nil && got.Status == status && got.Reason == reason, nil
+	})
+	if err != nil {
+		var st any
+		if last != nil {
+			st = last.Status
+		}
+		t.Fatalf("TalosCluster %s/%s: waiting for %s=%s (%s): %v\nstatus: %+v", ns, name, condType, status, reason, err, st)
+	}
+	return last
+}
