@@ -217,6 +217,139 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 		}
 	})
 
+	patches := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosConfigPatches(ns)
+	applyPatch := func(t *testing.T, name, patch string) {
+		t.Helper()
+		mustApply(ctx, t, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosConfigPatch
+metadata: {name: %s, namespace: %s}
+spec:
+  clusterName: demo
+  patch: |
+%s
+`, name, ns, indent(patch, "    ")))
+	}
+	// rolledOut waits until every machine applied a config other than
+	// before's and is Ready again, and returns the new hashes.
+	rolledOut := func(t *testing.T, before map[string]string) map[string]string {
+		t.Helper()
+		after := map[string]string{}
+		for name := range nodes {
+			m := waitMachineFor(ctx, t, ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
+				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] &&
+					hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate) &&
+					m.Status.Phase == v1alpha1.MachinePhaseReady
+			})
+			after[name] = m.Status.AppliedConfig.Hash
+		}
+		return after
+	}
+	appliedHashes := func(t *testing.T) map[string]string {
+		t.Helper()
+		hashes := map[string]string{}
+		for name := range nodes {
+			m, err := machines.Get(ctx, name, metav1.GetOptions{})
+			if err != nil || m.Status.AppliedConfig == nil {
+				t.Fatalf("%s: %+v, %v", name, m, err)
+			}
+			hashes[name] = m.Status.AppliedConfig.Hash
+		}
+		return hashes
+	}
+	reboots := func() map[string]int {
+		counts := map[string]int{}
+		for name, n := range nodes {
+			for _, p := range n.PhaseHistory() {
+				if p == talossim.PhaseRebooting {
+					counts[name]++
+				}
+			}
+		}
+		return counts
+	}
+
+	t.Run("a no-reboot patch applies everywhere without a reboot", func(t *testing.T) {
+		before, rebootsBefore := appliedHashes(t), reboots()
+		applyPatch(t, "sysctls", "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"")
+		after := rolledOut(t, before)
+		if got := reboots(); fmt.Sprint(got) != fmt.Sprint(rebootsBefore) {
+			t.Errorf("reboots went from %v to %v", rebootsBefore, got)
+		}
+		for name := range nodes {
+			m, _ := machines.Get(ctx, name, metav1.GetOptions{})
+			if m.Status.AppliedConfig.Hash != after[name] || m.Status.AppliedConfig.Effect != v1alpha1.ConfigEffectNoReboot {
+				t.Errorf("%s: applied %+v", name, m.Status.AppliedConfig)
+			}
+		}
+	})
+
+	t.Run("a reboot-required patch reboots one node at a time", func(t *testing.T) {
+		before, rebootsBefore := appliedHashes(t), reboots()
+		// Watch the nodes' phases while the patch rolls out: never two down at once.
+		stop := make(chan struct{})
+		maxDown := make(chan int, 1)
+		go func() {
+			most := 0
+			for {
+				select {
+				case <-stop:
+					maxDown <- most
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				down := 0
+				for _, n := range nodes {
+					if n.Phase() != talossim.PhaseRunning {
+						down++
+					}
+				}
+				most = max(most, down)
+			}
+		}()
+		applyPatch(t, "env", "machine:\n  env:\n    ICHOR_TEST: \"1\"")
+		rolledOut(t, before)
+		close(stop)
+		if most := <-maxDown; most != 1 {
+			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
+		}
+		got := reboots()
+		for name := range nodes {
+			if got[name] != rebootsBefore[name]+1 {
+				t.Errorf("%s rebooted %d times, want once", name, got[name]-rebootsBefore[name])
+			}
+		}
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+	})
+
+	t.Run("a bad patch reports its error and changes nothing", func(t *testing.T) {
+		before := appliedHashes(t)
+		applyPatch(t, "broken", "machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [not-a-cidr]")
+		for name := range nodes {
+			m := waitMachine(ctx, t, ns, name, "the render error is reported", func(m *v1alpha1.TalosMachine) bool {
+				return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionFalse, machineconfig.ReasonRenderFailed)
+			})
+			if c := meta.FindStatusCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied); !strings.Contains(c.Message, "broken") {
+				t.Errorf("%s: the error does not name the patch: %s", name, c.Message)
+			}
+		}
+		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
+		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
+			t.Errorf("applied configs changed: %v -> %v", before, got)
+		}
+		if err := patches.Delete(ctx, "broken", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for name := range nodes {
+			waitMachine(ctx, t, ns, name, "up to date again", func(m *v1alpha1.TalosMachine) bool {
+				return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate)
+			})
+		}
+		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
+			t.Errorf("removing the bad patch changed configs: %v -> %v", before, got)
+		}
+	})
+
 	t.Run("a rejected machine is never configured", func(t *testing.T) {
 		m, err := machines.Get(ctx, "rejected", metav1.GetOptions{})
 		if err != nil {
@@ -260,4 +393,9 @@ func waitClusterFor(ctx context.Context, t testing.TB, ns, name string, within t
 		t.Fatalf("TalosCluster %s/%s: waiting for %s=%s (%s): %v\nstatus: %+v", ns, name, condType, status, reason, err, st)
 	}
 	return last
+}
+
+// indent prefixes every line of text with prefix.
+func indent(text, prefix string) string {
+	return prefix + strings.ReplaceAll(text, "\n", "\n"+prefix)
 }

@@ -158,9 +158,15 @@ func waitHTTP(ctx context.Context, t testing.TB, url string) {
 // waitMachine polls a TalosMachine until done accepts it, and returns it.
 func waitMachine(ctx context.Context, t testing.TB, ns, name, what string, done func(*v1alpha1.TalosMachine) bool) *v1alpha1.TalosMachine {
 	t.Helper()
+	return waitMachineFor(ctx, t, ns, name, controllerWait, what, done)
+}
+
+// waitMachineFor is waitMachine with its own deadline.
+func waitMachineFor(ctx context.Context, t testing.TB, ns, name string, within time.Duration, what string, done func(*v1alpha1.TalosMachine) bool) *v1alpha1.TalosMachine {
+	t.Helper()
 	client := apiClient(t).IchorV1alpha1().TalosMachines(ns)
 	var last *v1alpha1.TalosMachine
-	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, within, true, func(ctx context.Context) (bool, error) {
 		m, err := client.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
