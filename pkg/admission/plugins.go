@@ -6,6 +6,7 @@ package admission
 import (
 	"k8s.io/apiserver/pkg/admission"
 
+	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
 	"ichor.dev/ichor/pkg/admission/plugin/patchsecrets"
 )
@@ -23,6 +24,8 @@ var plugins = []plugin{
 	{customverbs.PluginName, customverbs.Register},
 	// TalosConfigPatches never touch the secrets bundle.
 	{patchsecrets.PluginName, patchsecrets.Register},
+	// A control plane is not deleted when its cluster's etcd would lose quorum.
+	{controlplanequorum.PluginName, controlplanequorum.Register},
 }
 
 // OrderedPlugins returns the names of Ichor's plugins in chain order.

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -21,9 +22,12 @@ import (
 	"k8s.io/klog/v2"
 
 	ichoradmission "ichor.dev/ichor/pkg/admission"
+	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apiserver"
 	"ichor.dev/ichor/pkg/etcd/embedded"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
 )
 
@@ -109,10 +113,19 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.OpenAPIV3Config.Info.Title = "Ichor"
 	cfg.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
 
+	var informers externalversions.SharedInformerFactory
+	o.Recommended.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+		client, err := versioned.NewForConfig(c.LoopbackClientConfig)
+		if err != nil {
+			return nil, fmt.Errorf("loopback client for admission informers: %w", err)
+		}
+		informers = externalversions.NewSharedInformerFactory(client, 0)
+		return []admission.PluginInitializer{initializer.New(informers)}, nil
+	}
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
-	return &apiserver.Config{GenericConfig: cfg}, nil
+	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers}, nil
 }
 
 // Run starts the embedded etcd if needed, then serves until ctx ends, then
