@@ -114,3 +114,14 @@ func targets(t ichorv1alpha1.PatchTarget, machine *ichorv1alpha1.TalosMachine) (
 func nameOf(p *ichorv1alpha1.TalosConfigPatch) types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
+
+// Targets reports whether patch applies to machine: it is enabled, of the
+// machine's cluster, and its target selects the machine. An error means the
+// target cannot be evaluated.
+func Targets(patch *ichorv1alpha1.TalosConfigPatch, machine *ichorv1alpha1.TalosMachine) (bool, error) {
+	if patch.Spec.Disabled || patch.Spec.ClusterName != machine.Spec.ClusterName {
+		return false, nil
+	}
+	_, ok, err := targets(patch.Spec.Target, machine)
+	return ok, err
+}

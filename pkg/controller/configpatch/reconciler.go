@@ -1,0 +1,226 @@
+// Package configpatch reports on TalosConfigPatches: whether each renders
+// into its target machines' configs, the effect class of the change it
+// makes to them, and on which of them a config including its current
+// generation is applied. It never changes a node; machineconfig does.
+package configpatch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/render"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "talosconfigpatch-status"
+
+// Condition types and reasons of a TalosConfigPatch.
+const (
+	// ConditionValid says whether the patch renders into every machine it targets.
+	ConditionValid = "Valid"
+	// ConditionApplied says whether every targeted machine runs a config
+	// with the patch's current generation.
+	ConditionApplied = "Applied"
+
+	ReasonRenders       = "Renders"
+	ReasonDisabled      = "Disabled"
+	ReasonNoTargets     = "NoTargets"
+	ReasonAllApplied    = "AllApplied"
+	ReasonRollingOut    = "RollingOut"
+	ReasonBlocked       = "Blocked"
+	ReasonClusterAbsent = "ClusterNotFound"
+	ReasonNoSecrets     = "SecretsNotReady"
+)
+
+// retryInterval paces a patch waiting for its cluster or bundle.
+const retryInterval = 30 * time.Second
+
+// Reconciler writes TalosConfigPatch status.
+type Reconciler struct {
+	Client  client.Client
+	Secrets client.Reader
+	// InstallImage must be machineconfig's, so that both render the same bytes.
+	InstallImage string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler. It wakes on a patch's spec, on
+// any change of a machine of the patch's cluster (a rollout step) and on the
+// cluster's spec. It relies on machineconfig's index by cluster.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	patchesOf := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
+		var list v1alpha1.TalosConfigPatchList
+		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster}); err != nil {
+			log.FromContext(ctx).Error(err, "List patches of a cluster", "cluster", cluster)
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+		return reqs
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosConfigPatch{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return patchesOf(ctx, o.GetNamespace(), o.(*v1alpha1.TalosMachine).Spec.ClusterName)
+		})).
+		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return patchesOf(ctx, o.GetNamespace(), o.GetName())
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// Reconcile recomputes one patch's status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p v1alpha1.TalosConfigPatch
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := p.Status.DeepCopy()
+	now := metav1.NewTime(r.Now())
+	set := func(condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+		meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+			Type: condType, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...),
+			ObservedGeneration: p.Generation, LastTransitionTime: now,
+		})
+	}
+
+	result, err := r.evaluate(ctx, &p, set)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p.Status.ObservedGeneration = p.Generation
+	if !equality.Semantic.DeepEqual(before, &p.Status) {
+		if err := r.Client.Status().Update(ctx, &p); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of TalosConfigPatch %s: %w", req, err)
+		}
+	}
+	return result, nil
+}
+
+type setFunc func(condType string, status metav1.ConditionStatus, reason, format string, args ...any)
+
+// evaluate renders every targeted machine with and without the patch.
+func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch, set setFunc) (ctrl.Result, error) {
+	p.Status.Effect, p.Status.AppliedMachines = v1alpha1.ConfigEffectNone, nil
+	if p.Spec.Disabled {
+		set(ConditionValid, metav1.ConditionTrue, ReasonDisabled, "the patch is disabled and not rendered")
+		set(ConditionApplied, metav1.ConditionFalse, ReasonDisabled, "the patch is disabled")
+		return ctrl.Result{}, nil
+	}
+	var cluster v1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.ClusterName}, &cluster); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		set(ConditionApplied, metav1.ConditionFalse, ReasonClusterAbsent, "TalosCluster %s does not exist", p.Spec.ClusterName)
+		return ctrl.Result{RequeueAfter: retryInterval}, nil
+	}
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	if err != nil {
+		set(ConditionApplied, metav1.ConditionFalse, ReasonNoSecrets, "%v", err)
+		return ctrl.Result{RequeueAfter: retryInterval}, nil
+	}
+	var machines v1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &machines, client.InNamespace(p.Namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var patches v1alpha1.TalosConfigPatchList
+	if err := r.Client.List(ctx, &patches, client.InNamespace(p.Namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	// The patch as it is now: the cache may lag behind the object being reconciled.
+	others := slices.DeleteFunc(slices.Clone(patches.Items), func(o v1alpha1.TalosConfigPatch) bool { return o.Name == p.Name })
+	with := append(slices.Clone(others), *p)
+
+	slices.SortFunc(machines.Items, func(a, b v1alpha1.TalosMachine) int { return cmp.Compare(a.Name, b.Name) })
+	var targeted, pending, blocked []string
+	for i := range machines.Items {
+		m := &machines.Items[i]
+		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ok, err := render.Targets(p, m)
+		if err != nil {
+			set(ConditionValid, metav1.ConditionFalse, string(render.PatchInvalidTarget), "%v", err)
+			set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the patch is not valid")
+			return ctrl.Result{}, nil
+		}
+		if !ok {
+			continue
+		}
+		targeted = append(targeted, m.Name)
+		withPatch, err := r.render(&cluster, m, with, bundle)
+		var pe *render.PatchError
+		if errors.As(err, &pe) && pe.Patch.Name == p.Name {
+			set(ConditionValid, metav1.ConditionFalse, string(pe.Reason), "machine %s: %v", m.Name, err)
+			set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the patch does not render; no machine gets it")
+			return ctrl.Result{}, nil
+		}
+		if err != nil {
+			blocked = append(blocked, fmt.Sprintf("%s (%v)", m.Name, err))
+			continue
+		}
+		if without, err := r.render(&cluster, m, others, bundle); err == nil {
+			if effect, _, err := render.Classify(without.Config, withPatch.Config); err == nil {
+				p.Status.Effect = render.Strongest(p.Status.Effect, effect)
+			}
+		}
+		if m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash == withPatch.Hash {
+			p.Status.AppliedMachines = append(p.Status.AppliedMachines, m.Name)
+		} else {
+			pending = append(pending, m.Name)
+		}
+	}
+	set(ConditionValid, metav1.ConditionTrue, ReasonRenders, "the patch renders into the configs of %d targeted machines", len(targeted))
+	switch {
+	case len(targeted) == 0:
+		set(ConditionApplied, metav1.ConditionFalse, ReasonNoTargets, "no approved machine of cluster %s is targeted", cluster.Name)
+	case len(blocked) > 0:
+		set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the configs of these machines do not render: %s", strings.Join(blocked, "; "))
+	case len(pending) > 0:
+		set(ConditionApplied, metav1.ConditionFalse, ReasonRollingOut, "applied on %d of %d machines; waiting for %s",
+			len(p.Status.AppliedMachines), len(targeted), strings.Join(pending, ", "))
+	default:
+		set(ConditionApplied, metav1.ConditionTrue, ReasonAllApplied, "applied on all %d targeted machines", len(targeted))
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *secrets.Bundle) (render.Rendered, error) {
+	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle, InstallImage: r.InstallImage})
+}
