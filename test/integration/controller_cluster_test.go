@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -15,8 +16,10 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
+	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
@@ -40,11 +43,14 @@ func TestControllerBuildsACluster(t *testing.T) {
 	defer cancel()
 	installControllerRBAC(ctx, t)
 	ns := cp.Namespace(t)
-	probes := startController(t, func(o *ctrlcmd.Options) {
+	tune := func(o *ctrlcmd.Options) {
 		o.MachineRecheckInterval = time.Second
+		o.MachineHealthInterval = 2 * time.Second
 		o.MachineContactTimeout = 5 * time.Second
-	})
-	waitHTTP(ctx, t, "http://"+probes+"/readyz")
+	}
+	parent := t
+	controller := runController(t, tune)
+	waitHTTP(ctx, t, "http://"+controller.probes+"/readyz")
 
 	binDir, err := harness.BinDir()
 	if err != nil {
@@ -257,6 +263,27 @@ spec:
 		}
 		return hashes
 	}
+	// patchSettles waits until a patch's status says it is applied on all five machines with effect.
+	patchSettles := func(t *testing.T, name string, effect v1alpha1.ConfigEffect) {
+		t.Helper()
+		var last *v1alpha1.TalosConfigPatch
+		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			p, err := patches.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = p
+			return hasCondition(p.Status.Conditions, configpatch.ConditionApplied, metav1.ConditionTrue, configpatch.ReasonAllApplied) &&
+				p.Status.ObservedGeneration == p.Generation, nil
+		})
+		if err != nil {
+			t.Fatalf("patch %s never applied everywhere: %v; status %+v", name, err, last.Status)
+		}
+		if last.Status.Effect != effect || len(last.Status.AppliedMachines) != len(nodes) ||
+			!hasCondition(last.Status.Conditions, configpatch.ConditionValid, metav1.ConditionTrue, configpatch.ReasonRenders) {
+			t.Errorf("patch %s status %+v, want effect %s on all machines", name, last.Status, effect)
+		}
+	}
 	reboots := func() map[string]int {
 		counts := map[string]int{}
 		for name, n := range nodes {
@@ -273,6 +300,7 @@ spec:
 		before, rebootsBefore := appliedHashes(t), reboots()
 		applyPatch(t, "sysctls", "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"")
 		after := rolledOut(t, before)
+		patchSettles(t, "sysctls", v1alpha1.ConfigEffectNoReboot)
 		if got := reboots(); fmt.Sprint(got) != fmt.Sprint(rebootsBefore) {
 			t.Errorf("reboots went from %v to %v", rebootsBefore, got)
 		}
@@ -286,39 +314,14 @@ spec:
 
 	t.Run("a reboot-required patch reboots one node at a time", func(t *testing.T) {
 		before, rebootsBefore := appliedHashes(t), reboots()
-		// Watch the nodes' phases while the patch rolls out: never two down at once.
-		stop := make(chan struct{})
-		maxDown := make(chan int, 1)
-		go func() {
-			most := 0
-			for {
-				select {
-				case <-stop:
-					maxDown <- most
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				down := 0
-				for _, n := range nodes {
-					if n.Phase() != talossim.PhaseRunning {
-						down++
-					}
-				}
-				most = max(most, down)
-			}
-		}()
+		mostDown := watchDown(nodes)
 		applyPatch(t, "env", "machine:\n  env:\n    ICHOR_TEST: \"1\"")
 		rolledOut(t, before)
-		close(stop)
-		if most := <-maxDown; most != 1 {
+		if most := mostDown(); most != 1 {
 			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
 		}
-		got := reboots()
-		for name := range nodes {
-			if got[name] != rebootsBefore[name]+1 {
-				t.Errorf("%s rebooted %d times, want once", name, got[name]-rebootsBefore[name])
-			}
-		}
+		rebootedOnce(t, rebootsBefore, reboots())
+		patchSettles(t, "env", v1alpha1.ConfigEffectReboot)
 		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
 	})
 
@@ -334,6 +337,14 @@ spec:
 			}
 		}
 		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
+		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			p, err := patches.Get(ctx, "broken", metav1.GetOptions{})
+			return err == nil && hasCondition(p.Status.Conditions, configpatch.ConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
+				len(p.Status.AppliedMachines) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("the broken patch's status does not report it: %v", err)
+		}
 		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
 			t.Errorf("applied configs changed: %v -> %v", before, got)
 		}
@@ -347,6 +358,78 @@ spec:
 		}
 		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
 			t.Errorf("removing the bad patch changed configs: %v -> %v", before, got)
+		}
+	})
+
+	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", func(t *testing.T) {
+		before, rebootsBefore := appliedHashes(t), reboots()
+		mostDown := watchDown(nodes)
+		applyPatch(t, "env-restart", "machine:\n  env:\n    ICHOR_RESTART: \"1\"")
+		var took []string
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
+			took = took[:0]
+			for name, hash := range appliedHashes(t) {
+				if hash != before[name] {
+					took = append(took, name)
+				}
+			}
+			return len(took) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("no machine took the patch: %v", err)
+		}
+		controller.stop()
+		t.Logf("stopped the controller after %v took the patch", took)
+		controller = runController(parent, tune) // it outlives this subtest
+		rolledOut(t, before)
+		if most := mostDown(); most != 1 {
+			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
+		}
+		rebootedOnce(t, rebootsBefore, reboots())
+	})
+
+	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {
+		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+			t.Fatal(err)
+		}
+		waitMachine(ctx, t, ns, "cp-3", "noticed down", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
+		})
+		out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", ns, "cp-1", "--wait=false")...)
+		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") ||
+			!strings.Contains(msg, "quorum needs 2") || !strings.Contains(msg, "cp-3 (Unreachable)") {
+			t.Errorf("kubectl delete of cp-1 with cp-3 down: %v\n%s", err, out)
+		}
+		if _, err := machines.Get(ctx, "cp-1", metav1.GetOptions{}); err != nil {
+			t.Errorf("cp-1 after the refused delete: %v", err)
+		}
+		nodes["cp-3"].ClearFaults()
+		waitMachine(ctx, t, ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.Phase == v1alpha1.MachinePhaseReady
+		})
+	})
+
+	t.Run("deleting a machine resets its node first", func(t *testing.T) {
+		node := nodes["worker-2"]
+		mustKubectl(ctx, t, append(operator, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
+		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			_, err := machines.Get(ctx, "worker-2", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Fatalf("worker-2 was not released: %v", err)
+		}
+		if node.Phase() != talossim.PhaseMaintenance {
+			t.Errorf("worker-2's node is %s, want maintenance", node.Phase())
+		}
+		if r := node.LastReset(); r == nil || !r.GetGraceful() || !r.GetReboot() {
+			t.Errorf("reset request %v, want graceful with reboot", r)
+		}
+		waitEvent(ctx, t, ns, "worker-2", corev1.EventTypeNormal, machineconfig.EventNodeReset)
+		delete(nodes, "worker-2")
+		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		if c.Status.Machines.Total != 4 || c.Status.Machines.Workers != 1 {
+			t.Errorf("counts after the deletion: %+v", c.Status.Machines)
 		}
 	})
 
@@ -398,4 +481,42 @@ func waitClusterFor(ctx context.Context, t testing.TB, ns, name string, within t
 // indent prefixes every line of text with prefix.
 func indent(text, prefix string) string {
 	return prefix + strings.ReplaceAll(text, "\n", "\n"+prefix)
+}
+
+// watchDown follows nodes' phases until the returned function is called,
+// which reports the most nodes seen not running at once.
+func watchDown(nodes map[string]*talossim.Node) func() int {
+	stop, most := make(chan struct{}), make(chan int, 1)
+	go func() {
+		seen := 0
+		for {
+			select {
+			case <-stop:
+				most <- seen
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			down := 0
+			for _, n := range nodes {
+				if n.Phase() != talossim.PhaseRunning {
+					down++
+				}
+			}
+			seen = max(seen, down)
+		}
+	}()
+	return func() int {
+		close(stop)
+		return <-most
+	}
+}
+
+// rebootedOnce checks that every node rebooted exactly once between two counts.
+func rebootedOnce(t *testing.T, before, after map[string]int) {
+	t.Helper()
+	for name := range after {
+		if after[name] != before[name]+1 {
+			t.Errorf("%s rebooted %d times, want once", name, after[name]-before[name])
+		}
+	}
 }

@@ -83,6 +83,20 @@ var (
 // and stops it when the test ends. It returns the address of its health probes.
 func startController(t *testing.T, tune func(*ctrlcmd.Options)) string {
 	t.Helper()
+	return runController(t, tune).probes
+}
+
+// runningController is an in-process controller manager.
+type runningController struct {
+	probes string
+	stop   func()
+}
+
+// runController is startController for a test that also stops the
+// controller itself (stop waits for the manager to end; calling it again
+// does nothing).
+func runController(t *testing.T, tune func(*ctrlcmd.Options)) *runningController {
+	t.Helper()
 	controllerLogOnce.Do(func() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(&controllerLog), zap.Level(zapcore.DebugLevel)))
 	})
@@ -90,6 +104,7 @@ func startController(t *testing.T, tune func(*ctrlcmd.Options)) string {
 	o := ctrlcmd.NewOptions()
 	o.MetricsBindAddress = "0"
 	o.HealthProbeBindAddress = probes
+	o.SkipControllerNameValidation = true // one manager per test, in one process
 	tune(o)
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
@@ -101,21 +116,27 @@ func startController(t *testing.T, tune func(*ctrlcmd.Options)) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controller manager: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller manager: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("controller manager still running 30s after it was stopped")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("controller manager still running 30s after it was stopped")
-		}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("controller log:\n%s", controllerLog.String())
 		}
 	})
-	return probes
+	return &runningController{probes: probes, stop: stop}
 }
 
 // freeLoopbackAddress is a 127.0.0.1 port nothing listens on.

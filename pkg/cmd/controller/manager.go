@@ -12,11 +12,13 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/discovery"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
@@ -56,6 +58,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: &o.SkipControllerNameValidation},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Secrets are read one by one, never listed or watched: the
 			// controller holds no RBAC for that, and caches no bundles.
@@ -85,8 +88,12 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 			Dialer: dialer, Recorder: recorder,
 			Options: machineconfig.Options{
 				InstallImage:            o.InstallImage,
+				HealthInterval:          o.MachineHealthInterval,
 				MaxConcurrentReconciles: o.MachineConcurrency,
 			},
+		},
+		&configpatch.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), InstallImage: o.InstallImage,
 		},
 		&taloscluster.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,

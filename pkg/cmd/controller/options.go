@@ -45,8 +45,14 @@ type Options struct {
 	// MachineRecheckInterval is how often a machine awaiting approval is
 	// checked for still presenting its pinned certificate.
 	MachineRecheckInterval time.Duration
+	// MachineHealthInterval is how often a Ready machine's node is checked.
+	MachineHealthInterval time.Duration
 	// MachineConcurrency is how many machines are contacted at once.
 	MachineConcurrency int
+	// SkipControllerNameValidation lets a process build more than one
+	// manager over its life, as the integration tests do; controller-runtime
+	// otherwise refuses a controller name it has seen. Not a flag.
+	SkipControllerNameValidation bool
 	// InstallImage is the Talos installer image written into machine
 	// configs (machine.install.image), e.g. siderolabs/installer:v1.13.0
 	// behind the registry mirror the site uses.
@@ -71,6 +77,7 @@ func NewOptions() *Options {
 		MachineContactTimeout:   20 * time.Second,
 		MachineRecheckInterval:  time.Minute,
 		MachineConcurrency:      4,
+		MachineHealthInterval:   time.Minute,
 	}
 }
 
@@ -99,6 +106,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Connections in flight while scanning provisioning networks.")
 	fs.DurationVar(&o.MachineContactTimeout, "machine-contact-timeout", o.MachineContactTimeout,
 		"Time limit of one contact with a node's Talos API.")
+	fs.DurationVar(&o.MachineHealthInterval, "machine-health-interval", o.MachineHealthInterval,
+		"How often the node of a Ready machine is checked over its Talos API.")
 	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
 		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
 	fs.StringVar(&o.InstallImage, "install-image", o.InstallImage,
@@ -133,6 +142,7 @@ func (o *Options) Validate() error {
 	}{
 		{"--scan-parallelism", o.ScanParallelism > 0},
 		{"--machine-concurrency", o.MachineConcurrency > 0},
+		{"--machine-health-interval", o.MachineHealthInterval > 0},
 		{"--machine-contact-timeout", o.MachineContactTimeout > 0},
 		{"--machine-recheck-interval", o.MachineRecheckInterval > 0},
 	} {

@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -136,7 +137,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, approvalChanged()))).
+			predicate.GenerationChangedPredicate{}, approvalChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return machinesOf(ctx, o.GetNamespace(), o.GetName())
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -158,10 +159,23 @@ func approvalChanged() predicate.Funcs {
 	}
 }
 
+// deletionStarted passes the update that marks a machine for deletion.
+func deletionStarted() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}
+}
+
 // step is what one reconcile found and did, to be written into status.
 type step struct {
 	m   *v1alpha1.TalosMachine
 	now metav1.Time
+	// persist writes m's status now if it changed. A rollout decision
+	// calls it before letting go of its cluster's lock, so the next decision
+	// sees this one.
+	persist func(context.Context) error
 }
 
 func (s step) set(condType string, status metav1.ConditionStatus, reason, msg string) {
@@ -183,7 +197,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &m); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !m.DeletionTimestamp.IsZero() || m.Status.Approval == nil ||
+	if !m.DeletionTimestamp.IsZero() {
+		return r.finalize(log.IntoContext(ctx, log.FromContext(ctx).WithValues("address", m.Spec.Address)), &m)
+	}
+	if m.Status.Approval == nil ||
 		m.Status.Approval.Decision != v1alpha1.ApprovalApproved || m.Status.Maintenance == nil {
 		// Only approved machines with a pinned certificate are configured; a
 		// rejected one is never sent anything.
@@ -192,26 +209,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx).WithValues("cluster", m.Spec.ClusterName, "address", m.Spec.Address)
 	ctx = log.IntoContext(ctx, logger)
 
-	before := m.Status.DeepCopy()
-	s := step{m: &m, now: metav1.NewTime(r.Now())}
+	initial := m.Status.DeepCopy()
+	written := initial
+	persist := func(ctx context.Context) error {
+		if equality.Semantic.DeepEqual(written, &m.Status) {
+			return nil
+		}
+		m.Status.ObservedGeneration = m.Generation
+		if err := r.writeStatus(ctx, &m); err != nil {
+			return fmt.Errorf("update status of TalosMachine %s: %w", req, err)
+		}
+		written = m.Status.DeepCopy()
+		return nil
+	}
+	s := step{m: &m, now: metav1.NewTime(r.Now()), persist: persist}
 	result, err := r.reconcile(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !equality.Semantic.DeepEqual(before, &m.Status) {
-		m.Status.ObservedGeneration = m.Generation
-		if err := r.Client.Status().Update(ctx, &m); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of TalosMachine %s: %w", req, err)
-		}
-		if changed(before, &m.Status, ConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, ConditionReady) {
-			r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, EventMachineReady, "CheckHealth",
-				"Node %s runs its config and is ready", m.Status.NodeName)
-		}
+	if err := persist(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	if changed(initial, &m.Status, ConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, ConditionReady) {
+		r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, EventMachineReady, "CheckHealth",
+			"Node %s runs its config and is ready", m.Status.NodeName)
 	}
 	return result, nil
+}
+
+// writeStatus writes m's status. This reconciler is the only writer of a
+// configured machine's status (and /status leaves the approval alone), so
+// on a conflict it writes the same status over the machine as it is now
+// rather than lose the record of a step it took.
+func (r *Reconciler) writeStatus(ctx context.Context, m *v1alpha1.TalosMachine) error {
+	status := m.Status.DeepCopy()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := r.Client.Status().Update(ctx, m)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		var fresh v1alpha1.TalosMachine
+		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh); getErr != nil {
+			return getErr
+		}
+		fresh.Status = *status.DeepCopy()
+		*m = fresh
+		return err
+	})
 }
 
 // reconcile decides and takes the next step; the caller writes the status.
@@ -273,6 +317,9 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 func (r *Reconciler) install(ctx context.Context, s step, rendered render.Rendered) (ctrl.Result, error) {
 	m := s.m
 	retry := ctrl.Result{RequeueAfter: r.Options.RetryInterval}
+	if err := r.ensureFinalizer(ctx, m); err != nil {
+		return ctrl.Result{}, err
+	}
 	pin, err := talos.Pinned(m.Status.Maintenance.CertificateFingerprint)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -386,6 +433,10 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	if res.Rebooting {
 		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
 		s.set(ConditionReady, metav1.ConditionFalse, ReasonRebooting, "the node reboots into its new config")
+	}
+	if err := s.persist(ctx); err != nil {
+		// The node took the config; the next look at it records that.
+		return ctrl.Result{}, err
 	}
 	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "ApplyConfig",
 		"Applied config %s (%s) in mode %s: %s", short(rendered.Hash), what, mode, res.Details)
