@@ -1,0 +1,111 @@
+package controlplanequorum
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/client-go/tools/cache"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	listers "ichor.dev/ichor/pkg/generated/listers/ichor/v1alpha1"
+)
+
+const ns = "team"
+
+func machine(name string, role v1alpha1.MachineRole, phase v1alpha1.MachinePhase) *v1alpha1.TalosMachine {
+	m := &v1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.TalosMachineSpec{ClusterName: "demo", Role: role},
+	}
+	m.Status.Phase = phase
+	m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: "h"}
+	return m
+}
+
+// victim is the internal form of a configured, approved control plane about to be deleted.
+func victim(name string) *ichor.TalosMachine {
+	m := &ichor.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       ichor.TalosMachineSpec{ClusterName: "demo", Role: ichor.MachineRoleControlPlane},
+	}
+	m.Status.Approval = &ichor.ApprovalStatus{Decision: ichor.ApprovalApproved}
+	m.Status.AppliedConfig = &ichor.AppliedConfigStatus{Hash: "h"}
+	return m
+}
+
+func plugin(t *testing.T, cluster *v1alpha1.TalosCluster, machines ...*v1alpha1.TalosMachine) *Plugin {
+	t.Helper()
+	mi := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	ci := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, m := range machines {
+		if err := mi.Add(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cluster != nil {
+		if err := ci.Add(cluster); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := New()
+	p.machines, p.clusters = listers.NewTalosMachineLister(mi), listers.NewTalosClusterLister(ci)
+	p.SetReadyFunc(func() bool { return true })
+	return p
+}
+
+func deleteOf(m *ichor.TalosMachine) admission.Attributes {
+	return admission.NewAttributesRecord(nil, m, ichor.Kind("TalosMachine").WithVersion(""), ns, m.Name,
+		ichor.Resource("talosmachines").WithVersion("v1alpha1"), "", admission.Delete, &metav1.DeleteOptions{}, false, nil)
+}
+
+func TestQuorum(t *testing.T) {
+	demo := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns}}
+	cp, worker := v1alpha1.MachineRoleControlPlane, v1alpha1.MachineRoleWorker
+	ready, down := v1alpha1.MachinePhaseReady, v1alpha1.MachinePhaseUnreachable
+	for _, c := range []struct {
+		name    string
+		cluster *v1alpha1.TalosCluster
+		others  []*v1alpha1.TalosMachine
+		refused string
+	}{
+		{"two healthy of two left", demo, []*v1alpha1.TalosMachine{machine("cp-2", cp, ready), machine("cp-3", cp, ready)}, ""},
+		{"one healthy of two left", demo, []*v1alpha1.TalosMachine{machine("cp-2", cp, ready), machine("cp-3", cp, down)},
+			"would leave TalosCluster demo with 1 healthy of 2 etcd members, and quorum needs 2; wait until these are Ready: cp-3 (Unreachable)"},
+		{"three healthy of four left", demo, []*v1alpha1.TalosMachine{machine("cp-2", cp, ready), machine("cp-3", cp, ready),
+			machine("cp-4", cp, ready), machine("cp-5", cp, down)}, ""},
+		{"the last control plane", demo, []*v1alpha1.TalosMachine{machine("w-1", worker, ready)},
+			"cp-1 is the last control plane of TalosCluster demo"},
+		{"the last control plane of a cluster that is gone", nil, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := plugin(t, c.cluster, c.others...).Validate(context.Background(), deleteOf(victim("cp-1")), nil)
+			switch {
+			case c.refused == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case c.refused != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.refused)):
+				t.Errorf("got %v, want Forbidden with %q", err, c.refused)
+			}
+		})
+	}
+}
+
+func TestOnlyConfiguredControlPlanesAreChecked(t *testing.T) {
+	p := plugin(t, &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns}})
+	unconfigured := victim("cp-1")
+	unconfigured.Status.AppliedConfig = nil
+	worker := victim("w-1")
+	worker.Spec.Role = ichor.MachineRoleWorker
+	rejected := victim("cp-9")
+	rejected.Status.Approval.Decision = ichor.ApprovalRejected
+	for _, m := range []*ichor.TalosMachine{unconfigured, worker, rejected} {
+		if err := p.Validate(context.Background(), deleteOf(m), nil); err != nil {
+			t.Errorf("%s: %v", m.Name, err)
+		}
+	}
+}
