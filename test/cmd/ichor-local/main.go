@@ -131,6 +131,10 @@ func startMachines(ctx context.Context, count int, network string, kube *talossi
 		return nil, fmt.Errorf("--machine-network %s: simulated machines listen on loopback only", network)
 	}
 	var nodes []*talossim.Node
+	// The machines form one cluster's control planes and workers: control
+	// planes share one etcd, and workers get their API certificate from a
+	// configured control plane, as from trustd.
+	etcd, trustd := &talossim.EtcdCluster{Name: "local"}, talossim.NewTrustd()
 	addr := prefix.Masked().Addr()
 	for range count {
 		addr = addr.Next()
@@ -141,6 +145,8 @@ func startMachines(ctx context.Context, count int, network string, kube *talossi
 			ListenAddress: netip.AddrPortFrom(addr, constants.ApidPort).String(),
 			Kubernetes:    kube,
 			KubeletPort:   constants.KubeletPort,
+			Etcd:          etcd,
+			Trustd:        trustd,
 		})
 		if err != nil {
 			return nodes, fmt.Errorf("start simulated machine at %s: %w", addr, err)
