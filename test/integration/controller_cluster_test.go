@@ -427,9 +427,18 @@ spec:
 		}
 		waitEvent(ctx, t, ns, "worker-2", corev1.EventTypeNormal, machineconfig.EventNodeReset)
 		delete(nodes, "worker-2")
-		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
-		if c.Status.Machines.Total != 4 || c.Status.Machines.Workers != 1 {
-			t.Errorf("counts after the deletion: %+v", c.Status.Machines)
+		var last v1alpha1.MachineCounts
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = c.Status.Machines
+			return last == v1alpha1.MachineCounts{Total: 4, Ready: 4, ControlPlanes: 3, Workers: 1} &&
+				meta.IsStatusConditionTrue(c.Status.Conditions, taloscluster.ConditionReady), nil
+		})
+		if err != nil {
+			t.Errorf("counts after the deletion: %+v (%v)", last, err)
 		}
 	})
 

@@ -140,11 +140,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	v := &view{cluster: &cluster, now: metav1.NewTime(r.Now())}
 	cluster.Status.Machines = v1alpha1.MachineCounts{}
 	for _, m := range list.Items {
-		if a := m.Status.Approval; a != nil && a.Decision == v1alpha1.ApprovalRejected {
+		// Rejected machines are not the cluster's, and deleted ones are leaving it.
+		if a := m.Status.Approval; (a != nil && a.Decision == v1alpha1.ApprovalRejected) || !m.DeletionTimestamp.IsZero() {
 			continue
 		}
 		cluster.Status.Machines.Total++
-		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || !m.DeletionTimestamp.IsZero() {
+		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved {
 			continue
 		}
 		v.machines = append(v.machines, m)
