@@ -3,6 +3,7 @@ package talos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -10,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,6 +66,29 @@ func (n *machineryNode) Config(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("encode the machine config read from %s: %w", n.v.address, err)
 	}
 	return data, nil
+}
+
+// Identity implements Node with the reads `talosctl get nodeips kubelet`,
+// `get nodename` and `get hostnamestatus` make.
+func (n *machineryNode) Identity(ctx context.Context) (*Identity, error) {
+	ip, err := safe.StateGetByID[*k8s.NodeIP](ctx, n.c.COSI, k8s.KubeletID)
+	if err != nil {
+		return nil, n.v.explain("read the kubelet's node IPs", err)
+	}
+	nn, err := safe.StateGetByID[*k8s.Nodename](ctx, n.c.COSI, k8s.NodenameID)
+	if err != nil {
+		return nil, n.v.explain("read node name", err)
+	}
+	hs, err := safe.StateGetByID[*network.HostnameStatus](ctx, n.c.COSI, network.HostnameID)
+	if err != nil {
+		return nil, n.v.explain("read hostname", err)
+	}
+	return &Identity{
+		Nodename:         nn.TypedSpec().Nodename,
+		Hostname:         hs.TypedSpec().Hostname,
+		FQDN:             hs.TypedSpec().FQDN(),
+		KubeletAddresses: slices.Clone(ip.TypedSpec().Addresses),
+	}, nil
 }
 
 // Bootstrap implements Node.

@@ -50,6 +50,10 @@ func TestConfigureBootstrapReset(t *testing.T) {
 	if st.Nodename == "" {
 		t.Error("Status reports no node name")
 	}
+	id, err := s.Identity(ctx)
+	if err != nil || id.Nodename != st.Nodename || id.Hostname == "" || len(id.KubeletAddresses) == 0 {
+		t.Fatalf("Identity = %+v, %v", id, err)
+	}
 	if got, err := s.Config(ctx); err != nil || len(got) == 0 {
 		t.Fatalf("Config = %d bytes, %v", len(got), err)
 	}

@@ -56,6 +56,9 @@ type Node interface {
 	// its next boot). It holds the cluster's secrets; callers must never log
 	// or store it.
 	Config(ctx context.Context) ([]byte, error)
+	// Identity reads who the node is, as Talos knows it: the addresses it
+	// gives the kubelet, its node name and hostname.
+	Identity(ctx context.Context) (*Identity, error)
 	// Bootstrap starts etcd on a control plane as the cluster's first member.
 	// It returns ErrAlreadyBootstrapped when the node (or cluster) has etcd
 	// data already, which callers treat as done.
@@ -141,6 +144,18 @@ type Status struct {
 
 // Running is true for a node in stage running that reports itself ready.
 func (s *Status) Running() bool { return s.Stage == "running" && s.Ready }
+
+// Identity is a node's identity as its own Talos API reports it, which a
+// compromised kubelet cannot change (unlike its Node object).
+type Identity struct {
+	// Nodename is the name the kubelet registers with (Nodename resource).
+	Nodename string
+	// Hostname and FQDN are the node's hostname (HostnameStatus resource).
+	Hostname, FQDN string
+	// KubeletAddresses are the addresses Talos gives the kubelet as
+	// --node-ip (NodeIP resource "kubelet").
+	KubeletAddresses []netip.Addr
+}
 
 // EtcdMember is one member of a control plane's etcd cluster.
 type EtcdMember struct {
