@@ -10,7 +10,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	"ichor.dev/ichor/pkg/registry"
 )
 
@@ -20,15 +19,11 @@ const Name = "ichor-apiserver"
 // Config is the configuration of an ichor-apiserver.
 type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
-	// IchorInformers serve admission plugins that read Ichor objects; the
-	// server starts them once it serves. Nil when no plugin needs them.
-	IchorInformers externalversions.SharedInformerFactory
 }
 
 // CompletedConfig is a Config with its defaults filled in.
 type CompletedConfig struct {
-	generic   genericapiserver.CompletedConfig
-	informers externalversions.SharedInformerFactory
+	generic genericapiserver.CompletedConfig
 }
 
 // Server is a running ichor-apiserver.
@@ -38,7 +33,7 @@ type Server struct {
 
 // Complete fills in the defaults the generic server derives.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), informers: c.IchorInformers}
+	return CompletedConfig{generic: c.GenericConfig.Complete()}
 }
 
 // New builds the server and installs the ichor.dev group.
@@ -56,14 +51,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("install %s: %w", ichor.GroupName, err)
 	}
-	if f := c.informers; f != nil {
-		// They list and watch through this very server, so they start once it serves.
-		if err := generic.AddPostStartHook("start-ichor-informers", func(ctx genericapiserver.PostStartHookContext) error {
-			f.Start(ctx.Done())
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-	}
+
 	return &Server{GenericAPIServer: generic}, nil
 }

@@ -1,33 +1,36 @@
 // Package initializer hands Ichor's admission plugins what they need beyond
-// the generic server's: informers over Ichor's own objects, served by the
-// server itself through its loopback client.
+// the generic server's: a client of Ichor's own API, served by the server
+// itself through its loopback connection.
 package initializer
 
 import (
 	"k8s.io/apiserver/pkg/admission"
 
-	"ichor.dev/ichor/pkg/generated/informers/externalversions"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
-// WantsIchorInformers is implemented by plugins that read Ichor objects
-// other than the one under admission.
-type WantsIchorInformers interface {
-	SetIchorInformers(externalversions.SharedInformerFactory)
+// WantsIchorClient is implemented by plugins that read Ichor objects other
+// than the one under admission. They read them fresh from storage, not from
+// an informer's cache: a safety check decided on a cache that has not yet
+// seen the previous request would let two requests through that together
+// break what each alone keeps.
+type WantsIchorClient interface {
+	SetIchorClient(versioned.Interface)
 	admission.InitializationValidator
 }
 
-// New returns an initializer that gives plugins factory.
-func New(factory externalversions.SharedInformerFactory) admission.PluginInitializer {
-	return initializer{factory: factory}
+// New returns an initializer that gives plugins client.
+func New(client versioned.Interface) admission.PluginInitializer {
+	return initializer{client: client}
 }
 
 type initializer struct {
-	factory externalversions.SharedInformerFactory
+	client versioned.Interface
 }
 
 // Initialize implements admission.PluginInitializer.
 func (i initializer) Initialize(p admission.Interface) {
-	if w, ok := p.(WantsIchorInformers); ok {
-		w.SetIchorInformers(i.factory)
+	if w, ok := p.(WantsIchorClient); ok {
+		w.SetIchorClient(i.client)
 	}
 }

@@ -27,7 +27,6 @@ import (
 	"ichor.dev/ichor/pkg/apiserver"
 	"ichor.dev/ichor/pkg/etcd/embedded"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
-	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
 )
 
@@ -113,19 +112,17 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.OpenAPIV3Config.Info.Title = "Ichor"
 	cfg.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
 
-	var informers externalversions.SharedInformerFactory
 	o.Recommended.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
 		client, err := versioned.NewForConfig(c.LoopbackClientConfig)
 		if err != nil {
-			return nil, fmt.Errorf("loopback client for admission informers: %w", err)
+			return nil, fmt.Errorf("loopback client for admission: %w", err)
 		}
-		informers = externalversions.NewSharedInformerFactory(client, 0)
-		return []admission.PluginInitializer{initializer.New(informers)}, nil
+		return []admission.PluginInitializer{initializer.New(client)}, nil
 	}
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
-	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers}, nil
+	return &apiserver.Config{GenericConfig: cfg}, nil
 }
 
 // Run starts the embedded etcd if needed, then serves until ctx ends, then

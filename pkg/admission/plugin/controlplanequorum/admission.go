@@ -15,14 +15,13 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/informers/externalversions"
-	listers "ichor.dev/ichor/pkg/generated/listers/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
@@ -36,38 +35,33 @@ func Register(plugins *admission.Plugins) {
 // Plugin is the quorum check on TalosMachine deletion.
 type Plugin struct {
 	*admission.Handler
-	machines listers.TalosMachineLister
-	clusters listers.TalosClusterLister
+	client versioned.Interface
 }
 
 var (
-	_ admission.ValidationInterface   = &Plugin{}
-	_ initializer.WantsIchorInformers = &Plugin{}
+	_ admission.ValidationInterface = &Plugin{}
+	_ initializer.WantsIchorClient  = &Plugin{}
 )
 
-// New returns the plugin; it needs the Ichor informers before it is ready.
+// New returns the plugin; it needs the Ichor client before it is ready.
 func New() *Plugin {
 	return &Plugin{Handler: admission.NewHandler(admission.Delete)}
 }
 
-// SetIchorInformers implements initializer.WantsIchorInformers.
-func (p *Plugin) SetIchorInformers(f externalversions.SharedInformerFactory) {
-	machines, clusters := f.Ichor().V1alpha1().TalosMachines(), f.Ichor().V1alpha1().TalosClusters()
-	p.machines, p.clusters = machines.Lister(), clusters.Lister()
-	p.SetReadyFunc(func() bool { return machines.Informer().HasSynced() && clusters.Informer().HasSynced() })
-}
+// SetIchorClient implements initializer.WantsIchorClient.
+func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
 
 // ValidateInitialization implements admission.InitializationValidator.
 func (p *Plugin) ValidateInitialization() error {
-	if p.machines == nil || p.clusters == nil {
-		return errors.New(PluginName + " has no Ichor informers")
+	if p.client == nil {
+		return errors.New(PluginName + " has no Ichor client")
 	}
 	return nil
 }
 
 // Validate refuses the deletion of a configured control plane whose cluster
 // would be left without a healthy etcd quorum.
-func (p *Plugin) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != ichor.Resource("talosmachines") || a.GetSubresource() != "" {
 		return nil
 	}
@@ -79,22 +73,21 @@ func (p *Plugin) Validate(_ context.Context, a admission.Attributes, _ admission
 		m.Status.Approval == nil || m.Status.Approval.Decision != ichor.ApprovalApproved {
 		return nil // never configured: no etcd member to lose
 	}
-	if !p.WaitForReady() {
-		return admission.NewForbidden(a, errors.New("not yet ready to check etcd quorum"))
-	}
-	cluster, err := p.clusters.TalosClusters(m.Namespace).Get(m.Spec.ClusterName)
+	ichorv1 := p.client.IchorV1alpha1()
+	cluster, err := ichorv1.TalosClusters(m.Namespace).Get(ctx, m.Spec.ClusterName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && cluster.DeletionTimestamp != nil) {
 		return nil // the cluster is going: its etcd has no quorum to keep
 	}
 	if err != nil {
-		return apierrors.NewInternalError(err)
+		return apierrors.NewInternalError(fmt.Errorf("read TalosCluster %s to check etcd quorum: %w", m.Spec.ClusterName, err))
 	}
-	all, err := p.machines.TalosMachines(m.Namespace).List(labels.Everything())
+	list, err := ichorv1.TalosMachines(m.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return apierrors.NewInternalError(err)
+		return apierrors.NewInternalError(fmt.Errorf("list TalosMachines to check etcd quorum: %w", err))
 	}
 	var others, healthy, unhealthy []string
-	for _, o := range all {
+	for i := range list.Items {
+		o := &list.Items[i]
 		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || o.DeletionTimestamp != nil ||
 			o.Spec.Role != v1alpha1.MachineRoleControlPlane || o.Status.AppliedConfig == nil ||
 			o.Status.Approval == nil || o.Status.Approval.Decision != v1alpha1.ApprovalApproved {

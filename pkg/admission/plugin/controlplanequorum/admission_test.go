@@ -7,12 +7,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/client-go/tools/cache"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	listers "ichor.dev/ichor/pkg/generated/listers/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
 )
 
 const ns = "team"
@@ -41,21 +41,18 @@ func victim(name string) *ichor.TalosMachine {
 
 func plugin(t *testing.T, cluster *v1alpha1.TalosCluster, machines ...*v1alpha1.TalosMachine) *Plugin {
 	t.Helper()
-	mi := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	ci := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	var objs []runtime.Object
 	for _, m := range machines {
-		if err := mi.Add(m); err != nil {
-			t.Fatal(err)
-		}
+		objs = append(objs, m)
 	}
 	if cluster != nil {
-		if err := ci.Add(cluster); err != nil {
-			t.Fatal(err)
-		}
+		objs = append(objs, cluster)
 	}
 	p := New()
-	p.machines, p.clusters = listers.NewTalosMachineLister(mi), listers.NewTalosClusterLister(ci)
-	p.SetReadyFunc(func() bool { return true })
+	p.SetIchorClient(fake.NewClientset(objs...))
+	if err := p.ValidateInitialization(); err != nil {
+		t.Fatal(err)
+	}
 	return p
 }
 
