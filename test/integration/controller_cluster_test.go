@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -121,19 +122,22 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 		t.Fatalf("kubectl apply as an operator: %v\n%s", err, out)
 	}
 
-	// The operator approves what the controller pinned, with the approval subresource.
-	machines := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosMachines(ns)
+	// The operator approves what the controller pinned, with kubectl and the
+	// approval subresource, as the README shows.
 	decide := func(name string, decision v1alpha1.ApprovalDecision, reason string) {
 		t.Helper()
-		m, err := machines.Get(ctx, name, metav1.GetOptions{})
+		body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}
-		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
-			t.Fatalf("%s %s: %v", decision, name, err)
+		mustKubectl(ctx, t, append(operator, "-n", ns, "patch", "talosmachine", name,
+			"--subresource=approval", "--type=merge", "-p", string(body))...)
+		m := waitMachine(ctx, t, ns, name, "decided", func(m *v1alpha1.TalosMachine) bool { return m.Status.Approval != nil })
+		if a := m.Status.Approval; a.Decision != decision || a.By != "olivia" || a.Reason != reason {
+			t.Fatalf("%s: approval %+v", name, a)
 		}
 	}
+	machines := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosMachines(ns)
 	for name, n := range nodes {
 		waitMachine(ctx, t, ns, name, "pinned", pinnedTo(n.MaintenanceFingerprint()))
 		decide(name, v1alpha1.ApprovalApproved, "")
@@ -158,7 +162,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 			t.Errorf("status %+v", c.Status)
 		}
 		for _, typ := range []string{taloscluster.ConditionBootstrapped, taloscluster.ConditionEtcdHealthy,
-			taloscluster.ConditionKubernetesAPIReachable, taloscluster.ConditionMachinesReady} {
+			taloscluster.ConditionKubernetesAPIReachable, taloscluster.ConditionMachinesReady, taloscluster.ConditionNodesReady} {
 			if !meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
 				t.Errorf("condition %s not True: %+v", typ, meta.FindStatusCondition(c.Status.Conditions, typ))
 			}

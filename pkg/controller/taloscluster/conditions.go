@@ -12,6 +12,9 @@ const (
 	// ConditionKubernetesAPIReachable: the cluster's Kubernetes API answers
 	// ichor-controller's own identity.
 	ConditionKubernetesAPIReachable = "KubernetesAPIReachable"
+	// ConditionNodesReady: every approved machine has a Ready Node in the
+	// cluster's Kubernetes.
+	ConditionNodesReady = "NodesReady"
 	// ConditionReady: all of the above.
 	ConditionReady = "Ready"
 )
@@ -30,6 +33,8 @@ const (
 	ReasonReachable           = "Reachable"
 	ReasonUnreachable         = "Unreachable"
 	ReasonNotBootstrapped     = "NotBootstrapped"
+	ReasonNodesReady          = "NodesReady"
+	ReasonNodesNotReady       = "NodesNotReady"
 	ReasonReady               = "Ready"
 	ReasonNotReady            = "NotReady"
 	ReasonSecretsNotReady     = "SecretsNotReady"

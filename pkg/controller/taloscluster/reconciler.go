@@ -337,6 +337,12 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
 		return
 	}
+	sv, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "read the version at %s: %v", endpoint, err)
+		return
+	}
+	v.cluster.Status.KubernetesVersion = sv.GitVersion
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
 		if err := workload.InstallControllerAccess(ctx, bundle, endpoint, v.now.Time); err != nil {
@@ -351,19 +357,28 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "list nodes at %s: %v", endpoint, err)
 		return
 	}
-	ready := 0
+	v.set(ConditionKubernetesAPIReachable, metav1.ConditionTrue, ReasonReachable, "%s answers, Kubernetes %s", endpoint, sv.GitVersion)
+
+	readyNodes := map[string]bool{}
 	for _, n := range nodes.Items {
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready++
+				readyNodes[n.Name] = true
 			}
 		}
 	}
-	if sv, err := cs.Discovery().ServerVersion(); err == nil {
-		v.cluster.Status.KubernetesVersion = sv.GitVersion
+	var waiting []string
+	for _, m := range v.machines {
+		if m.Status.NodeName == "" || !readyNodes[m.Status.NodeName] {
+			waiting = append(waiting, m.Name)
+		}
 	}
-	v.set(ConditionKubernetesAPIReachable, metav1.ConditionTrue, ReasonReachable,
-		"%s answers; %d of %d nodes Ready", endpoint, ready, len(nodes.Items))
+	if len(waiting) > 0 {
+		v.set(ConditionNodesReady, metav1.ConditionFalse, ReasonNodesNotReady,
+			"%d of %d machines have a Ready Node; waiting for %s", len(v.machines)-len(waiting), len(v.machines), strings.Join(waiting, ", "))
+		return
+	}
+	v.set(ConditionNodesReady, metav1.ConditionTrue, ReasonNodesReady, "every machine's Node is Ready")
 }
 
 // summarize sets MachinesReady, Ready, the phase and the observed Talos version.
@@ -396,7 +411,8 @@ func (r *Reconciler) summarize(v *view) {
 	}
 
 	var pending []string
-	for _, t := range []string{clustersecrets.ConditionSecretsReady, ConditionMachinesReady, ConditionBootstrapped, ConditionEtcdHealthy, ConditionKubernetesAPIReachable} {
+	for _, t := range []string{clustersecrets.ConditionSecretsReady, ConditionMachinesReady, ConditionBootstrapped,
+		ConditionEtcdHealthy, ConditionKubernetesAPIReachable, ConditionNodesReady} {
 		if !meta.IsStatusConditionTrue(s.Conditions, t) {
 			pending = append(pending, t)
 		}
@@ -404,7 +420,7 @@ func (r *Reconciler) summarize(v *view) {
 	wasReady := s.Phase == v1alpha1.ClusterPhaseReady || s.Phase == v1alpha1.ClusterPhaseDegraded
 	switch {
 	case len(pending) == 0:
-		v.set(ConditionReady, metav1.ConditionTrue, ReasonReady, "the cluster is bootstrapped, its machines and Kubernetes API are ready")
+		v.set(ConditionReady, metav1.ConditionTrue, ReasonReady, "the cluster is bootstrapped; its machines, Kubernetes API and Nodes are ready")
 		s.Phase = v1alpha1.ClusterPhaseReady
 	default:
 		v.set(ConditionReady, metav1.ConditionFalse, ReasonNotReady, "not yet: %s", strings.Join(pending, ", "))
