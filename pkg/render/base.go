@@ -15,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
@@ -38,6 +39,39 @@ func withServerTLSBootstrap(cfg config.Provider) (config.Provider, error) {
 			extra.Object = map[string]any{}
 		}
 		extra.Object["serverTLSBootstrap"] = true
+		return nil
+	})
+}
+
+// kubeletCAPath is the Kubernetes CA inside Talos's kube-apiserver, the file
+// kube-controller-manager signs kubelet serving certificates with
+// (--cluster-signing-cert-file), so one CA signs and verifies them.
+const kubeletCAPath = "/system/secrets/kubernetes/kube-apiserver/ca.crt"
+
+// verifiesKubelets is true when kube-apiserver is to verify kubelets: the
+// option is on and every machine has had a CA-signed serving certificate
+// (the KubeletServingVerified latch). Before that, verification would break
+// logs and exec on nodes still serving self-signed certificates.
+func verifiesKubelets(cluster *ichorv1alpha1.TalosCluster) bool {
+	opt := cluster.Spec.Security.KubeletServingCertificates
+	return opt.Enabled && opt.VerifyFromAPIServer &&
+		meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ClusterConditionKubeletServingVerified)
+}
+
+// withKubeletCertificateAuthority has kube-apiserver verify kubelets against
+// the cluster CA (cluster.apiServer.extraArgs, typed).
+func withKubeletCertificateAuthority(cfg config.Provider) (config.Provider, error) {
+	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
+		if c.ClusterConfig == nil {
+			return fmt.Errorf("config has no cluster section")
+		}
+		if c.ClusterConfig.APIServerConfig == nil {
+			c.ClusterConfig.APIServerConfig = &talosv1alpha1.APIServerConfig{}
+		}
+		if c.ClusterConfig.APIServerConfig.ExtraArgsConfig == nil {
+			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = talosv1alpha1.Args{}
+		}
+		c.ClusterConfig.APIServerConfig.ExtraArgsConfig["kubelet-certificate-authority"] = talosv1alpha1.NewArgValue(kubeletCAPath, nil)
 		return nil
 	})
 }
@@ -111,6 +145,11 @@ func baseConfig(in Input) (config.Provider, error) {
 	if spec.Security.KubeletServingCertificates.Enabled {
 		if cfg, err = withServerTLSBootstrap(cfg); err != nil {
 			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
+		}
+	}
+	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
+		if cfg, err = withKubeletCertificateAuthority(cfg); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
 		}
 	}
 	return cfg, nil

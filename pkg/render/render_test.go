@@ -424,3 +424,44 @@ func TestKubeletServingOptionOnlyAddsServerTLSBootstrap(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeletCertificateAuthorityWaitsForTheLatch checks that
+// verifyFromAPIServer renders --kubelet-certificate-authority on control
+// planes only once the KubeletServingVerified latch is set, and then as an
+// API server restart.
+func TestKubeletCertificateAuthorityWaitsForTheLatch(t *testing.T) {
+	for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
+		t.Run(string(role), func(t *testing.T) {
+			in := testInput(t, testMachine("node-1", role, nil))
+			in.Cluster = in.Cluster.DeepCopy()
+			in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+			in.Cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = true
+			before, err := Render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(before.Config, []byte("kubelet-certificate-authority")) {
+				t.Fatal("rendered before the latch")
+			}
+			in.Cluster.Status.Conditions = []metav1.Condition{{Type: ichorv1alpha1.ClusterConditionKubeletServingVerified, Status: metav1.ConditionTrue}}
+			after, err := Render(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			effect, changes, err := Classify(before.Config, after.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if role == ichorv1alpha1.MachineRoleWorker {
+				if len(changes) != 0 {
+					t.Fatalf("a worker's config changed: %+v", changes)
+				}
+				return
+			}
+			if len(changes) != 1 || changes[0].Path != "cluster.apiServer.extraArgs.kubelet-certificate-authority" || effect != ichorv1alpha1.ConfigEffectAPIServerRestart ||
+				!bytes.Contains(after.Config, []byte("kubelet-certificate-authority: /system/secrets/kubernetes/kube-apiserver/ca.crt")) {
+				t.Fatalf("the latch changed %+v (effect %s)", changes, effect)
+			}
+		})
+	}
+}

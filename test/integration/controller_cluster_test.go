@@ -2,24 +2,37 @@ package integration
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authorization/v1"
+	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/configpatch"
+	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
+	ksdecide "ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
@@ -390,6 +403,155 @@ spec:
 			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
 		}
 		rebootedOnce(t, rebootsBefore, reboots())
+	})
+
+	t.Run("kubelet serving certificates are approved after checking each node's Talos API", func(t *testing.T) {
+		mustKubectl(ctx, t, append(operator, "-n", ns, "patch", "taloscluster", "demo", "--type=merge", "-p",
+			`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true,"verifyFromAPIServer":true}}}}`)...)
+		for name := range nodes {
+			waitMachineFor(ctx, t, ns, name, clusterWait, "its serving certificate is recorded", func(m *v1alpha1.TalosMachine) bool {
+				c := m.Status.KubeletServingCertificate
+				return c != nil && c.Request != "" && c.NotAfter != nil && c.NotAfter.After(time.Now())
+			})
+		}
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, kubeletserving.ConditionCertificates, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, kubeletserving.ConditionVerified, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
+		// The latch has the control planes' kube-apiservers verify kubelets: an
+		// API server restart, rolled one control plane at a time.
+		for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+			waitMachineFor(ctx, t, ns, name, clusterWait, "its kube-apiserver verifies kubelets", func(m *v1alpha1.TalosMachine) bool {
+				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Effect == v1alpha1.ConfigEffectAPIServerRestart &&
+					m.Status.Phase == v1alpha1.MachinePhaseReady
+			})
+		}
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+
+		rc, err := kube.WaitReady(ctx, endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wl := kubernetes.NewForConfigOrDie(rc)
+		csrs, err := wl.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		approved := map[string]bool{}
+		for _, csr := range csrs.Items {
+			for _, c := range csr.Status.Conditions {
+				if csr.Spec.SignerName == certv1.KubeletServingSignerName && c.Type == certv1.CertificateApproved {
+					if c.Reason != ksdecide.ReasonApproved {
+						t.Errorf("%s approved with reason %q", csr.Name, c.Reason)
+					}
+					approved[csr.Spec.Username] = true
+				}
+			}
+		}
+		if len(approved) != len(nodes) {
+			t.Errorf("approved serving requests of %v, want one per node", approved)
+		}
+
+		// The kubelet now serves a certificate the cluster CA vouches for, for its own address.
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(rc.CAData)
+		node, err := wl.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := nodes["cp-1"].Addr()[:strings.LastIndex(nodes["cp-1"].Addr(), ":")]
+		conn, err := tls.Dial("tcp", fmt.Sprintf("%s:%d", ip, node.Status.DaemonEndpoints.KubeletEndpoint.Port),
+			&tls.Config{RootCAs: pool, ServerName: ip, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Errorf("the kubelet's serving certificate does not verify against the cluster CA: %v", err)
+		} else {
+			_ = conn.Close()
+		}
+
+		// Requests a kubelet should not make: as node cp-1 asking for a
+		// neighbour's address (denied), as a node Ichor does not manage (left
+		// pending), and to another signer (untouched).
+		asNode := func(name string) kubernetes.Interface {
+			cfg := rest.CopyConfig(rc)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
+			return kubernetes.NewForConfigOrDie(cfg)
+		}
+		create := func(as kubernetes.Interface, name, node, signer string, ips ...string) {
+			t.Helper()
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
+			for _, ip := range ips {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+			}
+			der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = as.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: certv1.CertificateSigningRequestSpec{
+					Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+					Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+				},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create CSR %s: %v", name, err)
+			}
+		}
+		neighbour := nodes["cp-2"].Addr()[:strings.LastIndex(nodes["cp-2"].Addr(), ":")]
+		create(asNode("ghost"), "ghost", "ghost", certv1.KubeletServingSignerName, "127.0.3.99")
+		create(asNode("cp-1"), "other-signer", "cp-1", "example.com/serving", ip)
+		create(asNode("cp-1"), "neighbour-ip", "cp-1", certv1.KubeletServingSignerName, ip, neighbour)
+		var denied *certv1.CertificateSigningRequestCondition
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "neighbour-ip", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range csr.Status.Conditions {
+				if c.Type == certv1.CertificateDenied {
+					denied = &c
+				}
+			}
+			return denied != nil, nil
+		})
+		if err != nil || denied.Reason != ksdecide.ReasonUnknownIPAddress || !strings.Contains(denied.Message, neighbour) {
+			t.Errorf("the request for a neighbour's IP: %+v, %v", denied, err)
+		}
+		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, kubeletserving.EventDenied)
+		for _, name := range []string{"ghost", "other-signer"} {
+			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+			if err != nil || len(csr.Status.Conditions) != 0 {
+				t.Errorf("%s was decided: %+v, %v", name, csr.Status.Conditions, err)
+			}
+		}
+
+		// In the workload cluster the controller may approve kubelet serving
+		// requests and nothing else on certificates.k8s.io.
+		for _, c := range []struct {
+			attrs authv1.ResourceAttributes
+			want  bool
+		}{
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "approve"}, true},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, true},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: "example.com/serving", Verb: "approve"}, false},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "sign"}, false},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "create"}, false},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "delete"}, false},
+			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
+			{authv1.ResourceAttributes{Resource: "secrets", Verb: "get"}, false},
+		} {
+			sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+				User: "ichor:controller", ResourceAttributes: &c.attrs,
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != c.want {
+				t.Errorf("ichor:controller %s %s/%s %s: allowed %t, want %t", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.attrs.Name, sar.Status.Allowed, c.want)
+			}
+		}
 	})
 
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {

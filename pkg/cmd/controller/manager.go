@@ -20,6 +20,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/discovery"
+	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/controller/talosmachine"
@@ -96,6 +97,9 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), InstallImage: o.InstallImage,
 		},
 		&taloscluster.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+		},
+		&kubeletserving.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
 		},
 		&discovery.Reconciler{

@@ -140,7 +140,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.GenerationChangedPredicate{}, approvalChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return machinesOf(ctx, o.GetNamespace(), o.GetName())
-		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		}), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return machinesOf(ctx, o.GetNamespace(), o.(*v1alpha1.TalosConfigPatch).Spec.ClusterName)
 		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -156,6 +156,18 @@ func approvalChanged() predicate.Funcs {
 			n, ok2 := e.ObjectNew.(*v1alpha1.TalosMachine)
 			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Status.Approval, n.Status.Approval)
 		},
+	}
+}
+
+// kubeletVerificationChanged passes a cluster whose KubeletServingVerified
+// latch changed: control planes render differently with it.
+func kubeletVerificationChanged() predicate.Funcs {
+	verified := func(o client.Object) bool {
+		c, ok := o.(*v1alpha1.TalosCluster)
+		return ok && meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ClusterConditionKubeletServingVerified)
+	}
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return verified(e.ObjectOld) != verified(e.ObjectNew) },
 	}
 }
 
@@ -238,8 +250,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // writeStatus writes m's status. This reconciler is the only writer of a
-// configured machine's status (and /status leaves the approval alone), so
-// on a conflict it writes the same status over the machine as it is now
+// configured machine's status but for the kubelet serving certificate
+// record (and /status leaves the approval alone), so on a conflict it
+// writes its status over the machine as it is now, keeping that record,
 // rather than lose the record of a step it took.
 func (r *Reconciler) writeStatus(ctx context.Context, m *v1alpha1.TalosMachine) error {
 	status := m.Status.DeepCopy()
@@ -252,6 +265,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, m *v1alpha1.TalosMachine) 
 		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh); getErr != nil {
 			return getErr
 		}
+		// The kubelet serving certificate record is the approver's.
+		status.KubeletServingCertificate = fresh.Status.KubeletServingCertificate
 		fresh.Status = *status.DeepCopy()
 		*m = fresh
 		return err
