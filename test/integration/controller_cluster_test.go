@@ -500,6 +500,12 @@ spec:
 			}
 		}
 		neighbour := nodes["cp-2"].Addr()[:strings.LastIndex(nodes["cp-2"].Addr(), ":")]
+		// cp-3's Talos API does not answer: its (good) request must wait.
+		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+			t.Fatal(err)
+		}
+		cp3 := nodes["cp-3"].Addr()[:strings.LastIndex(nodes["cp-3"].Addr(), ":")]
+		create(asNode("cp-3"), "unreadable", "cp-3", certv1.KubeletServingSignerName, cp3)
 		create(asNode("ghost"), "ghost", "ghost", certv1.KubeletServingSignerName, "127.0.3.99")
 		create(asNode("cp-1"), "other-signer", "cp-1", "example.com/serving", ip)
 		create(asNode("cp-1"), "neighbour-ip", "cp-1", certv1.KubeletServingSignerName, ip, neighbour)
@@ -520,12 +526,32 @@ spec:
 			t.Errorf("the request for a neighbour's IP: %+v, %v", denied, err)
 		}
 		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, kubeletserving.EventDenied)
-		for _, name := range []string{"ghost", "other-signer"} {
+		for _, name := range []string{"ghost", "other-signer", "unreadable"} {
 			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 			if err != nil || len(csr.Status.Conditions) != 0 {
 				t.Errorf("%s was decided: %+v, %v", name, csr.Status.Conditions, err)
 			}
 		}
+		// Once cp-3 answers again its request is checked and approved.
+		nodes["cp-3"].ClearFaults()
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "unreadable", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, c := range csr.Status.Conditions {
+				if c.Type == certv1.CertificateApproved && c.Reason == ksdecide.ReasonApproved {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("cp-3's request once its Talos API answers: %v", err)
+		}
+		waitMachine(ctx, t, ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.Phase == v1alpha1.MachinePhaseReady
+		})
 
 		// In the workload cluster the controller may approve kubelet serving
 		// requests and nothing else on certificates.k8s.io.

@@ -66,6 +66,9 @@ type Options struct {
 	ResyncInterval time.Duration
 	// CallTimeout bounds the calls of one reconcile. Default 30s.
 	CallTimeout time.Duration
+	// IdentityTimeout bounds reading one node's identity, so that a node
+	// that does not answer holds up only its own requests. Default 5s.
+	IdentityTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -77,6 +80,7 @@ func (o Options) withDefaults() Options {
 	def(&o.PollInterval, 3*time.Second)
 	def(&o.ResyncInterval, time.Minute)
 	def(&o.CallTimeout, 30*time.Second)
+	def(&o.IdentityTimeout, 5*time.Second)
 	return o
 }
 
@@ -297,6 +301,8 @@ func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSignin
 
 // identity reads the node's identity over its Talos API, as os:reader.
 func (d *decider) identity(ctx context.Context, m *v1alpha1.TalosMachine) (*talos.Identity, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.r.Options.IdentityTimeout)
+	defer cancel()
 	node, err := d.r.Dialer.Configured(ctx, m.Spec.Address, d.creds)
 	if err != nil {
 		return nil, err
