@@ -61,6 +61,8 @@ func TestControllerBuildsACluster(t *testing.T) {
 		o.MachineRecheckInterval = time.Second
 		o.MachineHealthInterval = 2 * time.Second
 		o.MachineContactTimeout = 5 * time.Second
+		// Kubelet serving requests must be seen through the watch, not a timer.
+		o.KubeletServingPollInterval = time.Hour
 	}
 	parent := t
 	controller := runController(t, tune)

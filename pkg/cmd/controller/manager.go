@@ -101,6 +101,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		},
 		&kubeletserving.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+			Options: kubeletserving.Options{PollInterval: o.KubeletServingPollInterval},
 		},
 		&discovery.Reconciler{
 			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,

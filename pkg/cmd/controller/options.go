@@ -49,6 +49,10 @@ type Options struct {
 	MachineHealthInterval time.Duration
 	// MachineConcurrency is how many machines are contacted at once.
 	MachineConcurrency int
+	// KubeletServingPollInterval is how often a cluster with kubelet serving
+	// requests pending, or machines without a certificate, is looked at
+	// again; new requests wake the approver through a watch regardless.
+	KubeletServingPollInterval time.Duration
 	// SkipControllerNameValidation lets a process build more than one
 	// manager over its life, as the integration tests do; controller-runtime
 	// otherwise refuses a controller name it has seen. Not a flag.
@@ -66,18 +70,19 @@ type Options struct {
 // NewOptions returns options with ichor-controller's defaults.
 func NewOptions() *Options {
 	return &Options{
-		MetricsBindAddress:      ":8080",
-		HealthProbeBindAddress:  ":8081",
-		LeaderElect:             true,
-		LeaderElectionID:        DefaultLeaderElectionID,
-		LeaderElectionNamespace: DefaultNamespace,
-		DiscoveryNamespace:      DefaultNamespace,
-		ScanProbesPerSecond:     50,
-		ScanParallelism:         16,
-		MachineContactTimeout:   20 * time.Second,
-		MachineRecheckInterval:  time.Minute,
-		MachineConcurrency:      4,
-		MachineHealthInterval:   time.Minute,
+		MetricsBindAddress:         ":8080",
+		HealthProbeBindAddress:     ":8081",
+		LeaderElect:                true,
+		LeaderElectionID:           DefaultLeaderElectionID,
+		LeaderElectionNamespace:    DefaultNamespace,
+		DiscoveryNamespace:         DefaultNamespace,
+		ScanProbesPerSecond:        50,
+		ScanParallelism:            16,
+		MachineContactTimeout:      20 * time.Second,
+		MachineRecheckInterval:     time.Minute,
+		MachineConcurrency:         4,
+		MachineHealthInterval:      time.Minute,
+		KubeletServingPollInterval: 3 * time.Second,
 	}
 }
 
@@ -106,6 +111,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Connections in flight while scanning provisioning networks.")
 	fs.DurationVar(&o.MachineContactTimeout, "machine-contact-timeout", o.MachineContactTimeout,
 		"Time limit of one contact with a node's Talos API.")
+	fs.DurationVar(&o.KubeletServingPollInterval, "kubelet-serving-poll-interval", o.KubeletServingPollInterval,
+		"How often a cluster waiting for kubelet serving certificates is looked at again; new requests are seen at once through a watch.")
 	fs.DurationVar(&o.MachineHealthInterval, "machine-health-interval", o.MachineHealthInterval,
 		"How often the node of a Ready machine is checked over its Talos API.")
 	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
@@ -143,6 +150,7 @@ func (o *Options) Validate() error {
 		{"--scan-parallelism", o.ScanParallelism > 0},
 		{"--machine-concurrency", o.MachineConcurrency > 0},
 		{"--machine-health-interval", o.MachineHealthInterval > 0},
+		{"--kubelet-serving-poll-interval", o.KubeletServingPollInterval > 0},
 		{"--machine-contact-timeout", o.MachineContactTimeout > 0},
 		{"--machine-recheck-interval", o.MachineRecheckInterval > 0},
 	} {

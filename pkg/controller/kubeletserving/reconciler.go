@@ -37,8 +37,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
@@ -93,17 +95,30 @@ type Reconciler struct {
 	Options  Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	watches *csrWatches
 }
 
 // SetupWithManager registers the reconciler. It wakes on a cluster's spec,
-// on its machines, and on its own timer while requests may be pending.
+// on its machines, on kubelet serving requests in the cluster's Kubernetes
+// (a watch per enabled cluster), and on its own timer while requests may be
+// pending.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	r.watches = newCSRWatches()
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.watches.stopAll()
+		return nil
+	})); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
+		WatchesRawSource(source.Channel(r.watches.events, &handler.EnqueueRequestForObject{})).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			m := o.(*v1alpha1.TalosMachine)
@@ -122,11 +137,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
+		r.watches.stop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	opt := cluster.Spec.Security.KubeletServingCertificates
 	before := cluster.Status.DeepCopy()
 	if !opt.Enabled {
+		r.watches.stop(req.NamespacedName)
 		meta.RemoveStatusCondition(&cluster.Status.Conditions, ConditionCertificates)
 		meta.RemoveStatusCondition(&cluster.Status.Conditions, ConditionVerified)
 		return ctrl.Result{}, r.writeClusterStatus(ctx, &cluster, before)
@@ -156,6 +173,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		set(ConditionCertificates, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
+	}
+	if err := r.watches.ensure(ctx, &cluster, bundle, now.Time); err != nil {
+		log.FromContext(ctx).Error(err, "Watch kubelet serving requests; the timer stands in")
 	}
 	cfg, err := workload.ClientConfig(bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout)
 	if err != nil {
