@@ -81,7 +81,7 @@ var (
 // its real options, as its ServiceAccount (impersonated, so kube-apiserver
 // and ichor-apiserver authorize every request against the artifacts' RBAC),
 // and stops it when the test ends. It returns the address of its health probes.
-func startController(t *testing.T, tune func(*ctrlcmd.Options)) string {
+func startController(t testing.TB, tune func(*ctrlcmd.Options)) string {
 	t.Helper()
 	return runController(t, tune).probes
 }
@@ -95,7 +95,7 @@ type runningController struct {
 // runController is startController for a test that also stops the
 // controller itself (stop waits for the manager to end; calling it again
 // does nothing).
-func runController(t *testing.T, tune func(*ctrlcmd.Options)) *runningController {
+func runController(t testing.TB, tune func(*ctrlcmd.Options)) *runningController {
 	t.Helper()
 	controllerLogOnce.Do(func() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(&controllerLog), zap.Level(zapcore.DebugLevel)))

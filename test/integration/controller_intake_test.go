@@ -65,7 +65,7 @@ subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
 }
 
 // simNode starts a simulated node in maintenance mode, stopped when the test ends.
-func simNode(t *testing.T, opts talossim.Options) *talossim.Node {
+func simNode(t testing.TB, opts talossim.Options) *talossim.Node {
 	t.Helper()
 	n, err := talossim.Start(t.Context(), opts)
 	if err != nil {

@@ -1,0 +1,164 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/kubeletserving"
+	"ichor.dev/ichor/pkg/controller/taloscluster"
+	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// BenchmarkKubeletServingApproval measures how long a kubelet serving
+// request waits for Ichor's approval when every node of a Ready cluster
+// asks at once: kubelet serving certificates are switched on for a cluster
+// of one control plane and n-1 workers, every kubelet restarts and requests
+// its certificate, and the time from each request's creation to its
+// approval is taken from a watch in the cluster's real kube-apiserver. It
+// reports p50 and p99 (ms). Run: go test ./test/integration -run '^$' -bench KubeletServing -benchtime 1x
+func BenchmarkKubeletServingApproval(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			for range b.N {
+				p50, p99 := approvalLatency(b, n)
+				b.ReportMetric(float64(p50.Milliseconds()), "p50-ms")
+				b.ReportMetric(float64(p99.Milliseconds()), "p99-ms")
+			}
+		})
+	}
+}
+
+func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
+	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, b)
+	ns := cp.Namespace(b)
+	runController(b, func(o *ctrlcmd.Options) {
+		o.MachineRecheckInterval = 5 * time.Second
+		o.MachineHealthInterval = time.Minute
+		o.MachineConcurrency = 16
+		o.KubeletServingPollInterval = time.Hour // only the CSR watch wakes the approver
+	})
+	binDir, err := harness.BinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	kube := &talossim.Kubernetes{BinDir: binDir, Dir: b.TempDir()}
+	b.Cleanup(kube.Stop)
+	ports, err := proc.FreePorts("127.0.4.250", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("https://127.0.4.250:%d", ports[0])
+	mustApply(ctx, b, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: bench, namespace: %s}
+spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "%s"}}
+`, ns, endpoint))
+
+	etcd, trustd := &talossim.EtcdCluster{Name: "bench"}, talossim.NewTrustd()
+	machines := apiClient(b).IchorV1alpha1().TalosMachines(ns)
+	addr := netip.MustParseAddr("127.0.5.0")
+	names := make([]string, n)
+	for i := range n {
+		addr = addr.Next()
+		node := simNode(b, talossim.Options{
+			ListenAddress: addr.String() + ":0", Kubernetes: kube, Etcd: etcd, Trustd: trustd,
+			InstallDelay: 10 * time.Millisecond, RebootDelay: 10 * time.Millisecond,
+		})
+		names[i] = fmt.Sprintf("n%04d", i)
+		role := v1alpha1.MachineRoleWorker
+		if i == 0 {
+			role = v1alpha1.MachineRoleControlPlane
+		}
+		m := &v1alpha1.TalosMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
+			Spec: v1alpha1.TalosMachineSpec{ClusterName: "bench", Role: role, Address: node.Addr(), Hostname: names[i],
+				Install: v1alpha1.InstallSpec{Disk: "/dev/sda"}},
+		}
+		if _, err := machines.Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		m := waitMachineFor(ctx, b, ns, name, 10*time.Minute, "pinned", func(m *v1alpha1.TalosMachine) bool { return m.Status.Maintenance != nil })
+		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
+		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+
+	rc, err := kube.WaitReady(ctx, endpoint)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wl := kubernetes.NewForConfigOrDie(rc)
+	w, err := wl.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created, approved := map[string]time.Time{}, map[string]time.Time{}
+	go func() {
+		for ev := range w.ResultChan() {
+			csr, ok := ev.Object.(*certv1.CertificateSigningRequest)
+			if !ok || csr.Spec.SignerName != certv1.KubeletServingSignerName || ev.Type == watch.Deleted {
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			if _, seen := created[csr.Name]; !seen {
+				created[csr.Name] = now
+			}
+			for _, c := range csr.Status.Conditions {
+				if c.Type == certv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+					if _, seen := approved[csr.Name]; !seen {
+						approved[csr.Name] = now
+					}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+
+	b.ResetTimer()
+	mustKubectl(ctx, b, "-n", ns, "patch", "taloscluster", "bench", "--type=merge", "-p",
+		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)
+	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, kubeletserving.ConditionCertificates, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(approved) >= n, nil
+	})
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("%d of %d requests seen approved: %v", len(approved), n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var latencies []time.Duration
+	for name, at := range approved {
+		latencies = append(latencies, at.Sub(created[name]))
+	}
+	slices.Sort(latencies)
+	return latencies[len(latencies)/2], latencies[(len(latencies)*99)/100]
+}
