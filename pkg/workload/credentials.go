@@ -87,5 +87,9 @@ func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time
 			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		},
 		UserAgent: "ichor-controller",
+		// client-go's default of 5 requests a second would have the approver
+		// take minutes over a thousand nodes asking at once.
+		QPS:   100,
+		Burst: 200,
 	}, nil
 }

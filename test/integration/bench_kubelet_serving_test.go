@@ -141,6 +141,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	}()
 
 	b.ResetTimer()
+	start := time.Now()
 	mustKubectl(ctx, b, "-n", ns, "patch", "taloscluster", "bench", "--type=merge", "-p",
 		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)
 	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, kubeletserving.ConditionCertificates, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
@@ -156,9 +157,16 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	mu.Lock()
 	defer mu.Unlock()
 	var latencies []time.Duration
+	var createdAt, approvedAt []time.Duration
 	for name, at := range approved {
 		latencies = append(latencies, at.Sub(created[name]))
+		createdAt, approvedAt = append(createdAt, created[name].Sub(start)), append(approvedAt, at.Sub(start))
 	}
 	slices.Sort(latencies)
+	slices.Sort(createdAt)
+	slices.Sort(approvedAt)
+	b.Logf("%d nodes: requests created %v…%v and approved %v…%v after the option was switched on",
+		n, createdAt[0].Round(time.Millisecond), createdAt[len(createdAt)-1].Round(time.Millisecond),
+		approvedAt[0].Round(time.Millisecond), approvedAt[len(approvedAt)-1].Round(time.Millisecond))
 	return latencies[len(latencies)/2], latencies[(len(latencies)*99)/100]
 }

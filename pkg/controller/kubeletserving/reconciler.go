@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -71,6 +73,8 @@ type Options struct {
 	// IdentityTimeout bounds reading one node's identity, so that a node
 	// that does not answer holds up only its own requests. Default 5s.
 	IdentityTimeout time.Duration
+	// Parallelism is how many nodes' requests are decided at once. Default 16.
+	Parallelism int
 }
 
 func (o Options) withDefaults() Options {
@@ -83,6 +87,9 @@ func (o Options) withDefaults() Options {
 	def(&o.ResyncInterval, time.Minute)
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.IdentityTimeout, 5*time.Second)
+	if o.Parallelism <= 0 {
+		o.Parallelism = 16
+	}
 	return o
 }
 
@@ -268,11 +275,12 @@ func (d *decider) machineFor(node string) *v1alpha1.TalosMachine {
 }
 
 // decideAll decides every undecided request it can place and returns how
-// many stay pending.
+// many stay pending. Machines are worked on in parallel (Options.Parallelism),
+// each machine's requests in order with one identity read.
 func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSigningRequest) int {
 	logger := log.FromContext(ctx)
-	pending := 0
-	identities := map[string]*talos.Identity{}
+	var pending atomic.Int64
+	byMachine := map[*v1alpha1.TalosMachine][]*certv1.CertificateSigningRequest{}
 	for i := range csrs {
 		csr := &csrs[i]
 		if csr.Spec.SignerName != kubeletserving.Signer || decided(csr) {
@@ -282,25 +290,41 @@ func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSignin
 		if !ok {
 			// Unreadable or naming no node: no machine to place it on, so it is
 			// not Ichor's to decide.
-			pending++
+			pending.Add(1)
 			continue
 		}
 		m := d.machineFor(node)
 		if m == nil {
 			logger.V(1).Info("Kubelet serving request for a node of no machine; left pending", "csr", csr.Name, "node", node)
-			pending++
+			pending.Add(1)
 			continue
 		}
-		id, ok := identities[m.Name]
-		if !ok {
-			var err error
-			if id, err = d.identity(ctx, m); err != nil {
-				logger.Info("Cannot read the node's identity; the request stays pending", "csr", csr.Name, "machine", m.Name, "error", err.Error())
-				pending++
-				continue
-			}
-			identities[m.Name] = id
-		}
+		byMachine[m] = append(byMachine[m], csr)
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, d.r.Options.Parallelism)
+	for m, reqs := range byMachine {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			pending.Add(int64(d.decideFor(ctx, m, reqs)))
+		})
+	}
+	wg.Wait()
+	return int(pending.Load())
+}
+
+// decideFor decides the requests naming machine m; it returns how many stay pending.
+func (d *decider) decideFor(ctx context.Context, m *v1alpha1.TalosMachine, reqs []*certv1.CertificateSigningRequest) int {
+	logger := log.FromContext(ctx).WithValues("machine", m.Name)
+	id, err := d.identity(ctx, m)
+	if err != nil {
+		logger.Info("Cannot read the node's identity; its requests stay pending", "requests", len(reqs), "error", err.Error())
+		return len(reqs)
+	}
+	pending := 0
+	for _, csr := range reqs {
+		node, _ := kubeletserving.NodeName(csr)
 		decision := kubeletserving.Decide(csr, node, id)
 		if err := d.record(ctx, csr, decision); err != nil {
 			logger.Error(err, "Record the decision on a kubelet serving request", "csr", csr.Name)
