@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/discovery"
@@ -72,6 +73,9 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	recorder := mgr.GetEventRecorder(EventSource)
 	dialer := talos.Machinery{}
 
+	if err := clusterindex.Register(context.Background(), mgr); err != nil {
+		return nil, err
+	}
 	reconcilers := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&clustersecrets.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Scheme: scheme, Recorder: recorder,

@@ -22,14 +22,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -69,32 +66,16 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler. It wakes on a patch's spec, on
 // any change of a machine of the patch's cluster (a rollout step) and on the
-// cluster's spec. It relies on machineconfig's index by cluster.
+// cluster's spec.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	patchesOf := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
-		var list v1alpha1.TalosConfigPatchList
-		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster}); err != nil {
-			log.FromContext(ctx).Error(err, "List patches of a cluster", "cluster", cluster)
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-		return reqs
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosConfigPatch{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return patchesOf(ctx, o.GetNamespace(), o.(*v1alpha1.TalosMachine).Spec.ClusterName)
-		})).
-		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return patchesOf(ctx, o.GetNamespace(), o.GetName())
-		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueuePatches(r.Client)).
+		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
 
@@ -156,11 +137,11 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
 	}
 	var machines v1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &machines, client.InNamespace(p.Namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &machines, clusterindex.InCluster(p.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, err
 	}
 	var patches v1alpha1.TalosConfigPatchList
-	if err := r.Client.List(ctx, &patches, client.InNamespace(p.Namespace), client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &patches, clusterindex.InCluster(p.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The patch as it is now: the cache may lag behind the object being reconciled.

@@ -41,12 +41,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
@@ -127,13 +126,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		WatchesRawSource(source.Channel(r.watches.events, &handler.EnqueueRequestForObject{})).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			m := o.(*v1alpha1.TalosMachine)
-			if m.Spec.ClusterName == "" {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
-		})).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster()).
 		Complete(r)
 }
 
@@ -231,8 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // machines are the cluster's approved machines that are not being deleted, by name.
 func (r *Reconciler) machines(ctx context.Context, cluster *v1alpha1.TalosCluster) ([]v1alpha1.TalosMachine, error) {
 	var list v1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(cluster.Namespace),
-		client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, clusterindex.InCluster(cluster.Namespace, cluster.Name)...); err != nil {
 		return nil, fmt.Errorf("list machines of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	out := slices.DeleteFunc(list.Items, func(m v1alpha1.TalosMachine) bool {

@@ -33,12 +33,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/render"
@@ -47,9 +46,6 @@ import (
 
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "talosmachine-config"
-
-// ClusterNameField indexes TalosMachines and TalosConfigPatches by spec.clusterName.
-const ClusterNameField = "spec.clusterName"
 
 // Options tune the reconciler; zero values take the defaults.
 type Options struct {
@@ -103,47 +99,22 @@ type Reconciler struct {
 	locks clusterLocks
 }
 
-// SetupWithManager registers the reconciler and the field indexes it lists by.
-// It wakes on a machine's spec or approval, on its cluster's spec, and on any
-// patch of the cluster.
+// SetupWithManager registers the reconciler. It wakes on a machine's spec,
+// approval or deletion, on its cluster's spec (and kubelet verification
+// latch), and on any patch of the cluster. It lists by clusterindex.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TalosMachine{}, ClusterNameField, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.TalosMachine).Spec.ClusterName}
-	}); err != nil {
-		return fmt.Errorf("index TalosMachines by cluster: %w", err)
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.TalosConfigPatch{}, ClusterNameField, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.TalosConfigPatch).Spec.ClusterName}
-	}); err != nil {
-		return fmt.Errorf("index TalosConfigPatches by cluster: %w", err)
-	}
-	machinesOf := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
-		var list v1alpha1.TalosMachineList
-		if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{ClusterNameField: cluster}); err != nil {
-			log.FromContext(ctx).Error(err, "List machines of a cluster", "cluster", cluster)
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for i := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-		return reqs
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, approvalChanged(), deletionStarted()))).
-		Watches(&v1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return machinesOf(ctx, o.GetNamespace(), o.GetName())
-		}), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged()))).
-		Watches(&v1alpha1.TalosConfigPatch{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return machinesOf(ctx, o.GetNamespace(), o.(*v1alpha1.TalosConfigPatch).Spec.ClusterName)
-		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged()))).
+		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
 }
@@ -301,7 +272,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 		return retry, nil
 	}
 	var patches v1alpha1.TalosConfigPatchList
-	if err := r.Client.List(ctx, &patches, client.InNamespace(m.Namespace), client.MatchingFields{ClusterNameField: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &patches, clusterindex.InCluster(m.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list TalosConfigPatches of %s: %w", cluster.Name, err)
 	}
 	rendered, err := render.Render(render.Input{

@@ -25,14 +25,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
@@ -78,8 +76,7 @@ type Reconciler struct {
 }
 
 // SetupWithManager registers the reconciler: it wakes on a cluster's spec
-// and on any change of a machine of the cluster. It relies on the
-// machineconfig reconciler's index of machines by cluster.
+// and on any change of a machine of the cluster.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Now == nil {
@@ -88,13 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			m := o.(*v1alpha1.TalosMachine)
-			if m.Spec.ClusterName == "" {
-				return nil
-			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}}}
-		})).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster()).
 		Complete(r)
 }
 
@@ -132,8 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	var list v1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, client.InNamespace(cluster.Namespace),
-		client.MatchingFields{machineconfig.ClusterNameField: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, clusterindex.InCluster(cluster.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list machines of TalosCluster %s: %w", req, err)
 	}
 	before := cluster.Status.DeepCopy()
