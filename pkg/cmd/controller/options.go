@@ -49,6 +49,10 @@ type Options struct {
 	MachineHealthInterval time.Duration
 	// MachineConcurrency is how many machines are contacted at once.
 	MachineConcurrency int
+	// KubeAPIQPS and KubeAPIBurst limit the manager's requests to the
+	// management cluster's API (and Ichor's through it).
+	KubeAPIQPS   float32
+	KubeAPIBurst int
 	// KubeletServingPollInterval is how often a cluster with kubelet serving
 	// requests pending, or machines without a certificate, is looked at
 	// again; new requests wake the approver through a watch regardless.
@@ -83,6 +87,8 @@ func NewOptions() *Options {
 		MachineConcurrency:         4,
 		MachineHealthInterval:      time.Minute,
 		KubeletServingPollInterval: 3 * time.Second,
+		KubeAPIQPS:                 50,
+		KubeAPIBurst:               100,
 	}
 }
 
@@ -119,6 +125,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
 	fs.StringVar(&o.InstallImage, "install-image", o.InstallImage,
 		"Talos installer image written into machine configs (machine.install.image); empty leaves Talos's default")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
+		"Requests per second the controller makes to the management cluster's API, sustained.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst,
+		"Requests the controller may make to the management cluster's API in a burst.")
 	fs.IntVar(&o.MachineConcurrency, "machine-concurrency", o.MachineConcurrency,
 		"How many machines are contacted at once.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -149,6 +159,8 @@ func (o *Options) Validate() error {
 	}{
 		{"--scan-parallelism", o.ScanParallelism > 0},
 		{"--machine-concurrency", o.MachineConcurrency > 0},
+		{"--kube-api-qps", o.KubeAPIQPS > 0},
+		{"--kube-api-burst", o.KubeAPIBurst > 0},
 		{"--machine-health-interval", o.MachineHealthInterval > 0},
 		{"--kubelet-serving-poll-interval", o.KubeletServingPollInterval > 0},
 		{"--machine-contact-timeout", o.MachineContactTimeout > 0},

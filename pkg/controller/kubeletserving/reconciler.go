@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -372,46 +373,63 @@ func decided(csr *certv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// recordIssued records on each machine the newest certificate issued for its node.
+// recordIssued records on each machine the newest certificate issued for
+// its node. Each request is read once; machines are updated in parallel.
 func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.TalosMachine, csrs []certv1.CertificateSigningRequest) error {
-	for i := range machines {
-		m := &machines[i]
-		var newest *v1alpha1.KubeletServingCertificateStatus
-		for j := range csrs {
-			csr := &csrs[j]
-			if node, ok := kubeletserving.NodeName(csr); !ok || node != m.Status.NodeName || len(csr.Status.Certificate) == 0 {
-				continue
-			}
-			block, _ := pem.Decode(csr.Status.Certificate)
-			if block == nil {
-				continue
-			}
-			cert, err := x509.ParseCertificate(block.Bytes)
-			if err != nil {
-				continue
-			}
-			issued, notAfter := metav1.NewTime(cert.NotBefore), metav1.NewTime(cert.NotAfter)
-			if newest == nil || newest.NotAfter.Before(&notAfter) {
-				newest = &v1alpha1.KubeletServingCertificateStatus{Request: csr.Name, IssuedAt: &issued, NotAfter: &notAfter}
-			}
-		}
-		if newest == nil || equality.Semantic.DeepEqual(newest, m.Status.KubeletServingCertificate) {
+	newest := map[string]*v1alpha1.KubeletServingCertificateStatus{}
+	for i := range csrs {
+		csr := &csrs[i]
+		if len(csr.Status.Certificate) == 0 {
 			continue
 		}
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var fresh v1alpha1.TalosMachine
-			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &fresh); err != nil {
-				return err
-			}
-			fresh.Status.KubeletServingCertificate = newest
-			return r.Client.Status().Update(ctx, &fresh)
-		})
-		if err != nil {
-			return fmt.Errorf("record the kubelet serving certificate of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+		node, ok := kubeletserving.NodeName(csr)
+		block, _ := pem.Decode(csr.Status.Certificate)
+		if !ok || block == nil {
+			continue
 		}
-		m.Status.KubeletServingCertificate = newest
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			continue
+		}
+		issued, notAfter := metav1.NewTime(cert.NotBefore), metav1.NewTime(cert.NotAfter)
+		if cur := newest[node]; cur == nil || cur.NotAfter.Before(&notAfter) {
+			newest[node] = &v1alpha1.KubeletServingCertificateStatus{Request: csr.Name, IssuedAt: &issued, NotAfter: &notAfter}
+		}
 	}
-	return nil
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		slots = make(chan struct{}, r.Options.Parallelism)
+	)
+	for i := range machines {
+		m := &machines[i]
+		rec := newest[m.Status.NodeName]
+		if m.Status.NodeName == "" || rec == nil || equality.Semantic.DeepEqual(rec, m.Status.KubeletServingCertificate) {
+			continue
+		}
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				var fresh v1alpha1.TalosMachine
+				if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &fresh); err != nil {
+					return err
+				}
+				fresh.Status.KubeletServingCertificate = rec
+				return r.Client.Status().Update(ctx, &fresh)
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("record the kubelet serving certificate of TalosMachine %s/%s: %w", m.Namespace, m.Name, err))
+				return
+			}
+			m.Status.KubeletServingCertificate = rec
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // withoutCertificate names the machines with no unexpired certificate recorded.
