@@ -459,7 +459,7 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		ip := nodes["cp-1"].Addr()[:strings.LastIndex(nodes["cp-1"].Addr(), ":")]
+		ip := hostOf(nodes["cp-1"])
 		conn, err := tls.Dial("tcp", fmt.Sprintf("%s:%d", ip, node.Status.DaemonEndpoints.KubeletEndpoint.Port),
 			&tls.Config{RootCAs: pool, ServerName: ip, MinVersion: tls.VersionTLS12})
 		if err != nil {
@@ -501,12 +501,12 @@ spec:
 				t.Fatalf("create CSR %s: %v", name, err)
 			}
 		}
-		neighbour := nodes["cp-2"].Addr()[:strings.LastIndex(nodes["cp-2"].Addr(), ":")]
+		neighbour := hostOf(nodes["cp-2"])
 		// cp-3's Talos API does not answer: its (good) request must wait.
 		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
 			t.Fatal(err)
 		}
-		cp3 := nodes["cp-3"].Addr()[:strings.LastIndex(nodes["cp-3"].Addr(), ":")]
+		cp3 := hostOf(nodes["cp-3"])
 		create(asNode("cp-3"), "unreadable", "cp-3", certv1.KubeletServingSignerName, cp3)
 		create(asNode("ghost"), "ghost", "ghost", certv1.KubeletServingSignerName, "127.0.3.99")
 		create(asNode("cp-1"), "other-signer", "cp-1", "example.com/serving", ip)
@@ -722,4 +722,10 @@ func rebootedOnce(t *testing.T, before, after map[string]int) {
 			t.Errorf("%s rebooted %d times, want once", name, after[name]-before[name])
 		}
 	}
+}
+
+// hostOf is the IP a simulated node listens on.
+func hostOf(n *talossim.Node) string {
+	host, _, _ := net.SplitHostPort(n.Addr())
+	return host
 }

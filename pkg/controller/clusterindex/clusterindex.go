@@ -46,6 +46,14 @@ func ClusterOf(o client.Object) string {
 	return ""
 }
 
+// Member is true for a machine that works for its cluster: approved, and not
+// being deleted. Counts, rollouts, patch status and the kubelet serving
+// approver all consider these machines only.
+func Member(m *v1alpha1.TalosMachine) bool {
+	a := m.Status.Approval
+	return a != nil && a.Decision == v1alpha1.ApprovalApproved && m.DeletionTimestamp.IsZero()
+}
+
 // InCluster lists the options that select the objects of cluster in namespace.
 func InCluster(namespace, cluster string) []client.ListOption {
 	return []client.ListOption{client.InNamespace(namespace), client.MatchingFields{Field: cluster}}

@@ -152,7 +152,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 	var targeted, pending, blocked []string
 	for i := range machines.Items {
 		m := &machines.Items[i]
-		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || !m.DeletionTimestamp.IsZero() {
+		if !clusterindex.Member(m) {
 			continue
 		}
 		ok, err := render.Targets(p, m)

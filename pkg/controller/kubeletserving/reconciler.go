@@ -228,10 +228,7 @@ func (r *Reconciler) machines(ctx context.Context, cluster *v1alpha1.TalosCluste
 	if err := r.Client.List(ctx, &list, clusterindex.InCluster(cluster.Namespace, cluster.Name)...); err != nil {
 		return nil, fmt.Errorf("list machines of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	out := slices.DeleteFunc(list.Items, func(m v1alpha1.TalosMachine) bool {
-		a := m.Status.Approval
-		return a == nil || a.Decision != v1alpha1.ApprovalApproved || !m.DeletionTimestamp.IsZero()
-	})
+	out := slices.DeleteFunc(list.Items, func(m v1alpha1.TalosMachine) bool { return !clusterindex.Member(&m) })
 	slices.SortFunc(out, func(a, b v1alpha1.TalosMachine) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
 }

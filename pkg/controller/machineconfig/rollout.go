@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -26,10 +27,7 @@ func busyMachines(m *v1alpha1.TalosMachine, all []v1alpha1.TalosMachine) []strin
 	var busy []string
 	for i := range all {
 		o := &all[i]
-		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || !o.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if a := o.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved {
+		if o.Name == m.Name || o.Spec.ClusterName != m.Spec.ClusterName || !clusterindex.Member(o) {
 			continue
 		}
 		if o.Status.Phase != v1alpha1.MachinePhaseReady {

@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			continue
 		}
 		cluster.Status.Machines.Total++
-		if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved {
+		if !clusterindex.Member(&m) {
 			continue
 		}
 		v.machines = append(v.machines, m)
