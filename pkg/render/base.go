@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/blang/semver/v4"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -78,19 +79,19 @@ func withKubeletCertificateAuthority(cfg config.Provider) (config.Provider, erro
 
 // baseConfig generates the machine's config from the cluster and machine
 // inputs alone, with machinery's generator, before any TalosConfigPatch.
-func baseConfig(in Input) (config.Provider, error) {
+func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	cluster, m := in.Cluster, in.Machine
 	spec := cluster.Spec
 
 	contract, err := checkVersions(spec.TalosVersion, spec.KubernetesVersion)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkEndpoint(spec.ControlPlane.Endpoint); err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
+		return nil, nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
 	}
 	if m.Spec.Install.Disk == "" {
-		return nil, &InputError{Field: "TalosMachine.spec.install.disk",
+		return nil, nil, &InputError{Field: "TalosMachine.spec.install.disk",
 			Err: errors.New("no install disk: choose one from the machine's reported disks before rendering")}
 	}
 
@@ -112,14 +113,14 @@ func baseConfig(in Input) (config.Provider, error) {
 		// Talos installs no CNI; Cilium is installed by Ichor with the cluster's values.
 		opts = append(opts, generate.WithClusterCNIConfig(&talosv1alpha1.CNIConfig{CNIName: constants.NoneCNI}))
 	default:
-		return nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
+		return nil, nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
 			Err: fmt.Errorf("unknown CNI %q (want flannel, cilium or none)", spec.Network.CNI.Name)}
 	}
 
 	gen, err := generate.NewInput(cluster.Name, spec.ControlPlane.Endpoint,
 		strings.TrimPrefix(spec.KubernetesVersion, "v"), opts...)
 	if err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
+		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
 	}
 	if len(spec.Network.PodCIDRs) > 0 {
 		gen.PodNet = append([]string(nil), spec.Network.PodCIDRs...)
@@ -134,36 +135,44 @@ func baseConfig(in Input) (config.Provider, error) {
 	}
 	cfg, err := gen.Config(machineType)
 	if err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
+		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
 	}
 
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
-			return nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
+			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
 		}
 	}
 	if spec.Security.KubeletServingCertificates.Enabled {
 		if cfg, err = withServerTLSBootstrap(cfg); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
 		}
 	}
 	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
 		if cfg, err = withKubeletCertificateAuthority(cfg); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
 		}
 	}
-	return cfg, nil
+	return cfg, contract, nil
 }
 
 // checkVersions parses the Talos version into machinery's version contract and
 // refuses a Kubernetes version that Talos release does not support, using
-// machinery's compatibility table. Machinery's own validation only checks this
+// machinery's compatibility table, or newerTalos for releases after the
+// machinery Ichor is built with. Machinery's own validation only checks this
 // on a running node, so without it a too-new Kubernetes would render fine and
 // fail on the node.
 func checkVersions(talosVersion, kubernetesVersion string) (*config.VersionContract, error) {
 	contract, err := config.ParseContractFromVersion(talosVersion)
 	if err != nil {
 		return nil, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
+	}
+	if supported, known := newerTalos[[2]int{contract.Major, contract.Minor}]; known {
+		if err := supported.check(kubernetesVersion); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.kubernetesVersion",
+				Err: fmt.Errorf("Kubernetes %s cannot run on Talos %s: %w", kubernetesVersion, talosVersion, err)}
+		}
+		return contract, nil
 	}
 	talos, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: talosVersion})
 	if err != nil {
@@ -178,6 +187,33 @@ func checkVersions(talosVersion, kubernetesVersion string) (*config.VersionContr
 			Err: fmt.Errorf("Kubernetes %s cannot run on Talos %s: %w", kubernetesVersion, talosVersion, err)}
 	}
 	return contract, nil
+}
+
+// kubernetesRange is the Kubernetes versions a Talos release runs: from min,
+// up to but not including max (machinery's convention, max being x.y.99).
+type kubernetesRange struct{ min, max semver.Version }
+
+// newerTalos extends machinery's compatibility table, which ends at the
+// release Ichor is built with (v1.13), with the ranges later Talos releases
+// publish in their own compatibility constants.
+var newerTalos = map[[2]int]kubernetesRange{
+	{1, 14}: {min: semver.MustParse("1.32.0"), max: semver.MustParse("1.37.99")},
+}
+
+// check returns an error unless v lies in the range.
+func (r kubernetesRange) check(v string) error {
+	kube, err := semver.ParseTolerant(v)
+	if err != nil {
+		return fmt.Errorf("parse Kubernetes version: %w", err)
+	}
+	kube.Pre, kube.Build = nil, nil
+	switch {
+	case kube.LT(r.min):
+		return fmt.Errorf("too old: the oldest supported is %s", r.min)
+	case kube.GTE(r.max):
+		return fmt.Errorf("too new: the newest supported is below %s", r.max)
+	}
+	return nil
 }
 
 // checkEndpoint requires an https URL with a host, the form Talos expects for

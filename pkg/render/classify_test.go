@@ -111,6 +111,16 @@ func TestClassifyDocuments(t *testing.T) {
 		{name: "document kind not in the table is a reboot", old: base,
 			new:  base + "---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\n",
 			want: ichorv1alpha1.ConfigEffectReboot, paths: []string{"UserVolumeConfig/data:apiVersion", "UserVolumeConfig/data:kind", "UserVolumeConfig/data:name"}},
+		{name: "kubelet image is a Kubernetes upgrade", old: base + "  kubelet:\n    image: k:v1.36.0\n", new: base + "  kubelet:\n    image: k:v1.36.1\n",
+			want: ichorv1alpha1.ConfigEffectReboot, paths: []string{"machine.kubelet.image"}},
+		{name: "KubeletConfig config is a kubelet restart",
+			old:  base + "---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: k:v1.36.0\n",
+			new:  base + "---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: k:v1.36.0\nconfig:\n  serverTLSBootstrap: true\n",
+			want: ichorv1alpha1.ConfigEffectNoReboot, paths: []string{"KubeletConfig:config.serverTLSBootstrap"}},
+		{name: "KubeletConfig image is a Kubernetes upgrade",
+			old:  base + "---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: k:v1.36.0\n",
+			new:  base + "---\napiVersion: v1alpha1\nkind: KubeletConfig\nimage: k:v1.36.1\n",
+			want: ichorv1alpha1.ConfigEffectReboot, paths: []string{"KubeletConfig:image"}},
 		{name: "empty section equals none", old: base, new: base + "  nodeLabels: {}\n", want: ichorv1alpha1.ConfigEffectNone},
 	}
 	for _, tc := range cases {

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // effectRank orders effects by how disruptive a rollout must be. A reboot
@@ -54,7 +55,10 @@ var v1alpha1Effects = []effectRule{
 	{"machine.certSANs", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.install", ichorv1alpha1.ConfigEffectReboot},
 	{"machine.kernel", ichorv1alpha1.ConfigEffectNoReboot},
+	// Talos restarts the kubelet service for a new kubelet config; the image
+	// is the Kubernetes version, which an upgrade rolls out node by node.
 	{"machine.kubelet", ichorv1alpha1.ConfigEffectNoReboot},
+	{"machine.kubelet.image", ichorv1alpha1.ConfigEffectReboot},
 	{"machine.network", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.sysctls", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.sysfs", ichorv1alpha1.ConfigEffectNoReboot},
@@ -140,6 +144,14 @@ var documentEffects = map[string]ichorv1alpha1.ConfigEffect{
 	"KmsgLogConfig":              ichorv1alpha1.ConfigEffectNoReboot,
 	"EventSinkConfig":            ichorv1alpha1.ConfigEffectNoReboot,
 	"WatchdogTimerConfig":        ichorv1alpha1.ConfigEffectNoReboot,
+	// Talos v1.14's machine.kubelet; its image is refined in documentFieldEffects.
+	talosdocs.KubeletConfigKind: ichorv1alpha1.ConfigEffectNoReboot,
+}
+
+// documentFieldEffects refines documentEffects for fields of a kind whose
+// effect differs from the rest of the document, as v1alpha1Effects does.
+var documentFieldEffects = map[string][]effectRule{
+	talosdocs.KubeletConfigKind: {{"image", ichorv1alpha1.ConfigEffectReboot}},
 }
 
 // v1alpha1Effect is the effect of a change at path in the v1alpha1 document.
@@ -161,8 +173,13 @@ func v1alpha1Effect(path []string, worker bool) ichorv1alpha1.ConfigEffect {
 	return best
 }
 
-// documentEffect is the effect of a change in a document of the given kind.
-func documentEffect(kind string) ichorv1alpha1.ConfigEffect {
+// documentEffect is the effect of a change at path in a document of the given kind.
+func documentEffect(kind string, path []string) ichorv1alpha1.ConfigEffect {
+	for _, rule := range documentFieldEffects[kind] {
+		if hasPrefix(path, strings.Split(rule.path, ".")) {
+			return rule.effect
+		}
+	}
 	if e, ok := documentEffects[kind]; ok {
 		return e
 	}

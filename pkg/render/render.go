@@ -26,11 +26,11 @@ func Render(in Input) (Rendered, error) {
 		return Rendered{}, &InputError{Field: "TalosCluster.spec.secretsRef", Err: errors.New("no secrets bundle given")}
 	}
 
-	base, err := baseConfig(in)
+	base, contract, err := baseConfig(in)
 	if err != nil {
 		return Rendered{}, err
 	}
-	if _, err := validate(base); err != nil {
+	if _, _, err := finish(base, contract); err != nil {
 		// Before patches, only the cluster and machine specs shaped the config.
 		return Rendered{}, &InputError{Field: "TalosCluster.spec/TalosMachine.spec",
 			Err: fmt.Errorf("generated config is invalid before any patch: %w", err)}
@@ -52,10 +52,9 @@ func Render(in Input) (Rendered, error) {
 		steps = append(steps, next)
 	}
 
-	final := steps[len(steps)-1]
-	warnings, err := validate(final)
+	final, warnings, err := finish(steps[len(steps)-1], contract)
 	if err != nil {
-		return Rendered{}, blameInvalid(steps, patches, err)
+		return Rendered{}, blameInvalid(steps, patches, contract, err)
 	}
 
 	data, err := final.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
@@ -76,10 +75,10 @@ func Render(in Input) (Rendered, error) {
 // through an invalid state that a later patch repairs, so only the final
 // config is judged, and blame goes to the patch after which it never
 // validated again. The base is known valid, so some patch is always named.
-func blameInvalid(steps []config.Provider, patches []scopedPatch, finalErr error) error {
+func blameInvalid(steps []config.Provider, patches []scopedPatch, contract *config.VersionContract, finalErr error) error {
 	culprit := len(patches) - 1
 	for i := len(steps) - 2; i >= 1; i-- {
-		if _, err := validate(steps[i]); err == nil {
+		if _, _, err := finish(steps[i], contract); err == nil {
 			break
 		}
 		culprit = i - 1

@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 func TestRenderIsDeterministic(t *testing.T) {
@@ -244,11 +246,12 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 	}}, nodeLabelPatch("x"))
 
 	cases := []struct {
-		name    string
-		patches []ichorv1alpha1.TalosConfigPatch
-		blame   string
-		reason  PatchFailure
-		message string // part of the error text
+		name         string
+		talosVersion string // default testTalosVersion
+		patches      []ichorv1alpha1.TalosConfigPatch
+		blame        string
+		reason       PatchFailure
+		message      string // part of the error text
 	}{
 		{
 			name:    "not YAML",
@@ -274,6 +277,14 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 			message: "'auto' and 'hostname' cannot be set at the same time",
 		},
 		{
+			name:         "machine.kubelet field without a place in v1.14's KubeletConfig",
+			talosVersion: "v1.14.0",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("node-ip", 0, ichorv1alpha1.PatchTarget{},
+				"machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [10.5.0.0/24]\n"), later},
+			blame: "node-ip", reason: PatchInvalidResult,
+			message: "KubeletConfig document, which has no place for machine.kubelet.nodeIP",
+		},
+		{
 			name:    "two kinds of target",
 			patches: []ichorv1alpha1.TalosConfigPatch{good, twoTargets},
 			blame:   "two-targets", reason: PatchInvalidTarget,
@@ -286,7 +297,11 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := Render(testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleWorker, nil), tc.patches...))
+			in := testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleWorker, nil), tc.patches...)
+			if tc.talosVersion != "" {
+				in.Cluster.Spec.TalosVersion = tc.talosVersion
+			}
+			out, err := Render(in)
 			if err == nil {
 				t.Fatalf("render succeeded, want an error naming %s", tc.blame)
 			}
@@ -328,6 +343,22 @@ func TestRenderRefusesBadInputs(t *testing.T) {
 			change:  func(in *Input) { in.Cluster.Spec.TalosVersion = "v1.99.0" },
 			field:   "TalosCluster.spec.kubernetesVersion",
 			message: "not supported",
+		},
+		{
+			name: "Kubernetes too old for Talos v1.14",
+			change: func(in *Input) {
+				in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = "v1.14.0", "v1.31.4"
+			},
+			field:   "TalosCluster.spec.kubernetesVersion",
+			message: "Kubernetes v1.31.4 cannot run on Talos v1.14.0: too old: the oldest supported is 1.32.0",
+		},
+		{
+			name: "Kubernetes too new for Talos v1.14",
+			change: func(in *Input) {
+				in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = "v1.14.0", "v1.38.0"
+			},
+			field:   "TalosCluster.spec.kubernetesVersion",
+			message: "too new: the newest supported is below 1.37.99",
 		},
 		{
 			name:    "endpoint not https",
@@ -382,46 +413,115 @@ func TestRenderRefusesBadInputs(t *testing.T) {
 	}
 }
 
-// TestKubeletServingOptionOnlyAddsServerTLSBootstrap checks that the kubelet
-// serving option changes nothing while it is off (existing clusters keep their
-// bytes), and when on adds serverTLSBootstrap and nothing else.
+// TestKubeletServingOptionOnlyAddsServerTLSBootstrap checks, at both version
+// contract families, that the kubelet serving option changes nothing while it
+// is off (existing clusters keep their bytes), and when on adds
+// serverTLSBootstrap where that contract's kubelet reads it, and nothing else.
 func TestKubeletServingOptionOnlyAddsServerTLSBootstrap(t *testing.T) {
-	for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
-		t.Run(string(role), func(t *testing.T) {
-			in := testInput(t, testMachine("node-1", role, nil))
-			off, err := Render(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Contains(off.Config, []byte("serverTLSBootstrap")) || bytes.Contains(off.Config, []byte("rotate-server-certificates")) {
-				t.Fatal("the option is off but the config asks for serving certificates")
-			}
+	families := []struct {
+		talosVersion string
+		path         string // where serverTLSBootstrap goes
+	}{
+		{"v1.13.0", "machine.kubelet.extraConfig.serverTLSBootstrap"},
+		{"v1.14.0", "KubeletConfig:config.serverTLSBootstrap"},
+	}
+	for _, family := range families {
+		for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
+			t.Run(family.talosVersion+"/"+string(role), func(t *testing.T) {
+				in := testInput(t, testMachine("node-1", role, nil))
+				in.Cluster.Spec.TalosVersion = family.talosVersion
+				off, err := Render(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bytes.Contains(off.Config, []byte("serverTLSBootstrap")) || bytes.Contains(off.Config, []byte("rotate-server-certificates")) {
+					t.Fatal("the option is off but the config asks for serving certificates")
+				}
 
-			// The same inputs with the option spelled out as off render the same bytes.
-			in.Cluster = in.Cluster.DeepCopy()
-			in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = false
-			in.Cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = false
-			again, err := Render(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(off.Config, again.Config) {
-				t.Fatal("an explicitly disabled option changed the rendered bytes")
-			}
+				// The same inputs with the option spelled out as off render the same bytes.
+				in.Cluster = in.Cluster.DeepCopy()
+				in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = false
+				in.Cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = false
+				again, err := Render(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(off.Config, again.Config) {
+					t.Fatal("an explicitly disabled option changed the rendered bytes")
+				}
 
-			in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
-			on, err := Render(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			effect, changes, err := Classify(off.Config, on.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(changes) != 1 || changes[0].Path != "machine.kubelet.extraConfig.serverTLSBootstrap" || effect != ichorv1alpha1.ConfigEffectNoReboot {
-				t.Fatalf("enabling the option changed %+v (effect %s), want only machine.kubelet.extraConfig.serverTLSBootstrap, no reboot", changes, effect)
-			}
-		})
+				in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+				on, err := Render(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				effect, changes, err := Classify(off.Config, on.Config)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(changes) != 1 || changes[0].Path != family.path || effect != ichorv1alpha1.ConfigEffectNoReboot {
+					t.Fatalf("enabling the option changed %+v (effect %s), want only %s, no reboot", changes, effect, family.path)
+				}
+				if bytes.Contains(on.Config, []byte("rotate-server-certificates")) {
+					t.Fatal("the deprecated kubelet flag was rendered")
+				}
+			})
+		}
+	}
+}
+
+// TestKubeletDocumentFromV1_14 checks the layout of the v1.14 contract family:
+// the kubelet's settings, patches to machine.kubelet included, are in the
+// KubeletConfig document and machine.kubelet is gone, in a config a node
+// loads and validates.
+func TestKubeletDocumentFromV1_14(t *testing.T) {
+	patch := testPatch("kubelet-args", 0, ichorv1alpha1.PatchTarget{},
+		"machine:\n  kubelet:\n    extraArgs:\n      max-pods: \"250\"\n    clusterDNS: [10.96.0.53]\n")
+	in := testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleWorker, nil), patch)
+	in.Cluster.Spec.TalosVersion = "v1.14.0"
+	in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+	out, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := talosdocs.Load(out.Config)
+	if err != nil {
+		t.Fatalf("the rendered config does not load: %v", err)
+	}
+	if _, err := cfg.Validate(metalMode{}); err != nil {
+		t.Fatalf("the rendered config is invalid: %v", err)
+	}
+	if cfg.RawV1Alpha1().MachineConfig.MachineKubelet != nil {
+		t.Fatal("machine.kubelet is still set beside the KubeletConfig document")
+	}
+	var doc *talosdocs.KubeletConfigV1Alpha1
+	for _, d := range cfg.Documents() {
+		if k, ok := d.(*talosdocs.KubeletConfigV1Alpha1); ok {
+			doc = k
+		}
+	}
+	if doc == nil {
+		t.Fatalf("no KubeletConfig document in\n%s", out.Config)
+	}
+	if want := constants.KubeletImage + ":" + testKubernetesVersion; doc.Image != want {
+		t.Errorf("image %q, want %q", doc.Image, want)
+	}
+	if doc.Config.Object["serverTLSBootstrap"] != true {
+		t.Errorf("config %v has no serverTLSBootstrap", doc.Config.Object)
+	}
+	if got := doc.ExtraArgs.ToMap()["max-pods"]; !slices.Equal(got, []string{"250"}) || !slices.Equal(doc.ClusterDNS, []string{"10.96.0.53"}) {
+		t.Errorf("the patch did not reach the document: extraArgs %v, clusterDNS %v", doc.ExtraArgs.ToMap(), doc.ClusterDNS)
+	}
+
+	// The v1.13 family keeps machine.kubelet and has no KubeletConfig document.
+	in.Cluster.Spec.TalosVersion = "v1.13.0"
+	legacy, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(legacy.Config, []byte("kind: KubeletConfig")) || !bytes.Contains(legacy.Config, []byte("max-pods")) {
+		t.Fatalf("v1.13 layout changed:\n%s", legacy.Config)
 	}
 }
 

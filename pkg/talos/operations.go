@@ -6,15 +6,17 @@ import (
 	"slices"
 	"strconv"
 
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // ApplyConfiguration implements Node with the call `talosctl apply-config` makes.
@@ -55,17 +57,27 @@ func (n *machineryNode) Status(ctx context.Context) (*Status, error) {
 	return s, nil
 }
 
-// Config implements Node by reading the active MachineConfig resource.
+// Config implements Node by reading the active MachineConfig resource: the
+// YAML the node stores. The resource is read raw rather than through
+// machinery's typed resource, whose decoder knows only the document kinds of
+// machinery v1.13 and so fails on a v1.14 node's KubeletConfig document.
 func (n *machineryNode) Config(ctx context.Context) ([]byte, error) {
-	mc, err := safe.StateGetByID[*configres.MachineConfig](ctx, n.c.COSI, configres.ActiveID)
+	resp, err := cosiv1alpha1.NewStateClient(n.c.Conn()).Get(ctx, &cosiv1alpha1.GetRequest{
+		Namespace: configres.NamespaceName,
+		Type:      configres.MachineConfigType,
+		Id:        configres.ActiveID,
+	})
 	if err != nil {
 		return nil, n.v.explain("read machine config", err)
 	}
-	data, err := mc.Provider().EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-	if err != nil {
-		return nil, fmt.Errorf("encode the machine config read from %s: %w", n.v.address, err)
+	var spec configpb.MachineConfigSpec
+	if err := proto.Unmarshal(resp.GetResource().GetSpec().GetProtoSpec(), &spec); err != nil {
+		return nil, fmt.Errorf("decode the machine config read from %s: %w", n.v.address, err)
 	}
-	return data, nil
+	if len(spec.GetYamlMarshalled()) == 0 {
+		return nil, fmt.Errorf("the machine config read from %s is empty", n.v.address)
+	}
+	return spec.GetYamlMarshalled(), nil
 }
 
 // Identity implements Node with the reads `talosctl get nodeips kubelet`,

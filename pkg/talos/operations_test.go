@@ -1,12 +1,17 @@
 package talos_test
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
+	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/talosdocs"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -88,5 +93,62 @@ func TestConfigureBootstrapReset(t *testing.T) {
 
 	if _, err := talos.MintCredentials(nil, role.MakeSet(role.Admin), time.Now(), time.Minute); err == nil {
 		t.Error("minted credentials without a bundle")
+	}
+}
+
+// TestConfigReadsDocumentsNewerThanMachinery reads back the config of a Talos
+// v1.14 node that carries the KubeletConfig document, which machinery v1.13's
+// typed MachineConfig resource cannot decode.
+func TestConfigReadsDocumentsNewerThanMachinery(t *testing.T) {
+	ctx := callContext(t)
+	opts := simOptions()
+	opts.Version = "v1.14.0"
+	n := startNode(t, opts)
+	bundle, legacy := controlPlaneConfig(t)
+
+	loaded, err := talosdocs.Load(legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := talosdocs.MoveKubeletToDocument(loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := moved.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pin, err := talos.Pinned(n.MaintenanceFingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session(t, n.Addr(), pin).ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck
+
+	got, err := s.Config(ctx)
+	if err != nil {
+		t.Fatalf("Config: %v", err)
+	}
+	effect, changes, err := render.Classify(cfg, got)
+	if err != nil || effect != ichorv1alpha1.ConfigEffectNone {
+		t.Fatalf("the config read back differs from the one applied: %s %+v %v", effect, changes, err)
+	}
+	if !bytes.Contains(got, []byte("kind: KubeletConfig")) {
+		t.Fatalf("no KubeletConfig document in\n%s", got)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // Mode details strings of the ApplyConfiguration response, as Talos words them.
@@ -40,6 +42,16 @@ func (m simMode) RequiresInstall() bool { return !m.installed }
 // InContainer implements validation.RuntimeMode.
 func (simMode) InContainer() bool { return false }
 
+// loadNodeConfig parses a config as a node running the given Talos version does:
+// the documents later releases added (the KubeletConfig of v1.14) only from
+// that release on, so an older node refuses them as unknown, like Talos.
+func loadNodeConfig(data []byte, running string) (config.Provider, error) {
+	if contract, err := config.ParseContractFromVersion(running); err == nil && !contract.Greater(config.TalosVersion1_13) {
+		return configloader.NewFromBytes(data)
+	}
+	return talosdocs.Load(data)
+}
+
 // ApplyConfiguration loads, validates and applies a machine config following machined's handler.
 //
 //nolint:gocyclo,cyclop
@@ -53,6 +65,7 @@ func (s *machineServer) ApplyConfiguration(ctx context.Context, in *machine.Appl
 	inMaintenance := !n.configuredLocked()
 	installed := n.installed
 	current := n.active
+	running := n.sw.running
 	n.mu.Unlock()
 
 	if !inMaintenance && !rolesFromContext(ctx).Includes(role.Admin) {
@@ -67,7 +80,7 @@ func (s *machineServer) ApplyConfiguration(ctx context.Context, in *machine.Appl
 		n.mu.Unlock()
 	}
 
-	cfg, err := configloader.NewFromBytes(in.GetData())
+	cfg, err := loadNodeConfig(in.GetData(), running)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

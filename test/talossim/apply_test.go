@@ -12,6 +12,8 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // Patches used across the apply-mode tests: kubelet args apply immediately, machine.env needs a reboot.
@@ -333,4 +335,32 @@ func TestApplyConfiguredRequiresV1Alpha1(t *testing.T) {
 		Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT,
 	})
 	wantCode(t, err, codes.InvalidArgument, "doesn't contain v1alpha1 config")
+}
+
+// TestApplyKubeletDocumentNeedsTalos1_14 checks that the standalone KubeletConfig document is
+// refused by a v1.13 node, as the document is unknown there, and taken by a v1.14 node, whose
+// kubelet then reads its settings from it.
+func TestApplyKubeletDocumentNeedsTalos1_14(t *testing.T) {
+	t.Parallel()
+
+	ctx := testContext(t)
+	cl := newCluster(t)
+	withDocument := kubeletDocumentLayout(t, patch(t, cl.worker, serverTLSBootstrapPatch))
+
+	old := startNode(t, Options{})
+	_, err := pinnedClient(t, old, old.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: withDocument})
+	wantCode(t, err, codes.InvalidArgument, `"KubeletConfig" "v1alpha1": not registered`)
+
+	current := startNode(t, Options{Version: "v1.14.0"})
+	if _, err := pinnedClient(t, current, current.MaintenanceFingerprint()).ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: withDocument}); err != nil {
+		t.Fatalf("v1.14 node refused the KubeletConfig document: %v", err)
+	}
+
+	current.mu.Lock()
+	kubelet := talosdocs.KubeletOf(current.active)
+	current.mu.Unlock()
+
+	if kubelet.ExtraConfig["serverTLSBootstrap"] != true || kubelet.Image == "" {
+		t.Fatalf("the node's kubelet settings = %+v, want the document's", kubelet)
+	}
 }

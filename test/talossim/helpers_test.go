@@ -28,6 +28,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // testTimeout bounds every wait in a test; generous for -race on a 2-core machine.
@@ -269,6 +271,24 @@ func waitMachineConfig(t *testing.T, c *client.Client, id resource.ID, cond func
 	if err != nil {
 		t.Fatalf("waiting for MachineConfig %s: %v", id, err)
 	}
+}
+
+// kubeletDocumentLayout rewrites a generated config into Talos v1.14's layout: machine.kubelet
+// moved into a KubeletConfig document.
+func kubeletDocumentLayout(t *testing.T, b []byte) []byte {
+	t.Helper()
+
+	moved, err := talosdocs.MoveKubeletToDocument(loadConfig(t, b))
+	if err != nil {
+		t.Fatalf("MoveKubeletToDocument: %v", err)
+	}
+
+	out, err := moved.EncodeBytes()
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+
+	return out
 }
 
 // loadConfig parses config bytes, failing the test on error.

@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/klog/v2"
+
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // A simulated kubelet runs on every configured node whose Options.Kubernetes is set, from boot (or
@@ -43,8 +45,8 @@ import (
 //     (signer kubernetes.io/kube-apiserver-client-kubelet, CN system:node:<nodename>, O system:nodes),
 //     which the controller manager approves and signs;
 //   - registers its Node (addresses, capacity, Ready) as system:node:<nodename>;
-//   - with machine.kubelet.extraConfig.serverTLSBootstrap it requests its serving certificate
-//     (signer kubernetes.io/kubelet-serving, SANs: the hostname and node IPs), retrying with the
+//   - with serverTLSBootstrap (in machine.kubelet.extraConfig, or from v1.14 in the KubeletConfig
+//     document's config) it requests its serving certificate (signer kubernetes.io/kubelet-serving, SANs: the hostname and node IPs), retrying with the
 //     kubelet's backoff (2s doubling to 32s, then every 32s) while it is denied or fails, and serves
 //     HTTPS on its kubelet port with the issued certificate once there is one (until then handshakes
 //     fail, as with a real kubelet); without it, a self-signed certificate, as a kubelet makes.
@@ -103,7 +105,8 @@ func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
 	}
 
 	hostname := n.hostnameLocked()
-	bootstrap, _ := cfg.Machine().Kubelet().ExtraConfig()["serverTLSBootstrap"].(bool)
+	kubelet := talosdocs.KubeletOf(cfg)
+	bootstrap, _ := kubelet.ExtraConfig["serverTLSBootstrap"].(bool)
 
 	return kubeletSpec{
 		nodeName:           strings.ToLower(hostname),
@@ -114,7 +117,7 @@ func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
 		serverTLSBootstrap: bootstrap,
 		controlPlane:       cfg.Machine().Type().IsControlPlane(),
 		taintControlPlane:  cfg.Machine().Type().IsControlPlane() && !cluster.ScheduleOnControlPlanes(),
-		version:            imageTag(cfg.Machine().Kubelet().Image()),
+		version:            imageTag(kubelet.Image),
 		ips:                n.nodeIPs(),
 	}, true
 }

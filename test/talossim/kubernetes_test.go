@@ -85,6 +85,8 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.1:0", Hostname: "cp-1", Kubernetes: k}, withBootstrap, PhaseRunning)
 	w1 := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.2:0", Hostname: "worker-1", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, workerWithBootstrap, PhaseRunning)
 	w2 := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.3:0", Hostname: "worker-2", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker, PhaseRunning)
+	appliedNode(t, ctx, Options{ListenAddress: "127.0.2.4:0", Hostname: "worker-3", Kubernetes: k, OSCA: cl.bundle.Certs.OS, Version: "v1.14.0"},
+		kubeletDocumentLayout(t, workerWithBootstrap), PhaseRunning)
 
 	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
 	if k.Bootstrapped(endpoint) {
@@ -161,6 +163,12 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 		!slices.Equal(req.DNSNames, []string{"worker-1"}) || len(req.IPAddresses) != 1 || req.IPAddresses[0].String() != "127.0.2.2" ||
 		len(req.EmailAddresses) != 0 || len(req.URIs) != 0 {
 		t.Errorf("serving CSR = subject %v DNS %v IPs %v emails %v URIs %v", req.Subject, req.DNSNames, req.IPAddresses, req.EmailAddresses, req.URIs)
+	}
+
+	// worker-3 runs Talos v1.14, whose kubelet takes serverTLSBootstrap from the KubeletConfig document.
+	fromDocument := waitCSR(t, ctx, kube, certificatesv1.KubeletServingSignerName, "worker-3", func(*certificatesv1.CertificateSigningRequest) bool { return true })
+	if r := parseCSR(t, fromDocument); !slices.Equal(r.DNSNames, []string{"worker-3"}) || len(r.IPAddresses) != 1 || r.IPAddresses[0].String() != "127.0.2.4" {
+		t.Errorf("worker-3 serving CSR SANs = %v %v", r.DNSNames, r.IPAddresses)
 	}
 
 	// Until the request is approved, the kubelet has nothing to serve.
