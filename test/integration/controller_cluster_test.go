@@ -63,6 +63,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 		o.MachineContactTimeout = 5 * time.Second
 		// Kubelet serving requests must be seen through the watch, not a timer.
 		o.KubeletServingPollInterval = time.Hour
+		o.CredentialRequestRetention = credentialRetention
 	}
 	parent := t
 	controller := runController(t, tune)
@@ -580,6 +581,10 @@ spec:
 				t.Errorf("ichor:controller %s %s/%s %s: allowed %t, want %t", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.attrs.Name, sar.Status.Allowed, c.want)
 			}
 		}
+	})
+
+	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", func(t *testing.T) {
+		checkCredentialRequests(ctx, t, ns, nodes["worker-1"])
 	})
 
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {

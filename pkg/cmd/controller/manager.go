@@ -20,6 +20,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
+	"ichor.dev/ichor/pkg/controller/credentialrequest"
 	"ichor.dev/ichor/pkg/controller/discovery"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
@@ -108,6 +109,10 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		&kubeletserving.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
 			Options: kubeletserving.Options{PollInterval: o.KubeletServingPollInterval},
+		},
+		&credentialrequest.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Recorder: recorder,
+			Options: credentialrequest.Options{Retention: o.CredentialRequestRetention},
 		},
 		&discovery.Reconciler{
 			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,

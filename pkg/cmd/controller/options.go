@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"ichor.dev/ichor/pkg/controller/credentialrequest"
 )
 
 // Defaults that match artifacts/controller-rbac.yaml and controller-deployment.yaml.
@@ -57,6 +59,9 @@ type Options struct {
 	// requests pending, or machines without a certificate, is looked at
 	// again; new requests wake the approver through a watch regardless.
 	KubeletServingPollInterval time.Duration
+	// CredentialRequestRetention is how long an answered
+	// TalosCredentialRequest is kept for its requester to read.
+	CredentialRequestRetention time.Duration
 	// SkipControllerNameValidation lets a process build more than one
 	// manager over its life, as the integration tests do; controller-runtime
 	// otherwise refuses a controller name it has seen. Not a flag.
@@ -87,6 +92,7 @@ func NewOptions() *Options {
 		MachineConcurrency:         4,
 		MachineHealthInterval:      time.Minute,
 		KubeletServingPollInterval: 3 * time.Second,
+		CredentialRequestRetention: credentialrequest.DefaultRetention,
 		KubeAPIQPS:                 50,
 		KubeAPIBurst:               100,
 	}
@@ -119,6 +125,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Time limit of one contact with a node's Talos API.")
 	fs.DurationVar(&o.KubeletServingPollInterval, "kubelet-serving-poll-interval", o.KubeletServingPollInterval,
 		"How often a cluster waiting for kubelet serving certificates is looked at again; new requests are seen at once through a watch.")
+	fs.DurationVar(&o.CredentialRequestRetention, "credential-request-retention", o.CredentialRequestRetention,
+		"How long an answered TalosCredentialRequest is kept for its requester to read before it is deleted.")
 	fs.DurationVar(&o.MachineHealthInterval, "machine-health-interval", o.MachineHealthInterval,
 		"How often the node of a Ready machine is checked over its Talos API.")
 	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
@@ -163,6 +171,7 @@ func (o *Options) Validate() error {
 		{"--kube-api-burst", o.KubeAPIBurst > 0},
 		{"--machine-health-interval", o.MachineHealthInterval > 0},
 		{"--kubelet-serving-poll-interval", o.KubeletServingPollInterval > 0},
+		{"--credential-request-retention", o.CredentialRequestRetention > 0},
 		{"--machine-contact-timeout", o.MachineContactTimeout > 0},
 		{"--machine-recheck-interval", o.MachineRecheckInterval > 0},
 	} {

@@ -1,0 +1,245 @@
+// Package credentialrequest answers TalosCredentialRequests: it certifies the
+// requester's public key as a Talos API client for the least role the purpose
+// needs, for at most ten minutes, or denies the request with a reason, and
+// deletes every answered request a little later. Admission has already
+// checked that the requester may do through Ichor what the purpose allows.
+package credentialrequest
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "taloscredentialrequest"
+
+// Condition types and reasons of a TalosCredentialRequest.
+const (
+	// ConditionIssued is True once the certificate is in status.
+	ConditionIssued = "Issued"
+	// ConditionDenied is True when the request will not be answered.
+	ConditionDenied = "Denied"
+
+	ReasonIssued          = "Issued"
+	ReasonUnknownPurpose  = "UnknownPurpose"
+	ReasonNoRequester     = "NoRequester"
+	ReasonClusterNotFound = "ClusterNotFound"
+	ReasonMachineNotFound = "MachineNotFound"
+	ReasonBadPublicKey    = "BadPublicKey"
+)
+
+// MaxLifetime caps every certificate, whatever the installation's settings say.
+const MaxLifetime = 10 * time.Minute
+
+// DefaultRetention is how long an answered request stays for its requester to read.
+const DefaultRetention = 2 * time.Minute
+
+// retryInterval paces a request whose cluster's secrets are not ready yet.
+const retryInterval = 10 * time.Second
+
+// Roles maps each purpose to the least Talos role that does it: reading
+// configs and logs (talosconfig-reader, support-bundle) needs os:reader, an
+// etcd snapshot os:etcd:backup, a packet capture os:operator (machined's
+// table allows PacketCapture to operators and admins only).
+var Roles = map[v1alpha1.CredentialPurpose]role.Role{
+	v1alpha1.PurposeTalosconfigReader: role.Reader,
+	v1alpha1.PurposeSupportBundle:     role.Reader,
+	v1alpha1.PurposeEtcdSnapshot:      role.EtcdBackup,
+	v1alpha1.PurposePacketCapture:     role.Operator,
+}
+
+// Options tune the reconciler.
+type Options struct {
+	// Retention is how long answered requests are kept; DefaultRetention when zero.
+	Retention time.Duration
+}
+
+// Reconciler answers TalosCredentialRequests.
+type Reconciler struct {
+	Client   client.Client
+	Secrets  client.Reader
+	Recorder events.EventRecorder
+	Options  Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if r.Options.Retention <= 0 {
+		r.Options.Retention = DefaultRetention
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosCredentialRequest{}).
+		Complete(r)
+}
+
+// Reconcile answers one request, or deletes it once its retention is over.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var cr v1alpha1.TalosCredentialRequest
+	if err := r.Client.Get(ctx, req.NamespacedName, &cr); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cr.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if answeredAt, ok := answered(&cr); ok {
+		return r.expire(ctx, &cr, answeredAt)
+	}
+
+	now := r.Now()
+	cond, retry, err := r.answer(ctx, &cr, now)
+	if err != nil || retry > 0 {
+		return ctrl.Result{RequeueAfter: retry}, err
+	}
+	cond.ObservedGeneration, cond.LastTransitionTime = cr.Generation, metav1.NewTime(now)
+	meta.SetStatusCondition(&cr.Status.Conditions, cond)
+	if err := r.Client.Status().Update(ctx, &cr); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("answer TalosCredentialRequest %s: %w", req, err)
+	}
+
+	log.FromContext(ctx).Info("Answered Talos credential request", "requester", cr.Spec.Username,
+		"purpose", cr.Spec.Purpose, "answer", cond.Type, "reason", cond.Reason, "role", cr.Status.Role)
+	eventType := corev1.EventTypeNormal
+	if cond.Type == ConditionDenied {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(&cr, nil, eventType, cond.Reason, "Answer", "%s", cond.Message)
+	return ctrl.Result{RequeueAfter: r.Options.Retention}, nil
+}
+
+// answer decides the request: an Issued condition with the certificate in
+// status, or a Denied one. A positive retry means "not yet, ask again then".
+func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialRequest, now time.Time) (metav1.Condition, time.Duration, error) {
+	deny := func(reason, format string, args ...any) (metav1.Condition, time.Duration, error) {
+		return metav1.Condition{Type: ConditionDenied, Status: metav1.ConditionTrue, Reason: reason, Message: fmt.Sprintf(format, args...)}, 0, nil
+	}
+	spec := &cr.Spec
+	talosRole, ok := Roles[spec.Purpose]
+	if !ok {
+		return deny(ReasonUnknownPurpose, "purpose %q grants no Talos role", spec.Purpose)
+	}
+	if spec.Username == "" {
+		return deny(ReasonNoRequester, "the request names no authenticated requester")
+	}
+	pub, err := parsePublicKey(spec.PublicKey)
+	if err != nil {
+		return deny(ReasonBadPublicKey, "%v", err)
+	}
+
+	var cluster v1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: spec.ClusterName}, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return deny(ReasonClusterNotFound, "TalosCluster %s/%s does not exist", cr.Namespace, spec.ClusterName)
+		}
+		return metav1.Condition{}, 0, err
+	}
+	for _, name := range spec.Machines {
+		var m v1alpha1.TalosMachine
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: name}, &m)
+		if apierrors.IsNotFound(err) || (err == nil && (m.Spec.ClusterName != cluster.Name || !clusterindex.Member(&m))) {
+			return deny(ReasonMachineNotFound, "TalosMachine %s is not an approved machine of TalosCluster %s", name, cluster.Name)
+		}
+		if err != nil {
+			return metav1.Condition{}, 0, err
+		}
+	}
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	if err != nil {
+		log.FromContext(ctx).Info("Waiting for the cluster's secrets bundle", "cluster", cluster.Name, "error", err.Error())
+		return metav1.Condition{}, retryInterval, nil
+	}
+
+	lifetime, err := r.lifetime(ctx)
+	if err != nil {
+		return metav1.Condition{}, 0, err
+	}
+	certPEM, notAfter, err := talos.SignClientCertificate(bundle, pub, spec.Username, role.MakeSet(talosRole), now, lifetime)
+	if err != nil {
+		return metav1.Condition{}, 0, err
+	}
+	cr.Status.Role = string(talosRole)
+	cr.Status.Certificate = string(certPEM)
+	cr.Status.CABundle = string(bundle.Certs.OS.Crt)
+	expires := metav1.NewTime(notAfter)
+	cr.Status.ExpirationTimestamp = &expires
+	return metav1.Condition{Type: ConditionIssued, Status: metav1.ConditionTrue, Reason: ReasonIssued,
+		Message: fmt.Sprintf("issued a %s certificate for %s to %s, valid until %s",
+			talosRole, spec.Purpose, spec.Username, notAfter.UTC().Format(time.RFC3339))}, 0, nil
+}
+
+// lifetime is the installation's TalosCredential lifetime, capped at MaxLifetime.
+func (r *Reconciler) lifetime(ctx context.Context) (time.Duration, error) {
+	var inst v1alpha1.IchorInstallation
+	err := r.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.InstallationName}, &inst)
+	if apierrors.IsNotFound(err) {
+		return MaxLifetime, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
+	}
+	if d := inst.Spec.Settings.CredentialLifetimes.TalosCredential; d != nil && d.Duration > 0 && d.Duration < MaxLifetime {
+		return d.Duration, nil
+	}
+	return MaxLifetime, nil
+}
+
+// expire deletes an answered request once its retention is over.
+func (r *Reconciler) expire(ctx context.Context, cr *v1alpha1.TalosCredentialRequest, answeredAt time.Time) (ctrl.Result, error) {
+	if left := answeredAt.Add(r.Options.Retention).Sub(r.Now()); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	if err := r.Client.Delete(ctx, cr, client.Preconditions{UID: &cr.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("delete answered TalosCredentialRequest %s/%s: %w", cr.Namespace, cr.Name, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// answered returns when the request was issued or denied.
+func answered(cr *v1alpha1.TalosCredentialRequest) (time.Time, bool) {
+	for _, t := range []string{ConditionIssued, ConditionDenied} {
+		if c := meta.FindStatusCondition(cr.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c.LastTransitionTime.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// parsePublicKey reads the PEM PKIX public key the server has validated.
+func parsePublicKey(text string) (any, error) {
+	block, _ := pem.Decode([]byte(text))
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, fmt.Errorf("publicKey is not a PEM PUBLIC KEY block")
+	}
+	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("publicKey: %w", err)
+	}
+	return pub, nil
+}
