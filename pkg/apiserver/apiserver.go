@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -24,6 +25,9 @@ type Config struct {
 // CompletedConfig is a Config with its defaults filled in.
 type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
+	// kube is the client configuration of the cluster's kube-apiserver,
+	// where the server records Events; nil records none.
+	kube *rest.Config
 }
 
 // Server is a running ichor-apiserver.
@@ -33,7 +37,7 @@ type Server struct {
 
 // Complete fills in the defaults the generic server derives.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete()}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig}
 }
 
 // New builds the server and installs the ichor.dev group.
@@ -43,7 +47,11 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(ichor.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter)
+	recorder, err := eventRecorder(generic, c.kube)
+	if err != nil {
+		return nil, err
+	}
+	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter, recorder)
 	if err != nil {
 		return nil, fmt.Errorf("build %s storage: %w", v1alpha1.SchemeGroupVersion, err)
 	}

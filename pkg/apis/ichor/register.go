@@ -38,6 +38,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&MachineReclaim{}, &MachineReclaimList{},
 		&IchorUser{}, &IchorUserList{},
 		&IchorInstallation{}, &IchorInstallationList{},
+		&Override{},
 	)
 	return nil
 }

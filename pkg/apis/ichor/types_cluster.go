@@ -119,6 +119,8 @@ type TalosClusterStatus struct {
 	ObservedGeneration int64
 	// conditions: SecretsReady, MachinesReady, Bootstrapped, KubernetesAPIReady and others.
 	Conditions []metav1.Condition
+	// Override is a granted safety-check override, cleared when used.
+	Override *OverrideStatus
 	// machines counts the cluster's machines.
 	Machines MachineCounts
 	// talosVersion is the lowest Talos version running on the cluster's machines.

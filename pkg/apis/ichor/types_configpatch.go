@@ -45,6 +45,8 @@ type TalosConfigPatchStatus struct {
 	ObservedGeneration int64
 	// conditions: Valid, Applied.
 	Conditions []metav1.Condition
+	// Override is a granted safety-check override, cleared when used.
+	Override *OverrideStatus
 	// effect of applying the patch.
 	Effect ConfigEffect
 	// appliedMachines are the machines whose applied config includes this generation of the patch.

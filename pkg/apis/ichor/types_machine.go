@@ -59,6 +59,8 @@ type TalosMachineStatus struct {
 	ObservedGeneration int64
 	// conditions: Reachable, Approved, ConfigApplied, Ready and others.
 	Conditions []metav1.Condition
+	// Override is a granted safety-check override, cleared when used.
+	Override *OverrideStatus
 	// maintenance records the certificate the node presented in maintenance mode.
 	Maintenance *MaintenanceStatus
 	// hardware facts read from the node.

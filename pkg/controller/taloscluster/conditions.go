@@ -45,6 +45,7 @@ const (
 const (
 	EventBootstrapped          = "Bootstrapped"
 	EventBootstrapFailed       = "BootstrapFailed"
+	EventOverrideUsed          = "OverrideUsed"
 	EventControllerAccess      = "ControllerAccessInstalled"
 	EventClusterReady          = "ClusterReady"
 	EventClusterDegraded       = "ClusterDegraded"

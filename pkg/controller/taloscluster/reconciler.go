@@ -250,9 +250,16 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 			return true
 		}
 	}
-	if len(running) == 0 || len(down) > 0 {
+	// An admin may let the bootstrap go ahead with the control planes that
+	// run (talosclusters/override); the bootstrap uses up the override.
+	override := cluster.Status.Override
+	if override != nil && override.Check != v1alpha1.CheckBootstrapWaitsForControlPlanes {
+		override = nil
+	}
+	if len(running) == 0 || (len(down) > 0 && override == nil) {
 		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonWaitingForControl,
-			"waiting for every configured control plane to run before bootstrapping etcd: %s", strings.Join(down, ", "))
+			"waiting for every configured control plane to run before bootstrapping etcd: %s; an admin may bootstrap with the running ones through the override subresource (check %s)",
+			strings.Join(down, ", "), v1alpha1.CheckBootstrapWaitsForControlPlanes)
 		return false
 	}
 	first := running[0]
@@ -262,6 +269,12 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 		r.recordBootstrap(v, first.machine, "bootstrapped etcd")
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventBootstrapped, "Bootstrap",
 			"Bootstrapped etcd on control plane %s (%s)", first.machine.Name, first.machine.Spec.Address)
+		if len(down) > 0 {
+			cluster.Status.Override = nil
+			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventOverrideUsed, "Bootstrap",
+				"Bootstrapped etcd without waiting for %s, past the %s check, as %s allowed: %s",
+				strings.Join(down, ", "), override.Check, override.By, override.Reason)
+		}
 		log.FromContext(ctx).Info("Bootstrapped etcd", "machine", first.machine.Name)
 		return true
 	default:

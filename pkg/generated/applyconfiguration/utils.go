@@ -96,6 +96,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.NodeResetParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OperationStep"):
 		return &ichorv1alpha1.OperationStepApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("OverrideStatus"):
+		return &ichorv1alpha1.OverrideStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PatchTarget"):
 		return &ichorv1alpha1.PatchTargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):

@@ -68,6 +68,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MaintenanceStatus{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref),
 		v1alpha1.NodeResetParameters{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref),
 		v1alpha1.OperationStep{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_OperationStep(ref),
+		v1alpha1.Override{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_Override(ref),
+		v1alpha1.OverrideStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref),
 		v1alpha1.PatchTarget{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
 		v1alpha1.TalosCluster{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_TalosCluster(ref),
@@ -1571,6 +1573,107 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_Override(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "Override is the request body of the override subresource of TalosClusters, TalosMachines and TalosConfigPatches: it lets the next change of the object past one safety check. It needs the override verb on the resource; the grant is recorded in the object's status.override and as a Warning Event naming the user.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "metadata.name, when set, must be the object's name.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"check": {
+						SchemaProps: spec.SchemaProps{
+							Description: "check is the safety check to go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ControlPlaneQuorum", "PatchSecrets"},
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason says why; it is recorded with the user's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"check", "reason"},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "OverrideStatus is a granted override, consumed by the next change the check would have refused.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"check": {
+						SchemaProps: spec.SchemaProps{
+							Description: "check is the safety check the next change may go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ControlPlaneQuorum", "PatchSecrets"},
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason given by the user.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"by": {
+						SchemaProps: spec.SchemaProps{
+							Description: "by is the user who granted the override.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"at": {
+						SchemaProps: spec.SchemaProps{
+							Description: "at is when it was granted.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"check", "reason", "by", "at"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1867,6 +1970,12 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							},
 						},
 					},
+					"override": {
+						SchemaProps: spec.SchemaProps{
+							Description: "override is a safety check the next change may go past, granted through the override subresource; cleared when used.",
+							Ref:         ref(v1alpha1.OverrideStatus{}.OpenAPIModelName()),
+						},
+					},
 					"machines": {
 						SchemaProps: spec.SchemaProps{
 							Description: "machines counts the cluster's machines.",
@@ -1898,7 +2007,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.MachineCounts{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2086,6 +2195,12 @@ func schema_pkg_apis_ichor_v1alpha1_TalosConfigPatchStatus(ref common.ReferenceC
 							},
 						},
 					},
+					"override": {
+						SchemaProps: spec.SchemaProps{
+							Description: "override is a safety check the next change may go past, granted through the override subresource; cleared when used.",
+							Ref:         ref(v1alpha1.OverrideStatus{}.OpenAPIModelName()),
+						},
+					},
 					"effect": {
 						SchemaProps: spec.SchemaProps{
 							Description: "effect of applying the patch.\n\nPossible enum values:\n - `\"APIServerRestart\"` means the change restarts kube-apiserver on control planes.\n - `\"NoReboot\"` means the change is applied live.\n - `\"None\"` means the change does not alter any machine's config.\n - `\"Reboot\"` means the node must reboot for the change to take effect.",
@@ -2117,7 +2232,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosConfigPatchStatus(ref common.ReferenceC
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -2563,6 +2678,12 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineStatus(ref common.ReferenceCallb
 							},
 						},
 					},
+					"override": {
+						SchemaProps: spec.SchemaProps{
+							Description: "override is a safety check the next change may go past, granted through the override subresource; cleared when used.",
+							Ref:         ref(v1alpha1.OverrideStatus{}.OpenAPIModelName()),
+						},
+					},
 					"maintenance": {
 						SchemaProps: spec.SchemaProps{
 							Description: "maintenance records the certificate the node presented in maintenance mode.",
@@ -2611,7 +2732,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineStatus(ref common.ReferenceCallb
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -61,6 +61,8 @@ type Definition[T Object] struct {
 	// Subresources are the endpoints beyond /status that each write one part
 	// of the object.
 	Subresources []Subresource[T]
+	// Actions are the kind's named-create endpoints (start, override, …).
+	Actions []Action[T]
 
 	// Validate, ValidateUpdate and ValidateStatusUpdate check the internal object.
 	Validate             func(obj T) field.ErrorList
@@ -114,6 +116,11 @@ func (d *Definition[T]) check() {
 	for _, sub := range d.Subresources {
 		if sub.Name == "" || sub.Name == "status" || sub.PrepareForUpdate == nil || sub.ValidateUpdate == nil || len(sub.ResetFields) == 0 {
 			missing("a complete subresource " + sub.Name)
+		}
+	}
+	for _, a := range d.Actions {
+		if a.Name == "" || a.NewBody == nil || a.Apply == nil {
+			missing("a complete action " + a.Name)
 		}
 	}
 	t := reflect.TypeOf(d.New()).Elem()

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"context"
+	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -10,6 +11,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
@@ -81,11 +83,14 @@ type Storage struct {
 	Status *PartREST
 	// Subresources are the definition's Subresources by name.
 	Subresources map[string]*PartREST
+	// Actions are the definition's Actions by name.
+	Actions map[string]rest.Storage
 }
 
 // NewStorage builds the stores of a kind. storageVersion is the version objects
-// are written in; SSA's reset fields are stated in it.
-func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVersion schema.GroupVersion, optsGetter generic.RESTOptionsGetter) (*Storage, error) {
+// are written in; SSA's reset fields are stated in it, and Events name objects
+// in it. recorder records the Events of actions; nil records none.
+func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVersion schema.GroupVersion, optsGetter generic.RESTOptionsGetter, recorder events.EventRecorder) (*Storage, error) {
 	def.check()
 	s := &strategy[T]{
 		ObjectTyper:   scheme,
@@ -117,6 +122,7 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		Store:        &REST{Store: store, shortNames: def.ShortNames},
 		Status:       &PartREST{store: &statusStore},
 		Subresources: map[string]*PartREST{},
+		Actions:      map[string]rest.Storage{},
 	}
 	for _, sub := range def.Subresources {
 		subStore := *store
@@ -124,6 +130,18 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		subStore.UpdateStrategy = strategy
 		subStore.ResetFieldsStrategy = strategy
 		storage.Subresources[sub.Name] = &PartREST{store: &subStore}
+	}
+	if len(def.Actions) > 0 {
+		kinds, _, err := scheme.ObjectKinds(def.New())
+		if err != nil {
+			return nil, fmt.Errorf("resource %s: %w", def.Resource, err)
+		}
+		kind := storageVersion.WithKind(kinds[0].Kind)
+		for _, action := range def.Actions {
+			actionStore := *store
+			actionStore.UpdateStrategy = actionStrategy[T]{s}
+			storage.Actions[action.Name] = &ActionREST[T]{store: &actionStore, action: action, kind: kind, recorder: recorder}
+		}
 	}
 	return storage, nil
 }

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/warning"
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
@@ -101,16 +102,37 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 	}
 	if len(others) == 0 {
-		return admission.NewForbidden(a, fmt.Errorf(
+		return refuse(ctx, a, m, fmt.Errorf(
 			"%s is the last control plane of TalosCluster %s: resetting it destroys the cluster's etcd; delete the TalosCluster to take the cluster down",
 			m.Name, m.Spec.ClusterName))
 	}
 	quorum := len(others)/2 + 1
 	if len(healthy) < quorum {
 		slices.Sort(unhealthy)
-		return admission.NewForbidden(a, fmt.Errorf(
+		return refuse(ctx, a, m, fmt.Errorf(
 			"deleting control plane %s would leave TalosCluster %s with %d healthy of %d etcd members, and quorum needs %d; wait until these are Ready: %s",
 			m.Name, m.Spec.ClusterName, len(healthy), len(others), quorum, strings.Join(unhealthy, ", ")))
+	}
+	return nil
+}
+
+// OverrideAnnotation is the audit annotation of a delete let through by an override.
+const OverrideAnnotation = "ichor.dev/override"
+
+// refuse refuses the delete with why, unless an admin granted an override of
+// the check on the machine (talosmachines/override): then the delete goes
+// through, with a warning to the client and an audit annotation naming who
+// allowed it.
+func refuse(ctx context.Context, a admission.Attributes, m *ichor.TalosMachine, why error) error {
+	g := m.Status.Override
+	if g == nil || g.Check != ichor.CheckControlPlaneQuorum {
+		return admission.NewForbidden(a, fmt.Errorf("%w; an admin may let this delete through with the override subresource (check %s)",
+			why, ichor.CheckControlPlaneQuorum))
+	}
+	msg := fmt.Sprintf("deleting %s past the %s check, as %s allowed (%s): %v", m.Name, g.Check, g.By, g.Reason, why)
+	warning.AddWarning(ctx, "", msg)
+	if err := a.AddAnnotation(OverrideAnnotation, fmt.Sprintf("%s by %s: %s", g.Check, g.By, g.Reason)); err != nil {
+		return apierrors.NewInternalError(err)
 	}
 	return nil
 }

@@ -106,3 +106,48 @@ func TestOnlyConfiguredControlPlanesAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestOverride lets one delete through when an admin granted an override of
+// the quorum check on the machine, with an audit annotation naming the admin;
+// an override of another check does nothing.
+func TestOverride(t *testing.T) {
+	demo := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns}}
+	others := []*v1alpha1.TalosMachine{
+		machine("cp-2", v1alpha1.MachineRoleControlPlane, v1alpha1.MachinePhaseReady),
+		machine("cp-3", v1alpha1.MachineRoleControlPlane, v1alpha1.MachinePhaseUnreachable),
+	}
+	p := plugin(t, demo, others...)
+
+	refused := victim("cp-1")
+	err := p.Validate(context.Background(), deleteOf(refused), nil)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "an admin may let this delete through with the override subresource (check ControlPlaneQuorum)") {
+		t.Fatalf("without an override: %v", err)
+	}
+
+	wrongCheck := victim("cp-1")
+	wrongCheck.Status.Override = &ichor.OverrideStatus{Check: ichor.CheckPatchSecrets, By: "carol", Reason: "x"}
+	if err := p.Validate(context.Background(), deleteOf(wrongCheck), nil); !apierrors.IsForbidden(err) {
+		t.Fatalf("an override of another check let the delete through: %v", err)
+	}
+
+	granted := victim("cp-1")
+	granted.Status.Override = &ichor.OverrideStatus{Check: ichor.CheckControlPlaneQuorum, By: "carol", Reason: "cp-3 is gone for good"}
+	attrs := &annotated{Attributes: deleteOf(granted), annotations: map[string]string{}}
+	if err := p.Validate(context.Background(), attrs, nil); err != nil {
+		t.Fatalf("with an override: %v", err)
+	}
+	if got := attrs.annotations[OverrideAnnotation]; got != "ControlPlaneQuorum by carol: cp-3 is gone for good" {
+		t.Errorf("audit annotation %q", got)
+	}
+}
+
+// annotated records the audit annotations a plugin adds.
+type annotated struct {
+	admission.Attributes
+	annotations map[string]string
+}
+
+func (a *annotated) AddAnnotation(key, value string) error {
+	a.annotations[key] = value
+	return nil
+}

@@ -1,13 +1,16 @@
 // Package customverbs checks the custom RBAC verbs of Ichor's actions. A
-// write that is an action — approving a machine, for now — needs, beyond the
-// HTTP method's verb, the action's own verb on the subresource (`approve` on
-// talosmachines/approval), asked of the delegated authorizer for the object
-// the request names, the way kube-apiserver checks `approve` on a CSR's
-// signer. RBAC rules can then grant exactly one action, and `kubectl auth
-// can-i approve talosmachines --subresource=approval` tells the truth. A
-// TalosCredentialRequest likewise needs the `download` verb its purpose
-// stands for: nobody gets a Talos certificate for more than they could
-// download through Ichor.
+// write that is an action — approving a machine, starting an operation,
+// reclaiming a machine, overriding a safety check — needs, beyond the HTTP
+// method's verb, the action's own verb, asked of the delegated authorizer for
+// the object the request names, the way kube-apiserver checks `approve` on a
+// CSR's signer: `approve` on talosmachines/approval, `start` on
+// talosoperations/<type> (the stored operation's type, so that destructive
+// types can be kept for admins), `reclaim` on machinereclaims and `override`
+// on the overridden resource. RBAC rules can then grant exactly one action,
+// and `kubectl auth can-i start talosoperations --subresource=ca-rotation`
+// tells the truth. A TalosCredentialRequest likewise needs the `download`
+// verb its purpose stands for: nobody gets a Talos certificate for more than
+// they could download through Ichor.
 package customverbs
 
 import (
@@ -17,11 +20,14 @@ import (
 	"io"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
@@ -31,6 +37,13 @@ const PluginName = "IchorCustomVerbs"
 const (
 	// VerbApprove is the verb on talosmachines/approval that decides about a machine.
 	VerbApprove = "approve"
+	// VerbStart is the verb on talosoperations/<type> that starts an operation of that type.
+	VerbStart = "start"
+	// VerbReclaim is the verb on machinereclaims that starts a reclaim.
+	VerbReclaim = "reclaim"
+	// VerbOverride is the verb on talosclusters, talosmachines and
+	// talosconfigpatches that lets the next change past a safety check.
+	VerbOverride = "override"
 	// VerbDownload is the verb on a download subresource (talosmachines/etcd-snapshot, …). A
 	// TalosCredentialRequest for a purpose needs it on the download the purpose stands for.
 	VerbDownload = "download"
@@ -54,11 +67,32 @@ type action struct {
 	resource, subresource string
 	operation             admission.Operation
 	verb                  string
+	// on returns the subresource the verb is asked on; nil asks on the
+	// request's own subresource, "" on the resource itself.
+	on func(ctx context.Context, p *Plugin, a admission.Attributes) (string, error)
+}
+
+// onResource asks the verb on the resource itself.
+func onResource(context.Context, *Plugin, admission.Attributes) (string, error) { return "", nil }
+
+// onOperationType asks the verb on talosoperations/<type>, the type of the
+// stored operation (a spec field that never changes).
+func onOperationType(ctx context.Context, p *Plugin, a admission.Attributes) (string, error) {
+	op, err := p.client.IchorV1alpha1().TalosOperations(a.GetNamespace()).Get(ctx, a.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return string(op.Spec.Type), nil
 }
 
 // actions are every subresource write this plugin guards.
 var actions = []action{
 	{resource: "talosmachines", subresource: "approval", operation: admission.Update, verb: VerbApprove},
+	{resource: "talosoperations", subresource: "start", operation: admission.Create, verb: VerbStart, on: onOperationType},
+	{resource: "machinereclaims", subresource: "reclaim", operation: admission.Create, verb: VerbReclaim, on: onResource},
+	{resource: "talosclusters", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
+	{resource: "talosmachines", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
+	{resource: "talosconfigpatches", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
 }
 
 // Register adds the plugin to plugins.
@@ -70,12 +104,14 @@ func Register(plugins *admission.Plugins) {
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.Authorizer
+	client     versioned.Interface
 }
 
 var (
 	_ admission.ValidationInterface        = &Plugin{}
 	_ admission.InitializationValidator    = &Plugin{}
 	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
+	_ initializer.WantsIchorClient         = &Plugin{}
 )
 
 // New returns the plugin; it needs an authorizer before use.
@@ -86,10 +122,16 @@ func New() *Plugin {
 // SetAuthorizer receives the server's (delegated) authorizer.
 func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 
-// ValidateInitialization refuses to run without an authorizer.
+// SetIchorClient receives the client that reads the stored objects.
+func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
+
+// ValidateInitialization refuses to run without an authorizer and a client.
 func (p *Plugin) ValidateInitialization() error {
 	if p.authorizer == nil {
 		return errors.New(PluginName + " needs an authorizer")
+	}
+	if p.client == nil {
+		return errors.New(PluginName + " needs an Ichor client")
 	}
 	return nil
 }
@@ -108,6 +150,15 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
 			continue
 		}
+		on := act.subresource
+		if act.on != nil {
+			var err error
+			if on, err = act.on(ctx, p, a); apierrors.IsNotFound(err) {
+				return nil // the storage answers NotFound
+			} else if err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("%s: read %s %q: %w", PluginName, act.resource, a.GetName(), err))
+			}
+		}
 		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 			User:            a.GetUserInfo(),
 			Verb:            act.verb,
@@ -115,15 +166,19 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			APIGroup:        gvr.Group,
 			APIVersion:      gvr.Version,
 			Resource:        gvr.Resource,
-			Subresource:     act.subresource,
+			Subresource:     on,
 			Name:            a.GetName(),
 			ResourceRequest: true,
 		})
 		if decision == authorizer.DecisionAllow {
 			return nil
 		}
-		msg := fmt.Sprintf("user %q cannot %s %s/%s %q: it needs the %q verb on resource %q, subresource %q",
-			a.GetUserInfo().GetName(), act.verb, act.resource, act.subresource, a.GetName(), act.verb, act.resource, act.subresource)
+		target := fmt.Sprintf("resource %q", act.resource)
+		if on != "" {
+			target += fmt.Sprintf(", subresource %q", on)
+		}
+		msg := fmt.Sprintf("user %q cannot %s %s/%s %q: it needs the %q verb on %s",
+			a.GetUserInfo().GetName(), act.verb, act.resource, act.subresource, a.GetName(), act.verb, target)
 		if reason != "" {
 			msg += ": " + reason
 		}

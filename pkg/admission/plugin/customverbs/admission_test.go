@@ -6,32 +6,59 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
 )
 
+// storedOperations is the fake storage the start check reads: m1 is a
+// ca-rotation operation in namespace prod.
+func storedOperations() *fake.Clientset {
+	return fake.NewSimpleClientset(&v1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "m1"},
+		Spec:       v1alpha1.TalosOperationSpec{ClusterName: "c", Type: v1alpha1.OperationCARotation},
+	})
+}
+
 func TestValidate(t *testing.T) {
-	machines := schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: "talosmachines"}
+	gvr := func(resource string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: resource}
+	}
+	machines := gvr("talosmachines")
 	bob := &user.DefaultInfo{Name: "bob", Groups: []string{"ichor:operator"}}
 
+	// asked is the verb, resource and subresource the authorizer must be asked; "" asks nothing.
 	for _, tc := range []struct {
 		name        string
 		gvr         schema.GroupVersionResource
 		subresource string
 		op          admission.Operation
 		decision    authorizer.Decision
-		wantAsked   bool
+		asked       string
 		wantErr     string
 	}{
-		{name: "approval allowed", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionAllow, wantAsked: true},
-		{name: "approval denied", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionDeny, wantAsked: true,
+		{name: "approval allowed", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionAllow, asked: "approve talosmachines/approval"},
+		{name: "approval denied", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionDeny, asked: "approve talosmachines/approval",
 			wantErr: `user "bob" cannot approve talosmachines/approval "m1": it needs the "approve" verb on resource "talosmachines", subresource "approval": no rule`},
-		{name: "approval with no opinion", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionNoOpinion, wantAsked: true,
+		{name: "approval with no opinion", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionNoOpinion, asked: "approve talosmachines/approval",
 			wantErr: `needs the "approve" verb`},
+		{name: "start asks on the stored operation's type", gvr: gvr("talosoperations"), subresource: "start", op: admission.Create,
+			decision: authorizer.DecisionAllow, asked: "start talosoperations/ca-rotation"},
+		{name: "start denied", gvr: gvr("talosoperations"), subresource: "start", op: admission.Create,
+			decision: authorizer.DecisionNoOpinion, asked: "start talosoperations/ca-rotation",
+			wantErr: `user "bob" cannot start talosoperations/start "m1": it needs the "start" verb on resource "talosoperations", subresource "ca-rotation"`},
+		{name: "reclaim", gvr: gvr("machinereclaims"), subresource: "reclaim", op: admission.Create, decision: authorizer.DecisionDeny, asked: "reclaim machinereclaims/",
+			wantErr: `it needs the "reclaim" verb on resource "machinereclaims": no rule`},
+		{name: "override a machine", gvr: machines, subresource: "override", op: admission.Create, decision: authorizer.DecisionAllow, asked: "override talosmachines/"},
+		{name: "override a cluster", gvr: gvr("talosclusters"), subresource: "override", op: admission.Create, decision: authorizer.DecisionDeny, asked: "override talosclusters/",
+			wantErr: `needs the "override" verb on resource "talosclusters"`},
+		{name: "override a patch", gvr: gvr("talosconfigpatches"), subresource: "override", op: admission.Create, decision: authorizer.DecisionAllow, asked: "override talosconfigpatches/"},
 		{name: "status is no action", gvr: machines, subresource: "status", op: admission.Update, decision: authorizer.DecisionDeny},
 		{name: "main resource is no action", gvr: machines, op: admission.Update, decision: authorizer.DecisionDeny},
 		{name: "create of approval is not guarded here", gvr: machines, subresource: "approval", op: admission.Create, decision: authorizer.DecisionDeny},
@@ -45,6 +72,7 @@ func TestValidate(t *testing.T) {
 				asked = append(asked, a)
 				return tc.decision, "no rule", nil
 			}))
+			p.SetIchorClient(storedOperations())
 			if err := p.ValidateInitialization(); err != nil {
 				t.Fatal(err)
 			}
@@ -58,14 +86,15 @@ func TestValidate(t *testing.T) {
 			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("error = %v, want Forbidden containing %q", err, tc.wantErr)
 			}
-			if got := len(asked) > 0; got != tc.wantAsked {
-				t.Fatalf("authorizer asked = %v, want %v", got, tc.wantAsked)
+			if got := len(asked) > 0; got != (tc.asked != "") {
+				t.Fatalf("authorizer asked = %v, want %v", got, tc.asked != "")
 			}
-			if tc.wantAsked {
+			if tc.asked != "" {
 				a := asked[0]
-				if a.GetVerb() != VerbApprove || a.GetResource() != "talosmachines" || a.GetSubresource() != "approval" ||
-					a.GetName() != "m1" || a.GetNamespace() != "prod" || a.GetAPIGroup() != "ichor.dev" || !a.IsResourceRequest() ||
-					a.GetUser().GetName() != "bob" {
+				if got := a.GetVerb() + " " + a.GetResource() + "/" + a.GetSubresource(); got != tc.asked {
+					t.Fatalf("asked %q, want %q", got, tc.asked)
+				}
+				if a.GetName() != "m1" || a.GetNamespace() != "prod" || a.GetAPIGroup() != "ichor.dev" || !a.IsResourceRequest() || a.GetUser().GetName() != "bob" {
 					t.Fatalf("asked %+v", a)
 				}
 			}
@@ -73,9 +102,31 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateInitializationNeedsAnAuthorizer(t *testing.T) {
+// TestStartOfAMissingOperation leaves the answer to the storage: NotFound.
+func TestStartOfAMissingOperation(t *testing.T) {
+	p := New()
+	p.SetAuthorizer(authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		t.Fatal("the authorizer was asked about an operation that does not exist")
+		return authorizer.DecisionDeny, "", nil
+	}))
+	p.SetIchorClient(storedOperations())
+	attrs := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{}, "prod", "gone",
+		schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: "talosoperations"}, "start", admission.Create, nil, false, &user.DefaultInfo{Name: "bob"})
+	if err := p.Validate(context.Background(), attrs, nil); err != nil {
+		t.Fatalf("Validate = %v", err)
+	}
+}
+
+func TestValidateInitializationNeedsAnAuthorizerAndAClient(t *testing.T) {
 	if err := New().ValidateInitialization(); err == nil {
 		t.Fatal("a plugin without an authorizer initialized")
+	}
+	p := New()
+	p.SetAuthorizer(authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionAllow, "", nil
+	}))
+	if err := p.ValidateInitialization(); err == nil {
+		t.Fatal("a plugin without an Ichor client initialized")
 	}
 }
 

@@ -14,6 +14,13 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
+// overridden is a stored harmless patch on which an admin granted an override of check.
+func overridden(check ichor.SafetyCheck) *ichor.TalosConfigPatch {
+	p := &ichor.TalosConfigPatch{Spec: ichor.TalosConfigPatchSpec{ClusterName: "prod", Patch: "machine: {}\n"}}
+	p.Status.Override = &ichor.OverrideStatus{Check: check, By: "carol", Reason: "rotating by hand"}
+	return p
+}
+
 func TestValidate(t *testing.T) {
 	patches := schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: "talosconfigpatches"}
 	kind := schema.GroupVersionKind{Group: "ichor.dev", Version: "v1alpha1", Kind: "TalosConfigPatch"}
@@ -37,6 +44,9 @@ func TestValidate(t *testing.T) {
 		{name: "update that adds a secret", op: admission.Update, obj: obj(caPatch), old: obj("machine: {}\n"), wantErr: "cluster.ca"},
 		{name: "update that keeps the patch", op: admission.Update, obj: obj(caPatch), old: obj(caPatch)},
 		{name: "status is not a patch write", op: admission.Update, obj: obj(caPatch), old: obj("machine: {}\n"), sub: "status"},
+		{name: "update past a granted override", op: admission.Update, obj: obj(caPatch), old: overridden(ichor.CheckPatchSecrets)},
+		{name: "an override of another check does not count", op: admission.Update, obj: obj(caPatch), old: overridden(ichor.CheckControlPlaneQuorum),
+			wantErr: "an admin may let one change of an existing patch through with its override subresource (check PatchSecrets)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			attrs := admission.NewAttributesRecord(tc.obj, tc.old, kind, "ns", "p1", patches, tc.sub, tc.op, nil, false, &user.DefaultInfo{Name: "bob"})

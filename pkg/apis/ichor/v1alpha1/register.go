@@ -41,6 +41,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&MachineReclaim{}, &MachineReclaimList{},
 		&IchorUser{}, &IchorUserList{},
 		&IchorInstallation{}, &IchorInstallationList{},
+		&Override{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

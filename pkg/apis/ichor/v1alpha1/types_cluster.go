@@ -4,6 +4,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:method=UpdateAuthentication,verb=update,subresource=authentication
+// +genclient:method=Override,verb=create,subresource=override,input=Override,result=TalosCluster
 // (cilium-values and secret-references have no typed methods: the apply
 // configuration generator derives Go names from subresource names and cannot
 // spell hyphenated ones; use the REST client's SubResource for them.)
@@ -155,6 +156,10 @@ type TalosClusterStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	// +optional
+	Override *OverrideStatus `json:"override,omitempty"`
 	// machines counts the cluster's machines.
 	// +optional
 	Machines MachineCounts `json:"machines,omitempty"`

@@ -3,6 +3,7 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
+// +genclient:method=Override,verb=create,subresource=override,input=Override,result=TalosConfigPatch
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // TalosConfigPatch is a machine-config patch for a cluster, one of its roles, or
@@ -57,6 +58,10 @@ type TalosConfigPatchStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	// +optional
+	Override *OverrideStatus `json:"override,omitempty"`
 	// effect of applying the patch.
 	// +optional
 	Effect ConfigEffect `json:"effect,omitempty"`

@@ -4,6 +4,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:method=UpdateApproval,verb=update,subresource=approval
+// +genclient:method=Override,verb=create,subresource=override,input=Override,result=TalosMachine
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // TalosMachine is one node: where its Talos API is, which cluster and role it
@@ -72,6 +73,10 @@ type TalosMachineStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	// +optional
+	Override *OverrideStatus `json:"override,omitempty"`
 	// maintenance records the certificate the node presented in maintenance mode.
 	// +optional
 	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`

@@ -197,6 +197,16 @@ func (in OperationStep) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in Override) OpenAPIModelName() string {
+	return "dev.ichor.v1alpha1.Override"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in OverrideStatus) OpenAPIModelName() string {
+	return "dev.ichor.v1alpha1.OverrideStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PatchTarget) OpenAPIModelName() string {
 	return "dev.ichor.v1alpha1.PatchTarget"
 }

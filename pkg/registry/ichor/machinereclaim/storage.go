@@ -3,13 +3,16 @@ package machinereclaim
 
 import (
 	"context"
+	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/ichor/action"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
 
@@ -27,6 +30,8 @@ var Definition = &resource.Definition[*ichor.MachineReclaim]{
 	PrepareForCreate: func(_ context.Context, r *ichor.MachineReclaim) {
 		r.Status.Phase = ichor.ReclaimPending
 	},
+
+	Actions: []resource.Action[*ichor.MachineReclaim]{reclaim},
 
 	Validate:             validation.ValidateMachineReclaim,
 	ValidateUpdate:       validation.ValidateMachineReclaimUpdate,
@@ -51,5 +56,23 @@ var Definition = &resource.Definition[*ichor.MachineReclaim]{
 			machine = r.Spec.Unmanaged.Address
 		}
 		return []any{machine, r.Spec.ClusterName, string(r.Spec.Role), string(r.Status.Phase)}
+	},
+}
+
+// ReclaimSubresource is the path element of the reclaim action.
+const ReclaimSubresource = "reclaim"
+
+// reclaim is POST machinereclaims/NAME/reclaim: it records who started a
+// pending reclaim and when; admission has checked the reclaim verb. The body
+// is a MachineReclaim whose content is ignored.
+var reclaim = resource.Action[*ichor.MachineReclaim]{
+	Name:    ReclaimSubresource,
+	NewBody: func() runtime.Object { return &ichor.MachineReclaim{} },
+	Apply: func(ctx context.Context, r *ichor.MachineReclaim, _ runtime.Object) error {
+		return action.Started(ctx, ichor.Resource("machinereclaims"), r.Name, r.Generation, &r.Status.ReclaimedBy, &r.Status.StartedAt, &r.Status.Conditions)
+	},
+	Event: func(_ context.Context, r *ichor.MachineReclaim, _ runtime.Object) resource.ActionEvent {
+		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: action.ConditionStarted,
+			Message: fmt.Sprintf("%s started reclaiming a machine into TalosCluster %s", r.Status.ReclaimedBy, r.Spec.ClusterName)}
 	},
 }

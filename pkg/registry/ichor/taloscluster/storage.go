@@ -2,15 +2,18 @@
 package taloscluster
 
 import (
+	"context"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/ichor/override"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
 
@@ -30,6 +33,15 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 		specField("cilium-values", "CiliumValues", "ciliumValues"),
 		specField("secret-references", "SecretsRef", "secretsRef"),
 		specField("authentication", "Authentication", "authentication"),
+	},
+	// The controller clears a bootstrap override once it used it.
+	PrepareForStatusUpdate: func(_ context.Context, c, old *ichor.TalosCluster) {
+		override.KeepGranted(&c.Status.Override, old.Status.Override)
+	},
+	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "override")},
+	Actions: []resource.Action[*ichor.TalosCluster]{
+		override.Action("TalosCluster", []ichor.SafetyCheck{ichor.CheckBootstrapWaitsForControlPlanes},
+			func(c *ichor.TalosCluster) **ichor.OverrideStatus { return &c.Status.Override }),
 	},
 
 	Validate:             validation.ValidateTalosCluster,

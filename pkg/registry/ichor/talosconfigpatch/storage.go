@@ -2,14 +2,18 @@
 package talosconfigpatch
 
 import (
+	"context"
 	"fmt"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/ichor/override"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
 
@@ -22,6 +26,22 @@ var Definition = &resource.Definition[*ichor.TalosConfigPatch]{
 
 	New:     func() *ichor.TalosConfigPatch { return &ichor.TalosConfigPatch{} },
 	NewList: func() runtime.Object { return &ichor.TalosConfigPatchList{} },
+
+	// A granted override is used by the next change of the patch, which
+	// admission (IchorPatchSecrets) judged against the stored object.
+	PrepareForUpdate: func(_ context.Context, p, old *ichor.TalosConfigPatch) {
+		if !apiequality.Semantic.DeepEqual(p.Spec, old.Spec) {
+			p.Status.Override = nil
+		}
+	},
+	PrepareForStatusUpdate: func(_ context.Context, p, old *ichor.TalosConfigPatch) {
+		override.KeepGranted(&p.Status.Override, old.Status.Override)
+	},
+	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "override")},
+	Actions: []resource.Action[*ichor.TalosConfigPatch]{
+		override.Action("TalosConfigPatch", []ichor.SafetyCheck{ichor.CheckPatchSecrets},
+			func(p *ichor.TalosConfigPatch) **ichor.OverrideStatus { return &p.Status.Override }),
+	},
 
 	Validate:             validation.ValidateTalosConfigPatch,
 	ValidateUpdate:       validation.ValidateTalosConfigPatchUpdate,

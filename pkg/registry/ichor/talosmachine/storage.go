@@ -13,6 +13,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/ichor/override"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
 
@@ -26,10 +27,18 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 	New:     func() *ichor.TalosMachine { return &ichor.TalosMachine{} },
 	NewList: func() runtime.Object { return &ichor.TalosMachineList{} },
 
-	// The decision is written only through /approval, so /status keeps it.
-	PrepareForStatusUpdate: func(_ context.Context, m, old *ichor.TalosMachine) { m.Status.Approval = old.Status.Approval },
-	StatusResetFields:      []fieldpath.Path{fieldpath.MakePathOrDie("status", "approval")},
-	Subresources:           []resource.Subresource[*ichor.TalosMachine]{approval},
+	// The decision is written only through /approval, and an override only
+	// through /override, so /status keeps them (it may clear a used override).
+	PrepareForStatusUpdate: func(_ context.Context, m, old *ichor.TalosMachine) {
+		m.Status.Approval = old.Status.Approval
+		override.KeepGranted(&m.Status.Override, old.Status.Override)
+	},
+	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "approval"), fieldpath.MakePathOrDie("status", "override")},
+	Subresources:      []resource.Subresource[*ichor.TalosMachine]{approval},
+	Actions: []resource.Action[*ichor.TalosMachine]{
+		override.Action("TalosMachine", []ichor.SafetyCheck{ichor.CheckControlPlaneQuorum},
+			func(m *ichor.TalosMachine) **ichor.OverrideStatus { return &m.Status.Override }),
+	},
 
 	Validate:             validation.ValidateTalosMachine,
 	ValidateUpdate:       validation.ValidateTalosMachineUpdate,

@@ -2,18 +2,23 @@
 package talosoperation
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
-	"context"
-
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
+	"ichor.dev/ichor/pkg/registry/ichor/action"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
+
+// StartSubresource is the path element of the start action.
+const StartSubresource = "start"
 
 // Definition describes TalosOperations to the generic storage.
 var Definition = &resource.Definition[*ichor.TalosOperation]{
@@ -29,6 +34,8 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 	PrepareForCreate: func(_ context.Context, o *ichor.TalosOperation) {
 		o.Status.Phase = ichor.OperationPending
 	},
+
+	Actions: []resource.Action[*ichor.TalosOperation]{start},
 
 	Validate:             validation.ValidateTalosOperation,
 	ValidateUpdate:       validation.ValidateTalosOperationUpdate,
@@ -55,5 +62,21 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 			machines = strings.Join(o.Spec.Machines, ",")
 		}
 		return []any{o.Spec.ClusterName, string(o.Spec.Type), string(o.Status.Phase), o.Status.StartedBy, machines}
+	},
+}
+
+// start is POST talosoperations/NAME/start: it records who started a pending
+// operation and when; admission has checked the start verb on
+// talosoperations/<type>. The operation stays Pending until the controller
+// takes it up. The body is a TalosOperation whose content is ignored.
+var start = resource.Action[*ichor.TalosOperation]{
+	Name:    StartSubresource,
+	NewBody: func() runtime.Object { return &ichor.TalosOperation{} },
+	Apply: func(ctx context.Context, o *ichor.TalosOperation, _ runtime.Object) error {
+		return action.Started(ctx, ichor.Resource("talosoperations"), o.Name, o.Generation, &o.Status.StartedBy, &o.Status.StartedAt, &o.Status.Conditions)
+	},
+	Event: func(_ context.Context, o *ichor.TalosOperation, _ runtime.Object) resource.ActionEvent {
+		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: action.ConditionStarted,
+			Message: fmt.Sprintf("%s started the %s operation on TalosCluster %s", o.Status.StartedBy, o.Spec.Type, o.Spec.ClusterName)}
 	},
 }

@@ -87,6 +87,12 @@ func ExtractMachineReclaim(machineReclaim *ichorv1alpha1.MachineReclaim, fieldMa
 	return ExtractMachineReclaimFrom(machineReclaim, fieldManager, "")
 }
 
+// ExtractMachineReclaimReclaim extracts the applied configuration owned by fieldManager from
+// machineReclaim for the reclaim subresource.
+func ExtractMachineReclaimReclaim(machineReclaim *ichorv1alpha1.MachineReclaim, fieldManager string) (*MachineReclaimApplyConfiguration, error) {
+	return ExtractMachineReclaimFrom(machineReclaim, fieldManager, "reclaim")
+}
+
 // ExtractMachineReclaimStatus extracts the applied configuration owned by fieldManager from
 // machineReclaim for the status subresource.
 func ExtractMachineReclaimStatus(machineReclaim *ichorv1alpha1.MachineReclaim, fieldManager string) (*MachineReclaimApplyConfiguration, error) {

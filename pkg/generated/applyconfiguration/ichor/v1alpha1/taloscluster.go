@@ -94,6 +94,12 @@ func ExtractTalosClusterAuthentication(talosCluster *ichorv1alpha1.TalosCluster,
 	return ExtractTalosClusterFrom(talosCluster, fieldManager, "authentication")
 }
 
+// ExtractTalosClusterOverride extracts the applied configuration owned by fieldManager from
+// talosCluster for the override subresource.
+func ExtractTalosClusterOverride(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {
+	return ExtractTalosClusterFrom(talosCluster, fieldManager, "override")
+}
+
 // ExtractTalosClusterStatus extracts the applied configuration owned by fieldManager from
 // talosCluster for the status subresource.
 func ExtractTalosClusterStatus(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {

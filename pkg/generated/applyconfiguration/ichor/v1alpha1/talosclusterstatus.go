@@ -35,6 +35,9 @@ type TalosClusterStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions: SecretsReady, MachinesReady, Bootstrapped, KubernetesAPIReady and others.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	Override *OverrideStatusApplyConfiguration `json:"override,omitempty"`
 	// machines counts the cluster's machines.
 	Machines *MachineCountsApplyConfiguration `json:"machines,omitempty"`
 	// talosVersion is the lowest Talos version running on the cluster's machines.
@@ -77,6 +80,14 @@ func (b *TalosClusterStatusApplyConfiguration) WithConditions(values ...*v1.Cond
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithOverride sets the Override field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Override field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithOverride(value *OverrideStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.Override = value
 	return b
 }
 

@@ -86,6 +86,12 @@ func ExtractTalosConfigPatch(talosConfigPatch *ichorv1alpha1.TalosConfigPatch, f
 	return ExtractTalosConfigPatchFrom(talosConfigPatch, fieldManager, "")
 }
 
+// ExtractTalosConfigPatchOverride extracts the applied configuration owned by fieldManager from
+// talosConfigPatch for the override subresource.
+func ExtractTalosConfigPatchOverride(talosConfigPatch *ichorv1alpha1.TalosConfigPatch, fieldManager string) (*TalosConfigPatchApplyConfiguration, error) {
+	return ExtractTalosConfigPatchFrom(talosConfigPatch, fieldManager, "override")
+}
+
 // ExtractTalosConfigPatchStatus extracts the applied configuration owned by fieldManager from
 // talosConfigPatch for the status subresource.
 func ExtractTalosConfigPatchStatus(talosConfigPatch *ichorv1alpha1.TalosConfigPatch, fieldManager string) (*TalosConfigPatchApplyConfiguration, error) {

@@ -32,6 +32,9 @@ type TalosConfigPatchStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions: Valid, Applied.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	Override *OverrideStatusApplyConfiguration `json:"override,omitempty"`
 	// effect of applying the patch.
 	Effect *ichorv1alpha1.ConfigEffect `json:"effect,omitempty"`
 	// appliedMachines are the machines whose applied config includes this generation of the patch.
@@ -62,6 +65,14 @@ func (b *TalosConfigPatchStatusApplyConfiguration) WithConditions(values ...*v1.
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithOverride sets the Override field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Override field is set to the value of the last call.
+func (b *TalosConfigPatchStatusApplyConfiguration) WithOverride(value *OverrideStatusApplyConfiguration) *TalosConfigPatchStatusApplyConfiguration {
+	b.Override = value
 	return b
 }
 

@@ -91,6 +91,12 @@ func ExtractTalosMachineApproval(talosMachine *ichorv1alpha1.TalosMachine, field
 	return ExtractTalosMachineFrom(talosMachine, fieldManager, "approval")
 }
 
+// ExtractTalosMachineOverride extracts the applied configuration owned by fieldManager from
+// talosMachine for the override subresource.
+func ExtractTalosMachineOverride(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {
+	return ExtractTalosMachineFrom(talosMachine, fieldManager, "override")
+}
+
 // ExtractTalosMachineStatus extracts the applied configuration owned by fieldManager from
 // talosMachine for the status subresource.
 func ExtractTalosMachineStatus(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {

@@ -34,6 +34,9 @@ type TalosMachineStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// conditions: Reachable, Approved, ConfigApplied, Ready and others.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// override is a safety check the next change may go past, granted
+	// through the override subresource; cleared when used.
+	Override *OverrideStatusApplyConfiguration `json:"override,omitempty"`
 	// maintenance records the certificate the node presented in maintenance mode.
 	Maintenance *MaintenanceStatusApplyConfiguration `json:"maintenance,omitempty"`
 	// hardware facts read from the node.
@@ -82,6 +85,14 @@ func (b *TalosMachineStatusApplyConfiguration) WithConditions(values ...*v1.Cond
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithOverride sets the Override field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Override field is set to the value of the last call.
+func (b *TalosMachineStatusApplyConfiguration) WithOverride(value *OverrideStatusApplyConfiguration) *TalosMachineStatusApplyConfiguration {
+	b.Override = value
 	return b
 }
 

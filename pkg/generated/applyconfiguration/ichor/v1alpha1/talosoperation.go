@@ -86,6 +86,12 @@ func ExtractTalosOperation(talosOperation *ichorv1alpha1.TalosOperation, fieldMa
 	return ExtractTalosOperationFrom(talosOperation, fieldManager, "")
 }
 
+// ExtractTalosOperationStart extracts the applied configuration owned by fieldManager from
+// talosOperation for the start subresource.
+func ExtractTalosOperationStart(talosOperation *ichorv1alpha1.TalosOperation, fieldManager string) (*TalosOperationApplyConfiguration, error) {
+	return ExtractTalosOperationFrom(talosOperation, fieldManager, "start")
+}
+
 // ExtractTalosOperationStatus extracts the applied configuration owned by fieldManager from
 // talosOperation for the status subresource.
 func ExtractTalosOperationStatus(talosOperation *ichorv1alpha1.TalosOperation, fieldManager string) (*TalosOperationApplyConfiguration, error) {

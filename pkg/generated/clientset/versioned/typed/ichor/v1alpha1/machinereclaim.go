@@ -51,6 +51,8 @@ type MachineReclaimInterface interface {
 	Apply(ctx context.Context, machineReclaim *applyconfigurationichorv1alpha1.MachineReclaimApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.MachineReclaim, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, machineReclaim *applyconfigurationichorv1alpha1.MachineReclaimApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.MachineReclaim, err error)
+	Reclaim(ctx context.Context, machineReclaimName string, machineReclaim *ichorv1alpha1.MachineReclaim, opts v1.CreateOptions) (*ichorv1alpha1.MachineReclaim, error)
+
 	MachineReclaimExpansion
 }
 
@@ -71,4 +73,19 @@ func newMachineReclaims(c *IchorV1alpha1Client, namespace string) *machineReclai
 			func() *ichorv1alpha1.MachineReclaimList { return &ichorv1alpha1.MachineReclaimList{} },
 		),
 	}
+}
+
+// Reclaim takes the representation of a machineReclaim and creates it.  Returns the server's representation of the machineReclaim, and an error, if there is any.
+func (c *machineReclaims) Reclaim(ctx context.Context, machineReclaimName string, machineReclaim *ichorv1alpha1.MachineReclaim, opts v1.CreateOptions) (result *ichorv1alpha1.MachineReclaim, err error) {
+	result = &ichorv1alpha1.MachineReclaim{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("machinereclaims").
+		Name(machineReclaimName).
+		SubResource("reclaim").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(machineReclaim).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -52,6 +52,7 @@ type TalosClusterInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosCluster *applyconfigurationichorv1alpha1.TalosClusterApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosCluster, err error)
 	UpdateAuthentication(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (*ichorv1alpha1.TalosCluster, error)
+	Override(ctx context.Context, talosClusterName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (*ichorv1alpha1.TalosCluster, error)
 
 	TalosClusterExpansion
 }
@@ -85,6 +86,21 @@ func (c *talosClusters) UpdateAuthentication(ctx context.Context, talosClusterNa
 		SubResource("authentication").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(talosCluster).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *talosClusters) Override(ctx context.Context, talosClusterName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (result *ichorv1alpha1.TalosCluster, err error) {
+	result = &ichorv1alpha1.TalosCluster{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("talosclusters").
+		Name(talosClusterName).
+		SubResource("override").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(override).
 		Do(ctx).
 		Into(result)
 	return

@@ -51,6 +51,8 @@ type TalosConfigPatchInterface interface {
 	Apply(ctx context.Context, talosConfigPatch *applyconfigurationichorv1alpha1.TalosConfigPatchApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosConfigPatch, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosConfigPatch *applyconfigurationichorv1alpha1.TalosConfigPatchApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosConfigPatch, err error)
+	Override(ctx context.Context, talosConfigPatchName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (*ichorv1alpha1.TalosConfigPatch, error)
+
 	TalosConfigPatchExpansion
 }
 
@@ -71,4 +73,19 @@ func newTalosConfigPatches(c *IchorV1alpha1Client, namespace string) *talosConfi
 			func() *ichorv1alpha1.TalosConfigPatchList { return &ichorv1alpha1.TalosConfigPatchList{} },
 		),
 	}
+}
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosConfigPatch, and an error, if there is any.
+func (c *talosConfigPatches) Override(ctx context.Context, talosConfigPatchName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (result *ichorv1alpha1.TalosConfigPatch, err error) {
+	result = &ichorv1alpha1.TalosConfigPatch{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("talosconfigpatches").
+		Name(talosConfigPatchName).
+		SubResource("override").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(override).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -52,6 +52,7 @@ type TalosMachineInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosMachine *applyconfigurationichorv1alpha1.TalosMachineApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosMachine, err error)
 	UpdateApproval(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (*ichorv1alpha1.TalosMachine, error)
+	Override(ctx context.Context, talosMachineName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (*ichorv1alpha1.TalosMachine, error)
 
 	TalosMachineExpansion
 }
@@ -85,6 +86,21 @@ func (c *talosMachines) UpdateApproval(ctx context.Context, talosMachineName str
 		SubResource("approval").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(talosMachine).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *talosMachines) Override(ctx context.Context, talosMachineName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (result *ichorv1alpha1.TalosMachine, err error) {
+	result = &ichorv1alpha1.TalosMachine{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("talosmachines").
+		Name(talosMachineName).
+		SubResource("override").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(override).
 		Do(ctx).
 		Into(result)
 	return

@@ -51,6 +51,8 @@ type TalosOperationInterface interface {
 	Apply(ctx context.Context, talosOperation *applyconfigurationichorv1alpha1.TalosOperationApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosOperation, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosOperation *applyconfigurationichorv1alpha1.TalosOperationApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosOperation, err error)
+	Start(ctx context.Context, talosOperationName string, talosOperation *ichorv1alpha1.TalosOperation, opts v1.CreateOptions) (*ichorv1alpha1.TalosOperation, error)
+
 	TalosOperationExpansion
 }
 
@@ -71,4 +73,19 @@ func newTalosOperations(c *IchorV1alpha1Client, namespace string) *talosOperatio
 			func() *ichorv1alpha1.TalosOperationList { return &ichorv1alpha1.TalosOperationList{} },
 		),
 	}
+}
+
+// Start takes the representation of a talosOperation and creates it.  Returns the server's representation of the talosOperation, and an error, if there is any.
+func (c *talosOperations) Start(ctx context.Context, talosOperationName string, talosOperation *ichorv1alpha1.TalosOperation, opts v1.CreateOptions) (result *ichorv1alpha1.TalosOperation, err error) {
+	result = &ichorv1alpha1.TalosOperation{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("talosoperations").
+		Name(talosOperationName).
+		SubResource("start").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(talosOperation).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeMachineReclaims implements MachineReclaimInterface
@@ -50,4 +54,16 @@ func newFakeMachineReclaims(fake *FakeIchorV1alpha1, namespace string) typedicho
 		),
 		fake,
 	}
+}
+
+// Reclaim takes the representation of a machineReclaim and creates it.  Returns the server's representation of the machineReclaim, and an error, if there is any.
+func (c *fakeMachineReclaims) Reclaim(ctx context.Context, machineReclaimName string, machineReclaim *v1alpha1.MachineReclaim, opts v1.CreateOptions) (result *v1alpha1.MachineReclaim, err error) {
+	emptyResult := &v1alpha1.MachineReclaim{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), machineReclaimName, "reclaim", c.Namespace(), machineReclaim, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.MachineReclaim), err
 }

@@ -67,3 +67,15 @@ func (c *fakeTalosClusters) UpdateAuthentication(ctx context.Context, talosClust
 	}
 	return obj.(*v1alpha1.TalosCluster), err
 }
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *fakeTalosClusters) Override(ctx context.Context, talosClusterName string, override *v1alpha1.Override, opts v1.CreateOptions) (result *v1alpha1.TalosCluster, err error) {
+	emptyResult := &v1alpha1.TalosCluster{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), talosClusterName, "override", c.Namespace(), override, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosCluster), err
+}

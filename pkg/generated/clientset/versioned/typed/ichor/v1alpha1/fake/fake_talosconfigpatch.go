@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeTalosConfigPatches implements TalosConfigPatchInterface
@@ -50,4 +54,16 @@ func newFakeTalosConfigPatches(fake *FakeIchorV1alpha1, namespace string) typedi
 		),
 		fake,
 	}
+}
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosConfigPatch, and an error, if there is any.
+func (c *fakeTalosConfigPatches) Override(ctx context.Context, talosConfigPatchName string, override *v1alpha1.Override, opts v1.CreateOptions) (result *v1alpha1.TalosConfigPatch, err error) {
+	emptyResult := &v1alpha1.TalosConfigPatch{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), talosConfigPatchName, "override", c.Namespace(), override, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosConfigPatch), err
 }

@@ -67,3 +67,15 @@ func (c *fakeTalosMachines) UpdateApproval(ctx context.Context, talosMachineName
 	}
 	return obj.(*v1alpha1.TalosMachine), err
 }
+
+// Override takes the representation of a override and creates it.  Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *fakeTalosMachines) Override(ctx context.Context, talosMachineName string, override *v1alpha1.Override, opts v1.CreateOptions) (result *v1alpha1.TalosMachine, err error) {
+	emptyResult := &v1alpha1.TalosMachine{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), talosMachineName, "override", c.Namespace(), override, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosMachine), err
+}

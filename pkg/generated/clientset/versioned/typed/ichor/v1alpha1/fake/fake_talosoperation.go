@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeTalosOperations implements TalosOperationInterface
@@ -50,4 +54,16 @@ func newFakeTalosOperations(fake *FakeIchorV1alpha1, namespace string) typedicho
 		),
 		fake,
 	}
+}
+
+// Start takes the representation of a talosOperation and creates it.  Returns the server's representation of the talosOperation, and an error, if there is any.
+func (c *fakeTalosOperations) Start(ctx context.Context, talosOperationName string, talosOperation *v1alpha1.TalosOperation, opts v1.CreateOptions) (result *v1alpha1.TalosOperation, err error) {
+	emptyResult := &v1alpha1.TalosOperation{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), talosOperationName, "start", c.Namespace(), talosOperation, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosOperation), err
 }

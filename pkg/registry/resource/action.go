@@ -1,0 +1,118 @@
+package resource
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/client-go/tools/events"
+)
+
+// Action is a named create on an object, POST …/NAME/<Name>: the request
+// body asks for a state change, which the action makes to the stored object
+// through its own rule (start an operation, override a safety check). The
+// response is the changed object; the body itself is never stored.
+type Action[T Object] struct {
+	// Name is the path element after the object's name (start).
+	Name string
+	// NewBody returns an empty request body; its kind is the endpoint's.
+	NewBody func() runtime.Object
+	// Apply changes obj, a copy of the stored object, as body asks, or
+	// returns an API error saying why it cannot. It may change status only:
+	// spec and the user-owned metadata are kept as stored.
+	Apply func(ctx context.Context, obj T, body runtime.Object) error
+	// Event, when set, describes the Event recorded on the object after a
+	// successful (not dry-run) action.
+	Event func(ctx context.Context, obj T, body runtime.Object) ActionEvent
+}
+
+// ActionEvent is the Event an action leaves on its object.
+type ActionEvent struct {
+	Type, Reason, Message string
+}
+
+// ActionREST serves one Action of a kind.
+type ActionREST[T Object] struct {
+	store    *genericregistry.Store
+	action   Action[T]
+	kind     schema.GroupVersionKind
+	recorder events.EventRecorder
+}
+
+var (
+	_ rest.NamedCreater = &ActionREST[Object]{}
+	_ rest.Storage      = &ActionREST[Object]{}
+)
+
+// New returns an empty request body.
+func (r *ActionREST[T]) New() runtime.Object { return r.action.NewBody() }
+
+// Destroy does nothing: the main endpoint owns the storage.
+func (r *ActionREST[T]) Destroy() {}
+
+// Create runs the action on the object name. Admission (createValidation)
+// sees the request body, as for any create; the action reads the stored
+// object itself, under the storage's optimistic concurrency.
+func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if m, err := meta.Accessor(body); err == nil && m.GetName() != "" && m.GetName() != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q in the body does not match %q in the URL", m.GetName(), name))
+	}
+	if createValidation != nil {
+		if err := createValidation(ctx, body.DeepCopyObject()); err != nil {
+			return nil, err
+		}
+	}
+	apply := func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+		obj := old.DeepCopyObject().(T)
+		if err := r.action.Apply(ctx, obj, body); err != nil {
+			return nil, err
+		}
+		return obj, nil
+	}
+	out, _, err := r.store.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil, apply), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc,
+		false, &metav1.UpdateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	if r.action.Event != nil && r.recorder != nil && !dryrun.IsDryRun(options.DryRun) {
+		obj := out.(T)
+		e := r.action.Event(ctx, obj, body)
+		ref := reference(r.kind, obj)
+		r.recorder.Eventf(ref, nil, e.Type, e.Reason, r.action.Name, "%s", e.Message)
+	}
+	return out, nil
+}
+
+// reference names obj in an Event by its served version: the registry holds
+// internal objects, whose own kind names no version a client knows.
+func reference[T Object](kind schema.GroupVersionKind, obj T) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: kind.GroupVersion().String(), Kind: kind.Kind,
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
+	}
+}
+
+// actionStrategy is the update strategy of an Action: the action's Apply
+// owns status (including what /status may not write, like an approval or an
+// override); spec and the user-owned metadata stay as stored.
+type actionStrategy[T Object] struct {
+	*strategy[T]
+}
+
+func (s actionStrategy[T]) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	specOf(obj).Set(specOf(old))
+	keepUserMetadata(obj.(T), old.(T))
+}
+
+func (s actionStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return s.def.ValidateStatusUpdate(obj.(T), old.(T))
+}
