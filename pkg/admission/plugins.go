@@ -9,6 +9,7 @@ import (
 	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
 	"ichor.dev/ichor/pkg/admission/plugin/patchsecrets"
+	"ichor.dev/ichor/pkg/admission/plugin/userroles"
 )
 
 // plugin is one of Ichor's admission plugins.
@@ -26,6 +27,8 @@ var plugins = []plugin{
 	{patchsecrets.PluginName, patchsecrets.Register},
 	// A control plane is not deleted when its cluster's etcd would lose quorum.
 	{controlplanequorum.PluginName, controlplanequorum.Register},
+	// IchorUsers grant only roles below the requester's; an admin always remains.
+	{userroles.PluginName, userroles.Register},
 }
 
 // OrderedPlugins returns the names of Ichor's plugins in chain order.

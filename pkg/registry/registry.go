@@ -67,6 +67,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, reco
 		"machinereclaims/reclaim":         reclaims.Actions[machinereclaim.ReclaimSubresource],
 		"ichorusers":                      users.Store,
 		"ichorusers/status":               users.Status,
+		"ichorusers/password":             users.Actions[ichoruser.PasswordSubresource],
 		"ichorinstallations":              installations.Store,
 		"ichorinstallations/status":       installations.Status,
 		"ichorinstallations/version":      installations.Subresources["version"],

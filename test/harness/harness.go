@@ -11,8 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -231,4 +235,32 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) er
 	)
 	// Its readiness shows in installIchorAccess, which waits for the aggregated roles.
 	return err
+}
+
+// EtcdValues returns the values stored under keys of the etcd ichor-apiserver
+// writes to that end in suffix, for tests that check what is persisted
+// rather than what the API returns. It needs the shared etcd (not
+// IchorEmbeddedEtcd).
+func (cp *ControlPlane) EtcdValues(ctx context.Context, suffix string) ([][]byte, error) {
+	tlsInfo := transport.TLSInfo{CertFile: cp.files.etcdClientCert, KeyFile: cp.files.etcdClientKey, TrustedCAFile: cp.files.etcdCA}
+	tlsConfig, err := tlsInfo.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{cp.etcdURL}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close() //nolint:errcheck
+	resp, err := client.Get(ctx, "/registry/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(string(kv.Key), suffix) {
+			out = append(out, kv.Value)
+		}
+	}
+	return out, nil
 }

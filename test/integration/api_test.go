@@ -360,13 +360,19 @@ func TestAPICRUDEveryKind(t *testing.T) {
 				client: func(cs versioned.Interface, _ string) apiCRUDClient[*v1alpha1.IchorUser, *v1alpha1.IchorUserList] {
 					return cs.IchorV1alpha1().IchorUsers()
 				},
-				fixture:       func(_ testing.TB, name, _ string) *v1alpha1.IchorUser { return apiIchorUser(name) },
-				specMark:      func(o *v1alpha1.IchorUser) string { return o.Spec.DisplayName },
-				mutateSpec:    func(o *v1alpha1.IchorUser) { o.Spec.DisplayName = fmt.Sprintf("Renamed %d", n.next()) },
-				statusMark:    func(o *v1alpha1.IchorUser) string { return fmt.Sprint(o.Status.PasswordSet) },
-				setStatus:     func(o *v1alpha1.IchorUser) { o.Status.PasswordSet = true },
-				initialStatus: "false",
-				writtenStatus: "true",
+				fixture:    func(_ testing.TB, name, _ string) *v1alpha1.IchorUser { return apiIchorUser(name) },
+				specMark:   func(o *v1alpha1.IchorUser) string { return o.Spec.DisplayName },
+				mutateSpec: func(o *v1alpha1.IchorUser) { o.Spec.DisplayName = fmt.Sprintf("Renamed %d", n.next()) },
+				// passwordSet belongs to the password subresource; lastLoginAt to /status.
+				statusMark: func(o *v1alpha1.IchorUser) string {
+					if o.Status.LastLoginAt == nil {
+						return "never"
+					}
+					return o.Status.LastLoginAt.UTC().Format(time.RFC3339)
+				},
+				setStatus:     func(o *v1alpha1.IchorUser) { t := metav1.Unix(1767225600, 0); o.Status.LastLoginAt = &t },
+				initialStatus: "never",
+				writtenStatus: "2026-01-01T00:00:00Z",
 			})
 		}},
 		{"IchorInstallation", func(t *testing.T) {

@@ -39,6 +39,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&IchorUser{}, &IchorUserList{},
 		&IchorInstallation{}, &IchorInstallationList{},
 		&Override{},
+		&IchorUserPassword{},
 	)
 	return nil
 }

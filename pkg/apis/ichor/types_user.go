@@ -44,6 +44,8 @@ type IchorUserStatus struct {
 	LastLoginAt *metav1.Time
 	// conditions of the user.
 	Conditions []metav1.Condition
+	// PasswordHash is the argon2id hash of the password; no response carries it.
+	PasswordHash string
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -54,4 +56,15 @@ type IchorUserList struct {
 	metav1.ListMeta
 
 	Items []IchorUser
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorUserPassword is the request body of the password subresource.
+type IchorUserPassword struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	// Password is the new password.
+	Password string
 }

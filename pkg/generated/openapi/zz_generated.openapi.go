@@ -51,6 +51,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.IchorInstallationStatus{}.OpenAPIModelName():         schema_pkg_apis_ichor_v1alpha1_IchorInstallationStatus(ref),
 		v1alpha1.IchorUser{}.OpenAPIModelName():                       schema_pkg_apis_ichor_v1alpha1_IchorUser(ref),
 		v1alpha1.IchorUserList{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_IchorUserList(ref),
+		v1alpha1.IchorUserPassword{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_IchorUserPassword(ref),
 		v1alpha1.IchorUserSpec{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_IchorUserSpec(ref),
 		v1alpha1.IchorUserStatus{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref),
 		v1alpha1.InstallSpec{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_InstallSpec(ref),
@@ -889,6 +890,51 @@ func schema_pkg_apis_ichor_v1alpha1_IchorUserList(ref common.ReferenceCallback) 
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_IchorUserPassword(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "IchorUserPassword is the request body of ichorusers/NAME/password, which sets the user's password. The server keeps only a slow hash of it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "metadata.name, when set, must be the user's name.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"password": {
+						SchemaProps: spec.SchemaProps{
+							Description: "password is the new password: at least 12 characters, at most 1024 bytes.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"password"},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_IchorUserSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -950,6 +996,13 @@ func schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref common.ReferenceCallback
 						SchemaProps: spec.SchemaProps{
 							Description: "lastLoginAt is when the user last signed in.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"passwordHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "passwordHash is where the server keeps the argon2id hash of the password. The server removes it from every response, so it always reads empty, and ignores it in every write but the password one.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 					"conditions": {

@@ -33,6 +33,9 @@ type Action[T Object] struct {
 	// Event, when set, describes the Event recorded on the object after a
 	// successful (not dry-run) action.
 	Event func(ctx context.Context, obj T, body runtime.Object) ActionEvent
+	// Replace serves the action as PUT (RBAC verb update) rather than POST
+	// (verb create): for actions that set a value, like a password.
+	Replace bool
 }
 
 // ActionEvent is the Event an action leaves on its object.
@@ -63,13 +66,18 @@ func (r *ActionREST[T]) Destroy() {}
 // sees the request body, as for any create; the action reads the stored
 // object itself, under the storage's optimistic concurrency.
 func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	if m, err := meta.Accessor(body); err == nil && m.GetName() != "" && m.GetName() != name {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q in the body does not match %q in the URL", m.GetName(), name))
-	}
 	if createValidation != nil {
 		if err := createValidation(ctx, body.DeepCopyObject()); err != nil {
 			return nil, err
 		}
+	}
+	return r.run(ctx, name, body, options.DryRun, options.FieldManager)
+}
+
+// run checks the body's name and applies the action to the stored object.
+func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Object, dryRun []string, fieldManager string) (runtime.Object, error) {
+	if m, err := meta.Accessor(body); err == nil && m.GetName() != "" && m.GetName() != name {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q in the body does not match %q in the URL", m.GetName(), name))
 	}
 	apply := func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)
@@ -79,17 +87,51 @@ func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Ob
 		return obj, nil
 	}
 	out, _, err := r.store.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil, apply), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc,
-		false, &metav1.UpdateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager})
+		false, &metav1.UpdateOptions{DryRun: dryRun, FieldManager: fieldManager})
 	if err != nil {
 		return nil, err
 	}
-	if r.action.Event != nil && r.recorder != nil && !dryrun.IsDryRun(options.DryRun) {
+	if r.action.Event != nil && r.recorder != nil && !dryrun.IsDryRun(dryRun) {
 		obj := out.(T)
 		e := r.action.Event(ctx, obj, body)
-		ref := reference(r.kind, obj)
-		r.recorder.Eventf(ref, nil, e.Type, e.Reason, r.action.Name, "%s", e.Message)
+		r.recorder.Eventf(reference(r.kind, obj), nil, e.Type, e.Reason, r.action.Name, "%s", e.Message)
 	}
 	return out, nil
+}
+
+// ReplaceActionREST serves an Action as PUT.
+type ReplaceActionREST[T Object] struct {
+	action *ActionREST[T]
+}
+
+var _ rest.Updater = &ReplaceActionREST[Object]{}
+
+// New returns an empty request body.
+func (r *ReplaceActionREST[T]) New() runtime.Object { return r.action.New() }
+
+// Destroy does nothing: the main endpoint owns the storage.
+func (r *ReplaceActionREST[T]) Destroy() {}
+
+// Update runs the action with the request body. Admission sees the body,
+// against an empty body of the same kind as the old object: the action never
+// shows the stored object to admission as an old version of the body.
+func (r *ReplaceActionREST[T]) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, _ rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	empty := r.action.action.NewBody()
+	if m, err := meta.Accessor(empty); err == nil {
+		m.SetName(name)
+	}
+	body, err := objInfo.UpdatedObject(ctx, empty)
+	if err != nil {
+		return nil, false, err
+	}
+	if updateValidation != nil {
+		if err := updateValidation(ctx, body.DeepCopyObject(), empty); err != nil {
+			return nil, false, err
+		}
+	}
+	out, err := r.action.run(ctx, name, body, options.DryRun, options.FieldManager)
+	return out, false, err
 }
 
 // reference names obj in an Event by its served version: the registry holds

@@ -63,6 +63,9 @@ type Definition[T Object] struct {
 	Subresources []Subresource[T]
 	// Actions are the kind's named-create endpoints (start, override, …).
 	Actions []Action[T]
+	// Decorate, when set, changes every object the storage returns, in
+	// responses and in watch events: it removes what no read may return.
+	Decorate func(obj T)
 
 	// Validate, ValidateUpdate and ValidateStatusUpdate check the internal object.
 	Validate             func(obj T) field.ErrorList

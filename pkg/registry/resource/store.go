@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -109,6 +110,22 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		ResetFieldsStrategy:       s,
 		TableConvertor:            newTableConvertor(def),
 	}
+	if def.Decorate != nil {
+		// Watch events from the watch cache share one object among all
+		// watchers, which a decorator must not change; this kind is served
+		// from etcd, where every watcher decodes its own.
+		optsGetter = uncached{optsGetter}
+		store.Decorator = func(obj runtime.Object) {
+			if meta.IsListType(obj) {
+				_ = meta.EachListItem(obj, func(item runtime.Object) error {
+					def.Decorate(item.(T))
+					return nil
+				})
+				return
+			}
+			def.Decorate(obj.(T))
+		}
+	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: def.attrs}); err != nil {
 		return nil, err
 	}
@@ -140,8 +157,22 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		for _, action := range def.Actions {
 			actionStore := *store
 			actionStore.UpdateStrategy = actionStrategy[T]{s}
-			storage.Actions[action.Name] = &ActionREST[T]{store: &actionStore, action: action, kind: kind, recorder: recorder}
+			a := &ActionREST[T]{store: &actionStore, action: action, kind: kind, recorder: recorder}
+			if action.Replace {
+				storage.Actions[action.Name] = &ReplaceActionREST[T]{action: a}
+			} else {
+				storage.Actions[action.Name] = a
+			}
 		}
 	}
 	return storage, nil
+}
+
+// uncached serves a kind without the watch cache.
+type uncached struct{ generic.RESTOptionsGetter }
+
+func (u uncached) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := u.RESTOptionsGetter.GetRESTOptions(resource, example)
+	opts.Decorator = generic.UndecoratedStorage
+	return opts, err
 }

@@ -42,6 +42,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&IchorUser{}, &IchorUserList{},
 		&IchorInstallation{}, &IchorInstallationList{},
 		&Override{},
+		&IchorUserPassword{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -4,6 +4,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:nonNamespaced
+// +genclient:method=UpdatePassword,verb=update,subresource=password,input=IchorUserPassword,result=IchorUser
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // IchorUser is a user Ichor manages itself, for installations without an
@@ -50,6 +51,11 @@ type IchorUserStatus struct {
 	// lastLoginAt is when the user last signed in.
 	// +optional
 	LastLoginAt *metav1.Time `json:"lastLoginAt,omitempty"`
+	// passwordHash is where the server keeps the argon2id hash of the
+	// password. The server removes it from every response, so it always
+	// reads empty, and ignores it in every write but the password one.
+	// +optional
+	PasswordHash string `json:"passwordHash,omitempty"`
 	// conditions of the user.
 	// +optional
 	// +listType=map
@@ -65,4 +71,18 @@ type IchorUserList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 
 	Items []IchorUser `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorUserPassword is the request body of ichorusers/NAME/password, which
+// sets the user's password. The server keeps only a slow hash of it.
+type IchorUserPassword struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata.name, when set, must be the user's name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// password is the new password: at least 12 characters, at most 1024 bytes.
+	Password string `json:"password"`
 }

@@ -112,6 +112,11 @@ func (in IchorUserList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in IchorUserPassword) OpenAPIModelName() string {
+	return "dev.ichor.v1alpha1.IchorUserPassword"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserSpec) OpenAPIModelName() string {
 	return "dev.ichor.v1alpha1.IchorUserSpec"
 }

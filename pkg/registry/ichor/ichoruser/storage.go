@@ -2,9 +2,12 @@
 package ichoruser
 
 import (
+	"context"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
@@ -19,6 +22,19 @@ var Definition = &resource.Definition[*ichor.IchorUser]{
 
 	New:     func() *ichor.IchorUser { return &ichor.IchorUser{} },
 	NewList: func() runtime.Object { return &ichor.IchorUserList{} },
+
+	// The password is set only through /password, and its hash is never read back.
+	PrepareForStatusUpdate: func(_ context.Context, u, old *ichor.IchorUser) {
+		u.Status.PasswordHash, u.Status.PasswordSet, u.Status.PasswordChangedAt =
+			old.Status.PasswordHash, old.Status.PasswordSet, old.Status.PasswordChangedAt
+	},
+	StatusResetFields: []fieldpath.Path{
+		fieldpath.MakePathOrDie("status", "passwordHash"),
+		fieldpath.MakePathOrDie("status", "passwordSet"),
+		fieldpath.MakePathOrDie("status", "passwordChangedAt"),
+	},
+	Decorate: func(u *ichor.IchorUser) { u.Status.PasswordHash = "" },
+	Actions:  []resource.Action[*ichor.IchorUser]{password},
 
 	Validate:             validation.ValidateIchorUser,
 	ValidateUpdate:       validation.ValidateIchorUserUpdate,

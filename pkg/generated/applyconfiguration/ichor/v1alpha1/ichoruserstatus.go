@@ -34,6 +34,10 @@ type IchorUserStatusApplyConfiguration struct {
 	PasswordChangedAt *v1.Time `json:"passwordChangedAt,omitempty"`
 	// lastLoginAt is when the user last signed in.
 	LastLoginAt *v1.Time `json:"lastLoginAt,omitempty"`
+	// passwordHash is where the server keeps the argon2id hash of the
+	// password. The server removes it from every response, so it always
+	// reads empty, and ignores it in every write but the password one.
+	PasswordHash *string `json:"passwordHash,omitempty"`
 	// conditions of the user.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
@@ -65,6 +69,14 @@ func (b *IchorUserStatusApplyConfiguration) WithPasswordChangedAt(value v1.Time)
 // If called multiple times, the LastLoginAt field is set to the value of the last call.
 func (b *IchorUserStatusApplyConfiguration) WithLastLoginAt(value v1.Time) *IchorUserStatusApplyConfiguration {
 	b.LastLoginAt = &value
+	return b
+}
+
+// WithPasswordHash sets the PasswordHash field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PasswordHash field is set to the value of the last call.
+func (b *IchorUserStatusApplyConfiguration) WithPasswordHash(value string) *IchorUserStatusApplyConfiguration {
+	b.PasswordHash = &value
 	return b
 }
 

@@ -51,6 +51,8 @@ type IchorUserInterface interface {
 	Apply(ctx context.Context, ichorUser *applyconfigurationichorv1alpha1.IchorUserApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.IchorUser, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, ichorUser *applyconfigurationichorv1alpha1.IchorUserApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.IchorUser, err error)
+	UpdatePassword(ctx context.Context, ichorUserName string, ichorUserPassword *ichorv1alpha1.IchorUserPassword, opts v1.UpdateOptions) (*ichorv1alpha1.IchorUser, error)
+
 	IchorUserExpansion
 }
 
@@ -71,4 +73,18 @@ func newIchorUsers(c *IchorV1alpha1Client) *ichorUsers {
 			func() *ichorv1alpha1.IchorUserList { return &ichorv1alpha1.IchorUserList{} },
 		),
 	}
+}
+
+// UpdatePassword takes the top resource name and the representation of a ichorUserPassword and updates it. Returns the server's representation of the ichorUser, and an error, if there is any.
+func (c *ichorUsers) UpdatePassword(ctx context.Context, ichorUserName string, ichorUserPassword *ichorv1alpha1.IchorUserPassword, opts v1.UpdateOptions) (result *ichorv1alpha1.IchorUser, err error) {
+	result = &ichorv1alpha1.IchorUser{}
+	err = c.GetClient().Put().
+		Resource("ichorusers").
+		Name(ichorUserName).
+		SubResource("password").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(ichorUserPassword).
+		Do(ctx).
+		Into(result)
+	return
 }

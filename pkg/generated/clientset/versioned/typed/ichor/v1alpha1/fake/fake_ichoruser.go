@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	typedichorv1alpha1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeIchorUsers implements IchorUserInterface
@@ -48,4 +52,15 @@ func newFakeIchorUsers(fake *FakeIchorV1alpha1) typedichorv1alpha1.IchorUserInte
 		),
 		fake,
 	}
+}
+
+// UpdatePassword takes the representation of a ichorUserPassword and updates it. Returns the server's representation of the ichorUser, and an error, if there is any.
+func (c *fakeIchorUsers) UpdatePassword(ctx context.Context, ichorUserName string, ichorUserPassword *v1alpha1.IchorUserPassword, opts v1.UpdateOptions) (result *v1alpha1.IchorUser, err error) {
+	emptyResult := &v1alpha1.IchorUser{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootUpdateSubresourceActionWithOptions(c.Resource(), "password", ichorUserPassword, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.IchorUser), err
 }

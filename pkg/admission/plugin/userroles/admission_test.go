@@ -1,0 +1,101 @@
+package userroles
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
+)
+
+func stored(name string, role v1alpha1.UserRole, disabled bool) *v1alpha1.IchorUser {
+	return &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.IchorUserSpec{Role: role, Disabled: disabled}}
+}
+
+func internal(name string, role ichor.UserRole, disabled bool) *ichor.IchorUser {
+	return &ichor.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ichor.IchorUserSpec{Role: role, Disabled: disabled}}
+}
+
+var (
+	admin    = &user.DefaultInfo{Name: "carol", Groups: []string{GroupAdmin}}
+	operator = &user.DefaultInfo{Name: "olivia", Groups: []string{GroupOperator}}
+	masters  = &user.DefaultInfo{Name: "root", Groups: []string{user.SystemPrivilegedGroup}}
+	outsider = &user.DefaultInfo{Name: "mallory", Groups: []string{"team:ops"}}
+)
+
+func TestRoles(t *testing.T) {
+	users := schemaUsers()
+	for _, tc := range []struct {
+		name     string
+		stored   []runtime.Object
+		op       admission.Operation
+		sub      string
+		obj, old *ichor.IchorUser
+		who      user.Info
+		target   string
+		wantErr  string
+	}{
+		{name: "admin creates an admin", op: admission.Create, obj: internal("a2", ichor.UserRoleAdmin, false), who: admin},
+		{name: "system:masters creates an admin", op: admission.Create, obj: internal("a2", ichor.UserRoleAdmin, false), who: masters},
+		{name: "operator creates a viewer", op: admission.Create, obj: internal("v1", ichor.UserRoleViewer, false), who: operator},
+		{name: "operator creates an operator", op: admission.Create, obj: internal("o2", ichor.UserRoleOperator, false), who: operator,
+			wantErr: "olivia holds the operator role and may create only users whose role is below it, not operator"},
+		{name: "outsider creates a viewer", op: admission.Create, obj: internal("v1", ichor.UserRoleViewer, false), who: outsider,
+			wantErr: "mallory holds no Ichor role"},
+		{name: "operator promotes a viewer", op: admission.Update, obj: internal("v1", ichor.UserRoleAdmin, false), old: internal("v1", ichor.UserRoleViewer, false),
+			who: operator, wantErr: "may grant a role to only users whose role is below it, not admin"},
+		{name: "operator disables an admin", op: admission.Update, obj: internal("a1", ichor.UserRoleAdmin, true), old: internal("a1", ichor.UserRoleAdmin, false),
+			who: operator, wantErr: "may change only users whose role is below it, not admin"},
+		{name: "last admin disabled", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, false), stored("a2", v1alpha1.UserRoleAdmin, true)},
+			op: admission.Update, obj: internal("a1", ichor.UserRoleAdmin, true), old: internal("a1", ichor.UserRoleAdmin, false), who: admin,
+			wantErr: "a1 is the last enabled admin: to disable or demote it"},
+		{name: "last admin demoted", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, false)},
+			op: admission.Update, obj: internal("a1", ichor.UserRoleOperator, false), old: internal("a1", ichor.UserRoleAdmin, false), who: admin,
+			wantErr: "last enabled admin"},
+		{name: "an admin demoted while another remains", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, false), stored("a2", v1alpha1.UserRoleAdmin, false)},
+			op: admission.Update, obj: internal("a1", ichor.UserRoleOperator, false), old: internal("a1", ichor.UserRoleAdmin, false), who: admin},
+		{name: "last admin deleted", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, false)},
+			op: admission.Delete, old: internal("a1", ichor.UserRoleAdmin, false), who: admin, wantErr: "to delete it"},
+		{name: "disabled admin deleted", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, true)},
+			op: admission.Delete, old: internal("a1", ichor.UserRoleAdmin, true), who: admin},
+		{name: "operator sets a viewer's password", stored: []runtime.Object{stored("v1", v1alpha1.UserRoleViewer, false)},
+			op: admission.Update, sub: "password", target: "v1", who: operator},
+		{name: "operator sets an admin's password", stored: []runtime.Object{stored("a1", v1alpha1.UserRoleAdmin, false)},
+			op: admission.Update, sub: "password", target: "a1", who: operator, wantErr: "may set the password of only users whose role is below it, not admin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New()
+			p.SetIchorClient(fake.NewClientset(tc.stored...))
+			if err := p.ValidateInitialization(); err != nil {
+				t.Fatal(err)
+			}
+			name := tc.target
+			var obj, old runtime.Object
+			if tc.obj != nil {
+				obj, name = tc.obj, tc.obj.Name
+			}
+			if tc.old != nil {
+				old, name = tc.old, tc.old.Name
+			}
+			attrs := admission.NewAttributesRecord(obj, old, ichor.Kind("IchorUser").WithVersion(""), "", name, users, tc.sub, tc.op, nil, false, tc.who)
+			err := p.Validate(context.Background(), attrs, nil)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("got %v, want Forbidden with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func schemaUsers() schema.GroupVersionResource { return ichor.Resource("ichorusers").WithVersion("v1alpha1") }

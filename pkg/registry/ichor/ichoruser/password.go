@@ -1,0 +1,55 @@
+package ichoruser
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/passwordhash"
+	"ichor.dev/ichor/pkg/registry/resource"
+)
+
+// PasswordSubresource is the path element of the password endpoint.
+const PasswordSubresource = "password"
+
+// password is PUT ichorusers/NAME/password: it stores the argon2id hash of
+// the body's password in status.passwordHash, which no response carries
+// (Definition.Decorate), and records when.
+var password = resource.Action[*ichor.IchorUser]{
+	Name:    PasswordSubresource,
+	Replace: true,
+	NewBody: func() runtime.Object { return &ichor.IchorUserPassword{} },
+	Apply: func(ctx context.Context, u *ichor.IchorUser, body runtime.Object) error {
+		p, ok := body.(*ichor.IchorUserPassword)
+		if !ok {
+			return apierrors.NewBadRequest(fmt.Sprintf("expected an IchorUserPassword, got %T", body))
+		}
+		if err := passwordhash.Check(p.Password); err != nil {
+			// The value never goes into the error.
+			return apierrors.NewInvalid(ichor.Kind("IchorUserPassword"), u.Name,
+				field.ErrorList{field.Invalid(field.NewPath("password"), field.OmitValueType{}, err.Error())})
+		}
+		hash, err := passwordhash.Hash(p.Password)
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("hash the password: %w", err))
+		}
+		now := metav1.Now()
+		u.Status.PasswordHash, u.Status.PasswordSet, u.Status.PasswordChangedAt = hash, true, &now
+		return nil
+	},
+	Event: func(ctx context.Context, u *ichor.IchorUser, _ runtime.Object) resource.ActionEvent {
+		by := "someone"
+		if user, ok := genericapirequest.UserFrom(ctx); ok {
+			by = user.GetName()
+		}
+		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: "PasswordChanged",
+			Message: fmt.Sprintf("%s set the password of IchorUser %s", by, u.Name)}
+	},
+}

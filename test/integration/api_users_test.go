@@ -1,0 +1,156 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/passwordhash"
+)
+
+// TestUserPassword sets an IchorUser's password through the password
+// subresource and checks that only an argon2id hash is stored, and that no
+// read — get, list, watch, the write's own response — returns it.
+func TestUserPassword(t *testing.T) {
+	ctx := apiContext(t)
+	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().IchorUsers()
+	name := "dana-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[len("test"):]
+	if _, err := admin.Create(ctx, &v1alpha1.IchorUser{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleOperator, DisplayName: "Dana"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	w, err := admin.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	const secret = "tr0ub4dor & 3 more words"
+	_, err = admin.UpdatePassword(ctx, name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: name}, Password: "hunter2"}, metav1.UpdateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at least 12 characters") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("short password: %v, want Invalid without the value", err)
+	}
+	set, err := admin.UpdatePassword(ctx, name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: name}, Password: secret}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("set password: %v", err)
+	}
+	if !set.Status.PasswordSet || set.Status.PasswordChangedAt == nil || set.Status.PasswordHash != "" {
+		t.Fatalf("password response status %+v", set.Status)
+	}
+
+	// Stored: an argon2id hash of the password, and nothing else of it.
+	values, err := cp.EtcdValues(ctx, "/ichorusers/"+name)
+	if err != nil || len(values) != 1 {
+		t.Fatalf("etcd: %d values, %v", len(values), err)
+	}
+	if bytes.Contains(values[0], []byte(secret)) {
+		t.Fatal("the password is stored in clear")
+	}
+	i := bytes.Index(values[0], []byte(`"passwordHash":"`))
+	if i < 0 {
+		t.Fatalf("no hash stored: %s", values[0])
+	}
+	hash := string(values[0][i+len(`"passwordHash":"`):])
+	hash = hash[:strings.IndexByte(hash, '"')]
+	if ok, err := passwordhash.Verify(hash, secret); !ok || err != nil || !strings.HasPrefix(hash, "$argon2id$") {
+		t.Fatalf("stored hash %q does not verify the password: %v %v", hash, ok, err)
+	}
+
+	// Never read back.
+	got, err := admin.Get(ctx, name, metav1.GetOptions{})
+	if err != nil || got.Status.PasswordHash != "" || !got.Status.PasswordSet {
+		t.Errorf("get: %+v, %v", got.Status, err)
+	}
+	list, err := admin.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range list.Items {
+		if u.Status.PasswordHash != "" {
+			t.Errorf("list returned the hash of %s", u.Name)
+		}
+	}
+	deadline := time.After(30 * time.Second)
+	for sawSet := false; !sawSet; {
+		select {
+		case e := <-w.ResultChan():
+			u, ok := e.Object.(*v1alpha1.IchorUser)
+			if !ok || e.Type == watch.Error {
+				t.Fatalf("watch: %v", e.Object)
+			}
+			if u.Status.PasswordHash != "" {
+				t.Fatal("a watch event carried the hash")
+			}
+			sawSet = u.Status.PasswordSet
+		case <-deadline:
+			t.Fatal("no watch event for the password change")
+		}
+	}
+
+	// The status endpoint neither sets nor clears the password.
+	got.Status.PasswordSet, got.Status.PasswordHash = false, "$argon2id$forged"
+	if _, err := apiClient(t).IchorV1alpha1().IchorUsers().UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if values, _ := cp.EtcdValues(ctx, "/ichorusers/"+name); len(values) != 1 || !bytes.Contains(values[0], []byte(hash)) {
+		t.Error("a /status write changed the stored hash")
+	}
+
+	// kubectl, as users do: replace --raw on the subresource.
+	out, err := cp.KubectlWithInput(ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"IchorUserPassword","metadata":{"name":"`+name+`"},"password":"another long passphrase"}`),
+		"--as=carol", "--as-group=ichor:admin", "replace", "--raw", "/apis/ichor.dev/v1alpha1/ichorusers/"+name+"/password", "-f", "-")
+	if err != nil || strings.Contains(out, "argon2id") || !strings.Contains(out, `"passwordSet":true`) {
+		t.Fatalf("kubectl replace --raw …/password: %v\n%s", err, out)
+	}
+}
+
+// TestUserRoles checks the rules of IchorUsers through the API: lower roles
+// only, and never without an enabled admin.
+func TestUserRoles(t *testing.T) {
+	ctx := apiContext(t)
+	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().IchorUsers()
+	users := apiClient(t).IchorV1alpha1().IchorUsers()
+	// Other tests' users must not count as admins here: this test owns every IchorUser it sees.
+	existing, err := users.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range existing.Items {
+		if u.Spec.Role == v1alpha1.UserRoleAdmin && !u.Spec.Disabled {
+			t.Skipf("IchorUser %s is an enabled admin left by another test", u.Name)
+		}
+	}
+	mk := func(name string, role v1alpha1.UserRole) {
+		t.Helper()
+		if _, err := admin.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.IchorUserSpec{Role: role}}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = users.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	mk("root-admin", v1alpha1.UserRoleAdmin)
+	mk("olly", v1alpha1.UserRoleOperator)
+
+	// The last enabled admin stays.
+	if err := admin.Delete(ctx, "root-admin", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "root-admin is the last enabled admin") {
+		t.Errorf("delete the last admin: %v", err)
+	}
+	ra, _ := admin.Get(ctx, "root-admin", metav1.GetOptions{})
+	ra.Spec.Disabled = true
+	if _, err := admin.Update(ctx, ra, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "to disable or demote it") {
+		t.Errorf("disable the last admin: %v", err)
+	}
+	mk("second-admin", v1alpha1.UserRoleAdmin)
+	if _, err := admin.Update(ctx, ra, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("disable an admin while another remains: %v", err)
+	}
+}
