@@ -98,4 +98,6 @@ func TestRoles(t *testing.T) {
 	}
 }
 
-func schemaUsers() schema.GroupVersionResource { return ichor.Resource("ichorusers").WithVersion("v1alpha1") }
+func schemaUsers() schema.GroupVersionResource {
+	return ichor.Resource("ichorusers").WithVersion("v1alpha1")
+}

@@ -1,0 +1,219 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// verbRow is one row of DESIGN.md's "Subresources and verbs" table: a custom
+// verb on resources (resource or resource/subresource) and the groups that
+// hold it by default.
+type verbRow struct {
+	verb    string
+	on      []string
+	holders []string
+}
+
+// The groups of the roles in artifacts/roles.yaml; the reclaimer group is
+// bound by the test, as an installation binds ichor-machine-reclaimer.
+const reclaimerGroup = "ichor:machine-reclaimer"
+
+var allGroups = []string{"ichor:viewer", "ichor:operator", "ichor:admin", reclaimerGroup, "team:nobody"}
+
+// verbsTable is DESIGN.md's table, row by row.
+var verbsTable = []verbRow{
+	{"approve", []string{"talosmachines/approval"}, []string{"ichor:operator", "ichor:admin"}},
+	{"start", []string{"talosoperations/ca-rotation", "talosoperations/key-rotation", "talosoperations/etcd-restore",
+		"talosoperations/node-reset", "talosoperations/node-shutdown", "talosoperations/shutdown"}, []string{"ichor:admin"}},
+	{"start", []string{"talosoperations/talos-upgrade", "talosoperations/kubernetes-upgrade", "talosoperations/reboot",
+		"talosoperations/etcd-snapshot", "talosoperations/etcd-defrag"}, []string{"ichor:operator", "ichor:admin"}},
+	{"update", []string{"talosclusters/cilium-values", "talosclusters/secret-references", "talosclusters/authentication",
+		"ichorusers/password", "ichorinstallations/version", "ichorinstallations/settings"}, []string{"ichor:admin"}},
+	{"override", []string{"talosclusters", "talosmachines", "talosconfigpatches"}, []string{"ichor:admin"}},
+	{"reclaim", []string{"machinereclaims"}, []string{"ichor:admin", reclaimerGroup}},
+	{"download", []string{"talosmachines/support-bundle", "talosmachines/etcd-snapshot", "talosmachines/packet-capture",
+		"talosclusters/credentials"}, []string{"ichor:admin"}},
+	{"download", []string{"talosclusters/talosconfig-reader"}, []string{"ichor:operator", "ichor:admin"}},
+}
+
+// TestVerbsTable walks every row of the verbs table for every group: the
+// kube-apiserver's authorizer (a SubjectAccessReview) allows the verb
+// exactly to the row's holders, kubectl auth can-i with impersonation says
+// the same, and the request itself, sent through the aggregator as that
+// user, is forbidden exactly to the others (downloads, not served yet, are
+// checked on RBAC alone).
+func TestVerbsTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := cp.Namespace(t)
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "machine-reclaimers"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: reclaimerGroup}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The binding is seen by the authorizer a moment later.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return holds(ctx, t, kube, "rita", reclaimerGroup, ns, "reclaim", "machinereclaims"), nil
+	}); err != nil {
+		t.Fatalf("the reclaimer binding never took effect: %v", err)
+	}
+
+	objs := newTableObjects(ctx, t, ns)
+	rows := 0
+	for _, row := range verbsTable {
+		for _, on := range row.on {
+			for _, group := range allGroups {
+				rows++
+				want := slices.Contains(row.holders, group)
+				user := "u-" + strings.ReplaceAll(group, ":", "-")
+				if got := holds(ctx, t, kube, user, group, ns, row.verb, on); got != want {
+					t.Errorf("%s %s for %s: the authorizer says %v, DESIGN.md says %v", row.verb, on, group, got, want)
+				}
+				resource, sub, _ := strings.Cut(on, "/")
+				args := []string{row.verb, resource + ".ichor.dev", "-n", ns, "--as=" + user, "--as-group=" + group}
+				if sub != "" {
+					args = append(args, "--subresource="+sub)
+				}
+				if got := canI(ctx, t, args...); got != want {
+					t.Errorf("kubectl auth can-i %s: %v, DESIGN.md says %v", strings.Join(args, " "), got, want)
+				}
+				if row.verb == "download" {
+					continue
+				}
+				err := objs.request(ctx, t, user, group, row.verb, on)
+				if forbidden := apierrors.IsForbidden(err); forbidden == want {
+					t.Errorf("%s %s as %s: %v; DESIGN.md says allowed=%v", row.verb, on, group, err, want)
+				}
+			}
+		}
+	}
+	if want := 27 * len(allGroups); rows != want {
+		t.Fatalf("walked %d cells, want %d: a row of the table is missing", rows, want)
+	}
+}
+
+// holds asks kube-apiserver's authorizer whether user in group may verb on,
+// for an object of the namespace.
+func holds(ctx context.Context, t *testing.T, kube kubernetes.Interface, user, group, ns, verb, on string) bool {
+	t.Helper()
+	resource, sub, _ := strings.Cut(on, "/")
+	return allowed(ctx, t, kube, user, []string{group}, access{group: "ichor.dev", resource: resource, subresource: sub, verb: verb, name: "x"}, ns)
+}
+
+// tableObjects are the objects the table's requests act on.
+type tableObjects struct {
+	ns string
+	// operations maps an operation type to a pending operation of that type.
+	operations map[string]string
+}
+
+func newTableObjects(ctx context.Context, t *testing.T, ns string) *tableObjects {
+	t.Helper()
+	ichorv1 := apiClient(t).IchorV1alpha1()
+	o := &tableObjects{ns: ns, operations: map[string]string{}}
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ichorv1.TalosClusters(ns).Create(ctx, apiTalosCluster("alpha", ns), metav1.CreateOptions{}))
+	must(ichorv1.TalosMachines(ns).Create(ctx, apiTalosMachine("m1", ns, "alpha"), metav1.CreateOptions{}))
+	must(ichorv1.TalosConfigPatches(ns).Create(ctx, apiTalosConfigPatch("p1", ns), metav1.CreateOptions{}))
+	must(ichorv1.MachineReclaims(ns).Create(ctx, apiMachineReclaim("r1", ns), metav1.CreateOptions{}))
+	for _, row := range verbsTable {
+		for _, on := range row.on {
+			if typ, ok := strings.CutPrefix(on, "talosoperations/"); ok {
+				// One operation per group: a started operation answers Conflict, not Forbidden, but keep them apart anyway.
+				for i := range allGroups {
+					op := apiTalosOperation(fmt.Sprintf("%s-%d", typ, i), ns, v1alpha1.OperationType(typ))
+					switch op.Spec.Type {
+					case v1alpha1.OperationTalosUpgrade:
+						op.Spec.TalosUpgrade = &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}
+					case v1alpha1.OperationKubernetesUpgrade:
+						op.Spec.KubernetesUpgrade = &v1alpha1.KubernetesUpgradeParameters{Version: "v1.36.1"}
+					case v1alpha1.OperationEtcdRestore:
+						op.Spec.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Snapshot: v1alpha1.SecretKeySelector{Name: "snapshot", Key: "db"}}
+					case v1alpha1.OperationNodeReset, v1alpha1.OperationNodeShutdown:
+						op.Spec.Machines = []string{"m1"}
+					}
+					must(ichorv1.TalosOperations(ns).Create(ctx, op, metav1.CreateOptions{}))
+				}
+				o.operations[typ] = typ
+			}
+		}
+	}
+	user := "verbs-table-" + ns
+	must(ichorv1.IchorUsers().Create(ctx, apiIchorUser(user), metav1.CreateOptions{}))
+	t.Cleanup(func() { _ = ichorv1.IchorUsers().Delete(context.Background(), user, metav1.DeleteOptions{}) })
+	if _, err := ichorv1.IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		must(ichorv1.IchorInstallations().Create(ctx, apiIchorInstallation(), metav1.CreateOptions{}))
+		t.Cleanup(func() {
+			_ = ichorv1.IchorInstallations().Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{})
+		})
+	}
+	return o
+}
+
+// request sends the request of the table cell as user in group and returns its error.
+func (o *tableObjects) request(ctx context.Context, t *testing.T, user, group, verb, on string) error {
+	t.Helper()
+	as := apiClientFor(t, cp.ConfigFor(user, group)).IchorV1alpha1().RESTClient()
+	admin := apiClient(t).IchorV1alpha1().RESTClient()
+	resource, sub, _ := strings.Cut(on, "/")
+	groupIndex := slices.Index(allGroups, group)
+	namespaced := resource != "ichorusers" && resource != "ichorinstallations"
+	name := map[string]string{
+		"talosclusters": "alpha", "talosmachines": "m1", "talosconfigpatches": "p1", "machinereclaims": "r1",
+		"ichorusers": "verbs-table-" + o.ns, "ichorinstallations": v1alpha1.InstallationName,
+	}[resource]
+	if resource == "talosoperations" {
+		name = fmt.Sprintf("%s-%d", o.operations[sub], groupIndex)
+	}
+	switch verb {
+	case "start", "reclaim":
+		kind := map[string]string{"start": "TalosOperation", "reclaim": "MachineReclaim"}[verb]
+		return as.Post().Namespace(o.ns).Resource(resource).Name(name).SubResource(map[string]string{"start": "start", "reclaim": "reclaim"}[verb]).
+			Body([]byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"` + kind + `"}`)).Do(ctx).Error()
+	case "override":
+		check := map[string]v1alpha1.SafetyCheck{
+			"talosclusters": v1alpha1.CheckBootstrapWaitsForControlPlanes, "talosmachines": v1alpha1.CheckControlPlaneQuorum,
+			"talosconfigpatches": v1alpha1.CheckPatchSecrets,
+		}[resource]
+		body := fmt.Sprintf(`{"apiVersion":"ichor.dev/v1alpha1","kind":"Override","check":%q,"reason":"verbs table"}`, check)
+		return as.Post().Namespace(o.ns).Resource(resource).Name(name).SubResource("override").Body([]byte(body)).Do(ctx).Error()
+	case "update", "approve":
+		if sub == "password" {
+			body := fmt.Sprintf(`{"apiVersion":"ichor.dev/v1alpha1","kind":"IchorUserPassword","metadata":{"name":%q},"password":"a long enough password"}`, name)
+			return as.Put().Resource(resource).Name(name).SubResource(sub).Body([]byte(body)).Do(ctx).Error()
+		}
+		// The stored object, as the admin reads it, written back through the subresource.
+		get := admin.Get().Resource(resource).Name(name)
+		put := as.Put().Resource(resource).Name(name).SubResource(sub)
+		if namespaced {
+			get, put = get.Namespace(o.ns), put.Namespace(o.ns)
+		}
+		raw, err := get.Do(ctx).Raw()
+		if err != nil {
+			t.Fatalf("read %s %s: %v", resource, name, err)
+		}
+		return put.Body(raw).Do(ctx).Error()
+	}
+	t.Fatalf("no request for %s %s", verb, on)
+	return nil
+}
