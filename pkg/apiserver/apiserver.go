@@ -5,12 +5,13 @@ package apiserver
 import (
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/registry"
 )
 
@@ -46,12 +47,20 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	group := genericapiserver.NewDefaultAPIGroupInfo(ichor.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	// The parameter codec of the scheme decodes Ichor's own query options
+	// (DownloadOptions) as well as the standard ones.
+	group := genericapiserver.NewDefaultAPIGroupInfo(ichor.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	recorder, err := eventRecorder(generic, c.kube)
 	if err != nil {
 		return nil, err
 	}
-	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter, recorder)
+	loopback, err := versioned.NewForConfig(c.generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("loopback client: %w", err)
+	}
+	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter, registry.Deps{
+		Recorder: recorder, Authorizer: c.generic.Authorization.Authorizer, Loopback: loopback,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("build %s storage: %w", v1alpha1.SchemeGroupVersion, err)
 	}

@@ -3,11 +3,14 @@ package registry
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/registry/ichor/download"
 	"ichor.dev/ichor/pkg/registry/ichor/ichorinstallation"
 	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"
 	"ichor.dev/ichor/pkg/registry/ichor/machinereclaim"
@@ -18,11 +21,23 @@ import (
 	"ichor.dev/ichor/pkg/registry/ichor/talosmachine"
 	"ichor.dev/ichor/pkg/registry/ichor/talosoperation"
 	"ichor.dev/ichor/pkg/registry/resource"
+	"ichor.dev/ichor/pkg/talos"
 )
 
-// V1alpha1 returns the storage of every v1alpha1 resource path. recorder
-// records the Events of actions (start, reclaim, override).
-func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, recorder events.EventRecorder) (map[string]rest.Storage, error) {
+// Deps are what storage needs beyond etcd.
+type Deps struct {
+	// Recorder records the Events of actions and downloads; nil records none.
+	Recorder events.EventRecorder
+	// Authorizer decides the download verb of downloads, which no admission sees.
+	Authorizer authorizer.Authorizer
+	// Loopback is the server's client of its own API, for the
+	// TalosCredentialRequests of downloads.
+	Loopback versioned.Interface
+}
+
+// V1alpha1 returns the storage of every v1alpha1 resource path.
+func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps Deps) (map[string]rest.Storage, error) {
+	recorder := deps.Recorder
 	var firstErr error
 	build := func(s *resource.Storage, err error) *resource.Storage {
 		if err != nil && firstErr == nil {
@@ -43,6 +58,10 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, reco
 		return nil, firstErr
 	}
 
+	downloads := download.Deps{
+		Machines: machines.Store, Authorizer: deps.Authorizer, Credentials: &download.Credentials{Client: deps.Loopback},
+		Dialer: talos.Machinery{}, Recorder: recorder,
+	}
 	return map[string]rest.Storage{
 		"talosclusters":                   clusters.Store,
 		"talosclusters/status":            clusters.Status,
@@ -54,6 +73,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, reco
 		"talosmachines/status":            machines.Status,
 		"talosmachines/approval":          machines.Subresources[talosmachine.ApprovalSubresource],
 		"talosmachines/override":          machines.Actions[override.Subresource],
+		"talosmachines/etcd-snapshot":     &download.EtcdSnapshotREST{Deps: downloads},
 		"talosconfigpatches":              patches.Store,
 		"talosconfigpatches/status":       patches.Status,
 		"talosconfigpatches/override":     patches.Actions[override.Subresource],

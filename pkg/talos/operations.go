@@ -3,6 +3,7 @@ package talos
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 
@@ -113,6 +114,15 @@ func (n *machineryNode) Bootstrap(ctx context.Context) error {
 		return n.v.explain("bootstrap etcd", err)
 	}
 	return nil
+}
+
+// EtcdSnapshot implements Node with the call `talosctl etcd snapshot` makes.
+func (n *machineryNode) EtcdSnapshot(ctx context.Context) (io.ReadCloser, error) {
+	r, err := n.c.EtcdSnapshot(ctx, &machineapi.EtcdSnapshotRequest{})
+	if err != nil {
+		return nil, n.v.explain("snapshot etcd", err)
+	}
+	return r, nil
 }
 
 // EtcdMembers implements Node.

@@ -15,6 +15,7 @@ package talos
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 )
 
@@ -65,6 +66,10 @@ type Node interface {
 	Bootstrap(ctx context.Context) error
 	// EtcdMembers lists the members of the node's etcd cluster.
 	EtcdMembers(ctx context.Context) ([]EtcdMember, error)
+	// EtcdSnapshot streams a snapshot of the node's etcd database, as
+	// `talosctl etcd snapshot` saves it. The caller closes the stream; the
+	// session must stay open until then.
+	EtcdSnapshot(ctx context.Context) (io.ReadCloser, error)
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error

@@ -82,7 +82,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 	}
 	endpoint := fmt.Sprintf("https://%s:%d", endpointIP, ports[0])
 
-	etcd, trustd := &talossim.EtcdCluster{Name: "demo"}, talossim.NewTrustd()
+	etcd, trustd := &talossim.EtcdCluster{Name: "demo", SnapshotSize: snapshotSize}, talossim.NewTrustd()
 	roles := map[string]v1alpha1.MachineRole{
 		"cp-1": v1alpha1.MachineRoleControlPlane, "cp-2": v1alpha1.MachineRoleControlPlane, "cp-3": v1alpha1.MachineRoleControlPlane,
 		"worker-1": v1alpha1.MachineRoleWorker, "worker-2": v1alpha1.MachineRoleWorker,
@@ -585,6 +585,10 @@ spec:
 
 	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", func(t *testing.T) {
 		checkCredentialRequests(ctx, t, ns, nodes["worker-1"])
+	})
+
+	t.Run("an etcd snapshot streams through kube-apiserver and ichor-apiserver", func(t *testing.T) {
+		checkEtcdSnapshotDownload(ctx, t, ns)
 	})
 
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {

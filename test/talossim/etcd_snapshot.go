@@ -89,7 +89,9 @@ func snapshotPages(size int) int {
 
 // buildSnapshot returns the snapshot of the data identified by seed at revision: the smallest whole
 // number of pages (at least minSnapshotPages) plus the 32-byte hash that is at least size bytes (0 for
-// DefaultSnapshotSize). The caller owns the returned slice.
+// DefaultSnapshotSize). The bytes are shared with the cache, so that a node streaming a large snapshot
+// holds it once, as a real node streams from its database without copying it: callers must not
+// modify them (appending is safe, the slice's capacity ends at its length).
 func buildSnapshot(seed uint64, revision int64, size int) ([]byte, error) {
 	if size == 0 {
 		size = DefaultSnapshotSize
@@ -102,7 +104,7 @@ func buildSnapshot(seed uint64, revision int64, size int) ([]byte, error) {
 
 	for _, e := range snapshotCache.entries {
 		if e.params == p {
-			return bytes.Clone(e.snap), nil
+			return e.snap[:len(e.snap):len(e.snap)], nil
 		}
 	}
 
@@ -117,7 +119,7 @@ func buildSnapshot(seed uint64, revision int64, size int) ([]byte, error) {
 
 	snapshotCache.entries = append(snapshotCache.entries, snapshotCacheEntry{params: p, snap: snap})
 
-	return bytes.Clone(snap), nil
+	return snap[:len(snap):len(snap)], nil
 }
 
 // build sizes the database: it estimates the padding entries for the target page count, then grows or

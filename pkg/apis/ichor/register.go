@@ -40,6 +40,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&IchorInstallation{}, &IchorInstallationList{},
 		&Override{},
 		&IchorUserPassword{},
+		&DownloadOptions{},
 	)
 	return nil
 }

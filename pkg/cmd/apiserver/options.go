@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	basecompatibility "k8s.io/component-base/compatibility"
@@ -28,6 +30,7 @@ import (
 	"ichor.dev/ichor/pkg/etcd/embedded"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
+	"ichor.dev/ichor/pkg/registry/ichor/download"
 )
 
 // EtcdPathPrefix is where Ichor's objects live in etcd.
@@ -103,6 +106,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
 	cfg.EffectiveVersion = basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", "")
 	cfg.FeatureGate = utilfeature.DefaultFeatureGate
+	// Downloads stream for as long as the file takes; they are not cut at
+	// the request timeout (kube-apiserver, which proxies them, applies its
+	// own --request-timeout to them: raise it for large snapshots).
+	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString(download.Subresources...))
 
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(ichoropenapi.GetOpenAPIDefinitions, namer)

@@ -43,6 +43,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ControlPlaneSpec{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ControlPlaneSpec(ref),
 		v1alpha1.CredentialLifetimes{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_CredentialLifetimes(ref),
 		v1alpha1.Disk{}.OpenAPIModelName():                            schema_pkg_apis_ichor_v1alpha1_Disk(ref),
+		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
 		v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref),
 		v1alpha1.HardwareStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_HardwareStatus(ref),
 		v1alpha1.IchorInstallation{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_IchorInstallation(ref),
@@ -508,6 +509,52 @@ func schema_pkg_apis_ichor_v1alpha1_Disk(ref common.ReferenceCallback) common.Op
 					},
 				},
 				Required: []string{"path"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DownloadOptions are the query parameters of the download subresources (talosmachines/etcd-snapshot, …), which stream a file from a node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"dryRun": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "dryRun is refused: a download has effects a dry run could not undo (a Talos credential is issued, an Event is recorded).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
 			},
 		},
 	}

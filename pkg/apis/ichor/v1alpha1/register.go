@@ -43,6 +43,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&IchorInstallation{}, &IchorInstallationList{},
 		&Override{},
 		&IchorUserPassword{},
+		&DownloadOptions{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

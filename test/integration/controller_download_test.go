@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"ichor.dev/ichor/test/harness"
+)
+
+// snapshotSize is the size of the simulated cluster's etcd snapshots: big
+// enough that holding one in memory anywhere on the way would show.
+const snapshotSize = 256 << 20
+
+// downloadHeapBound is how much the heap of the process serving
+// ichor-apiserver may grow while a snapshot streams through it.
+const downloadHeapBound = 64 << 20
+
+// checkEtcdSnapshotDownload downloads cp-1's etcd snapshot with kubectl get
+// --raw into a file, through kube-apiserver and ichor-apiserver, as an
+// admin; checks it is a whole etcd snapshot; measures the heap of this
+// process (which runs ichor-apiserver) while it streams; and checks who may
+// download, the Event and that a dry run is refused.
+func checkEtcdSnapshotDownload(ctx context.Context, t *testing.T, ns string) {
+	path := "/apis/ichor.dev/v1alpha1/namespaces/" + ns + "/talosmachines/cp-1/etcd-snapshot"
+	admin := []string{"--as=carol", "--as-group=ichor:admin"}
+	download := func(file string) (time.Duration, error) {
+		f, err := os.Create(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close() //nolint:errcheck
+		var stderr bytes.Buffer
+		cmd := kubectlCmd(ctx, t, append(admin, "get", "--raw", path)...)
+		cmd.Stdout, cmd.Stderr = f, &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			return 0, errors.New(err.Error() + ": " + stderr.String())
+		}
+		return time.Since(start), nil
+	}
+
+	// The first download also has the simulator build the snapshot.
+	dir := t.TempDir()
+	if _, err := download(filepath.Join(dir, "warm.db")); err != nil {
+		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "warm.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the process holds is the live heap the collector last marked
+	// (/gc/heap/live): garbage, such as every chunk of a stream once passed
+	// on, does not count, nor what is allocated while a cycle runs.
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	readLive := func() uint64 {
+		metrics.Read(live)
+		return live[0].Value.Uint64()
+	}
+	runtime.GC()
+	baseline := readLive()
+	var peak uint64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				peak = max(peak, readLive())
+			}
+		}
+	})
+	file := filepath.Join(dir, "etcd.snapshot")
+	took, err := download(file)
+	close(stop)
+	sampler.Wait()
+	if err != nil {
+		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	}
+	growth := int64(peak) - int64(baseline)
+	info, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("streamed %d MiB in %s (%.0f MiB/s); the live heap grew by at most %.1f MiB over %.1f MiB",
+		info.Size()>>20, took.Round(time.Millisecond), float64(info.Size())/(1<<20)/took.Seconds(), float64(growth)/(1<<20), float64(baseline)/(1<<20))
+	if growth > downloadHeapBound {
+		t.Errorf("the heap grew by %d MiB while a %d MiB snapshot streamed, more than the %d MiB bound: something holds the stream",
+			growth>>20, info.Size()>>20, downloadHeapBound>>20)
+	}
+
+	// A whole etcd snapshot: the database, then the SHA-256 of the database.
+	if info.Size() < snapshotSize || info.Size()%512 != 32 {
+		t.Fatalf("snapshot of %d bytes, want at least %d with size%%512 == 32", info.Size(), snapshotSize)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() //nolint:errcheck
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, info.Size()-sha256.Size); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(sum, h.Sum(nil)) {
+		t.Fatalf("the snapshot's checksum does not match its database: %v", err)
+	}
+
+	waitEventSaying(ctx, t, ns, "cp-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded the etcd-snapshot of TalosMachine cp-1")
+
+	// Operators may not; a dry run is refused; a worker has no etcd.
+	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path)
+	var kerr *harness.KubectlError
+	if !errors.As(err, &kerr) || !strings.Contains(kerr.Stderr, "Forbidden") {
+		t.Errorf("operator download: %v", err)
+	}
+	_, err = cp.Kubectl(ctx, append(admin, "get", "--raw", path+"?dryRun=All")...)
+	if !errors.As(err, &kerr) || !strings.Contains(kerr.Stderr, "cannot be a dry run") {
+		t.Errorf("dry-run download: %v", err)
+	}
+	_, err = cp.Kubectl(ctx, append(admin, "get", "--raw", strings.Replace(path, "cp-1", "worker-1", 1))...)
+	if !errors.As(err, &kerr) || !strings.Contains(kerr.Stderr, "etcd runs on control planes only") {
+		t.Errorf("worker download: %v", err)
+	}
+}
