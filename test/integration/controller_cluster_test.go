@@ -588,7 +588,7 @@ spec:
 	})
 
 	t.Run("an etcd snapshot streams through kube-apiserver and ichor-apiserver", func(t *testing.T) {
-		checkEtcdSnapshotDownload(ctx, t, ns)
+		checkEtcdSnapshotDownload(ctx, t, ns, etcd)
 	})
 
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {

@@ -316,6 +316,15 @@ func (c *EtcdCluster) status(id uint64) (*machine.EtcdMemberStatus, bool) {
 	}, true
 }
 
+// PrepareSnapshot builds the snapshot of the cluster's data at the current revision ahead of time, so
+// that the next EtcdSnapshot streams at once, as a real node streams from its database, instead of
+// after the build (most of a minute for SnapshotSize 256 MiB under the race detector).
+func (c *EtcdCluster) PrepareSnapshot() error {
+	_, err := c.snapshot()
+
+	return err
+}
+
 // snapshot returns the snapshot of the cluster's data at the current revision.
 func (c *EtcdCluster) snapshot() ([]byte, error) {
 	c.mu.Lock()
