@@ -2,10 +2,12 @@ package talos_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -23,30 +25,8 @@ func TestConfigureBootstrapReset(t *testing.T) {
 	n := startNode(t, simOptions())
 	bundle, cfg := controlPlaneConfig(t)
 
-	pin, err := talos.Pinned(n.MaintenanceFingerprint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := session(t, n.Addr(), pin).ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot)
-	if err != nil {
-		t.Fatalf("apply over the pinned maintenance session: %v", err)
-	}
-	if res.Details == "" {
-		t.Errorf("apply result has no details: %+v", res)
-	}
-	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
-		t.Fatal(err)
-	}
-
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close() //nolint:errcheck
+	maintenance := n.MaintenanceFingerprint()
+	s := installed(ctx, t, n, bundle, cfg)
 
 	st, err := s.Status(ctx)
 	if err != nil || !st.Running() {
@@ -87,7 +67,7 @@ func TestConfigureBootstrapReset(t *testing.T) {
 	if err := n.WaitPhase(ctx, talossim.PhaseMaintenance); err != nil {
 		t.Fatal(err)
 	}
-	if n.MaintenanceFingerprint() == pin.String() {
+	if n.MaintenanceFingerprint() == maintenance {
 		t.Error("the node kept its maintenance certificate across a reset of STATE")
 	}
 
@@ -119,26 +99,7 @@ func TestConfigReadsDocumentsNewerThanMachinery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pin, err := talos.Pinned(n.MaintenanceFingerprint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := session(t, n.Addr(), pin).ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
-		t.Fatal(err)
-	}
-
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close() //nolint:errcheck
+	s := installed(ctx, t, n, bundle, cfg)
 
 	got, err := s.Config(ctx)
 	if err != nil {
@@ -151,4 +112,35 @@ func TestConfigReadsDocumentsNewerThanMachinery(t *testing.T) {
 	if !bytes.Contains(got, []byte("kind: KubeletConfig")) {
 		t.Fatalf("no KubeletConfig document in\n%s", got)
 	}
+}
+
+// installed applies cfg to the maintenance-mode node n over its pinned
+// session, waits until it runs, and returns an os:admin session with it,
+// closed at test end.
+func installed(ctx context.Context, t *testing.T, n *talossim.Node, bundle *secrets.Bundle, cfg []byte) talos.Node {
+	t.Helper()
+	pin, err := talos.Pinned(n.MaintenanceFingerprint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := session(t, n.Addr(), pin).ApplyConfiguration(ctx, cfg, talos.ApplyNoReboot)
+	if err != nil {
+		t.Fatalf("apply over the pinned maintenance session: %v", err)
+	}
+	if res.Details == "" {
+		t.Errorf("apply result has no details: %+v", res)
+	}
+	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

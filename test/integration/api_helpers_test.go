@@ -4,10 +4,6 @@ package integration
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"sort"
 	"testing"
@@ -56,15 +52,8 @@ func apiContext(t testing.TB) context.Context {
 // apiPublicKeyPEM is a fresh Ed25519 public key as a PEM "PUBLIC KEY" block.
 func apiPublicKeyPEM(t testing.TB) string {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	_, pub := newCredentialKey(t)
+	return pub
 }
 
 // apiStatus returns the metav1.Status of an API error, failing the test for any other error.

@@ -28,8 +28,9 @@ import (
 // credentialRetention is how long the test's controller keeps answered requests.
 const credentialRetention = 3 * time.Second
 
-// newCredentialKey makes the requester's key pair; the private half stays here.
-func newCredentialKey(t *testing.T) (ed25519.PrivateKey, string) {
+// newCredentialKey makes a requester's key pair: the private half, and the
+// public half as a PEM "PUBLIC KEY" block.
+func newCredentialKey(t testing.TB) (ed25519.PrivateKey, string) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
