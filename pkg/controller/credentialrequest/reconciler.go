@@ -34,10 +34,8 @@ const ControllerName = "taloscredentialrequest"
 
 // Condition types and reasons of a TalosCredentialRequest.
 const (
-	// ConditionIssued is True once the certificate is in status.
-	ConditionIssued = "Issued"
-	// ConditionDenied is True when the request will not be answered.
-	ConditionDenied = "Denied"
+	ConditionIssued = v1alpha1.CredentialRequestIssued
+	ConditionDenied = v1alpha1.CredentialRequestDenied
 
 	ReasonIssued          = "Issued"
 	ReasonUnknownPurpose  = "UnknownPurpose"

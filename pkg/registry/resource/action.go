@@ -66,6 +66,9 @@ func (r *ActionREST[T]) Destroy() {}
 // sees the request body, as for any create; the action reads the stored
 // object itself, under the storage's optimistic concurrency.
 func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if err := checkBodyName(body, name); err != nil {
+		return nil, err
+	}
 	if createValidation != nil {
 		if err := createValidation(ctx, body.DeepCopyObject()); err != nil {
 			return nil, err
@@ -74,11 +77,16 @@ func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Ob
 	return r.run(ctx, name, body, options.DryRun, options.FieldManager)
 }
 
-// run checks the body's name and applies the action to the stored object.
-func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Object, dryRun []string, fieldManager string) (runtime.Object, error) {
+// checkBodyName refuses a body that names another object than the URL.
+func checkBodyName(body runtime.Object, name string) error {
 	if m, err := meta.Accessor(body); err == nil && m.GetName() != "" && m.GetName() != name {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q in the body does not match %q in the URL", m.GetName(), name))
+		return apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q in the body does not match %q in the URL", m.GetName(), name))
 	}
+	return nil
+}
+
+// run applies the action to the stored object.
+func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Object, dryRun []string, fieldManager string) (runtime.Object, error) {
 	apply := func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)
 		if err := r.action.Apply(ctx, obj, body); err != nil {
@@ -123,6 +131,9 @@ func (r *ReplaceActionREST[T]) Update(ctx context.Context, name string, objInfo 
 	}
 	body, err := objInfo.UpdatedObject(ctx, empty)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := checkBodyName(body, name); err != nil {
 		return nil, false, err
 	}
 	if updateValidation != nil {

@@ -21,13 +21,6 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// Condition types the controller answers a TalosCredentialRequest with
-// (pkg/controller/credentialrequest, which this package must not import).
-const (
-	conditionIssued = "Issued"
-	conditionDenied = "Denied"
-)
-
 // CredentialTimeout bounds the wait for the controller's answer.
 const CredentialTimeout = 30 * time.Second
 
@@ -73,7 +66,7 @@ func (c *Credentials) Request(ctx context.Context, namespace, cluster string, ma
 	if err != nil {
 		return talos.Credentials{}, err
 	}
-	if d := meta.FindStatusCondition(answered.Status.Conditions, conditionDenied); d != nil && d.Status == metav1.ConditionTrue {
+	if d := meta.FindStatusCondition(answered.Status.Conditions, v1alpha1.CredentialRequestDenied); d != nil && d.Status == metav1.ConditionTrue {
 		return talos.Credentials{}, apierrors.NewForbidden(ichor.Resource("taloscredentialrequests"), req.Name,
 			fmt.Errorf("the controller denied the Talos credential: %s: %s", d.Reason, d.Message))
 	}
@@ -119,7 +112,7 @@ func (c *Credentials) wait(ctx context.Context, namespace string, req *v1alpha1.
 			if !ok {
 				continue
 			}
-			if meta.IsStatusConditionTrue(r.Status.Conditions, conditionIssued) || meta.IsStatusConditionTrue(r.Status.Conditions, conditionDenied) {
+			if meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.CredentialRequestIssued) || meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.CredentialRequestDenied) {
 				return r, nil
 			}
 		}
