@@ -70,6 +70,14 @@ type Node interface {
 	// `talosctl etcd snapshot` saves it. The caller closes the stream; the
 	// session must stay open until then.
 	EtcdSnapshot(ctx context.Context) (io.ReadCloser, error)
+	// SupportBundle writes a zip archive of the node's version, services,
+	// logs, kernel log and main resources to w, as far as os:reader can
+	// read them.
+	SupportBundle(ctx context.Context, w io.Writer) error
+	// PacketCapture streams a pcap capture of one link until ctx ends. A
+	// link the node does not have is ErrNoSuchLink. The caller closes the
+	// stream; the session must stay open until then.
+	PacketCapture(ctx context.Context, pc PacketCapture) (io.ReadCloser, error)
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error

@@ -41,6 +41,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Override{},
 		&IchorUserPassword{},
 		&DownloadOptions{},
+		&PacketCaptureOptions{},
 	)
 	return nil
 }

@@ -72,6 +72,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.OperationStep{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_OperationStep(ref),
 		v1alpha1.Override{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_Override(ref),
 		v1alpha1.OverrideStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref),
+		v1alpha1.PacketCaptureOptions{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_PacketCaptureOptions(ref),
 		v1alpha1.PatchTarget{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
 		v1alpha1.TalosCluster{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_TalosCluster(ref),
@@ -1771,6 +1772,82 @@ func schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref common.ReferenceCallback)
 		},
 		Dependencies: []string{
 			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_PacketCaptureOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PacketCaptureOptions are the query parameters of talosmachines/packet-capture, which streams a pcap capture of one of the node's links for a bounded time.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"dryRun": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "dryRun is refused: a capture has effects a dry run could not undo.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"interface": {
+						SchemaProps: spec.SchemaProps{
+							Description: "interface is the link to capture on, as the node names it (eth0).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"promiscuous": {
+						SchemaProps: spec.SchemaProps{
+							Description: "promiscuous puts the link in promiscuous mode while capturing.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"snapLength": {
+						SchemaProps: spec.SchemaProps{
+							Description: "snapLength is the most bytes kept of each packet; 0 or unset lets the node decide (Talos keeps 4096).",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"durationSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "durationSeconds is how long the capture runs before the stream ends, 1 to 3600; 10 when unset. Captures longer than kube-apiserver's request timeout (one minute by default) need it raised.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"interface"},
+			},
+		},
 	}
 }
 

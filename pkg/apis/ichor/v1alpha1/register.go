@@ -44,6 +44,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Override{},
 		&IchorUserPassword{},
 		&DownloadOptions{},
+		&PacketCaptureOptions{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -217,6 +217,11 @@ func (in OverrideStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PacketCaptureOptions) OpenAPIModelName() string {
+	return "dev.ichor.v1alpha1.PacketCaptureOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PatchTarget) OpenAPIModelName() string {
 	return "dev.ichor.v1alpha1.PatchTarget"
 }
