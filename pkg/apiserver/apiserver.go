@@ -11,7 +11,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/registry"
 )
 
@@ -54,12 +53,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	loopback, err := versioned.NewForConfig(c.generic.LoopbackClientConfig)
-	if err != nil {
-		return nil, fmt.Errorf("loopback client: %w", err)
-	}
 	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter, registry.Deps{
-		Recorder: recorder, Authorizer: c.generic.Authorization.Authorizer, Loopback: loopback,
+		Recorder: recorder, Authorizer: c.generic.Authorization.Authorizer, Loopback: c.generic.LoopbackClientConfig,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build %s storage: %w", v1alpha1.SchemeGroupVersion, err)

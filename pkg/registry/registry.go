@@ -2,14 +2,16 @@
 package registry
 
 import (
+	"maps"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
 	"ichor.dev/ichor/pkg/registry/ichor/ichorinstallation"
 	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"
@@ -30,9 +32,9 @@ type Deps struct {
 	Recorder events.EventRecorder
 	// Authorizer decides the download verb of downloads, which no admission sees.
 	Authorizer authorizer.Authorizer
-	// Loopback is the server's client of its own API, for the
-	// TalosCredentialRequests of downloads.
-	Loopback versioned.Interface
+	// Loopback is the server's client configuration of its own API, for
+	// the TalosCredentialRequests of downloads.
+	Loopback *restclient.Config
 }
 
 // V1alpha1 returns the storage of every v1alpha1 resource path.
@@ -59,10 +61,10 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 	}
 
 	downloads := download.Deps{
-		Machines: machines.Store, Authorizer: deps.Authorizer, Credentials: &download.Credentials{Client: deps.Loopback},
+		Clusters: clusters.Store, Machines: machines.Store, Authorizer: deps.Authorizer, Credentials: &download.Credentials{Loopback: deps.Loopback},
 		Dialer: talos.Machinery{}, Recorder: recorder,
 	}
-	return map[string]rest.Storage{
+	storage := map[string]rest.Storage{
 		"talosclusters":                   clusters.Store,
 		"talosclusters/status":            clusters.Status,
 		"talosclusters/cilium-values":     clusters.Subresources["cilium-values"],
@@ -73,7 +75,6 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosmachines/status":            machines.Status,
 		"talosmachines/approval":          machines.Subresources[talosmachine.ApprovalSubresource],
 		"talosmachines/override":          machines.Actions[override.Subresource],
-		"talosmachines/etcd-snapshot":     &download.EtcdSnapshotREST{Deps: downloads},
 		"talosconfigpatches":              patches.Store,
 		"talosconfigpatches/status":       patches.Status,
 		"talosconfigpatches/override":     patches.Actions[override.Subresource],
@@ -92,5 +93,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"ichorinstallations/status":       installations.Status,
 		"ichorinstallations/version":      installations.Subresources["version"],
 		"ichorinstallations/settings":     installations.Subresources["settings"],
-	}, nil
+	}
+	maps.Copy(storage, download.Storage(downloads))
+	return storage, nil
 }

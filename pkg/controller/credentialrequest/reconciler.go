@@ -1,7 +1,8 @@
 // Package credentialrequest answers TalosCredentialRequests: it certifies the
 // requester's public key as a Talos API client for the least role the purpose
-// needs, for at most ten minutes, or denies the request with a reason, and
-// deletes every answered request a little later. Admission has already
+// needs, for at most ten minutes (an hour for a reader talosconfig), or
+// denies the request with a reason, and deletes every answered request a
+// little later. Admission has already
 // checked that the requester may do through Ichor what the purpose allows.
 package credentialrequest
 
@@ -45,8 +46,14 @@ const (
 	ReasonBadPublicKey    = "BadPublicKey"
 )
 
-// MaxLifetime caps every certificate, whatever the installation's settings say.
-const MaxLifetime = 10 * time.Minute
+// MaxLifetime caps the certificate of every purpose but talosconfig-reader,
+// whatever the installation's settings say: each is for one download.
+const MaxLifetime = v1alpha1.MaxTalosCredentialLife
+
+// MaxReaderTalosconfigLifetime caps talosconfig-reader certificates: a
+// reader talosconfig is for a person to use for a while (DESIGN.md: one
+// hour), and os:reader reads no secret.
+const MaxReaderTalosconfigLifetime = v1alpha1.MaxReaderTalosconfigAge
 
 // DefaultRetention is how long an answered request stays for its requester to read.
 const DefaultRetention = 2 * time.Minute
@@ -174,7 +181,7 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 		return metav1.Condition{}, retryInterval, nil
 	}
 
-	lifetime, err := r.lifetime(ctx)
+	lifetime, err := r.lifetime(ctx, spec.Purpose)
 	if err != nil {
 		return metav1.Condition{}, 0, err
 	}
@@ -192,20 +199,28 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 			talosRole, spec.Purpose, spec.Username, notAfter.UTC().Format(time.RFC3339))}, 0, nil
 }
 
-// lifetime is the installation's TalosCredential lifetime, capped at MaxLifetime.
-func (r *Reconciler) lifetime(ctx context.Context) (time.Duration, error) {
+// lifetime is the installation's lifetime for the purpose's certificates
+// (readerTalosconfig for talosconfig-reader, talosCredential otherwise),
+// capped at the purpose's maximum, which is also the default.
+func (r *Reconciler) lifetime(ctx context.Context, purpose v1alpha1.CredentialPurpose) (time.Duration, error) {
+	limit := MaxLifetime
+	setting := func(l *v1alpha1.CredentialLifetimes) *metav1.Duration { return l.TalosCredential }
+	if purpose == v1alpha1.PurposeTalosconfigReader {
+		limit = MaxReaderTalosconfigLifetime
+		setting = func(l *v1alpha1.CredentialLifetimes) *metav1.Duration { return l.ReaderTalosconfig }
+	}
 	var inst v1alpha1.IchorInstallation
 	err := r.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.InstallationName}, &inst)
 	if apierrors.IsNotFound(err) {
-		return MaxLifetime, nil
+		return limit, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
 	}
-	if d := inst.Spec.Settings.CredentialLifetimes.TalosCredential; d != nil && d.Duration > 0 && d.Duration < MaxLifetime {
+	if d := setting(&inst.Spec.Settings.CredentialLifetimes); d != nil && d.Duration > 0 && d.Duration < limit {
 		return d.Duration, nil
 	}
-	return MaxLifetime, nil
+	return limit, nil
 }
 
 // expire deletes an answered request once its retention is over.

@@ -1,0 +1,236 @@
+// Package download serves the download subresources: streamed GETs of what
+// a node or a cluster hands out (an etcd snapshot, a support bundle, a
+// packet capture, a reader talosconfig). Each checks the download verb on
+// its subresource with the authorizer (GETs pass no admission), refuses a
+// dry run, gets a Talos credential for that one download through a
+// TalosCredentialRequest, streams the answer without holding it in memory,
+// and leaves an Event naming the user and an audit annotation.
+//
+// Get only decides whether the download may happen; the work (the
+// credential, the Talos session, the stream) starts when the response asks
+// for the stream, so every failure up to the first byte is still an API
+// error with a status code, and a download that never starts leaves no
+// Event.
+package download
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/tools/events"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// VerbDownload is the custom verb every download needs on its subresource.
+const VerbDownload = "download"
+
+// AuditAnnotation is the audit annotation naming what was downloaded.
+const AuditAnnotation = "ichor.dev/download"
+
+// EventReason is the reason of the Event every download leaves.
+const EventReason = "Downloaded"
+
+// Deps are what every download endpoint needs.
+type Deps struct {
+	// Clusters reads the stored TalosClusters.
+	Clusters rest.Getter
+	// Machines reads and lists the stored TalosMachines.
+	Machines interface {
+		rest.Getter
+		rest.Lister
+	}
+	// Authorizer decides the download verb.
+	Authorizer authorizer.Authorizer
+	// Credentials gets a Talos credential per download.
+	Credentials *Credentials
+	// Dialer opens Talos API sessions.
+	Dialer talos.Dialer
+	// Recorder records the Events; nil records none.
+	Recorder events.EventRecorder
+}
+
+// Storage returns every download endpoint, keyed by resource/subresource.
+func Storage(deps Deps) map[string]rest.Storage {
+	return map[string]rest.Storage{
+		"talosmachines/etcd-snapshot":      &EtcdSnapshotREST{Deps: deps},
+		"talosmachines/support-bundle":     &SupportBundleREST{Deps: deps},
+		"talosmachines/packet-capture":     &PacketCaptureREST{Deps: deps},
+		"talosclusters/talosconfig-reader": &TalosconfigReaderREST{Deps: deps},
+	}
+}
+
+// Subresources are the download subresources served, for the server's
+// long-running request check.
+var Subresources = []string{"etcd-snapshot", "support-bundle", "packet-capture", "talosconfig-reader"}
+
+// refuseDryRun refuses a dry run: a download issues a Talos credential and
+// records who downloaded what, which a dry run could not undo.
+func refuseDryRun(dryRun []string) error {
+	if len(dryRun) > 0 {
+		return apierrors.NewBadRequest("a download cannot be a dry run: it issues a Talos credential and records who downloaded what")
+	}
+	return nil
+}
+
+// authorize checks the download verb on resource/subresource for the
+// requester and returns the requester's name.
+func (d *Deps) authorize(ctx context.Context, resource, subresource, name string) (string, error) {
+	user, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return "", apierrors.NewUnauthorized("a download needs an authenticated user")
+	}
+	decision, reason, err := d.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: user, Verb: VerbDownload, Namespace: genericapirequest.NamespaceValue(ctx),
+		APIGroup: ichor.GroupName, APIVersion: v1alpha1.SchemeGroupVersion.Version,
+		Resource: resource, Subresource: subresource, Name: name, ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return user.GetName(), nil
+	}
+	msg := fmt.Sprintf("user %q cannot download %s/%s %q: it needs the %q verb on resource %q, subresource %q",
+		user.GetName(), resource, subresource, name, VerbDownload, resource, subresource)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (authorizer error: %v)", err)
+	}
+	return "", apierrors.NewForbidden(ichor.Resource(resource+"/"+subresource), name, errors.New(msg))
+}
+
+// machineFor checks the download verb and returns the stored machine,
+// which must be a configured member of its cluster, and the requester.
+func (d *Deps) machineFor(ctx context.Context, name, subresource string) (*ichor.TalosMachine, string, error) {
+	user, err := d.authorize(ctx, "talosmachines", subresource, name)
+	if err != nil {
+		return nil, "", err
+	}
+	obj, err := d.Machines.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	m := obj.(*ichor.TalosMachine)
+	if !configuredMember(m) {
+		return nil, "", apierrors.NewConflict(ichor.Resource("talosmachines"), name,
+			errors.New("it is not a configured member of a cluster, so it has nothing to download"))
+	}
+	return m, user, nil
+}
+
+// configuredMember reports whether m is an approved machine that runs its
+// cluster's config.
+func configuredMember(m *ichor.TalosMachine) bool {
+	return m.DeletionTimestamp == nil && m.Status.AppliedConfig != nil &&
+		m.Status.Approval != nil && m.Status.Approval.Decision == ichor.ApprovalApproved
+}
+
+// download is one download that may start: what the user gets and how it
+// is recorded once the stream opens.
+type download struct {
+	deps        *Deps
+	user        string
+	object      *corev1.ObjectReference
+	what        string // "the etcd-snapshot of TalosMachine cp-1"
+	contentType string
+	// open starts the stream; release, when set, runs once the response is done.
+	open func(ctx context.Context) (body io.ReadCloser, release func(), err error)
+}
+
+var _ rest.ResourceStreamer = &download{}
+
+func (d *download) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (d *download) DeepCopyObject() runtime.Object {
+	panic("a download cannot be copied")
+}
+
+// peekSize is how much of the stream is read before the response starts:
+// a node's refusal comes with its first message, and is then still an API
+// error rather than a cut response.
+const peekSize = 32 << 10
+
+// InputStream opens the stream, waits for its first bytes, records the
+// download and hands the stream to the response.
+func (d *download) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
+	body, release, err := d.open(ctx)
+	if err != nil {
+		return nil, false, "", err
+	}
+	r := &stream{Reader: bufio.NewReaderSize(body, peekSize), body: body, release: release}
+	if _, err := r.Peek(1); err != nil && !errors.Is(err, io.EOF) {
+		_ = r.Close()
+		return nil, false, "", apierrors.NewServiceUnavailable(fmt.Sprintf("download %s: %v", d.what, err))
+	}
+	d.record(ctx)
+	return r, false, d.contentType, nil
+}
+
+// record leaves the Event naming the user and the audit annotation.
+func (d *download) record(ctx context.Context) {
+	msg := fmt.Sprintf("%s downloaded %s", d.user, d.what)
+	audit.AddAuditAnnotation(ctx, AuditAnnotation, msg)
+	if d.deps.Recorder != nil {
+		d.deps.Recorder.Eventf(d.object, nil, corev1.EventTypeNormal, EventReason, "Download", "%s", msg)
+	}
+}
+
+// stream is the response body: the peeked reader over the node's stream,
+// which closes the stream and then releases what it held.
+type stream struct {
+	*bufio.Reader
+	body    io.Closer
+	release func()
+}
+
+func (s *stream) Close() error {
+	err := s.body.Close()
+	if s.release != nil {
+		s.release()
+	}
+	return err
+}
+
+// reference is the Event's reference to obj.
+func reference(kind string, obj metav1.Object) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: kind,
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
+	}
+}
+
+// session gets a credential for purpose on machine m and opens a Talos
+// session with it.
+func (d *Deps) session(ctx context.Context, m *ichor.TalosMachine, purpose v1alpha1.CredentialPurpose) (talos.Node, error) {
+	creds, err := d.Credentials.Request(ctx, m.Namespace, m.Spec.ClusterName, []string{m.Name}, purpose)
+	if err != nil {
+		return nil, err
+	}
+	node, err := d.Dialer.Configured(ctx, m.Spec.Address, creds)
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("connect to TalosMachine %s: %v", m.Name, err))
+	}
+	return node, nil
+}
+
+// streamEndpoint is what the download endpoints share.
+type streamEndpoint struct{}
+
+// Destroy does nothing: the main endpoint owns the storage.
+func (streamEndpoint) Destroy() {}
+
+// ProducesObject says the response is a stream, not an object.
+func (streamEndpoint) ProducesObject(string) any { return "" }

@@ -1,0 +1,69 @@
+package download
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// SupportBundleREST is GET talosmachines/NAME/support-bundle: a zip archive
+// of the node's version, services, logs, kernel log and main resources, as
+// os:reader reads them (talos.Node.SupportBundle says what is in it).
+type SupportBundleREST struct {
+	Deps
+	streamEndpoint
+}
+
+var (
+	_ rest.GetterWithOptions = &SupportBundleREST{}
+	_ rest.StorageMetadata   = &SupportBundleREST{}
+)
+
+// New returns an empty TalosMachine, the kind the subresource belongs to.
+func (r *SupportBundleREST) New() runtime.Object { return &ichor.TalosMachine{} }
+
+// NewGetOptions returns the download's query parameters.
+func (r *SupportBundleREST) NewGetOptions() (runtime.Object, bool, string) {
+	return &ichor.DownloadOptions{}, false, ""
+}
+
+// ProducesMIMETypes is what the stream is served as.
+func (r *SupportBundleREST) ProducesMIMETypes(string) []string { return []string{"application/zip"} }
+
+// Get checks the request and returns the bundle's stream: the archive is
+// written as the response reads it, file by file from the node.
+func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
+	const subresource = "support-bundle"
+	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
+		return nil, err
+	}
+	m, user, err := r.machineFor(ctx, name, subresource)
+	if err != nil {
+		return nil, err
+	}
+	return &download{
+		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/zip",
+		what: fmt.Sprintf("the %s of TalosMachine %s", subresource, m.Name),
+		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
+			node, err := r.session(ctx, m, v1alpha1.PurposeSupportBundle)
+			if err != nil {
+				return nil, nil, err
+			}
+			pr, pw := io.Pipe()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				pw.CloseWithError(node.SupportBundle(ctx, pw))
+			}()
+			// Closing the body ends the writer (its next write fails), and
+			// the session closes once the writer is done with it.
+			return pr, func() { <-done; _ = node.Close() }, nil
+		},
+	}, nil
+}

@@ -1,0 +1,114 @@
+package download
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/siderolabs/crypto/x509"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// TalosconfigReaderREST is GET talosclusters/NAME/talosconfig-reader: a
+// talosconfig for the cluster's control planes with an os:reader client
+// certificate, valid for the installation's readerTalosconfig lifetime (at
+// most an hour). Its key is made for this download and handed to the user;
+// the server keeps no copy.
+type TalosconfigReaderREST struct {
+	Deps
+	streamEndpoint
+}
+
+var (
+	_ rest.GetterWithOptions = &TalosconfigReaderREST{}
+	_ rest.StorageMetadata   = &TalosconfigReaderREST{}
+)
+
+// New returns an empty TalosCluster, the kind the subresource belongs to.
+func (r *TalosconfigReaderREST) New() runtime.Object { return &ichor.TalosCluster{} }
+
+// NewGetOptions returns the download's query parameters.
+func (r *TalosconfigReaderREST) NewGetOptions() (runtime.Object, bool, string) {
+	return &ichor.DownloadOptions{}, false, ""
+}
+
+// ProducesMIMETypes is what the talosconfig is served as.
+func (r *TalosconfigReaderREST) ProducesMIMETypes(string) []string {
+	return []string{"application/yaml"}
+}
+
+// Get checks the request and returns the talosconfig, made when the
+// response reads it.
+func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
+	const subresource = "talosconfig-reader"
+	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
+		return nil, err
+	}
+	user, err := r.authorize(ctx, "talosclusters", subresource, name)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := r.Clusters.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	cluster := obj.(*ichor.TalosCluster)
+	endpoints, err := r.controlPlaneEndpoints(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return &download{
+		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: "application/yaml",
+		what: fmt.Sprintf("a %s talosconfig of TalosCluster %s", subresource, name),
+		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
+			creds, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
+			if err != nil {
+				return nil, nil, err
+			}
+			contextName := cluster.Namespace + "/" + cluster.Name + "-reader"
+			cfg := clientconfig.NewConfig(contextName, endpoints, creds.CA, &x509.PEMEncodedCertificateAndKey{Crt: creds.Certificate, Key: creds.Key})
+			data, err := cfg.Bytes()
+			if err != nil {
+				return nil, nil, fmt.Errorf("encode the talosconfig of TalosCluster %s: %w", name, err)
+			}
+			return io.NopCloser(bytes.NewReader(data)), nil, nil
+		},
+	}, nil
+}
+
+// controlPlaneEndpoints are the Talos API addresses of the cluster's
+// configured control planes, sorted; a cluster without one has no
+// talosconfig to give yet.
+func (r *TalosconfigReaderREST) controlPlaneEndpoints(ctx context.Context, cluster *ichor.TalosCluster) ([]string, error) {
+	obj, err := r.Machines.List(ctx, &metainternalversion.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.clusterName", cluster.Name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
+	for i := range obj.(*ichor.TalosMachineList).Items {
+		m := &obj.(*ichor.TalosMachineList).Items[i]
+		if m.Spec.Role == ichor.MachineRoleControlPlane && configuredMember(m) {
+			endpoints = append(endpoints, m.Spec.Address)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, apierrors.NewConflict(ichor.Resource("talosclusters"), cluster.Name,
+			errors.New("it has no configured control plane yet, so a talosconfig would have no endpoint"))
+	}
+	slices.Sort(endpoints)
+	return endpoints, nil
+}
