@@ -9,6 +9,8 @@ cd "${ROOT}"
 MODULE=ichor.dev/ichor
 BOILERPLATE="${ROOT}/hack/boilerplate.go.txt"
 
+# go list names the module's directory only once it is in the module cache.
+go mod download k8s.io/code-generator
 CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"

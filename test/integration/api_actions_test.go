@@ -23,15 +23,6 @@ import (
 // through the aggregator as the roles in artifacts/ allow, with the typed
 // client and with kubectl.
 
-// waitEventSaying waits for an Event of type and reason on the object named
-// name whose message contains text.
-func waitEventSaying(ctx context.Context, t *testing.T, ns, name, eventType, reason, text string) {
-	t.Helper()
-	if e := waitEvent(ctx, t, ns, name, eventType, reason); !strings.Contains(e.Message, text) {
-		t.Errorf("%s Event on %s says %q, want %q", reason, name, e.Message, text)
-	}
-}
-
 func TestStartNeedsTheStartVerbOnTheOperationsType(t *testing.T) {
 	ns := cp.Namespace(t)
 	ctx := apiContext(t)

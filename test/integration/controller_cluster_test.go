@@ -591,6 +591,18 @@ spec:
 		checkEtcdSnapshotDownload(ctx, t, ns, etcd)
 	})
 
+	t.Run("a support bundle streams as a zip archive", func(t *testing.T) {
+		checkSupportBundleDownload(ctx, t, ns)
+	})
+
+	t.Run("a packet capture streams as a pcap file for its duration", func(t *testing.T) {
+		checkPacketCaptureDownload(ctx, t, ns)
+	})
+
+	t.Run("a reader talosconfig works with talosctl and reads only", func(t *testing.T) {
+		checkTalosconfigReaderDownload(ctx, t, ns, nodes)
+	})
+
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {
 		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
 			t.Fatal(err)

@@ -98,8 +98,9 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 	if !slices.Equal(cert.Subject.Organization, []string{string(role.Reader)}) || cert.Subject.CommonName != "olivia" || issued.Status.Role != string(role.Reader) {
 		t.Errorf("certificate subject %v, status role %q; want O=[os:reader] CN=olivia", cert.Subject, issued.Status.Role)
 	}
-	if lifetime := cert.NotAfter.Sub(cert.NotBefore); lifetime > 10*time.Minute || lifetime <= 0 {
-		t.Errorf("certificate valid for %s, want at most 10m", lifetime)
+	// A reader talosconfig is for a person to use a while: an hour.
+	if lifetime := cert.NotAfter.Sub(cert.NotBefore); lifetime > credentialrequest.MaxReaderTalosconfigLifetime || lifetime < 50*time.Minute {
+		t.Errorf("talosconfig-reader certificate valid for %s, want an hour", lifetime)
 	}
 	if exp := issued.Status.ExpirationTimestamp; exp == nil || !exp.Time.Equal(cert.NotAfter) {
 		t.Errorf("expirationTimestamp %v, certificate notAfter %v", exp, cert.NotAfter)
@@ -153,6 +154,25 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 		t.Errorf("request for another cluster's machine: conditions %+v, certificate %q", denied.Status.Conditions, denied.Status.Certificate)
 	}
 
+	// A credential for one download lives ten minutes at most.
+	if _, err := admin.Create(ctx, &v1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "carol-bundle"},
+		Spec: v1alpha1.TalosCredentialRequestSpec{
+			ClusterName: "demo", Machines: []string{"cp-1"}, Purpose: v1alpha1.PurposeSupportBundle, PublicKey: pub2,
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bundle := waitAnswered(ctx, t, ns, "carol-bundle", "carol", "ichor:admin")
+	if block, _ := pem.Decode([]byte(bundle.Status.Certificate)); block == nil {
+		t.Errorf("support-bundle request: conditions %+v, certificate %q", bundle.Status.Conditions, bundle.Status.Certificate)
+	} else if cert, err := x509.ParseCertificate(block.Bytes); err != nil {
+		t.Error(err)
+	} else if lifetime := cert.NotAfter.Sub(cert.NotBefore); lifetime > credentialrequest.MaxLifetime || lifetime <= 0 ||
+		!slices.Equal(cert.Subject.Organization, []string{string(role.Reader)}) || cert.Subject.CommonName != "carol" {
+		t.Errorf("support-bundle certificate %v valid for %s, want O=[os:reader] CN=carol for at most %s", cert.Subject, lifetime, credentialrequest.MaxLifetime)
+	}
+
 	// A request for a cluster that does not exist is denied too.
 	if _, err := operatorRequests.Create(ctx, &v1alpha1.TalosCredentialRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: "olivia-absent"},
@@ -166,7 +186,7 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 	}
 
 	// All are deleted once the retention is over.
-	for _, name := range []string{"olivia-reader", "carol-snapshot", "olivia-absent"} {
+	for _, name := range []string{"olivia-reader", "carol-snapshot", "carol-bundle", "olivia-absent"} {
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, credentialRetention+time.Minute, true, func(ctx context.Context) (bool, error) {
 			_, err := admin.Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil

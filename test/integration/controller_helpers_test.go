@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,9 +221,22 @@ func describeStatus(m *v1alpha1.TalosMachine) string {
 	return fmt.Sprintf("phase=%s maintenance=%+v conditions=%+v", m.Status.Phase, m.Status.Maintenance, m.Status.Conditions)
 }
 
-// waitEvent polls the Events of the object named name in ns until one has
-// type and reason, and returns it.
+// waitEvent waits for an Event of type and reason on the object named name.
 func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType, reason string) corev1.Event {
+	t.Helper()
+	return waitEventMatching(ctx, t, ns, name, eventType, reason, "")
+}
+
+// waitEventSaying waits for an Event of type and reason on the object named
+// name whose message contains text.
+func waitEventSaying(ctx context.Context, t testing.TB, ns, name, eventType, reason, text string) {
+	t.Helper()
+	waitEventMatching(ctx, t, ns, name, eventType, reason, text)
+}
+
+// waitEventMatching waits for an Event of type and reason on the object
+// named name whose message contains text (any message when text is empty).
+func waitEventMatching(ctx context.Context, t testing.TB, ns, name, eventType, reason, text string) corev1.Event {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	var found corev1.Event
@@ -237,8 +251,8 @@ func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType, reason st
 			if e.InvolvedObject.Name != name {
 				continue
 			}
-			seen = append(seen, e.Type+"/"+e.Reason)
-			if e.Type == eventType && e.Reason == reason {
+			seen = append(seen, e.Type+"/"+e.Reason+": "+e.Message)
+			if e.Type == eventType && e.Reason == reason && strings.Contains(e.Message, text) {
 				found = e
 				return true, nil
 			}
@@ -246,7 +260,7 @@ func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType, reason st
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no %s Event %s for %s/%s: %v; seen %v", eventType, reason, ns, name, err, seen)
+		t.Fatalf("no %s Event %s saying %q for %s/%s: %v; seen %q", eventType, reason, text, ns, name, err, seen)
 	}
 	return found
 }

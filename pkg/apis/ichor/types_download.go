@@ -25,7 +25,7 @@ type PacketCaptureOptions struct {
 	// Promiscuous puts the link in promiscuous mode while capturing.
 	Promiscuous bool
 	// SnapLength is the most bytes kept of each packet; 0 lets the node decide.
-	SnapLength int32
+	SnapLength int64
 	// DurationSeconds is how long the capture runs; 0 means the default.
 	DurationSeconds int64
 }

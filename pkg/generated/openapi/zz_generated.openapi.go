@@ -1834,7 +1834,7 @@ func schema_pkg_apis_ichor_v1alpha1_PacketCaptureOptions(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "snapLength is the most bytes kept of each packet; 0 or unset lets the node decide (Talos keeps 4096).",
 							Type:        []string{"integer"},
-							Format:      "int32",
+							Format:      "int64",
 						},
 					},
 					"durationSeconds": {

@@ -37,7 +37,7 @@ type PacketCaptureOptions struct {
 	// snapLength is the most bytes kept of each packet; 0 or unset lets the
 	// node decide (Talos keeps 4096).
 	// +optional
-	SnapLength int32 `json:"snapLength,omitempty"`
+	SnapLength int64 `json:"snapLength,omitempty"`
 	// durationSeconds is how long the capture runs before the stream ends,
 	// 1 to 3600; 10 when unset. Captures longer than kube-apiserver's
 	// request timeout (one minute by default) need it raised.

@@ -1614,7 +1614,9 @@ func autoConvert_url_Values_To_v1alpha1_PacketCaptureOptions(in *url.Values, out
 		out.Promiscuous = false
 	}
 	if values, ok := map[string][]string(*in)["snapLength"]; ok && len(values) > 0 {
-		// FIXME: out.SnapLength is of not yet supported type and requires manual conversion
+		if err := runtime.Convert_Slice_string_To_int64(&values, &out.SnapLength, s); err != nil {
+			return err
+		}
 	} else {
 		out.SnapLength = 0
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,29 +66,37 @@ func (c *Credentials) onBehalfOf(requester user.Info) (versioned.Interface, erro
 	return versioned.NewForConfig(cfg)
 }
 
+// Issued is a Talos credential and the request that issued it.
+type Issued struct {
+	talos.Credentials
+	// Request refers to the TalosCredentialRequest that was answered; it is
+	// deleted by the time the credential is used.
+	Request *corev1.ObjectReference
+}
+
 // Request asks, on behalf of the user of ctx, for a credential for purpose
 // on machines of cluster and waits for the answer. The request is deleted
 // once answered.
-func (c *Credentials) Request(ctx context.Context, namespace, cluster string, machines []string, purpose v1alpha1.CredentialPurpose) (talos.Credentials, error) {
+func (c *Credentials) Request(ctx context.Context, namespace, cluster string, machines []string, purpose v1alpha1.CredentialPurpose) (Issued, error) {
 	requester, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
-		return talos.Credentials{}, apierrors.NewUnauthorized("a Talos credential needs an authenticated requester")
+		return Issued{}, apierrors.NewUnauthorized("a Talos credential needs an authenticated requester")
 	}
 	server, err := c.client()
 	if err != nil {
-		return talos.Credentials{}, fmt.Errorf("loopback client: %w", err)
+		return Issued{}, fmt.Errorf("loopback client: %w", err)
 	}
 	asRequester, err := c.onBehalfOf(requester)
 	if err != nil {
-		return talos.Credentials{}, fmt.Errorf("loopback client for %s: %w", requester.GetName(), err)
+		return Issued{}, fmt.Errorf("loopback client for %s: %w", requester.GetName(), err)
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return talos.Credentials{}, err
+		return Issued{}, err
 	}
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return talos.Credentials{}, err
+		return Issued{}, err
 	}
 	requests := server.IchorV1alpha1().TalosCredentialRequests(namespace)
 	req, err := asRequester.IchorV1alpha1().TalosCredentialRequests(namespace).Create(ctx, &v1alpha1.TalosCredentialRequest{
@@ -98,7 +107,7 @@ func (c *Credentials) Request(ctx context.Context, namespace, cluster string, ma
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return talos.Credentials{}, explain(err, fmt.Sprintf("request a %s Talos credential for %s", purpose, requester.GetName()))
+		return Issued{}, explain(err, fmt.Sprintf("request a %s Talos credential for %s", purpose, requester.GetName()))
 	}
 	defer func() {
 		_ = requests.Delete(context.WithoutCancel(ctx), req.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(req.UID))})
@@ -106,20 +115,23 @@ func (c *Credentials) Request(ctx context.Context, namespace, cluster string, ma
 
 	answered, err := wait(ctx, requests, c.timeout(), req)
 	if err != nil {
-		return talos.Credentials{}, err
+		return Issued{}, err
 	}
 	if d := meta.FindStatusCondition(answered.Status.Conditions, v1alpha1.CredentialRequestDenied); d != nil && d.Status == metav1.ConditionTrue {
-		return talos.Credentials{}, apierrors.NewForbidden(ichor.Resource("taloscredentialrequests"), req.Name,
+		return Issued{}, apierrors.NewForbidden(ichor.Resource("taloscredentialrequests"), req.Name,
 			fmt.Errorf("the controller denied the Talos credential: %s: %s", d.Reason, d.Message))
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return talos.Credentials{}, err
+		return Issued{}, err
 	}
-	return talos.Credentials{
-		CA:          []byte(answered.Status.CABundle),
-		Certificate: []byte(answered.Status.Certificate),
-		Key:         pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	return Issued{
+		Credentials: talos.Credentials{
+			CA:          []byte(answered.Status.CABundle),
+			Certificate: []byte(answered.Status.Certificate),
+			Key:         pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		},
+		Request: reference("TalosCredentialRequest", answered),
 	}, nil
 }
 

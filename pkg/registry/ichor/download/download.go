@@ -147,8 +147,20 @@ type download struct {
 	object      *corev1.ObjectReference
 	what        string // "the etcd-snapshot of TalosMachine cp-1"
 	contentType string
-	// open starts the stream; release, when set, runs once the response is done.
-	open func(ctx context.Context) (body io.ReadCloser, release func(), err error)
+	// open starts the stream.
+	open func(ctx context.Context) (*opened, error)
+}
+
+// opened is a download's stream, once started.
+type opened struct {
+	body io.ReadCloser
+	// release, when set, runs once the response is done with body.
+	release func()
+	// credential refers to the TalosCredentialRequest that issued the
+	// download's certificate. The Event relates to it, which also keeps
+	// each download its own Event: the Events API folds Events that differ
+	// only in their note into one series.
+	credential *corev1.ObjectReference
 }
 
 var _ rest.ResourceStreamer = &download{}
@@ -166,25 +178,25 @@ const peekSize = 32 << 10
 // InputStream opens the stream, waits for its first bytes, records the
 // download and hands the stream to the response.
 func (d *download) InputStream(ctx context.Context, _, _ string) (io.ReadCloser, bool, string, error) {
-	body, release, err := d.open(ctx)
+	o, err := d.open(ctx)
 	if err != nil {
 		return nil, false, "", err
 	}
-	r := &stream{Reader: bufio.NewReaderSize(body, peekSize), body: body, release: release}
+	r := &stream{Reader: bufio.NewReaderSize(o.body, peekSize), body: o.body, release: o.release}
 	if _, err := r.Peek(1); err != nil && !errors.Is(err, io.EOF) {
 		_ = r.Close()
 		return nil, false, "", apierrors.NewServiceUnavailable(fmt.Sprintf("download %s: %v", d.what, err))
 	}
-	d.record(ctx)
+	d.record(ctx, o.credential)
 	return r, false, d.contentType, nil
 }
 
 // record leaves the Event naming the user and the audit annotation.
-func (d *download) record(ctx context.Context) {
+func (d *download) record(ctx context.Context, credential *corev1.ObjectReference) {
 	msg := fmt.Sprintf("%s downloaded %s", d.user, d.what)
 	audit.AddAuditAnnotation(ctx, AuditAnnotation, msg)
 	if d.deps.Recorder != nil {
-		d.deps.Recorder.Eventf(d.object, nil, corev1.EventTypeNormal, EventReason, "Download", "%s", msg)
+		d.deps.Recorder.Eventf(d.object, credential, corev1.EventTypeNormal, EventReason, "Download", "%s", msg)
 	}
 }
 
@@ -213,17 +225,17 @@ func reference(kind string, obj metav1.Object) *corev1.ObjectReference {
 }
 
 // session gets a credential for purpose on machine m and opens a Talos
-// session with it.
-func (d *Deps) session(ctx context.Context, m *ichor.TalosMachine, purpose v1alpha1.CredentialPurpose) (talos.Node, error) {
-	creds, err := d.Credentials.Request(ctx, m.Namespace, m.Spec.ClusterName, []string{m.Name}, purpose)
+// session with it; it also returns the request that issued the credential.
+func (d *Deps) session(ctx context.Context, m *ichor.TalosMachine, purpose v1alpha1.CredentialPurpose) (talos.Node, *corev1.ObjectReference, error) {
+	issued, err := d.Credentials.Request(ctx, m.Namespace, m.Spec.ClusterName, []string{m.Name}, purpose)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	node, err := d.Dialer.Configured(ctx, m.Spec.Address, creds)
+	node, err := d.Dialer.Configured(ctx, m.Spec.Address, issued.Credentials)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("connect to TalosMachine %s: %v", m.Name, err))
+		return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("connect to TalosMachine %s: %v", m.Name, err))
 	}
-	return node, nil
+	return node, issued.Request, nil
 }
 
 // streamEndpoint is what the download endpoints share.

@@ -3,7 +3,6 @@ package download
 import (
 	"context"
 	"fmt"
-	"io"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,17 +54,17 @@ func (r *EtcdSnapshotREST) Get(ctx context.Context, name string, options runtime
 	return &download{
 		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/octet-stream",
 		what: fmt.Sprintf("the %s of TalosMachine %s", subresource, m.Name),
-		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
-			node, err := r.session(ctx, m, v1alpha1.PurposeEtcdSnapshot)
+		open: func(ctx context.Context) (*opened, error) {
+			node, credential, err := r.session(ctx, m, v1alpha1.PurposeEtcdSnapshot)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			body, err := node.EtcdSnapshot(ctx)
 			if err != nil {
 				_ = node.Close()
-				return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("etcd snapshot of TalosMachine %s: %v", name, err))
+				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("etcd snapshot of TalosMachine %s: %v", name, err))
 			}
-			return body, func() { _ = node.Close() }, nil
+			return &opened{body: body, release: func() { _ = node.Close() }, credential: credential}, nil
 		},
 	}, nil
 }

@@ -97,10 +97,10 @@ func (r *PacketCaptureREST) Get(ctx context.Context, name string, options runtim
 	return &download{
 		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/vnd.tcpdump.pcap",
 		what: fmt.Sprintf("a %s %s of link %s on TalosMachine %s", duration, subresource, o.Interface, m.Name),
-		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
-			node, err := r.session(ctx, m, v1alpha1.PurposePacketCapture)
+		open: func(ctx context.Context) (*opened, error) {
+			node, credential, err := r.session(ctx, m, v1alpha1.PurposePacketCapture)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			captureCtx, cancel := context.WithTimeout(ctx, duration)
 			body, err := node.PacketCapture(captureCtx, talos.PacketCapture{
@@ -110,12 +110,14 @@ func (r *PacketCaptureREST) Get(ctx context.Context, name string, options runtim
 				cancel()
 				_ = node.Close()
 				if errors.Is(err, talos.ErrNoSuchLink) {
-					return nil, nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), name, field.ErrorList{
+					return nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), name, field.ErrorList{
 						field.NotFound(field.NewPath("interface"), o.Interface)})
 				}
-				return nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("packet capture on TalosMachine %s: %v", name, err))
+				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("packet capture on TalosMachine %s: %v", name, err))
 			}
-			return &timedCapture{ReadCloser: body, ctx: captureCtx}, func() { cancel(); _ = node.Close() }, nil
+			return &opened{
+				body: &timedCapture{ReadCloser: body, ctx: captureCtx}, release: func() { cancel(); _ = node.Close() }, credential: credential,
+			}, nil
 		},
 	}, nil
 }

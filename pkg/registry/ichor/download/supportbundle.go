@@ -50,10 +50,10 @@ func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtim
 	return &download{
 		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/zip",
 		what: fmt.Sprintf("the %s of TalosMachine %s", subresource, m.Name),
-		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
-			node, err := r.session(ctx, m, v1alpha1.PurposeSupportBundle)
+		open: func(ctx context.Context) (*opened, error) {
+			node, credential, err := r.session(ctx, m, v1alpha1.PurposeSupportBundle)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			pr, pw := io.Pipe()
 			done := make(chan struct{})
@@ -63,7 +63,7 @@ func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtim
 			}()
 			// Closing the body ends the writer (its next write fails), and
 			// the session closes once the writer is done with it.
-			return pr, func() { <-done; _ = node.Close() }, nil
+			return &opened{body: pr, release: func() { <-done; _ = node.Close() }, credential: credential}, nil
 		},
 	}, nil
 }

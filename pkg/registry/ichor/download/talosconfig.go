@@ -72,18 +72,18 @@ func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options ru
 	return &download{
 		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: "application/yaml",
 		what: fmt.Sprintf("a %s talosconfig of TalosCluster %s", subresource, name),
-		open: func(ctx context.Context) (io.ReadCloser, func(), error) {
-			creds, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
+		open: func(ctx context.Context) (*opened, error) {
+			issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			contextName := cluster.Namespace + "/" + cluster.Name + "-reader"
-			cfg := clientconfig.NewConfig(contextName, endpoints, creds.CA, &x509.PEMEncodedCertificateAndKey{Crt: creds.Certificate, Key: creds.Key})
+			cfg := clientconfig.NewConfig(contextName, endpoints, issued.CA, &x509.PEMEncodedCertificateAndKey{Crt: issued.Certificate, Key: issued.Key})
 			data, err := cfg.Bytes()
 			if err != nil {
-				return nil, nil, fmt.Errorf("encode the talosconfig of TalosCluster %s: %w", name, err)
+				return nil, fmt.Errorf("encode the talosconfig of TalosCluster %s: %w", name, err)
 			}
-			return io.NopCloser(bytes.NewReader(data)), nil, nil
+			return &opened{body: io.NopCloser(bytes.NewReader(data)), credential: issued.Request}, nil
 		},
 	}, nil
 }

@@ -1,0 +1,231 @@
+package integration
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+
+	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// These checks download what a node or a cluster hands out, other than an
+// etcd snapshot, with kubectl get --raw through kube-apiserver and
+// ichor-apiserver, against the Ready cluster demo.
+
+// machinePath is the path of a TalosMachine's subresource in ns.
+func machinePath(ns, machine, subresource string) string {
+	return "/apis/ichor.dev/v1alpha1/namespaces/" + ns + "/talosmachines/" + machine + "/" + subresource
+}
+
+// wantKubectlError fails t unless err is kubectl's and its output holds every part.
+func wantKubectlError(t *testing.T, what string, err error, parts ...string) {
+	t.Helper()
+	var kerr *harness.KubectlError
+	if !errors.As(err, &kerr) {
+		t.Errorf("%s: %v, want kubectl to fail", what, err)
+		return
+	}
+	for _, p := range parts {
+		if !strings.Contains(kerr.Stderr, p) {
+			t.Errorf("%s: kubectl says %q, want it to say %q", what, kerr.Stderr, p)
+		}
+	}
+}
+
+// checkSupportBundleDownload downloads cp-1's support bundle as an admin and
+// reads the archive; operators may not.
+func checkSupportBundleDownload(ctx context.Context, t *testing.T, ns string) {
+	path := machinePath(ns, "cp-1", "support-bundle")
+	out, err := cp.Kubectl(ctx, "--as=carol", "--as-group=ichor:admin", "get", "--raw", path)
+	if err != nil {
+		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	}
+	z, err := zip.NewReader(strings.NewReader(out), int64(len(out)))
+	if err != nil {
+		t.Fatalf("the support bundle (%d bytes) is not a zip archive: %v", len(out), err)
+	}
+	files := map[string]string{}
+	for _, f := range z.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+		files[f.Name] = string(b)
+	}
+	for name, want := range map[string]string{
+		"version":                        "Tag:        v1.13.0",
+		"services":                       "etcd",
+		"service-logs/kubelet.log":       "kubelet: simulated log line",
+		"dmesg.log":                      "Linux version",
+		"resources/machinetypes.yaml":    "controlplane",
+		"resources/machinestatuses.yaml": "stage: running",
+	} {
+		if got, ok := files[name]; !ok || !strings.Contains(got, want) {
+			t.Errorf("support bundle %s: want it to hold %q (present %t)", name, want, ok)
+		}
+	}
+	// The credential was os:reader's, which reads all of it.
+	if e, ok := files["errors.txt"]; ok {
+		t.Errorf("the bundle has errors:\n%s", e)
+	}
+	for name, body := range files {
+		if strings.Contains(body, "PRIVATE KEY") {
+			t.Errorf("support bundle %s holds a private key", name)
+		}
+	}
+	waitEventSaying(ctx, t, ns, "cp-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded the support-bundle of TalosMachine cp-1")
+
+	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path)
+	wantKubectlError(t, "operator support bundle", err, "Forbidden")
+}
+
+// checkPacketCaptureDownload captures a second of worker-1's eth0 as an
+// admin and reads the pcap file; bad options are refused with the field.
+func checkPacketCaptureDownload(ctx context.Context, t *testing.T, ns string) {
+	path := machinePath(ns, "worker-1", "packet-capture")
+	admin := []string{"--as=carol", "--as-group=ichor:admin", "get", "--raw"}
+	start := time.Now()
+	out, err := cp.Kubectl(ctx, append(admin, path+"?interface=eth0&durationSeconds=1&snapLength=128")...)
+	if err != nil {
+		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	}
+	t.Logf("a one-second capture took %s", time.Since(start).Round(time.Millisecond))
+	pcap := []byte(out)
+	if len(pcap) < 24 {
+		t.Fatalf("capture of %d bytes, want a pcap header at least", len(pcap))
+	}
+	if magic, snap := binary.LittleEndian.Uint32(pcap), binary.LittleEndian.Uint32(pcap[16:]); magic != 0xa1b2c3d4 || snap != 128 {
+		t.Errorf("pcap header: magic %#x, snap length %d; want 0xa1b2c3d4 and 128", magic, snap)
+	}
+	records := 0
+	for rest := pcap[24:]; len(rest) > 0; records++ {
+		if len(rest) < 16 {
+			t.Fatalf("a cut record header after %d records", records)
+		}
+		n := int(binary.LittleEndian.Uint32(rest[8:]))
+		if n > 128 || len(rest) < 16+n {
+			t.Fatalf("record %d: %d captured bytes of %d left (snap length 128)", records, n, len(rest)-16)
+		}
+		rest = rest[16+n:]
+	}
+	if records != talossim.CapturePackets {
+		t.Errorf("the capture holds %d packets, want the node's %d", records, talossim.CapturePackets)
+	}
+	waitEventSaying(ctx, t, ns, "worker-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded a 1s packet-capture of link eth0 on TalosMachine worker-1")
+
+	for _, c := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"PacketCaptureOptions", "interface: Required value"}},
+		{"?interface=eth9&durationSeconds=1", []string{"PacketCaptureOptions", `interface: Not found: "eth9"`}},
+		{"?interface=eth0&durationSeconds=86400", []string{"durationSeconds: Invalid value: 86400", "between 1 and 3600"}},
+		{"?interface=eth0&snapLength=-1", []string{"snapLength: Invalid value: -1"}},
+		{"?interface=eth0/../x", []string{"interface: Invalid value", "not a link name"}},
+	} {
+		_, err := cp.Kubectl(ctx, append(admin, path+c.query)...)
+		wantKubectlError(t, "capture with "+c.query, err, c.want...)
+	}
+	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path+"?interface=eth0")
+	wantKubectlError(t, "operator capture", err, "Forbidden")
+}
+
+// checkTalosconfigReaderDownload downloads demo's reader talosconfig as an
+// operator and uses it with talosctl: it reads, and may do nothing else.
+func checkTalosconfigReaderDownload(ctx context.Context, t *testing.T, ns string, nodes map[string]*talossim.Node) {
+	path := "/apis/ichor.dev/v1alpha1/namespaces/" + ns + "/talosclusters/demo/talosconfig-reader"
+	out, err := cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path)
+	if err != nil {
+		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	}
+	cfg, err := config.FromBytes([]byte(out))
+	if err != nil {
+		t.Fatalf("the download is not a talosconfig: %v\n%s", err, out)
+	}
+	contextName := ns + "/demo-reader"
+	tc, ok := cfg.Contexts[contextName]
+	if cfg.Context != contextName || !ok {
+		t.Fatalf("talosconfig context %q with contexts %v, want %q", cfg.Context, slices.Collect(maps.Keys(cfg.Contexts)), contextName)
+	}
+	var want []string
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		want = append(want, nodes[name].Addr())
+	}
+	slices.Sort(want)
+	if !slices.Equal(tc.Endpoints, want) {
+		t.Errorf("endpoints %v, want the control planes' %v", tc.Endpoints, want)
+	}
+	crt, err := base64.StdEncoding.DecodeString(tc.Crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(crt)
+	if block == nil {
+		t.Fatalf("the talosconfig's crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cert.Subject.Organization, []string{string(role.Reader)}) || cert.Subject.CommonName != "olivia" {
+		t.Errorf("certificate subject %v, want O=[os:reader] CN=olivia", cert.Subject)
+	}
+	if lifetime := cert.NotAfter.Sub(cert.NotBefore); lifetime > time.Hour || lifetime < 50*time.Minute {
+		t.Errorf("certificate valid for %s, want an hour", lifetime)
+	}
+	waitEventSaying(ctx, t, ns, "demo", corev1.EventTypeNormal, "Downloaded", "olivia downloaded a talosconfig-reader talosconfig of TalosCluster demo")
+
+	// talosctl reads with it, and may not back up etcd.
+	dir := t.TempDir()
+	file := filepath.Join(dir, "talosconfig")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := proc.TalosctlBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	talosctl := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), append([]string{"--talosconfig", file, "--nodes", hostOf(nodes["cp-1"])}, args...)...)
+		cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String() + stderr.String(), err
+	}
+	if out, err := talosctl("version"); err != nil || !strings.Contains(out, "Tag:") {
+		t.Errorf("talosctl version with the reader talosconfig: %v\n%s", err, out)
+	}
+	if out, err := talosctl("etcd", "snapshot", "db.snapshot"); err == nil || !strings.Contains(out, "PermissionDenied") {
+		t.Errorf("talosctl etcd snapshot with the reader talosconfig: %v, want PermissionDenied\n%s", err, out)
+	}
+
+	_, err = cp.Kubectl(ctx, "--as=vera", "--as-group=ichor:viewer", "get", "--raw", path)
+	wantKubectlError(t, "viewer talosconfig", err, "Forbidden")
+}
