@@ -29,14 +29,24 @@ type Config struct {
 	Applies int `json:"applies"`
 	// FillClients is the concurrency used to fill the LIST namespaces.
 	FillClients int `json:"fillClients"`
+	// Identity is who the clients are: IdentityRBAC (a user RBAC grants the
+	// machines to, as a controller or a person is) or IdentityMasters (a
+	// member of system:masters, which every authorizer lets through at once).
+	Identity string `json:"identity"`
 }
+
+// The identities a run's clients can have.
+const (
+	IdentityRBAC    = "rbac"
+	IdentityMasters = "masters"
+)
 
 // DefaultConfig is the full-size benchmark `make bench` runs.
 func DefaultConfig() Config {
 	return Config{
 		Creates: 1000, CreateClients: []int{1, 32},
 		ListSizes: []int{1000, 10000}, PageSize: 500, ListRepeats: 10,
-		Watchers: 100, WatchEvents: 50, Applies: 300, FillClients: 32,
+		Watchers: 100, WatchEvents: 50, Applies: 300, FillClients: 32, Identity: IdentityRBAC,
 	}
 }
 
@@ -45,7 +55,7 @@ func SmokeConfig() Config {
 	return Config{
 		Creates: 20, CreateClients: []int{1, 4},
 		ListSizes: []int{20, 40}, PageSize: 7, ListRepeats: 3,
-		Watchers: 3, WatchEvents: 5, Applies: 10, FillClients: 4,
+		Watchers: 3, WatchEvents: 5, Applies: 10, FillClients: 4, Identity: IdentityRBAC,
 	}
 }
 
@@ -60,6 +70,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WatchEvents, "watch-events", c.WatchEvents, "writes timed in the watch-latency run")
 	fs.IntVar(&c.Applies, "applies", c.Applies, "server-side applies of a status change to time")
 	fs.IntVar(&c.FillClients, "fill-clients", c.FillClients, "concurrency used to fill the LIST namespaces")
+	fs.StringVar(&c.Identity, "identity", c.Identity, "who the clients are: rbac (a user RBAC grants the machines to) or masters (system:masters, which skips authorization)")
 }
 
 // Validate rejects sizes that cannot produce a measurement.
@@ -69,6 +80,9 @@ func (c *Config) Validate() error {
 		if v <= 0 {
 			return fmt.Errorf("-%s must be positive", name)
 		}
+	}
+	if c.Identity != IdentityRBAC && c.Identity != IdentityMasters {
+		return fmt.Errorf("-identity must be %s or %s, got %q", IdentityRBAC, IdentityMasters, c.Identity)
 	}
 	if len(c.CreateClients) == 0 || len(c.ListSizes) == 0 {
 		return fmt.Errorf("-create-clients and -list-sizes must not be empty")

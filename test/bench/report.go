@@ -52,6 +52,11 @@ func (r *Report) add(metric, unit string, ichor, crd float64) {
 	r.Rows = append(r.Rows, row)
 }
 
+// addContext adds a row whose two values do not compare, without a ratio.
+func (r *Report) addContext(metric, unit string, ichor, crd float64) {
+	r.Rows = append(r.Rows, Row{Metric: metric, Unit: unit, Ichor: ichor, CRD: crd})
+}
+
 func (r *Report) addDurations(metric string, ichor, crd time.Duration) {
 	r.add(metric, UnitMillis, millis(ichor), millis(crd))
 }
@@ -68,8 +73,14 @@ func (r *Report) Row(metric string) (Row, bool) {
 	return Row{}, false
 }
 
+var identityText = map[string]string{
+	IdentityRBAC:    "a user RBAC grants the machines to (-identity=rbac)",
+	IdentityMasters: "a member of system:masters, which skips authorization (-identity=masters)",
+}
+
 // WriteTable prints the report as one aligned table.
 func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "clients: %s\n", identityText[r.Config.Identity])
 	if len(r.IchorArgs) > 0 {
 		fmt.Fprintf(w, "ichor-apiserver flags: %s\n", strings.Join(r.IchorArgs, " "))
 	}
