@@ -11,35 +11,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// roleSession opens a session with n holding only roles.
-func roleSession(ctx context.Context, t *testing.T, addr string, creds func(role.Set) talos.Credentials, roles ...role.Role) talos.Node {
+// roleSessions installs a control plane on a simulated node and returns its
+// secrets and a way to open sessions with it that hold only some roles.
+func roleSessions(ctx context.Context, t *testing.T) (*secrets.Bundle, func(...role.Role) talos.Node) {
 	t.Helper()
-	s, err := talos.Machinery{}.Configured(ctx, addr, creds(role.MakeSet(roles...)))
-	if err != nil {
-		t.Fatal(err)
+	n := startNode(t, simOptions())
+	bundle, cfg := controlPlaneConfig(t)
+	installed(ctx, t, n, bundle, cfg)
+	return bundle, func(roles ...role.Role) talos.Node {
+		t.Helper()
+		creds, err := talos.MintCredentials(bundle, role.MakeSet(roles...), time.Now(), 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 func TestSupportBundleAsReader(t *testing.T) {
 	ctx := callContext(t)
-	n := startNode(t, simOptions())
-	bundle, cfg := controlPlaneConfig(t)
-	installed(ctx, t, n, bundle, cfg)
-	mint := func(roles role.Set) talos.Credentials {
-		c, err := talos.MintCredentials(bundle, roles, time.Now(), 10*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	reader := roleSession(ctx, t, n.Addr(), mint, role.Reader)
+	bundle, session := roleSessions(ctx, t)
+	reader := session(role.Reader)
 
 	var buf bytes.Buffer
 	if err := reader.SupportBundle(ctx, &buf); err != nil {
@@ -88,7 +91,7 @@ func TestSupportBundleAsReader(t *testing.T) {
 
 	// A session without read rights gets a bundle that says what it missed.
 	buf.Reset()
-	noone := roleSession(ctx, t, n.Addr(), mint, role.EtcdBackup)
+	noone := session(role.EtcdBackup)
 	if err := noone.SupportBundle(ctx, &buf); err != nil {
 		t.Fatalf("SupportBundle as os:etcd:backup: %v", err)
 	}
@@ -121,17 +124,8 @@ func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestPacketCaptureAsOperator(t *testing.T) {
 	ctx := callContext(t)
-	n := startNode(t, simOptions())
-	bundle, cfg := controlPlaneConfig(t)
-	installed(ctx, t, n, bundle, cfg)
-	mint := func(roles role.Set) talos.Credentials {
-		c, err := talos.MintCredentials(bundle, roles, time.Now(), 10*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	operator := roleSession(ctx, t, n.Addr(), mint, role.Operator)
+	_, session := roleSessions(ctx, t)
+	operator := session(role.Operator)
 
 	if _, err := operator.PacketCapture(ctx, talos.PacketCapture{Interface: "eth9"}); !errors.Is(err, talos.ErrNoSuchLink) {
 		t.Errorf("capture on a missing link: %v, want ErrNoSuchLink", err)
@@ -154,7 +148,7 @@ func TestPacketCaptureAsOperator(t *testing.T) {
 	_ = r.Close()
 
 	// os:reader may not capture: machined allows it to operators and admins.
-	reader := roleSession(ctx, t, n.Addr(), mint, role.Reader)
+	reader := session(role.Reader)
 	r, err = reader.PacketCapture(ctx, talos.PacketCapture{Interface: "eth0"})
 	if err == nil {
 		_, err = io.ReadAll(r)
