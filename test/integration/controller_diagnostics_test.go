@@ -22,6 +22,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
@@ -101,6 +104,26 @@ func checkSupportBundleDownload(ctx context.Context, t *testing.T, ns string) {
 
 	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path)
 	wantKubectlError(t, "operator support bundle", err, "Forbidden")
+
+	// get on the subresource lets the request through kube-apiserver; the
+	// download verb is ichor-apiserver's to check.
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "get-support-bundles"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "gerry-gets-support-bundles"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "get-support-bundles"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gerry"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cp.Kubectl(ctx, "--as=gerry", "get", "--raw", path)
+	wantKubectlError(t, "support bundle with get but not download", err,
+		"Forbidden", `cannot download talosmachines/support-bundle "cp-1"`, `it needs the "download" verb`)
 }
 
 // checkPacketCaptureDownload captures a second of worker-1's eth0 as an

@@ -151,20 +151,27 @@ func wait(ctx context.Context, requests ichorv1alpha1.TalosCredentialRequestInte
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", req.Name).String(), ResourceVersion: req.ResourceVersion,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch TalosCredentialRequest %s: %w", req.Name, err)
+		return nil, explain(err, "watch TalosCredentialRequest "+req.Name)
 	}
 	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
 			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf(
 				"no answer to TalosCredentialRequest %s/%s within %s: is ichor-controller running?", namespace, req.Name, timeout))
 		case e, ok := <-w.ResultChan():
 			if !ok {
 				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the watch of TalosCredentialRequest %s/%s ended before an answer", namespace, req.Name))
 			}
-			if e.Type == watch.Error {
-				return nil, apierrors.FromObject(e.Object)
+			switch e.Type {
+			case watch.Error:
+				return nil, explain(apierrors.FromObject(e.Object), "watch TalosCredentialRequest "+req.Name)
+			case watch.Deleted:
+				return nil, apierrors.NewConflict(ichor.Resource("taloscredentialrequests"), req.Name,
+					errors.New("it was deleted before the controller answered it"))
 			}
 			r, ok := e.Object.(*v1alpha1.TalosCredentialRequest)
 			if !ok {

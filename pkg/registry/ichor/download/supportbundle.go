@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -55,15 +56,24 @@ func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtim
 			if err != nil {
 				return nil, err
 			}
+			// The bundle writes what it cannot read into errors.txt, so a
+			// node that does not answer at all is refused here instead, as
+			// an API error rather than a zip of errors.
+			if _, err := node.Status(ctx); err != nil {
+				_ = node.Close()
+				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("support bundle of TalosMachine %s: the node does not answer: %v", name, err))
+			}
+			bundleCtx, cancel := context.WithCancel(ctx)
 			pr, pw := io.Pipe()
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				pw.CloseWithError(node.SupportBundle(ctx, pw))
+				pw.CloseWithError(node.SupportBundle(bundleCtx, pw))
 			}()
-			// Closing the body ends the writer (its next write fails), and
-			// the session closes once the writer is done with it.
-			return &opened{body: pr, release: func() { <-done; _ = node.Close() }, credential: credential}, nil
+			// Closing the body ends the writer (its next write fails, and
+			// its node calls are cancelled); the session closes once the
+			// writer is done with it.
+			return &opened{body: pr, release: func() { cancel(); <-done; _ = node.Close() }, credential: credential}, nil
 		},
 	}, nil
 }
