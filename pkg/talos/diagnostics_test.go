@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -24,19 +23,7 @@ func roleSessions(ctx context.Context, t *testing.T) (*secrets.Bundle, func(...r
 	n := startNode(t, simOptions())
 	bundle, cfg := controlPlaneConfig(t)
 	installed(ctx, t, n, bundle, cfg)
-	return bundle, func(roles ...role.Role) talos.Node {
-		t.Helper()
-		creds, err := talos.MintCredentials(bundle, role.MakeSet(roles...), time.Now(), 10*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
+	return bundle, func(roles ...role.Role) talos.Node { return sessionAs(ctx, t, n.Addr(), bundle, roles...) }
 }
 
 func TestSupportBundleAsReader(t *testing.T) {

@@ -133,11 +133,18 @@ func installed(ctx context.Context, t *testing.T, n *talossim.Node, bundle *secr
 	if err := n.WaitPhase(ctx, talossim.PhaseRunning); err != nil {
 		t.Fatal(err)
 	}
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), 10*time.Minute)
+	return sessionAs(ctx, t, n.Addr(), bundle, role.Admin)
+}
+
+// sessionAs opens a session with the node at addr with a certificate of
+// bundle's CA holding only roles, closed at test end.
+func sessionAs(ctx context.Context, t *testing.T, addr string, bundle *secrets.Bundle, roles ...role.Role) talos.Node {
+	t.Helper()
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(roles...), time.Now(), 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := talos.Machinery{}.Configured(ctx, n.Addr(), creds)
+	s, err := talos.Machinery{}.Configured(ctx, addr, creds)
 	if err != nil {
 		t.Fatal(err)
 	}
