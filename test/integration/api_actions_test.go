@@ -172,20 +172,9 @@ func TestOverrideLetsOneChangePastItsCheck(t *testing.T) {
 		t.Errorf("operator overrides: %v, want Forbidden", err)
 	}
 	// create on the subresource alone is not enough: admission asks for the override verb.
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
-	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "override-posters"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosconfigpatches/override"}, Verbs: []string{"create"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "override-posters"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "override-posters"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team:override-posters"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantRole(ctx, t, ns, "override-posters",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosconfigpatches/override"}, Verbs: []string{"create"}},
+		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team:override-posters"})
 	poster := apiClientFor(t, cp.ConfigFor("paul", "team:override-posters")).IchorV1alpha1().TalosConfigPatches(ns)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := poster.Override(ctx, p.Name, override, metav1.CreateOptions{})

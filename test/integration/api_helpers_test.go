@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -178,5 +180,24 @@ func apiIchorInstallation() *v1alpha1.IchorInstallation {
 			Version:  "v0.1.0",
 			Settings: v1alpha1.InstallationSettings{ProvisioningNetworks: []string{"10.5.0.0/24"}},
 		},
+	}
+}
+
+// grantRole binds subject to a Role in ns holding rule alone, for a test
+// that needs a right no shipped role grants by itself.
+func grantRole(ctx context.Context, t testing.TB, ns, name string, rule rbacv1.PolicyRule, subject rbacv1.Subject) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

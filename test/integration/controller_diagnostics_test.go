@@ -23,8 +23,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
@@ -107,21 +106,16 @@ func checkSupportBundleDownload(ctx context.Context, t *testing.T, ns string) {
 
 	// get on the subresource lets the request through kube-apiserver; the
 	// download verb is ichor-apiserver's to check.
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
-	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "get-support-bundles"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"get"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "gerry-gets-support-bundles"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "get-support-bundles"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gerry"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = cp.Kubectl(ctx, "--as=gerry", "get", "--raw", path)
+	grantRole(ctx, t, ns, "get-support-bundles",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"get"}},
+		rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gerry"})
+	// kube-apiserver sees the binding once its RBAC cache has it; until
+	// then it refuses gerry itself.
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err = cp.Kubectl(ctx, "--as=gerry", "get", "--raw", path)
+		var kerr *harness.KubectlError
+		return errors.As(err, &kerr) && strings.Contains(kerr.Stderr, "cannot download"), nil
+	})
 	wantKubectlError(t, "support bundle with get but not download", err,
 		"Forbidden", `cannot download talosmachines/support-bundle "cp-1"`, `it needs the "download" verb`)
 }
