@@ -173,8 +173,8 @@ func TestOverrideLetsOneChangePastItsCheck(t *testing.T) {
 	}
 	// create on the subresource alone is not enough: admission asks for the override verb.
 	grantRole(ctx, t, ns, "override-posters",
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosconfigpatches/override"}, Verbs: []string{"create"}},
-		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team:override-posters"})
+		rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team:override-posters"},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosconfigpatches/override"}, Verbs: []string{"create"}})
 	poster := apiClientFor(t, cp.ConfigFor("paul", "team:override-posters")).IchorV1alpha1().TalosConfigPatches(ns)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := poster.Override(ctx, p.Name, override, metav1.CreateOptions{})

@@ -183,13 +183,13 @@ func apiIchorInstallation() *v1alpha1.IchorInstallation {
 	}
 }
 
-// grantRole binds subject to a Role in ns holding rule alone, for a test
-// that needs a right no shipped role grants by itself.
-func grantRole(ctx context.Context, t testing.TB, ns, name string, rule rbacv1.PolicyRule, subject rbacv1.Subject) {
+// grantRole binds subject to a Role in ns holding only rules, for a test
+// that needs rights no shipped role grants by themselves.
+func grantRole(ctx context.Context, t testing.TB, ns, name string, subject rbacv1.Subject, rules ...rbacv1.PolicyRule) {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	if _, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule},
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -106,9 +106,8 @@ func checkSupportBundleDownload(ctx context.Context, t *testing.T, ns string) {
 
 	// get on the subresource lets the request through kube-apiserver; the
 	// download verb is ichor-apiserver's to check.
-	grantRole(ctx, t, ns, "get-support-bundles",
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"get"}},
-		rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gerry"})
+	getBundles := rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"get"}}
+	grantRole(ctx, t, ns, "get-support-bundles", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gerry"}, getBundles)
 	// kube-apiserver sees the binding once its RBAC cache has it; until
 	// then it refuses gerry itself.
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -118,6 +117,26 @@ func checkSupportBundleDownload(ctx context.Context, t *testing.T, ns string) {
 	})
 	wantKubectlError(t, "support bundle with get but not download", err,
 		"Forbidden", `cannot download talosmachines/support-bundle "cp-1"`, `it needs the "download" verb`)
+
+	// download granted by resourceNames: ichor-apiserver first asks whether
+	// gina may download every machine's bundle (no), then about the one
+	// named, in its own check and in the credential request's admission.
+	grantRole(ctx, t, ns, "bundle-of-cp-1", rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "gina"},
+		getBundles,
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/support-bundle"}, Verbs: []string{"download"}, ResourceNames: []string{"cp-1"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create"}})
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err = cp.Kubectl(ctx, "--as=gina", "get", "--raw", path)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Errorf("gina, who may download cp-1's bundle by name, could not: %v", err)
+	} else if _, err := zip.NewReader(strings.NewReader(out), int64(len(out))); err != nil {
+		t.Errorf("gina's bundle of cp-1 (%d bytes) is not a zip archive: %v", len(out), err)
+	}
+	_, err = cp.Kubectl(ctx, "--as=gina", "get", "--raw", machinePath(ns, "worker-1", "support-bundle"))
+	wantKubectlError(t, "support bundle of a machine not named in the grant", err,
+		"Forbidden", `cannot download talosmachines/support-bundle "worker-1"`)
 }
 
 // checkPacketCaptureDownload captures a second of worker-1's eth0 as an

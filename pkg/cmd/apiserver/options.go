@@ -27,6 +27,7 @@ import (
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apiserver"
+	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/etcd/embedded"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
@@ -120,6 +121,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
 
 	o.Recommended.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+		// ApplyTo calls this after it built the delegated authorizer and
+		// before it hands that to admission: wrapped here, the handler
+		// chain, admission and the downloads all ask the same one.
+		c.Authorization.Authorizer = authz.CollectionFirst(c.Authorization.Authorizer)
 		client, err := versioned.NewForConfig(c.LoopbackClientConfig)
 		if err != nil {
 			return nil, fmt.Errorf("loopback client for admission: %w", err)
