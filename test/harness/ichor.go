@@ -227,13 +227,21 @@ func (cp *ControlPlane) waitAPIServiceAvailable(ctx context.Context, agg aggrega
 		if !available {
 			return false, nil
 		}
-		// Available means the aggregator reached it; discovery must list the resources too.
-		resources, err := cp.kubeClient.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+		// Available means the aggregator reached it. kubectl reads the
+		// aggregated discovery document of /apis, which kube-apiserver
+		// refreshes on its own schedule: wait until it lists the resources.
+		_, lists, err := cp.kubeClient.Discovery().ServerGroupsAndResources()
 		if err != nil {
 			last = err.Error()
 			return false, nil
 		}
-		return len(resources.APIResources) > 0, nil
+		for _, l := range lists {
+			if l.GroupVersion == v1alpha1.SchemeGroupVersion.String() && len(l.APIResources) > 0 {
+				return true, nil
+			}
+		}
+		last = "aggregated discovery does not list " + v1alpha1.SchemeGroupVersion.String() + " yet"
+		return false, nil
 	})
 	if err != nil {
 		return fmt.Errorf("APIService %s not available: %v (last: %s)", APIServiceName, err, last)
