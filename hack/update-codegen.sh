@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates everything under pkg/generated and every zz_generated.*.go file
-# from the API types, with the generator versions pinned in go.mod, and the
+# from the API types, with the generator versions pinned in go.mod, the
+# protobuf encoding of the v1alpha1 types (hack/update-protobuf.sh) and the
 # benchmark's CRDs under test/bench/crds.
 set -o errexit -o nounset -o pipefail
 
@@ -14,6 +15,9 @@ go mod download k8s.io/code-generator
 CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"
+
+# First, as it rewrites the types' protobuf tags.
+bash "${ROOT}/hack/update-protobuf.sh"
 
 kube::codegen::gen_helpers --boilerplate "${BOILERPLATE}" "${ROOT}/pkg/apis"
 

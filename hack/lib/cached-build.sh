@@ -106,10 +106,18 @@ cached_build_begin() {
 # cached_build_go MODULE_DIR BINARY [go build flags…]: builds ./cmd/BINARY of
 # the module; one build at a time, to spare small machines.
 cached_build_go() {
-  local module="$1" binary="$2" start=${SECONDS}
+  local module="$1" binary="$2"
   shift 2
-  _cb_log "building ${binary} (module ${module})"
-  (cd "${CACHED_BUILD_ROOT}/${module}" && go build -mod=readonly -trimpath "$@" -o "${TMP}/bin/${binary}" "./cmd/${binary}")
+  cached_build_go_package "${module}" "${binary}" "./cmd/${binary}" "$@"
+}
+
+# cached_build_go_package MODULE_DIR BINARY PACKAGE [go build flags…]: builds
+# the main package PACKAGE (a tool the module requires) as BINARY.
+cached_build_go_package() {
+  local module="$1" binary="$2" package="$3" start=${SECONDS}
+  shift 3
+  _cb_log "building ${binary} (${package}, module ${module})"
+  (cd "${CACHED_BUILD_ROOT}/${module}" && go build -mod=readonly -trimpath "$@" -o "${TMP}/bin/${binary}" "${package}")
   _cb_log "built ${binary} in $((SECONDS - start))s"
 }
 

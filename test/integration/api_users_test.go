@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/apiserver"
 	"ichor.dev/ichor/pkg/passwordhash"
 )
 
@@ -56,12 +57,19 @@ func TestUserPassword(t *testing.T) {
 	if bytes.Contains(values[0], []byte(secret)) {
 		t.Fatal("the password is stored in clear")
 	}
-	i := bytes.Index(values[0], []byte(`"passwordHash":"`))
-	if i < 0 {
-		t.Fatalf("no hash stored: %s", values[0])
+	// Objects are stored as protobuf (kube-apiserver's envelope, "k8s\x00").
+	if !bytes.HasPrefix(values[0], []byte("k8s\x00")) {
+		t.Fatalf("stored value is not protobuf: %q", values[0])
 	}
-	hash := string(values[0][i+len(`"passwordHash":"`):])
-	hash = hash[:strings.IndexByte(hash, '"')]
+	obj, _, err := apiserver.Codecs.UniversalDeserializer().Decode(values[0], nil, nil)
+	if err != nil {
+		t.Fatalf("decode the stored value: %v", err)
+	}
+	stored, ok := obj.(*v1alpha1.IchorUser)
+	if !ok {
+		t.Fatalf("stored a %T, want a v1alpha1 IchorUser", obj)
+	}
+	hash := stored.Status.PasswordHash
 	if ok, err := passwordhash.Verify(hash, secret); !ok || err != nil || !strings.HasPrefix(hash, "$argon2id$") {
 		t.Fatalf("stored hash %q does not verify the password: %v %v", hash, ok, err)
 	}

@@ -1,10 +1,15 @@
 package apiserver
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 func parse(t *testing.T, args ...string) *Options {
@@ -48,5 +53,35 @@ func TestValidateEmbeddedEtcdNeedsADataDir(t *testing.T) {
 func TestValidateAcceptsDefaults(t *testing.T) {
 	if err := parse(t).Validate(); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+func TestObjectsAreStoredAsProtobuf(t *testing.T) {
+	m := &v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: "m1"}, Spec: v1alpha1.TalosMachineSpec{Address: "10.0.0.1:50000"}}
+	for _, tc := range []struct {
+		flags  []string
+		prefix string
+	}{
+		{nil, "k8s\x00"},
+		{[]string{"--storage-media-type=application/json"}, "{"},
+	} {
+		o := parse(t, tc.flags...)
+		if err := o.applyStorageCodec(); err != nil {
+			t.Fatal(err)
+		}
+		codec := o.Recommended.Etcd.StorageConfig.Codec
+		stored, err := runtime.Encode(codec, m)
+		if err != nil {
+			t.Fatalf("%v: encode: %v", tc.flags, err)
+		}
+		if !bytes.HasPrefix(stored, []byte(tc.prefix)) {
+			t.Errorf("%v: stored %q, want it to start with %q", tc.flags, stored, tc.prefix)
+		}
+		// Either encoding decodes, whichever is the default.
+		for _, other := range [][]byte{stored, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosMachine","metadata":{"name":"old"}}`)} {
+			if _, err := runtime.Decode(codec, other); err != nil {
+				t.Errorf("%v: decode %q: %v", tc.flags, other, err)
+			}
+		}
 	}
 }

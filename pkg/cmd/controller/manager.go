@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -51,6 +52,11 @@ func NewScheme() (*runtime.Scheme, error) {
 func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	scheme, err := NewScheme()
 	if err != nil {
+		return nil, err
+	}
+	// ichor.dev/v1alpha1 has a protobuf encoding: the controller's clients and
+	// caches speak it, as they do for built-in kinds.
+	if err := apiutil.AddToProtobufScheme(v1alpha1.AddToScheme); err != nil {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)

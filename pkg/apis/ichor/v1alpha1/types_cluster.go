@@ -14,45 +14,45 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // network and the Secret holding its secrets bundle.
 type TalosCluster struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   TalosClusterSpec   `json:"spec"`
-	Status TalosClusterStatus `json:"status,omitempty"`
+	Spec   TalosClusterSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status TalosClusterStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // TalosClusterSpec is the desired state of a Talos cluster.
 type TalosClusterSpec struct {
 	// talosVersion is the Talos release the cluster runs, as a semantic version with a leading v (v1.13.0).
-	TalosVersion string `json:"talosVersion"`
+	TalosVersion string `json:"talosVersion" protobuf:"bytes,1,opt,name=talosVersion"`
 	// kubernetesVersion is the Kubernetes release, as a semantic version with a leading v (v1.37.2).
-	KubernetesVersion string `json:"kubernetesVersion"`
+	KubernetesVersion string `json:"kubernetesVersion" protobuf:"bytes,2,opt,name=kubernetesVersion"`
 	// controlPlane describes how the Kubernetes API of the cluster is reached.
-	ControlPlane ControlPlaneSpec `json:"controlPlane"`
+	ControlPlane ControlPlaneSpec `json:"controlPlane" protobuf:"bytes,3,opt,name=controlPlane"`
 	// network holds the cluster's pod and service networks and its CNI.
 	// +optional
-	Network ClusterNetwork `json:"network,omitempty"`
+	Network ClusterNetwork `json:"network,omitempty" protobuf:"bytes,4,opt,name=network"`
 	// ciliumValues are Helm values for Cilium as YAML, used when network.cni.name is cilium.
 	// +optional
-	CiliumValues string `json:"ciliumValues,omitempty"`
+	CiliumValues string `json:"ciliumValues,omitempty" protobuf:"bytes,5,opt,name=ciliumValues"`
 	// secretsRef names the Secret holding the cluster's secrets bundle. When empty the
 	// controller generates the bundle into a Secret named <cluster>-secrets.
 	// +optional
-	SecretsRef *LocalSecretReference `json:"secretsRef,omitempty"`
+	SecretsRef *LocalSecretReference `json:"secretsRef,omitempty" protobuf:"bytes,6,opt,name=secretsRef"`
 	// authentication is the OIDC issuer the cluster's kube-apiserver trusts.
 	// +optional
-	Authentication *ClusterAuthentication `json:"authentication,omitempty"`
+	Authentication *ClusterAuthentication `json:"authentication,omitempty" protobuf:"bytes,7,opt,name=authentication"`
 	// security holds opt-in hardening options.
 	// +optional
-	Security ClusterSecurity `json:"security,omitempty"`
+	Security ClusterSecurity `json:"security,omitempty" protobuf:"bytes,8,opt,name=security"`
 	// paused stops the controller from changing any machine of this cluster.
 	// +optional
-	Paused bool `json:"paused,omitempty"`
+	Paused bool `json:"paused,omitempty" protobuf:"varint,9,opt,name=paused"`
 }
 
 // ControlPlaneSpec describes the cluster's control-plane endpoint.
 type ControlPlaneSpec struct {
 	// endpoint is the https URL of the cluster's Kubernetes API (https://10.5.0.2:6443).
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint" protobuf:"bytes,1,opt,name=endpoint"`
 }
 
 // ClusterNetwork holds the cluster's networks.
@@ -60,17 +60,17 @@ type ClusterNetwork struct {
 	// podCIDRs are the networks pod addresses come from.
 	// +optional
 	// +listType=atomic
-	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	PodCIDRs []string `json:"podCIDRs,omitempty" protobuf:"bytes,1,rep,name=podCIDRs"`
 	// serviceCIDRs are the networks service addresses come from.
 	// +optional
 	// +listType=atomic
-	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
+	ServiceCIDRs []string `json:"serviceCIDRs,omitempty" protobuf:"bytes,2,rep,name=serviceCIDRs"`
 	// dnsDomain is the cluster's DNS domain.
 	// +optional
-	DNSDomain string `json:"dnsDomain,omitempty"`
+	DNSDomain string `json:"dnsDomain,omitempty" protobuf:"bytes,3,opt,name=dnsDomain"`
 	// cni selects the cluster's network plugin.
 	// +optional
-	CNI CNISpec `json:"cni,omitempty"`
+	CNI CNISpec `json:"cni,omitempty" protobuf:"bytes,4,opt,name=cni"`
 }
 
 // CNIName names a network plugin Ichor can install.
@@ -90,39 +90,39 @@ const (
 type CNISpec struct {
 	// name of the plugin: flannel, cilium or none.
 	// +optional
-	Name CNIName `json:"name,omitempty"`
+	Name CNIName `json:"name,omitempty" protobuf:"bytes,1,opt,name=name,casttype=CNIName"`
 }
 
 // ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver.
 type ClusterAuthentication struct {
 	// issuerURL is the https URL of the OIDC issuer.
-	IssuerURL string `json:"issuerURL"`
+	IssuerURL string `json:"issuerURL" protobuf:"bytes,1,opt,name=issuerURL"`
 	// clientID is the audience tokens must carry.
-	ClientID string `json:"clientID"`
+	ClientID string `json:"clientID" protobuf:"bytes,2,opt,name=clientID"`
 	// usernameClaim is the claim used as the user name.
 	// +optional
-	UsernameClaim string `json:"usernameClaim,omitempty"`
+	UsernameClaim string `json:"usernameClaim,omitempty" protobuf:"bytes,3,opt,name=usernameClaim"`
 	// groupsClaim is the claim used as the user's groups.
 	// +optional
-	GroupsClaim string `json:"groupsClaim,omitempty"`
+	GroupsClaim string `json:"groupsClaim,omitempty" protobuf:"bytes,4,opt,name=groupsClaim"`
 }
 
 // ClusterSecurity holds opt-in hardening options.
 type ClusterSecurity struct {
 	// kubeletServingCertificates makes kubelets request serving certificates that Ichor approves.
 	// +optional
-	KubeletServingCertificates KubeletServingCertificates `json:"kubeletServingCertificates,omitempty"`
+	KubeletServingCertificates KubeletServingCertificates `json:"kubeletServingCertificates,omitempty" protobuf:"bytes,1,opt,name=kubeletServingCertificates"`
 }
 
 // KubeletServingCertificates configures kubelet serving certificates.
 type KubeletServingCertificates struct {
 	// enabled turns on serverTLSBootstrap on every kubelet and Ichor's approver.
 	// +optional
-	Enabled bool `json:"enabled,omitempty"`
+	Enabled bool `json:"enabled,omitempty" protobuf:"varint,1,opt,name=enabled"`
 	// verifyFromAPIServer makes kube-apiserver verify kubelet serving certificates
 	// once every machine holds one.
 	// +optional
-	VerifyFromAPIServer bool `json:"verifyFromAPIServer,omitempty"`
+	VerifyFromAPIServer bool `json:"verifyFromAPIServer,omitempty" protobuf:"varint,2,opt,name=verifyFromAPIServer"`
 }
 
 // ClusterPhase summarises a cluster's state for people reading a table.
@@ -147,43 +147,43 @@ const (
 type TalosClusterStatus struct {
 	// phase summarises the conditions.
 	// +optional
-	Phase ClusterPhase `json:"phase,omitempty"`
+	Phase ClusterPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=ClusterPhase"`
 	// observedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,2,opt,name=observedGeneration"`
 	// conditions: SecretsReady, MachinesReady, Bootstrapped, KubernetesAPIReady and others.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,3,rep,name=conditions"`
 	// override is a safety check the next change may go past, granted
 	// through the override subresource; cleared when used.
 	// +optional
-	Override *OverrideStatus `json:"override,omitempty"`
+	Override *OverrideStatus `json:"override,omitempty" protobuf:"bytes,4,opt,name=override"`
 	// machines counts the cluster's machines.
 	// +optional
-	Machines MachineCounts `json:"machines,omitempty"`
+	Machines MachineCounts `json:"machines,omitempty" protobuf:"bytes,5,opt,name=machines"`
 	// talosVersion is the lowest Talos version running on the cluster's machines.
 	// +optional
-	TalosVersion string `json:"talosVersion,omitempty"`
+	TalosVersion string `json:"talosVersion,omitempty" protobuf:"bytes,6,opt,name=talosVersion"`
 	// kubernetesVersion is the Kubernetes version the control plane serves.
 	// +optional
-	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty" protobuf:"bytes,7,opt,name=kubernetesVersion"`
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	// +optional
-	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty"`
+	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty" protobuf:"bytes,8,opt,name=bootstrappedAt"`
 }
 
 // MachineCounts counts a cluster's machines.
 type MachineCounts struct {
 	// total machines in the cluster.
-	Total int32 `json:"total"`
+	Total int32 `json:"total" protobuf:"varint,1,opt,name=total"`
 	// ready machines.
-	Ready int32 `json:"ready"`
+	Ready int32 `json:"ready" protobuf:"varint,2,opt,name=ready"`
 	// controlPlanes in the cluster.
-	ControlPlanes int32 `json:"controlPlanes"`
+	ControlPlanes int32 `json:"controlPlanes" protobuf:"varint,3,opt,name=controlPlanes"`
 	// workers in the cluster.
-	Workers int32 `json:"workers"`
+	Workers int32 `json:"workers" protobuf:"varint,4,opt,name=workers"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -191,7 +191,7 @@ type MachineCounts struct {
 // TalosClusterList is a list of TalosCluster objects.
 type TalosClusterList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []TalosCluster `json:"items"`
+	Items []TalosCluster `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

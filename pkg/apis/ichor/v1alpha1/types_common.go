@@ -43,13 +43,13 @@ const (
 // LocalSecretReference names a Secret in the object's own namespace.
 type LocalSecretReference struct {
 	// name of the Secret.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // SecretKeySelector names one key of a Secret in the object's own namespace.
 type SecretKeySelector struct {
 	// name of the Secret.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// key inside the Secret's data.
-	Key string `json:"key"`
+	Key string `json:"key" protobuf:"bytes,2,opt,name=key"`
 }

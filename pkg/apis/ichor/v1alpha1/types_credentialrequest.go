@@ -10,10 +10,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // for the least Talos role the purpose needs and deletes the request soon after.
 type TalosCredentialRequest struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   TalosCredentialRequestSpec   `json:"spec"`
-	Status TalosCredentialRequestStatus `json:"status,omitempty"`
+	Spec   TalosCredentialRequestSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status TalosCredentialRequestStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // CredentialPurpose says what a Talos credential is for; it decides the role.
@@ -39,46 +39,46 @@ const (
 // set by the server from the authenticated caller; values sent are ignored.
 type TalosCredentialRequestSpec struct {
 	// clusterName is the TalosCluster in this namespace the credential is for.
-	ClusterName string `json:"clusterName"`
+	ClusterName string `json:"clusterName" protobuf:"bytes,1,opt,name=clusterName"`
 	// machines the credential will be used against; empty means the whole cluster.
 	// +optional
 	// +listType=set
-	Machines []string `json:"machines,omitempty"`
+	Machines []string `json:"machines,omitempty" protobuf:"bytes,2,rep,name=machines"`
 	// purpose of the credential.
-	Purpose CredentialPurpose `json:"purpose"`
+	Purpose CredentialPurpose `json:"purpose" protobuf:"bytes,3,opt,name=purpose,casttype=CredentialPurpose"`
 	// publicKey is the PEM-encoded PKIX public key to certify (Ed25519, ECDSA or RSA).
-	PublicKey string `json:"publicKey"`
+	PublicKey string `json:"publicKey" protobuf:"bytes,4,opt,name=publicKey"`
 	// username of the requester, set by the server.
 	// +optional
-	Username string `json:"username,omitempty"`
+	Username string `json:"username,omitempty" protobuf:"bytes,5,opt,name=username"`
 	// uid of the requester, set by the server.
 	// +optional
-	UID string `json:"uid,omitempty"`
+	UID string `json:"uid,omitempty" protobuf:"bytes,6,opt,name=uid"`
 	// groups of the requester, set by the server.
 	// +optional
 	// +listType=atomic
-	Groups []string `json:"groups,omitempty"`
+	Groups []string `json:"groups,omitempty" protobuf:"bytes,7,rep,name=groups"`
 }
 
 // TalosCredentialRequestStatus carries the answer.
 type TalosCredentialRequestStatus struct {
 	// role is the Talos role the certificate carries.
 	// +optional
-	Role string `json:"role,omitempty"`
+	Role string `json:"role,omitempty" protobuf:"bytes,1,opt,name=role"`
 	// certificate is the PEM-encoded client certificate.
 	// +optional
-	Certificate string `json:"certificate,omitempty"`
+	Certificate string `json:"certificate,omitempty" protobuf:"bytes,2,opt,name=certificate"`
 	// caBundle is the PEM-encoded Talos CA that serves the nodes.
 	// +optional
-	CABundle string `json:"caBundle,omitempty"`
+	CABundle string `json:"caBundle,omitempty" protobuf:"bytes,3,opt,name=caBundle"`
 	// expirationTimestamp is when the certificate stops being valid.
 	// +optional
-	ExpirationTimestamp *metav1.Time `json:"expirationTimestamp,omitempty"`
+	ExpirationTimestamp *metav1.Time `json:"expirationTimestamp,omitempty" protobuf:"bytes,4,opt,name=expirationTimestamp"`
 	// conditions: Issued or Denied, with a reason.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,5,rep,name=conditions"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -86,7 +86,7 @@ type TalosCredentialRequestStatus struct {
 // TalosCredentialRequestList is a list of TalosCredentialRequest objects.
 type TalosCredentialRequestList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []TalosCredentialRequest `json:"items"`
+	Items []TalosCredentialRequest `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

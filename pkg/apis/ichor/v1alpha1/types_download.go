@@ -14,7 +14,7 @@ type DownloadOptions struct {
 	// (a Talos credential is issued, an Event is recorded).
 	// +optional
 	// +listType=atomic
-	DryRun []string `json:"dryRun,omitempty"`
+	DryRun []string `json:"dryRun,omitempty" protobuf:"bytes,1,rep,name=dryRun"`
 }
 
 // +k8s:conversion-gen:explicit-from=net/url.Values
@@ -28,19 +28,19 @@ type PacketCaptureOptions struct {
 	// dryRun is refused: a capture has effects a dry run could not undo.
 	// +optional
 	// +listType=atomic
-	DryRun []string `json:"dryRun,omitempty"`
+	DryRun []string `json:"dryRun,omitempty" protobuf:"bytes,1,rep,name=dryRun"`
 	// interface is the link to capture on, as the node names it (eth0).
-	Interface string `json:"interface"`
+	Interface string `json:"interface" protobuf:"bytes,2,opt,name=interface"`
 	// promiscuous puts the link in promiscuous mode while capturing.
 	// +optional
-	Promiscuous bool `json:"promiscuous,omitempty"`
+	Promiscuous bool `json:"promiscuous,omitempty" protobuf:"varint,3,opt,name=promiscuous"`
 	// snapLength is the most bytes kept of each packet; 0 or unset lets the
 	// node decide (Talos keeps 4096).
 	// +optional
-	SnapLength int64 `json:"snapLength,omitempty"`
+	SnapLength int64 `json:"snapLength,omitempty" protobuf:"varint,4,opt,name=snapLength"`
 	// durationSeconds is how long the capture runs before the stream ends,
 	// 1 to 3600; 10 when unset. Captures longer than kube-apiserver's
 	// request timeout (one minute by default) need it raised.
 	// +optional
-	DurationSeconds int64 `json:"durationSeconds,omitempty"`
+	DurationSeconds int64 `json:"durationSeconds,omitempty" protobuf:"varint,5,opt,name=durationSeconds"`
 }

@@ -15,20 +15,20 @@ const InstallationName = "ichor"
 // installed version and the runtime settings of every component.
 type IchorInstallation struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   IchorInstallationSpec   `json:"spec"`
-	Status IchorInstallationStatus `json:"status,omitempty"`
+	Spec   IchorInstallationSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status IchorInstallationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // IchorInstallationSpec is the desired version and settings.
 type IchorInstallationSpec struct {
 	// version of Ichor installed, as a semantic version with a leading v.
 	// +optional
-	Version string `json:"version,omitempty"`
+	Version string `json:"version,omitempty" protobuf:"bytes,1,opt,name=version"`
 	// settings read by Ichor's components at run time.
 	// +optional
-	Settings InstallationSettings `json:"settings,omitempty"`
+	Settings InstallationSettings `json:"settings,omitempty" protobuf:"bytes,2,opt,name=settings"`
 }
 
 // InstallationSettings are Ichor's run-time settings.
@@ -36,51 +36,51 @@ type InstallationSettings struct {
 	// provisioningNetworks are CIDRs scanned for machines in maintenance mode.
 	// +optional
 	// +listType=atomic
-	ProvisioningNetworks []string `json:"provisioningNetworks,omitempty"`
+	ProvisioningNetworks []string `json:"provisioningNetworks,omitempty" protobuf:"bytes,1,rep,name=provisioningNetworks"`
 	// scanInterval between scans of the provisioning networks; at least 30s, defaults to 5m.
 	// +optional
-	ScanInterval *metav1.Duration `json:"scanInterval,omitempty"`
+	ScanInterval *metav1.Duration `json:"scanInterval,omitempty" protobuf:"bytes,2,opt,name=scanInterval"`
 	// credentialLifetimes bound the credentials Ichor issues.
 	// +optional
-	CredentialLifetimes CredentialLifetimes `json:"credentialLifetimes,omitempty"`
+	CredentialLifetimes CredentialLifetimes `json:"credentialLifetimes,omitempty" protobuf:"bytes,3,opt,name=credentialLifetimes"`
 	// usersEnabled turns on sign-in with IchorUser passwords.
 	// +optional
-	UsersEnabled bool `json:"usersEnabled,omitempty"`
+	UsersEnabled bool `json:"usersEnabled,omitempty" protobuf:"varint,4,opt,name=usersEnabled"`
 }
 
 // CredentialLifetimes bound the credentials Ichor issues.
 type CredentialLifetimes struct {
 	// talosCredential is the lifetime of TalosCredentialRequest certificates; at most and by default 10m.
 	// +optional
-	TalosCredential *metav1.Duration `json:"talosCredential,omitempty"`
+	TalosCredential *metav1.Duration `json:"talosCredential,omitempty" protobuf:"bytes,1,opt,name=talosCredential"`
 	// readerTalosconfig is the lifetime of downloaded os:reader talosconfigs; at most and by default 1h.
 	// +optional
-	ReaderTalosconfig *metav1.Duration `json:"readerTalosconfig,omitempty"`
+	ReaderTalosconfig *metav1.Duration `json:"readerTalosconfig,omitempty" protobuf:"bytes,2,opt,name=readerTalosconfig"`
 }
 
 // IchorInstallationStatus reports what runs.
 type IchorInstallationStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// components and the versions they run.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Components []ComponentVersion `json:"components,omitempty"`
+	Components []ComponentVersion `json:"components,omitempty" protobuf:"bytes,2,rep,name=components"`
 	// conditions of the installation.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,3,rep,name=conditions"`
 }
 
 // ComponentVersion is one running component and its version.
 type ComponentVersion struct {
 	// name of the component (ichor-apiserver, ichor-controller).
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// version it runs.
-	Version string `json:"version"`
+	Version string `json:"version" protobuf:"bytes,2,opt,name=version"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -88,7 +88,7 @@ type ComponentVersion struct {
 // IchorInstallationList is a list of IchorInstallation objects.
 type IchorInstallationList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []IchorInstallation `json:"items"`
+	Items []IchorInstallation `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -11,10 +11,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // belongs to, and what Ichor has learned and pinned about it.
 type TalosMachine struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   TalosMachineSpec   `json:"spec"`
-	Status TalosMachineStatus `json:"status,omitempty"`
+	Spec   TalosMachineSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status TalosMachineStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // TalosMachineSpec is what a user asks of a machine.
@@ -23,18 +23,18 @@ type TalosMachineSpec struct {
 	// machine that is known but not yet assigned. Once set it cannot change: moving a
 	// machine to another cluster is a MachineReclaim.
 	// +optional
-	ClusterName string `json:"clusterName,omitempty"`
+	ClusterName string `json:"clusterName,omitempty" protobuf:"bytes,1,opt,name=clusterName"`
 	// role of the machine in its cluster; defaults to worker once clusterName is set.
 	// +optional
-	Role MachineRole `json:"role,omitempty"`
+	Role MachineRole `json:"role,omitempty" protobuf:"bytes,2,opt,name=role,casttype=MachineRole"`
 	// address is the host:port of the node's Talos API; the port defaults to 50000.
-	Address string `json:"address"`
+	Address string `json:"address" protobuf:"bytes,3,opt,name=address"`
 	// hostname the node is given; when empty Talos picks one.
 	// +optional
-	Hostname string `json:"hostname,omitempty"`
+	Hostname string `json:"hostname,omitempty" protobuf:"bytes,4,opt,name=hostname"`
 	// install says where Talos is installed.
 	// +optional
-	Install InstallSpec `json:"install,omitempty"`
+	Install InstallSpec `json:"install,omitempty" protobuf:"bytes,5,opt,name=install"`
 }
 
 // InstallSpec says where Talos is installed.
@@ -42,7 +42,7 @@ type InstallSpec struct {
 	// disk is the device path of the install disk (/dev/sda). When empty the
 	// controller picks the smallest disk the node reports.
 	// +optional
-	Disk string `json:"disk,omitempty"`
+	Disk string `json:"disk,omitempty" protobuf:"bytes,1,opt,name=disk"`
 }
 
 // MachinePhase summarises where a machine is in its life.
@@ -64,40 +64,40 @@ const (
 type TalosMachineStatus struct {
 	// phase summarises the conditions.
 	// +optional
-	Phase MachinePhase `json:"phase,omitempty"`
+	Phase MachinePhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=MachinePhase"`
 	// observedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,2,opt,name=observedGeneration"`
 	// conditions: Reachable, Approved, ConfigApplied, Ready and others.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,3,rep,name=conditions"`
 	// override is a safety check the next change may go past, granted
 	// through the override subresource; cleared when used.
 	// +optional
-	Override *OverrideStatus `json:"override,omitempty"`
+	Override *OverrideStatus `json:"override,omitempty" protobuf:"bytes,4,opt,name=override"`
 	// maintenance records the certificate the node presented in maintenance mode.
 	// +optional
-	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty" protobuf:"bytes,5,opt,name=maintenance"`
 	// hardware facts read from the node.
 	// +optional
-	Hardware *HardwareStatus `json:"hardware,omitempty"`
+	Hardware *HardwareStatus `json:"hardware,omitempty" protobuf:"bytes,6,opt,name=hardware"`
 	// talosVersion the node runs.
 	// +optional
-	TalosVersion string `json:"talosVersion,omitempty"`
+	TalosVersion string `json:"talosVersion,omitempty" protobuf:"bytes,7,opt,name=talosVersion"`
 	// nodeName is the node's name in its Kubernetes cluster.
 	// +optional
-	NodeName string `json:"nodeName,omitempty"`
+	NodeName string `json:"nodeName,omitempty" protobuf:"bytes,8,opt,name=nodeName"`
 	// approval records the decision to admit or reject the machine.
 	// +optional
-	Approval *ApprovalStatus `json:"approval,omitempty"`
+	Approval *ApprovalStatus `json:"approval,omitempty" protobuf:"bytes,9,opt,name=approval"`
 	// appliedConfig describes the last machine config applied.
 	// +optional
-	AppliedConfig *AppliedConfigStatus `json:"appliedConfig,omitempty"`
+	AppliedConfig *AppliedConfigStatus `json:"appliedConfig,omitempty" protobuf:"bytes,10,opt,name=appliedConfig"`
 	// kubeletServingCertificate records the kubelet serving certificate Ichor approved.
 	// +optional
-	KubeletServingCertificate *KubeletServingCertificateStatus `json:"kubeletServingCertificate,omitempty"`
+	KubeletServingCertificate *KubeletServingCertificateStatus `json:"kubeletServingCertificate,omitempty" protobuf:"bytes,11,opt,name=kubeletServingCertificate"`
 }
 
 // MaintenanceStatus is the pinned maintenance-mode certificate.
@@ -105,43 +105,43 @@ type MaintenanceStatus struct {
 	// certificateFingerprint is the SHA-256 of the certificate's SubjectPublicKeyInfo in
 	// standard base64, the form talosctl's --cert-fingerprint takes. Configuration is only
 	// ever sent to a node presenting it.
-	CertificateFingerprint string `json:"certificateFingerprint"`
+	CertificateFingerprint string `json:"certificateFingerprint" protobuf:"bytes,1,opt,name=certificateFingerprint"`
 	// seenAt is when the certificate was first seen.
-	SeenAt metav1.Time `json:"seenAt"`
+	SeenAt metav1.Time `json:"seenAt" protobuf:"bytes,2,opt,name=seenAt"`
 }
 
 // HardwareStatus holds hardware facts read over the Talos API.
 type HardwareStatus struct {
 	// uuid of the system (SMBIOS).
 	// +optional
-	UUID string `json:"uuid,omitempty"`
+	UUID string `json:"uuid,omitempty" protobuf:"bytes,1,opt,name=uuid"`
 	// serial number of the system.
 	// +optional
-	Serial string `json:"serial,omitempty"`
+	Serial string `json:"serial,omitempty" protobuf:"bytes,2,opt,name=serial"`
 	// disks attached to the node.
 	// +optional
 	// +listType=map
 	// +listMapKey=path
-	Disks []Disk `json:"disks,omitempty"`
+	Disks []Disk `json:"disks,omitempty" protobuf:"bytes,3,rep,name=disks"`
 	// addresses of the node's links, in CIDR notation.
 	// +optional
 	// +listType=atomic
-	Addresses []string `json:"addresses,omitempty"`
+	Addresses []string `json:"addresses,omitempty" protobuf:"bytes,4,rep,name=addresses"`
 }
 
 // Disk is one block device of a node.
 type Disk struct {
 	// path of the device (/dev/sda).
-	Path string `json:"path"`
+	Path string `json:"path" protobuf:"bytes,1,opt,name=path"`
 	// sizeBytes of the device.
 	// +optional
-	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	SizeBytes int64 `json:"sizeBytes,omitempty" protobuf:"varint,2,opt,name=sizeBytes"`
 	// model of the device.
 	// +optional
-	Model string `json:"model,omitempty"`
+	Model string `json:"model,omitempty" protobuf:"bytes,3,opt,name=model"`
 	// serial of the device.
 	// +optional
-	Serial string `json:"serial,omitempty"`
+	Serial string `json:"serial,omitempty" protobuf:"bytes,4,opt,name=serial"`
 }
 
 // ApprovalDecision is the outcome of an approval.
@@ -158,37 +158,37 @@ const (
 // ApprovalStatus records who decided about a machine, and why.
 type ApprovalStatus struct {
 	// decision taken.
-	Decision ApprovalDecision `json:"decision"`
+	Decision ApprovalDecision `json:"decision" protobuf:"bytes,1,opt,name=decision,casttype=ApprovalDecision"`
 	// by is the user who decided.
-	By string `json:"by"`
+	By string `json:"by" protobuf:"bytes,2,opt,name=by"`
 	// at is when the decision was taken.
-	At metav1.Time `json:"at"`
+	At metav1.Time `json:"at" protobuf:"bytes,3,opt,name=at"`
 	// reason given by the user.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,4,opt,name=reason"`
 }
 
 // AppliedConfigStatus describes the machine config last applied to a node.
 type AppliedConfigStatus struct {
 	// hash is the SHA-256 of the applied config, as hex.
-	Hash string `json:"hash"`
+	Hash string `json:"hash" protobuf:"bytes,1,opt,name=hash"`
 	// effect of the change that was applied.
 	// +optional
-	Effect ConfigEffect `json:"effect,omitempty"`
+	Effect ConfigEffect `json:"effect,omitempty" protobuf:"bytes,2,opt,name=effect,casttype=ConfigEffect"`
 	// appliedAt is when the node accepted it.
-	AppliedAt metav1.Time `json:"appliedAt"`
+	AppliedAt metav1.Time `json:"appliedAt" protobuf:"bytes,3,opt,name=appliedAt"`
 }
 
 // KubeletServingCertificateStatus records an approved kubelet serving certificate.
 type KubeletServingCertificateStatus struct {
 	// request is the name of the CertificateSigningRequest.
-	Request string `json:"request"`
+	Request string `json:"request" protobuf:"bytes,1,opt,name=request"`
 	// issuedAt is when the certificate was issued.
 	// +optional
-	IssuedAt *metav1.Time `json:"issuedAt,omitempty"`
+	IssuedAt *metav1.Time `json:"issuedAt,omitempty" protobuf:"bytes,2,opt,name=issuedAt"`
 	// notAfter is when the certificate expires.
 	// +optional
-	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	NotAfter *metav1.Time `json:"notAfter,omitempty" protobuf:"bytes,3,opt,name=notAfter"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -196,7 +196,7 @@ type KubeletServingCertificateStatus struct {
 // TalosMachineList is a list of TalosMachine objects.
 type TalosMachineList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []TalosMachine `json:"items"`
+	Items []TalosMachine `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

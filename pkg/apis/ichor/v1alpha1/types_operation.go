@@ -11,10 +11,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // cannot change after creation.
 type TalosOperation struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   TalosOperationSpec   `json:"spec"`
-	Status TalosOperationStatus `json:"status,omitempty"`
+	Spec   TalosOperationSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status TalosOperationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // OperationType names what an operation does.
@@ -38,57 +38,57 @@ const (
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
-	ClusterName string `json:"clusterName"`
+	ClusterName string `json:"clusterName" protobuf:"bytes,1,opt,name=clusterName"`
 	// type of the operation.
-	Type OperationType `json:"type"`
+	Type OperationType `json:"type" protobuf:"bytes,2,opt,name=type,casttype=OperationType"`
 	// machines the operation acts on; empty means what the type implies
 	// (every machine, or the control planes for etcd operations).
 	// +optional
 	// +listType=set
-	Machines []string `json:"machines,omitempty"`
+	Machines []string `json:"machines,omitempty" protobuf:"bytes,3,rep,name=machines"`
 	// talosUpgrade parameters; required for talos-upgrade, forbidden otherwise.
 	// +optional
-	TalosUpgrade *TalosUpgradeParameters `json:"talosUpgrade,omitempty"`
+	TalosUpgrade *TalosUpgradeParameters `json:"talosUpgrade,omitempty" protobuf:"bytes,4,opt,name=talosUpgrade"`
 	// kubernetesUpgrade parameters; required for kubernetes-upgrade, forbidden otherwise.
 	// +optional
-	KubernetesUpgrade *KubernetesUpgradeParameters `json:"kubernetesUpgrade,omitempty"`
+	KubernetesUpgrade *KubernetesUpgradeParameters `json:"kubernetesUpgrade,omitempty" protobuf:"bytes,5,opt,name=kubernetesUpgrade"`
 	// nodeReset parameters; allowed for node-reset only.
 	// +optional
-	NodeReset *NodeResetParameters `json:"nodeReset,omitempty"`
+	NodeReset *NodeResetParameters `json:"nodeReset,omitempty" protobuf:"bytes,6,opt,name=nodeReset"`
 	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
 	// +optional
-	EtcdRestore *EtcdRestoreParameters `json:"etcdRestore,omitempty"`
+	EtcdRestore *EtcdRestoreParameters `json:"etcdRestore,omitempty" protobuf:"bytes,7,opt,name=etcdRestore"`
 }
 
 // TalosUpgradeParameters are the inputs of a Talos upgrade.
 type TalosUpgradeParameters struct {
 	// version to upgrade to, as a semantic version with a leading v.
-	Version string `json:"version"`
+	Version string `json:"version" protobuf:"bytes,1,opt,name=version"`
 	// stage the upgrade to apply at the next reboot.
 	// +optional
-	Stage bool `json:"stage,omitempty"`
+	Stage bool `json:"stage,omitempty" protobuf:"varint,2,opt,name=stage"`
 }
 
 // KubernetesUpgradeParameters are the inputs of a Kubernetes upgrade.
 type KubernetesUpgradeParameters struct {
 	// version to upgrade to, as a semantic version with a leading v.
-	Version string `json:"version"`
+	Version string `json:"version" protobuf:"bytes,1,opt,name=version"`
 }
 
 // NodeResetParameters are the inputs of a node reset.
 type NodeResetParameters struct {
 	// graceful leaves etcd and drains the node before wiping it; defaults to true.
 	// +optional
-	Graceful *bool `json:"graceful,omitempty"`
+	Graceful *bool `json:"graceful,omitempty" protobuf:"varint,1,opt,name=graceful"`
 	// wipe selects the disks to wipe; defaults to all.
 	// +optional
-	Wipe WipeMode `json:"wipe,omitempty"`
+	Wipe WipeMode `json:"wipe,omitempty" protobuf:"bytes,2,opt,name=wipe,casttype=WipeMode"`
 }
 
 // EtcdRestoreParameters are the inputs of an etcd restore.
 type EtcdRestoreParameters struct {
 	// snapshot is the Secret key holding the etcd snapshot to restore.
-	Snapshot SecretKeySelector `json:"snapshot"`
+	Snapshot SecretKeySelector `json:"snapshot" protobuf:"bytes,1,opt,name=snapshot"`
 }
 
 // OperationPhase is where an operation is in its life.
@@ -106,46 +106,46 @@ const (
 type TalosOperationStatus struct {
 	// phase of the operation; Pending until started.
 	// +optional
-	Phase OperationPhase `json:"phase,omitempty"`
+	Phase OperationPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=OperationPhase"`
 	// observedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,2,opt,name=observedGeneration"`
 	// startedBy is the user who started the operation.
 	// +optional
-	StartedBy string `json:"startedBy,omitempty"`
+	StartedBy string `json:"startedBy,omitempty" protobuf:"bytes,3,opt,name=startedBy"`
 	// startedAt is when it was started.
 	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	StartedAt *metav1.Time `json:"startedAt,omitempty" protobuf:"bytes,4,opt,name=startedAt"`
 	// completedAt is when it succeeded or failed.
 	// +optional
-	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,5,opt,name=completedAt"`
 	// steps are the per-machine progress records.
 	// +optional
 	// +listType=map
 	// +listMapKey=machine
-	Steps []OperationStep `json:"steps,omitempty"`
+	Steps []OperationStep `json:"steps,omitempty" protobuf:"bytes,6,rep,name=steps"`
 	// conditions of the operation.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,7,rep,name=conditions"`
 }
 
 // OperationStep is the progress of an operation on one machine.
 type OperationStep struct {
 	// machine is the TalosMachine name.
-	Machine string `json:"machine"`
+	Machine string `json:"machine" protobuf:"bytes,1,opt,name=machine"`
 	// phase of this step.
-	Phase OperationPhase `json:"phase"`
+	Phase OperationPhase `json:"phase" protobuf:"bytes,2,opt,name=phase,casttype=OperationPhase"`
 	// message says what happened, for people.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,3,opt,name=message"`
 	// startedAt is when the step began.
 	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	StartedAt *metav1.Time `json:"startedAt,omitempty" protobuf:"bytes,4,opt,name=startedAt"`
 	// completedAt is when the step ended.
 	// +optional
-	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,5,opt,name=completedAt"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -153,7 +153,7 @@ type OperationStep struct {
 // TalosOperationList is a list of TalosOperation objects.
 type TalosOperationList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []TalosOperation `json:"items"`
+	Items []TalosOperation `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -29,23 +29,23 @@ type Override struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata.name, when set, must be the object's name.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// check is the safety check to go past.
-	Check SafetyCheck `json:"check"`
+	Check SafetyCheck `json:"check" protobuf:"bytes,2,opt,name=check,casttype=SafetyCheck"`
 	// reason says why; it is recorded with the user's name.
-	Reason string `json:"reason"`
+	Reason string `json:"reason" protobuf:"bytes,3,opt,name=reason"`
 }
 
 // OverrideStatus is a granted override, consumed by the next change the check
 // would have refused.
 type OverrideStatus struct {
 	// check is the safety check the next change may go past.
-	Check SafetyCheck `json:"check"`
+	Check SafetyCheck `json:"check" protobuf:"bytes,1,opt,name=check,casttype=SafetyCheck"`
 	// reason given by the user.
-	Reason string `json:"reason"`
+	Reason string `json:"reason" protobuf:"bytes,2,opt,name=reason"`
 	// by is the user who granted the override.
-	By string `json:"by"`
+	By string `json:"by" protobuf:"bytes,3,opt,name=by"`
 	// at is when it was granted.
-	At metav1.Time `json:"at"`
+	At metav1.Time `json:"at" protobuf:"bytes,4,opt,name=at"`
 }

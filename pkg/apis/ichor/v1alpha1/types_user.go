@@ -12,10 +12,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // as a hash that no read returns.
 type IchorUser struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   IchorUserSpec   `json:"spec"`
-	Status IchorUserStatus `json:"status,omitempty"`
+	Spec   IchorUserSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status IchorUserStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // UserRole is an Ichor role; each includes the rights of the ones before it.
@@ -31,36 +31,36 @@ const (
 // IchorUserSpec is the user's role and state.
 type IchorUserSpec struct {
 	// role of the user: viewer, operator or admin.
-	Role UserRole `json:"role"`
+	Role UserRole `json:"role" protobuf:"bytes,1,opt,name=role,casttype=UserRole"`
 	// displayName is shown in the UI.
 	// +optional
-	DisplayName string `json:"displayName,omitempty"`
+	DisplayName string `json:"displayName,omitempty" protobuf:"bytes,2,opt,name=displayName"`
 	// disabled users cannot sign in.
 	// +optional
-	Disabled bool `json:"disabled,omitempty"`
+	Disabled bool `json:"disabled,omitempty" protobuf:"varint,3,opt,name=disabled"`
 }
 
 // IchorUserStatus is what the server records about the user.
 type IchorUserStatus struct {
 	// passwordSet is true once a password has been set.
 	// +optional
-	PasswordSet bool `json:"passwordSet,omitempty"`
+	PasswordSet bool `json:"passwordSet,omitempty" protobuf:"varint,1,opt,name=passwordSet"`
 	// passwordChangedAt is when the password last changed.
 	// +optional
-	PasswordChangedAt *metav1.Time `json:"passwordChangedAt,omitempty"`
+	PasswordChangedAt *metav1.Time `json:"passwordChangedAt,omitempty" protobuf:"bytes,2,opt,name=passwordChangedAt"`
 	// lastLoginAt is when the user last signed in.
 	// +optional
-	LastLoginAt *metav1.Time `json:"lastLoginAt,omitempty"`
+	LastLoginAt *metav1.Time `json:"lastLoginAt,omitempty" protobuf:"bytes,3,opt,name=lastLoginAt"`
 	// passwordHash is where the server keeps the argon2id hash of the
 	// password. The server removes it from every response, so it always
 	// reads empty, and ignores it in every write but the password one.
 	// +optional
-	PasswordHash string `json:"passwordHash,omitempty"`
+	PasswordHash string `json:"passwordHash,omitempty" protobuf:"bytes,4,opt,name=passwordHash"`
 	// conditions of the user.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,5,rep,name=conditions"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -68,9 +68,9 @@ type IchorUserStatus struct {
 // IchorUserList is a list of IchorUser objects.
 type IchorUserList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Items []IchorUser `json:"items"`
+	Items []IchorUser `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -81,8 +81,8 @@ type IchorUserPassword struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata.name, when set, must be the user's name.
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// password is the new password: at least 12 characters, at most 1024 bytes.
-	Password string `json:"password"`
+	Password string `json:"password" protobuf:"bytes,2,opt,name=password"`
 }
