@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -43,11 +44,15 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 		}
 		clients = cp.ConfigFor(clientUser)
 	}
-	ichor, err := newPath("Ichor", clients, v1alpha1.SchemeGroupVersion)
+	ichor, err := newPath("Ichor", clients, v1alpha1.SchemeGroupVersion, runtime.ContentTypeJSON)
 	if err != nil {
 		return nil, err
 	}
-	crd, err := newPath("CRD", clients, schema.GroupVersion{Group: BenchGroup, Version: v1alpha1.SchemeGroupVersion.Version})
+	ichorProtobuf, err := newPath("Ichor (protobuf)", clients, v1alpha1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
+	if err != nil {
+		return nil, err
+	}
+	crd, err := newPath("CRD", clients, schema.GroupVersion{Group: BenchGroup, Version: v1alpha1.SchemeGroupVersion.Version}, runtime.ContentTypeJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +60,7 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 	if err := installCRDs(ctx, cp); err != nil {
 		return nil, err
 	}
-	b := &run{cfg: cfg, ichor: ichor, crd: crd, r: r, logf: logf, kube: kube, kubePID: cp.KubeAPIServerPID(), ichorPID: cp.IchorPID()}
+	b := &run{cfg: cfg, ichor: ichor, ichorProtobuf: ichorProtobuf, crd: crd, r: r, logf: logf, kube: kube, kubePID: cp.KubeAPIServerPID(), ichorPID: cp.IchorPID()}
 	for _, step := range []func(context.Context) error{b.creates, b.lists, b.watches, b.applies, b.informers, b.encodings} {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -66,10 +71,14 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 }
 
 // run is one benchmark run in progress. Each step measures Ichor, then the
-// CRD, on the same namespaces and with the same objects.
+// CRD, on the same namespaces and with the same objects, both in JSON. Where
+// the client's encoding matters, it also measures Ichor spoken in protobuf,
+// which custom resources cannot serve, against the same CRD figures.
 type run struct {
-	cfg               Config
-	ichor, crd        *path
+	cfg        Config
+	ichor, crd *path
+	// ichorProtobuf is ichor.dev spoken in protobuf.
+	ichorProtobuf     *path
 	kube              kubernetes.Interface
 	kubePID, ichorPID int
 	r                 *Report
@@ -77,6 +86,10 @@ type run struct {
 }
 
 func (b *run) paths() [2]*path { return [2]*path{b.ichor, b.crd} }
+
+// overProtobuf marks the rows where Ichor's client speaks protobuf; the CRD's
+// figures are the same JSON ones as in the row without it.
+const overProtobuf = " (Ichor in protobuf)"
 
 func listNamespace(size int) string { return fmt.Sprintf("bench-list-%d", size) }
 
@@ -95,12 +108,20 @@ func (b *run) creates(ctx context.Context) error {
 				return err
 			}
 		}
+		b.logf("%s: creating %d machines with %d clients", b.ichorProtobuf.name, b.cfg.Creates, clients)
+		proto, err := writeMachines(ctx, b.ichorProtobuf, ns, "protobuf", b.cfg.Creates, clients)
+		if err != nil {
+			return err
+		}
 		label := fmt.Sprintf("create, %d client(s)", clients)
 		b.r.add(label+": throughput (POST + PUT /status)", UnitPerSec, res[0].perSecond(), res[1].perSecond())
 		b.r.addDurations(label+": POST p50", res[0].create.quantile(0.5), res[1].create.quantile(0.5))
 		b.r.addDurations(label+": POST p99", res[0].create.quantile(0.99), res[1].create.quantile(0.99))
 		b.r.addDurations(label+": PUT /status p50", res[0].status.quantile(0.5), res[1].status.quantile(0.5))
 		b.r.addDurations(label+": PUT /status p99", res[0].status.quantile(0.99), res[1].status.quantile(0.99))
+		b.r.add(label+": throughput"+overProtobuf, UnitPerSec, proto.perSecond(), res[1].perSecond())
+		b.r.addDurations(label+": POST p50"+overProtobuf, proto.create.quantile(0.5), res[1].create.quantile(0.5))
+		b.r.addDurations(label+": PUT /status p50"+overProtobuf, proto.status.quantile(0.5), res[1].status.quantile(0.5))
 	}
 	return nil
 }
@@ -138,8 +159,15 @@ func (b *run) lists(ctx context.Context) error {
 				return err
 			}
 		}
+		b.logf("%s: listing %d machines", b.ichorProtobuf.name, size)
+		proto, err := listMachines(ctx, b.ichorProtobuf, ns, size, b.cfg.PageSize, b.cfg.ListRepeats)
+		if err != nil {
+			return err
+		}
 		label := fmt.Sprintf("LIST %d", size)
 		b.r.add(label+": response size", UnitKiB, float64(res[0].bytes)/1024, float64(res[1].bytes)/1024)
+		b.r.add(label+": response size"+overProtobuf, UnitKiB, float64(proto.bytes)/1024, float64(res[1].bytes)/1024)
+		b.r.addDurations(label+": full p50"+overProtobuf, proto.full.quantile(0.5), res[1].full.quantile(0.5))
 		b.r.addDurations(label+": full p50", res[0].full.quantile(0.5), res[1].full.quantile(0.5))
 		b.r.addDurations(label+": full p99", res[0].full.quantile(0.99), res[1].full.quantile(0.99))
 		paged := fmt.Sprintf("%s: paginated (limit=%d), all pages", label, b.cfg.PageSize)
@@ -197,13 +225,20 @@ func (b *run) watches(ctx context.Context) error {
 	for i, p := range b.paths() {
 		b.logf("%s: %d writes to %d watchers", p.name, b.cfg.WatchEvents, b.cfg.Watchers)
 		var err error
-		if res[i], err = watchLatency(ctx, p, ns, b.cfg.Watchers, b.cfg.WatchEvents); err != nil {
+		if res[i], err = watchLatency(ctx, p, ns, "json", b.cfg.Watchers, b.cfg.WatchEvents); err != nil {
 			return err
 		}
+	}
+	b.logf("%s: %d writes to %d watchers", b.ichorProtobuf.name, b.cfg.WatchEvents, b.cfg.Watchers)
+	proto, err := watchLatency(ctx, b.ichorProtobuf, ns, "protobuf", b.cfg.Watchers, b.cfg.WatchEvents)
+	if err != nil {
+		return err
 	}
 	label := fmt.Sprintf("watch, %d watchers: write to event", b.cfg.Watchers)
 	b.r.addDurations(label+" p50", res[0].quantile(0.5), res[1].quantile(0.5))
 	b.r.addDurations(label+" p99", res[0].quantile(0.99), res[1].quantile(0.99))
+	b.r.addDurations(label+" p50"+overProtobuf, proto.quantile(0.5), res[1].quantile(0.5))
+	b.r.addDurations(label+" p99"+overProtobuf, proto.quantile(0.99), res[1].quantile(0.99))
 	return nil
 }
 
@@ -234,9 +269,15 @@ func (b *run) informers(ctx context.Context) error {
 			return err
 		}
 	}
+	b.logf("%s: typed informer over %d machines", b.ichorProtobuf.name, size)
+	proto, err := informerMemory(ctx, b.ichorProtobuf, listNamespace(size), size)
+	if err != nil {
+		return err
+	}
 	label := fmt.Sprintf("typed informer (controller-runtime cache), %d objects", size)
 	b.r.add(label+": live heap", UnitMiB, float64(res[0].heap)/(1<<20), float64(res[1].heap)/(1<<20))
 	b.r.add(label+": time to sync", UnitSeconds, res[0].sync.Seconds(), res[1].sync.Seconds())
+	b.r.add(label+": time to sync"+overProtobuf, UnitSeconds, proto.sync.Seconds(), res[1].sync.Seconds())
 	return nil
 }
 

@@ -69,6 +69,8 @@ func TestSmoke(t *testing.T) {
 		"typed informer (controller-runtime cache), 40 objects: time to sync",
 		"RSS growth holding 40 objects: ichor-apiserver",
 		"encoding application/json",
+		"watch, 3 watchers: write to event p50 (Ichor in protobuf)",
+		"typed informer (controller-runtime cache), 40 objects: time to sync (Ichor in protobuf)",
 	} {
 		if _, ok := report.Row(metric); !ok {
 			t.Errorf("no row %q", metric)
@@ -76,6 +78,14 @@ func TestSmoke(t *testing.T) {
 	}
 	if row, _ := report.Row("encoding application/json"); row.Ichor != 1 || row.CRD != 1 {
 		t.Errorf("both paths must serve JSON: %+v", row)
+	}
+	// Ichor serves protobuf, custom resources cannot; its protobuf is smaller.
+	if row, _ := report.Row("encoding application/vnd.kubernetes.protobuf"); row.Ichor != 1 || row.CRD != 0 {
+		t.Errorf("protobuf must be served by Ichor alone: %+v", row)
+	}
+	inJSON, _ := report.Row("LIST 40: response size")
+	if proto, ok := report.Row("LIST 40: response size (Ichor in protobuf)"); !ok || proto.Ichor >= inJSON.Ichor {
+		t.Errorf("Ichor's LIST of 40 is %.1f KiB in protobuf and %.1f KiB in JSON, want protobuf smaller", proto.Ichor, inJSON.Ichor)
 	}
 	// The objects are the realistic ones: about 3 KiB each, plus the server's
 	// metadata (managedFields of two managers) on the wire.

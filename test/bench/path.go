@@ -22,9 +22,10 @@ const resource = "talosmachines"
 // BenchGroup is the group test/bench/crds serves the ichor.dev schema under.
 const BenchGroup = "bench." + v1alpha1.GroupName
 
-// path is one way the TalosMachine schema is served. Each has a scheme of its
-// own that knows the v1alpha1 Go types under its group only, so typed clients
-// and caches decode both paths into the same structs.
+// path is one way the TalosMachine schema is served, spoken in one encoding.
+// Each has a scheme of its own that knows the v1alpha1 Go types under its
+// group only, so typed clients and caches decode every path into the same
+// structs.
 type path struct {
 	name   string
 	gv     schema.GroupVersion
@@ -34,7 +35,8 @@ type path struct {
 	client *rest.RESTClient
 }
 
-func newPath(name string, base *rest.Config, gv schema.GroupVersion) (*path, error) {
+// newPath is a client of gv that sends and accepts contentType only.
+func newPath(name string, base *rest.Config, gv schema.GroupVersion, contentType string) (*path, error) {
 	scheme := runtime.NewScheme()
 	scheme.AddKnownTypes(gv, &v1alpha1.TalosMachine{}, &v1alpha1.TalosMachineList{})
 	metav1.AddToGroupVersion(scheme, gv)
@@ -43,7 +45,8 @@ func newPath(name string, base *rest.Config, gv schema.GroupVersion) (*path, err
 	cfg := rest.CopyConfig(base)
 	cfg.GroupVersion = &gv
 	cfg.APIPath = "/apis"
-	cfg.ContentType = runtime.ContentTypeJSON
+	cfg.ContentType = contentType
+	cfg.AcceptContentTypes = contentType
 	cfg.NegotiatedSerializer = codecs.WithoutConversion()
 	client, err := rest.RESTClientFor(cfg)
 	if err != nil {

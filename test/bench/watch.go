@@ -15,11 +15,11 @@ import (
 // eventTimeout bounds the wait for one write to reach every watcher.
 const eventTimeout = 30 * time.Second
 
-// watchLatency opens watchers watches on ns, then creates events machines one
-// at a time and measures, for every watcher, the time from the start of the
+// watchLatency opens watchers watches on ns, then creates events machines
+// named prefix-0, prefix-1, … one at a time and measures, for every watcher, the time from the start of the
 // write to the arrival of its ADDED event. Each write waits until all
 // watchers saw the previous one, so latencies do not queue behind each other.
-func watchLatency(ctx context.Context, p *path, ns string, watchers, events int) (*latencies, error) {
+func watchLatency(ctx context.Context, p *path, ns, prefix string, watchers, events int) (*latencies, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	list, _, err := p.list(ctx, ns, 1, "")
@@ -56,7 +56,7 @@ func watchLatency(ctx context.Context, p *path, ns string, watchers, events int)
 
 	var l latencies
 	for i := range events {
-		name := fmt.Sprintf("watch-%d", i)
+		name := fmt.Sprintf("%s-%d", prefix, i)
 		t0 := time.Now()
 		if _, err := p.create(ctx, machine(ns, name, i), metav1.CreateOptions{}); err != nil {
 			return nil, fmt.Errorf("%s: create %s/%s: %w", p.name, ns, name, err)
