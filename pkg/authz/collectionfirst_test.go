@@ -62,13 +62,16 @@ func TestCollectionFirst(t *testing.T) {
 			machine("delete", "a", "", "m1"), authorizer.DecisionNoOpinion, "", true, []string{"", "m1"}},
 		{"a request without a name is asked once, as it is",
 			machine("list", "a", "", ""), authorizer.DecisionNoOpinion, "no rule", false, []string{""}},
+		{"another group's request is asked once, as it is",
+			&authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "carol"}, Verb: "impersonate", Resource: "users", Name: "alice", ResourceRequest: true},
+			authorizer.DecisionNoOpinion, "no rule", false, []string{"alice"}},
 		{"a non-resource request is asked once, as it is",
 			&authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "carol"}, Verb: "get", Path: "/healthz"},
 			authorizer.DecisionNoOpinion, "no rule", false, []string{""}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &grants{}
-			d, reason, err := CollectionFirst(authorizer.AuthorizerFunc(g.authorize)).Authorize(context.Background(), tc.attrs)
+			d, reason, err := CollectionFirst(authorizer.AuthorizerFunc(g.authorize), "ichor.dev").Authorize(context.Background(), tc.attrs)
 			if d != tc.want || reason != tc.wantReason || (err != nil) != tc.wantErr {
 				t.Errorf("Authorize = %v, %q, %v; want %v, %q, error %t", d, reason, err, tc.want, tc.wantReason, tc.wantErr)
 			}
@@ -98,7 +101,7 @@ func TestCollectionFirst(t *testing.T) {
 
 func TestCollectionFirstConditionsAware(t *testing.T) {
 	g := &grants{}
-	a := CollectionFirst(authorizer.AuthorizerFunc(g.authorize))
+	a := CollectionFirst(authorizer.AuthorizerFunc(g.authorize), "ichor.dev")
 	if d := a.ConditionsAwareAuthorize(context.Background(), machine("update", "a", "status", "m7")); !d.IsAllow() || len(g.asked) != 1 {
 		t.Errorf("collection-wide grant: %+v after %d questions, want allowed after one", d, len(g.asked))
 	}

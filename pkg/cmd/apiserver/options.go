@@ -47,6 +47,8 @@ type Options struct {
 	Recommended *genericoptions.RecommendedOptions
 	// EmbeddedEtcd is used when no --etcd-servers is given.
 	EmbeddedEtcd embedded.Options
+	// AskCollectionFirst wraps the delegated authorizer in authz.CollectionFirst.
+	AskCollectionFirst bool
 }
 
 // NewOptions returns options with Ichor's defaults.
@@ -59,6 +61,7 @@ func NewOptions() *Options {
 			ClientAddress: "127.0.0.1:2379",
 			PeerAddress:   "127.0.0.1:2380",
 		},
+		AskCollectionFirst: true,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Objects are stored as protobuf, as kube-apiserver stores its own: smaller
@@ -79,6 +82,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Loopback host:port the embedded etcd serves clients on.")
 	fs.StringVar(&o.EmbeddedEtcd.PeerAddress, "embedded-etcd-peer-address", o.EmbeddedEtcd.PeerAddress,
 		"Loopback host:port of the embedded etcd's peer listener.")
+	fs.BoolVar(&o.AskCollectionFirst, "authorization-ask-collection-first", o.AskCollectionFirst,
+		"Authorize a request for one ichor.dev object by first asking kube-apiserver whether the user may do the same "+
+			"to every object of its resource (one cached answer for all objects), and only then about the named object. "+
+			"Turn it off if an authorization webhook denies requests by object name while having no opinion about all objects.")
 }
 
 // UsesEmbeddedEtcd is true when no external etcd was named.
@@ -96,6 +103,11 @@ func (o *Options) Complete() error {
 func (o *Options) Validate() error {
 	var errs []error
 	if o.UsesEmbeddedEtcd() {
+		// What the etcd options' validation would have said of the media
+		// type, before the embedded etcd starts.
+		if _, err := o.storageCodec(); err != nil {
+			errs = append(errs, err)
+		}
 		// The embedded etcd fills --etcd-servers at Run; validate everything else now.
 		saved := o.Recommended.Etcd
 		o.Recommended.Etcd = nil
@@ -130,7 +142,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		// ApplyTo calls this after it built the delegated authorizer and
 		// before it hands that to admission: wrapped here, the handler
 		// chain, admission and the downloads all ask the same one.
-		c.Authorization.Authorizer = authz.CollectionFirst(c.Authorization.Authorizer)
+		if o.AskCollectionFirst {
+			c.Authorization.Authorizer = authz.CollectionFirst(c.Authorization.Authorizer, v1alpha1.GroupName)
+		}
 		client, err := versioned.NewForConfig(c.LoopbackClientConfig)
 		if err != nil {
 			return nil, fmt.Errorf("loopback client for admission: %w", err)
@@ -151,6 +165,15 @@ func (o *Options) Config() (*apiserver.Config, error) {
 // (JSON, from before protobuf was the default) still decode, and are
 // rewritten in this one on their next write.
 func (o *Options) applyStorageCodec() error {
+	codec, err := o.storageCodec()
+	if err != nil {
+		return err
+	}
+	o.Recommended.Etcd.StorageConfig.Codec = codec
+	return nil
+}
+
+func (o *Options) storageCodec() (runtime.Codec, error) {
 	codec, _, err := serverstorage.NewStorageCodec(serverstorage.StorageCodecConfig{
 		StorageMediaType:  o.Recommended.Etcd.DefaultStorageMediaType,
 		StorageSerializer: apiserver.Codecs,
@@ -159,10 +182,9 @@ func (o *Options) applyStorageCodec() error {
 		Config:            o.Recommended.Etcd.StorageConfig,
 	})
 	if err != nil {
-		return fmt.Errorf("--storage-media-type: %w", err)
+		return nil, fmt.Errorf("--storage-media-type: %w", err)
 	}
-	o.Recommended.Etcd.StorageConfig.Codec = codec
-	return nil
+	return codec, nil
 }
 
 // Run starts the embedded etcd if needed, then serves until ctx ends, then

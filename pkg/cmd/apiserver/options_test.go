@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
@@ -50,6 +51,17 @@ func TestValidateEmbeddedEtcdNeedsADataDir(t *testing.T) {
 	}
 }
 
+func TestValidateRefusesAnUnknownStorageMediaType(t *testing.T) {
+	for _, args := range [][]string{
+		{"--storage-media-type=text/plain"},
+		{"--storage-media-type=text/plain", "--etcd-servers=https://10.0.0.1:2379"},
+	} {
+		if err := parse(t, args...).Validate(); err == nil || !strings.Contains(err.Error(), "--storage-media-type") {
+			t.Errorf("%v: Validate() = %v, want an error naming --storage-media-type", args, err)
+		}
+	}
+}
+
 func TestValidateAcceptsDefaults(t *testing.T) {
 	if err := parse(t).Validate(); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
@@ -77,11 +89,23 @@ func TestObjectsAreStoredAsProtobuf(t *testing.T) {
 		if !bytes.HasPrefix(stored, []byte(tc.prefix)) {
 			t.Errorf("%v: stored %q, want it to start with %q", tc.flags, stored, tc.prefix)
 		}
-		// Either encoding decodes, whichever is the default.
+		// Either encoding decodes, whichever is the default, into the internal type.
 		for _, other := range [][]byte{stored, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosMachine","metadata":{"name":"old"}}`)} {
-			if _, err := runtime.Decode(codec, other); err != nil {
+			obj, err := runtime.Decode(codec, other)
+			if err != nil {
 				t.Errorf("%v: decode %q: %v", tc.flags, other, err)
+			} else if _, ok := obj.(*ichor.TalosMachine); !ok {
+				t.Errorf("%v: decoded a %T, want the internal TalosMachine", tc.flags, obj)
 			}
 		}
+	}
+}
+
+func TestAskCollectionFirstIsOnUnlessTurnedOff(t *testing.T) {
+	if !parse(t).AskCollectionFirst {
+		t.Error("off by default")
+	}
+	if parse(t, "--authorization-ask-collection-first=false").AskCollectionFirst {
+		t.Error("--authorization-ask-collection-first=false left it on")
 	}
 }
