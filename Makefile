@@ -34,7 +34,7 @@ verify: verify-codegen fmt vet ## Check generated code, formatting and vet.
 verify-codegen:
 	bash hack/verify-codegen.sh
 
-codegen: ## Regenerate deepcopy, conversions, defaults, OpenAPI, clientset, listers, informers and the benchmark's CRDs.
+codegen: ## Regenerate deepcopy, conversions, defaults, protobuf, OpenAPI, clientset, listers, informers and the benchmark's CRDs.
 	bash hack/update-codegen.sh
 
 fmt:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure protoc, the protobuf compiler hack/update-codegen.sh runs, is
-# installed: Debian's protobuf-compiler package when it is missing and this
+# Makes sure protoc (3 or later), the protobuf compiler hack/update-codegen.sh
+# runs, is installed: Debian's protobuf-compiler package when it is missing and this
 # machine can install packages. Prints protoc's directory as the only line
 # on stdout.
 set -o errexit -o nounset -o pipefail
@@ -16,9 +16,12 @@ if ! command -v protoc >/dev/null 2>&1; then
   apt-get install -y --no-install-recommends protobuf-compiler ||
     { apt-get update && apt-get install -y --no-install-recommends protobuf-compiler; }
 fi
+# go-to-protobuf writes proto2 files, which every protoc from 3 on compiles.
 version=$(protoc --version)
-if [[ ${version} != "libprotoc 3."* ]]; then
-  echo "install-protoc: ${version} found; the generators need protoc 3" >&2
+major=${version#libprotoc }
+major=${major%%.*}
+if ! [[ ${major} =~ ^[0-9]+$ ]] || ((major < 3)); then
+  echo "install-protoc: ${version} found; the generators need protoc 3 or later" >&2
   exit 1
 fi
 dirname "$(command -v protoc)" >&3

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
@@ -230,10 +231,13 @@ func (cp *ControlPlane) waitAPIServiceAvailable(ctx context.Context, agg aggrega
 		// Available means the aggregator reached it. kubectl reads the
 		// aggregated discovery document of /apis, which kube-apiserver
 		// refreshes on its own schedule: wait until it lists the resources.
+		// Another group failing its discovery does not matter here.
 		_, lists, err := cp.kubeClient.Discovery().ServerGroupsAndResources()
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			if !discovery.IsGroupDiscoveryFailedError(err) {
+				return false, nil
+			}
 		}
 		for _, l := range lists {
 			if l.GroupVersion == v1alpha1.SchemeGroupVersion.String() && len(l.APIResources) > 0 {
