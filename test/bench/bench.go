@@ -215,22 +215,39 @@ func (b *run) fillMeasuringRSS(ctx context.Context, ns string, size int) error {
 	return nil
 }
 
-// watches measures write-to-event latency with many watchers.
+// watches measures write-to-event latency with many watchers, and the CPU
+// both servers spent per write while they delivered the events.
 func (b *run) watches(ctx context.Context) error {
 	const ns = "bench-watch"
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	var res [2]*latencies
-	for i, p := range b.paths() {
+	measure := func(p *path, prefix string) (*latencies, [2]time.Duration, error) {
 		b.logf("%s: %d writes to %d watchers", p.name, b.cfg.WatchEvents, b.cfg.Watchers)
+		before, err := b.serverCPU()
+		if err != nil {
+			return nil, before, err
+		}
+		l, err := watchLatency(ctx, p, ns, prefix, b.cfg.Watchers, b.cfg.WatchEvents)
+		if err != nil {
+			return nil, before, err
+		}
+		after, err := b.serverCPU()
+		perWrite := [2]time.Duration{}
+		for i := range perWrite {
+			perWrite[i] = (after[i] - before[i]) / time.Duration(b.cfg.WatchEvents)
+		}
+		return l, perWrite, err
+	}
+	var res [2]*latencies
+	var cpu [2][2]time.Duration
+	for i, p := range b.paths() {
 		var err error
-		if res[i], err = watchLatency(ctx, p, ns, "json", b.cfg.Watchers, b.cfg.WatchEvents); err != nil {
+		if res[i], cpu[i], err = measure(p, "json"); err != nil {
 			return err
 		}
 	}
-	b.logf("%s: %d writes to %d watchers", b.ichorProtobuf.name, b.cfg.WatchEvents, b.cfg.Watchers)
-	proto, err := watchLatency(ctx, b.ichorProtobuf, ns, "protobuf", b.cfg.Watchers, b.cfg.WatchEvents)
+	proto, protoCPU, err := measure(b.ichorProtobuf, "protobuf")
 	if err != nil {
 		return err
 	}
@@ -239,7 +256,27 @@ func (b *run) watches(ctx context.Context) error {
 	b.r.addDurations(label+" p99", res[0].quantile(0.99), res[1].quantile(0.99))
 	b.r.addDurations(label+" p50"+overProtobuf, proto.quantile(0.5), res[1].quantile(0.5))
 	b.r.addDurations(label+" p99"+overProtobuf, proto.quantile(0.99), res[1].quantile(0.99))
+	// Each server's CPU is context: kube-apiserver proxies Ichor's events
+	// to the watchers and serves the CRD's itself, so only the sum compares.
+	cpuLabel := fmt.Sprintf("watch, %d watchers: server CPU per write", b.cfg.Watchers)
+	b.r.addContext(cpuLabel+": ichor-apiserver", UnitCPU, millis(cpu[0][0]), millis(cpu[1][0]))
+	b.r.addContext(cpuLabel+": kube-apiserver", UnitCPU, millis(cpu[0][1]), millis(cpu[1][1]))
+	b.r.add(cpuLabel+": both servers", UnitCPU, millis(cpu[0][0]+cpu[0][1]), millis(cpu[1][0]+cpu[1][1]))
+	b.r.add(cpuLabel+": both servers"+overProtobuf, UnitCPU, millis(protoCPU[0]+protoCPU[1]), millis(cpu[1][0]+cpu[1][1]))
 	return nil
+}
+
+// serverCPU is the CPU time ichor-apiserver and kube-apiserver have used so far.
+func (b *run) serverCPU() ([2]time.Duration, error) {
+	var t [2]time.Duration
+	var err error
+	if t[0], err = cpuTime(b.ichorPID); err != nil {
+		return t, fmt.Errorf("ichor-apiserver CPU time: %w", err)
+	}
+	if t[1], err = cpuTime(b.kubePID); err != nil {
+		return t, fmt.Errorf("kube-apiserver CPU time: %w", err)
+	}
+	return t, nil
 }
 
 // applies measures server-side apply of a status change on existing machines.

@@ -70,6 +70,7 @@ func TestSmoke(t *testing.T) {
 		"RSS growth holding 40 objects: ichor-apiserver",
 		"encoding application/json",
 		"watch, 3 watchers: write to event p50 (Ichor in protobuf)",
+		"watch, 3 watchers: server CPU per write: both servers",
 		"typed informer (controller-runtime cache), 40 objects: time to sync (Ichor in protobuf)",
 	} {
 		if _, ok := report.Row(metric); !ok {

@@ -1,13 +1,9 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -15,26 +11,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
-
-// rss is the resident set size of process pid, in bytes, from /proc/<pid>/status.
-func rss(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kib * 1024, err
-		}
-	}
-	if err := s.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
 
 // informerResult is what a typed informer over one namespace cost this process.
 type informerResult struct {

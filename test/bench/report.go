@@ -15,6 +15,7 @@ import (
 // Units of Row values; the unit decides how a value is printed.
 const (
 	UnitMillis  = "ms"
+	UnitCPU     = "ms CPU" // CPU time, coarse (10 ms ticks summed over a run)
 	UnitSeconds = "s"
 	UnitPerSec  = "objects/s"
 	UnitMiB     = "MiB"
