@@ -70,10 +70,14 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 	return r, nil
 }
 
-// run is one benchmark run in progress. Each step measures Ichor, then the
-// CRD, on the same namespaces and with the same objects, both in JSON. Where
-// the client's encoding matters, it also measures Ichor spoken in protobuf,
-// which custom resources cannot serve, against the same CRD figures.
+// run is one benchmark run in progress. Every step measures Ichor and the
+// CRD on the same namespaces with the same objects, both in JSON; where the
+// client's encoding matters it also measures Ichor spoken in protobuf, which
+// custom resources cannot serve, against the same CRD figures. Creates,
+// LISTs and applies alternate between the paths in rounds, each round
+// starting with the next path, so a slow patch of the shared machine falls
+// on all of them alike; fills, watches and informers run one path after the
+// other.
 type run struct {
 	cfg        Config
 	ichor, crd *path
@@ -86,6 +90,26 @@ type run struct {
 }
 
 func (b *run) paths() [2]*path { return [2]*path{b.ichor, b.crd} }
+
+// interleave calls f for every path in each of rounds rounds; round r
+// starts with path r (mod len(paths)).
+func interleave(rounds int, paths []*path, f func(round int, p *path) error) error {
+	for r := range rounds {
+		for i := range paths {
+			if err := f(r, paths[(r+i)%len(paths)]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// share is the first index and the count of round r's part when n items
+// are split over rounds rounds.
+func share(n, rounds, r int) (first, count int) {
+	first = r * n / rounds
+	return first, (r+1)*n/rounds - first
+}
 
 // overProtobuf marks the rows where Ichor's client speaks protobuf; the CRD's
 // figures are the same JSON ones as in the row without it.
@@ -100,28 +124,31 @@ func (b *run) creates(ctx context.Context) error {
 		if err := b.namespace(ctx, ns); err != nil {
 			return err
 		}
-		var res [2]*writeResult
-		for i, p := range b.paths() {
-			b.logf("%s: creating %d machines with %d clients", p.name, b.cfg.Creates, clients)
-			var err error
-			if res[i], err = writeMachines(ctx, p, ns, "machine", b.cfg.Creates, clients); err != nil {
-				return err
+		// Ichor's two clients write different names into the same store.
+		prefix := map[*path]string{b.ichor: "machine", b.crd: "machine", b.ichorProtobuf: "protobuf"}
+		res := map[*path]*writeResult{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
+		b.logf("creating %d machines with %d clients on each path, in %d rounds", b.cfg.Creates, clients, b.cfg.Rounds)
+		err := interleave(b.cfg.Rounds, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(r int, p *path) error {
+			first, n := share(b.cfg.Creates, b.cfg.Rounds, r)
+			w, err := writeMachines(ctx, p, ns, prefix[p], first, n, clients)
+			if err == nil {
+				res[p].merge(w)
 			}
-		}
-		b.logf("%s: creating %d machines with %d clients", b.ichorProtobuf.name, b.cfg.Creates, clients)
-		proto, err := writeMachines(ctx, b.ichorProtobuf, ns, "protobuf", b.cfg.Creates, clients)
+			return err
+		})
 		if err != nil {
 			return err
 		}
+		ichor, crd, proto := res[b.ichor], res[b.crd], res[b.ichorProtobuf]
 		label := fmt.Sprintf("create, %d client(s)", clients)
-		b.r.add(label+": throughput (POST + PUT /status)", UnitPerSec, res[0].perSecond(), res[1].perSecond())
-		b.r.addDurations(label+": POST p50", res[0].create.quantile(0.5), res[1].create.quantile(0.5))
-		b.r.addDurations(label+": POST p99", res[0].create.quantile(0.99), res[1].create.quantile(0.99))
-		b.r.addDurations(label+": PUT /status p50", res[0].status.quantile(0.5), res[1].status.quantile(0.5))
-		b.r.addDurations(label+": PUT /status p99", res[0].status.quantile(0.99), res[1].status.quantile(0.99))
-		b.r.add(label+": throughput"+overProtobuf, UnitPerSec, proto.perSecond(), res[1].perSecond())
-		b.r.addDurations(label+": POST p50"+overProtobuf, proto.create.quantile(0.5), res[1].create.quantile(0.5))
-		b.r.addDurations(label+": PUT /status p50"+overProtobuf, proto.status.quantile(0.5), res[1].status.quantile(0.5))
+		b.r.add(label+": throughput (POST + PUT /status)", UnitPerSec, ichor.perSecond(), crd.perSecond())
+		b.r.addDurations(label+": POST p50", ichor.create.quantile(0.5), crd.create.quantile(0.5))
+		b.r.addDurations(label+": POST p99", ichor.create.quantile(0.99), crd.create.quantile(0.99))
+		b.r.addDurations(label+": PUT /status p50", ichor.status.quantile(0.5), crd.status.quantile(0.5))
+		b.r.addDurations(label+": PUT /status p99", ichor.status.quantile(0.99), crd.status.quantile(0.99))
+		b.r.add(label+": throughput"+overProtobuf, UnitPerSec, proto.perSecond(), crd.perSecond())
+		b.r.addDurations(label+": POST p50"+overProtobuf, proto.create.quantile(0.5), crd.create.quantile(0.5))
+		b.r.addDurations(label+": PUT /status p50"+overProtobuf, proto.status.quantile(0.5), crd.status.quantile(0.5))
 	}
 	return nil
 }
@@ -144,35 +171,35 @@ func (b *run) lists(ctx context.Context) error {
 		}
 		for _, p := range b.paths() {
 			b.logf("%s: filling %s with %d machines", p.name, ns, size)
-			if _, err := writeMachines(ctx, p, ns, "machine", size, b.cfg.FillClients); err != nil {
+			if _, err := writeMachines(ctx, p, ns, "machine", 0, size, b.cfg.FillClients); err != nil {
 				return err
 			}
 		}
 	}
 	for _, size := range sizes {
 		ns := listNamespace(size)
-		var res [2]*listResult
-		for i, p := range b.paths() {
-			b.logf("%s: listing %d machines", p.name, size)
-			var err error
-			if res[i], err = listMachines(ctx, p, ns, size, b.cfg.PageSize, b.cfg.ListRepeats); err != nil {
-				return err
+		res := map[*path]*listResult{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
+		b.logf("listing %d machines on each path, %d times", size, b.cfg.ListRepeats)
+		err := interleave(b.cfg.ListRepeats, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(_ int, p *path) error {
+			l, err := listMachines(ctx, p, ns, size, b.cfg.PageSize, 1)
+			if err == nil {
+				res[p].merge(l)
 			}
-		}
-		b.logf("%s: listing %d machines", b.ichorProtobuf.name, size)
-		proto, err := listMachines(ctx, b.ichorProtobuf, ns, size, b.cfg.PageSize, b.cfg.ListRepeats)
+			return err
+		})
 		if err != nil {
 			return err
 		}
+		ichor, crd, proto := res[b.ichor], res[b.crd], res[b.ichorProtobuf]
 		label := fmt.Sprintf("LIST %d", size)
-		b.r.add(label+": response size", UnitKiB, float64(res[0].bytes)/1024, float64(res[1].bytes)/1024)
-		b.r.add(label+": response size"+overProtobuf, UnitKiB, float64(proto.bytes)/1024, float64(res[1].bytes)/1024)
-		b.r.addDurations(label+": full p50", res[0].full.quantile(0.5), res[1].full.quantile(0.5))
-		b.r.addDurations(label+": full p99", res[0].full.quantile(0.99), res[1].full.quantile(0.99))
-		b.r.addDurations(label+": full p50"+overProtobuf, proto.full.quantile(0.5), res[1].full.quantile(0.5))
+		b.r.add(label+": response size", UnitKiB, float64(ichor.bytes)/1024, float64(crd.bytes)/1024)
+		b.r.add(label+": response size"+overProtobuf, UnitKiB, float64(proto.bytes)/1024, float64(crd.bytes)/1024)
+		b.r.addDurations(label+": full p50", ichor.full.quantile(0.5), crd.full.quantile(0.5))
+		b.r.addDurations(label+": full p99", ichor.full.quantile(0.99), crd.full.quantile(0.99))
+		b.r.addDurations(label+": full p50"+overProtobuf, proto.full.quantile(0.5), crd.full.quantile(0.5))
 		paged := fmt.Sprintf("%s: paginated (limit=%d), all pages", label, b.cfg.PageSize)
-		b.r.addDurations(paged+" p50", res[0].paged.quantile(0.5), res[1].paged.quantile(0.5))
-		b.r.addDurations(paged+" p99", res[0].paged.quantile(0.99), res[1].paged.quantile(0.99))
+		b.r.addDurations(paged+" p50", ichor.paged.quantile(0.5), crd.paged.quantile(0.5))
+		b.r.addDurations(paged+" p99", ichor.paged.quantile(0.99), crd.paged.quantile(0.99))
 	}
 	return nil
 }
@@ -198,7 +225,7 @@ func (b *run) fillMeasuringRSS(ctx context.Context, ns string, size int) error {
 	}
 	for i, p := range b.paths() {
 		b.logf("%s: filling %s with %d machines, measuring RSS", p.name, ns, size)
-		if _, err := writeMachines(ctx, p, ns, "machine", size, b.cfg.FillClients); err != nil {
+		if _, err := writeMachines(ctx, p, ns, "machine", 0, size, b.cfg.FillClients); err != nil {
 			return err
 		}
 		if err := sample(i + 1); err != nil {
@@ -282,16 +309,22 @@ func (b *run) serverCPU() ([2]time.Duration, error) {
 // applies measures server-side apply of a status change on existing machines.
 func (b *run) applies(ctx context.Context) error {
 	ns := listNamespace(slices.Min(b.cfg.ListSizes))
-	var res [2]*latencies
-	for i, p := range b.paths() {
-		b.logf("%s: %d server-side applies to /status", p.name, b.cfg.Applies)
-		var err error
-		if res[i], err = applyStatuses(ctx, p, ns, "machine", b.cfg.Applies); err != nil {
-			return err
+	res := map[*path]*latencies{b.ichor: {}, b.crd: {}}
+	b.logf("%d server-side applies to /status on each path, in %d rounds", b.cfg.Applies, b.cfg.Rounds)
+	err := interleave(b.cfg.Rounds, []*path{b.ichor, b.crd}, func(r int, p *path) error {
+		first, n := share(b.cfg.Applies, b.cfg.Rounds, r)
+		l, err := applyStatuses(ctx, p, ns, "machine", first, n)
+		if err == nil {
+			res[p].merge(l)
 		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	b.r.addDurations("server-side apply of a status condition p50", res[0].quantile(0.5), res[1].quantile(0.5))
-	b.r.addDurations("server-side apply of a status condition p99", res[0].quantile(0.99), res[1].quantile(0.99))
+	ichor, crd := res[b.ichor], res[b.crd]
+	b.r.addDurations("server-side apply of a status condition p50", ichor.quantile(0.5), crd.quantile(0.5))
+	b.r.addDurations("server-side apply of a status condition p99", ichor.quantile(0.99), crd.quantile(0.99))
 	return nil
 }
 

@@ -29,6 +29,9 @@ type Config struct {
 	Applies int `json:"applies"`
 	// FillClients is the concurrency used to fill the LIST namespaces.
 	FillClients int `json:"fillClients"`
+	// Rounds is how many parts creates and applies are split into, run
+	// alternately on each path.
+	Rounds int `json:"rounds"`
 	// Identity is who the clients are: IdentityRBAC (a user RBAC grants the
 	// machines to, as a controller or a person is) or IdentityMasters (a
 	// member of system:masters, which every authorizer lets through at once).
@@ -46,7 +49,7 @@ func DefaultConfig() Config {
 	return Config{
 		Creates: 1000, CreateClients: []int{1, 32},
 		ListSizes: []int{1000, 10000}, PageSize: 500, ListRepeats: 10,
-		Watchers: 100, WatchEvents: 50, Applies: 300, FillClients: 32, Identity: IdentityRBAC,
+		Watchers: 100, WatchEvents: 50, Applies: 300, FillClients: 32, Rounds: 5, Identity: IdentityRBAC,
 	}
 }
 
@@ -55,7 +58,7 @@ func SmokeConfig() Config {
 	return Config{
 		Creates: 20, CreateClients: []int{1, 4},
 		ListSizes: []int{20, 40}, PageSize: 7, ListRepeats: 3,
-		Watchers: 3, WatchEvents: 5, Applies: 10, FillClients: 4, Identity: IdentityRBAC,
+		Watchers: 3, WatchEvents: 5, Applies: 10, FillClients: 4, Rounds: 2, Identity: IdentityRBAC,
 	}
 }
 
@@ -70,13 +73,14 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WatchEvents, "watch-events", c.WatchEvents, "writes timed in the watch-latency run")
 	fs.IntVar(&c.Applies, "applies", c.Applies, "server-side applies of a status change to time")
 	fs.IntVar(&c.FillClients, "fill-clients", c.FillClients, "concurrency used to fill the LIST namespaces")
+	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "parts the creates and applies are split into, run alternately on each path")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "who the clients are: rbac (a user RBAC grants the machines to) or masters (system:masters, which skips authorization)")
 }
 
 // Validate rejects sizes that cannot produce a measurement.
 func (c *Config) Validate() error {
 	for name, v := range map[string]int{"creates": c.Creates, "page-size": c.PageSize, "list-repeats": c.ListRepeats,
-		"watchers": c.Watchers, "watch-events": c.WatchEvents, "applies": c.Applies, "fill-clients": c.FillClients} {
+		"watchers": c.Watchers, "watch-events": c.WatchEvents, "applies": c.Applies, "fill-clients": c.FillClients, "rounds": c.Rounds} {
 		if v <= 0 {
 			return fmt.Errorf("-%s must be positive", name)
 		}
@@ -91,6 +95,9 @@ func (c *Config) Validate() error {
 		if v <= 0 {
 			return fmt.Errorf("-create-clients and -list-sizes must be positive, got %d", v)
 		}
+	}
+	if c.Rounds > c.Creates || c.Rounds > c.Applies {
+		return fmt.Errorf("-rounds (%d) must not exceed -creates (%d) or -applies (%d): each round writes some of them", c.Rounds, c.Creates, c.Applies)
 	}
 	if c.Applies > c.ListSizes[0] {
 		return fmt.Errorf("-applies (%d) must not exceed the smallest list size (%d): it applies to those objects", c.Applies, c.ListSizes[0])

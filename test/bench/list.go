@@ -13,6 +13,13 @@ type listResult struct {
 	bytes int
 }
 
+// merge adds o's LISTs to r.
+func (r *listResult) merge(o *listResult) {
+	r.full.merge(&o.full)
+	r.paged.merge(&o.paged)
+	r.bytes = o.bytes
+}
+
 // listMachines LISTs ns, which holds want machines, repeats times in full and
 // repeats times page by page, timing each complete read including decoding.
 func listMachines(ctx context.Context, p *path, ns string, want, pageSize, repeats int) (*listResult, error) {

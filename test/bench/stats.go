@@ -31,6 +31,16 @@ func (l *latencies) quantile(q float64) time.Duration {
 	return s[max(0, min(rank, len(s)-1))]
 }
 
+// merge adds o's samples to l.
+func (l *latencies) merge(o *latencies) {
+	o.mu.Lock()
+	d := slices.Clone(o.d)
+	o.mu.Unlock()
+	l.mu.Lock()
+	l.d = append(l.d, d...)
+	l.mu.Unlock()
+}
+
 func (l *latencies) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

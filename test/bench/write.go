@@ -22,10 +22,17 @@ func (r *writeResult) perSecond() float64 {
 	return float64(r.status.count()) / r.elapsed.Seconds()
 }
 
-// writeMachines creates n machines named <prefix>-<i> in ns with the given
-// number of concurrent clients, each one POSTed and then given its status
-// through /status, as a controller discovering machines does.
-func writeMachines(ctx context.Context, p *path, ns, prefix string, n, clients int) (*writeResult, error) {
+// merge adds o's writes to r, as one run taking both runs' time.
+func (r *writeResult) merge(o *writeResult) {
+	r.create.merge(&o.create)
+	r.status.merge(&o.status)
+	r.elapsed += o.elapsed
+}
+
+// writeMachines creates n machines named <prefix>-<i> in ns, i from first,
+// with the given number of concurrent clients, each one POSTed and then
+// given its status through /status, as a controller discovering machines does.
+func writeMachines(ctx context.Context, p *path, ns, prefix string, first, n, clients int) (*writeResult, error) {
 	res := &writeResult{}
 	var next atomic.Int64
 	errs := make(chan error, clients)
@@ -38,7 +45,7 @@ func writeMachines(ctx context.Context, p *path, ns, prefix string, n, clients i
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				if err := writeMachine(ctx, p, ns, fmt.Sprintf("%s-%d", prefix, i), i, res); err != nil {
+				if err := writeMachine(ctx, p, ns, fmt.Sprintf("%s-%d", prefix, first+i), first+i, res); err != nil {
 					errs <- err
 					return
 				}
@@ -72,10 +79,10 @@ func writeMachine(ctx context.Context, p *path, ns, name string, i int, res *wri
 }
 
 // applyStatuses times n server-side applies, one after another, each moving
-// the Ready condition of machine <prefix>-<i> in ns.
-func applyStatuses(ctx context.Context, p *path, ns, prefix string, n int) (*latencies, error) {
+// the Ready condition of machine <prefix>-<i> in ns, i from first.
+func applyStatuses(ctx context.Context, p *path, ns, prefix string, first, n int) (*latencies, error) {
 	var l latencies
-	for i := range n {
+	for i := first; i < first+n; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		body := readyCondition(p.gv.String(), name, i+1)
 		t0 := time.Now()
