@@ -74,10 +74,10 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 // CRD on the same namespaces with the same objects, both in JSON; where the
 // client's encoding matters it also measures Ichor spoken in protobuf, which
 // custom resources cannot serve, against the same CRD figures. Creates,
-// LISTs and applies alternate between the paths in rounds, each round
-// starting with the next path, so a slow patch of the shared machine falls
-// on all of them alike; fills, watches and informers run one path after the
-// other.
+// LISTs, watches and applies alternate between the paths in rounds, each
+// round starting with the next path, so a slow patch of the shared machine
+// (or the first measurement after a heavy step) falls on all of them alike;
+// fills and informers run one path after the other.
 type run struct {
 	cfg        Config
 	ichor, crd *path
@@ -243,53 +243,59 @@ func (b *run) fillMeasuringRSS(ctx context.Context, ns string, size int) error {
 }
 
 // watches measures write-to-event latency with many watchers, and the CPU
-// both servers spent per write while they delivered the events.
+// both servers spent per write while they delivered the events. The writes
+// alternate between the paths in rounds; each round opens its own watchers.
 func (b *run) watches(ctx context.Context) error {
 	const ns = "bench-watch"
 	if err := b.namespace(ctx, ns); err != nil {
 		return err
 	}
-	measure := func(p *path, prefix string) (*latencies, [2]time.Duration, error) {
-		b.logf("%s: %d writes to %d watchers", p.name, b.cfg.WatchEvents, b.cfg.Watchers)
+	// Ichor's two clients write different names into the same store.
+	prefix := map[*path]string{b.ichor: "json", b.crd: "json", b.ichorProtobuf: "protobuf"}
+	res := map[*path]*latencies{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
+	// cpu is the CPU time of ichor-apiserver and kube-apiserver during each path's writes.
+	cpu := map[*path]*[2]time.Duration{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
+	b.logf("%d writes to %d watchers on each path, in %d rounds", b.cfg.WatchEvents, b.cfg.Watchers, b.cfg.Rounds)
+	err := interleave(b.cfg.Rounds, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(r int, p *path) error {
+		first, n := share(b.cfg.WatchEvents, b.cfg.Rounds, r)
 		before, err := b.serverCPU()
 		if err != nil {
-			return nil, before, err
-		}
-		l, err := watchLatency(ctx, p, ns, prefix, b.cfg.Watchers, b.cfg.WatchEvents)
-		if err != nil {
-			return nil, before, err
-		}
-		after, err := b.serverCPU()
-		perWrite := [2]time.Duration{}
-		for i := range perWrite {
-			perWrite[i] = (after[i] - before[i]) / time.Duration(b.cfg.WatchEvents)
-		}
-		return l, perWrite, err
-	}
-	var res [2]*latencies
-	var cpu [2][2]time.Duration
-	for i, p := range b.paths() {
-		var err error
-		if res[i], cpu[i], err = measure(p, "json"); err != nil {
 			return err
 		}
-	}
-	proto, protoCPU, err := measure(b.ichorProtobuf, "protobuf")
+		l, err := watchLatency(ctx, p, ns, prefix[p], first, b.cfg.Watchers, n)
+		if err != nil {
+			return err
+		}
+		after, err := b.serverCPU()
+		if err != nil {
+			return err
+		}
+		res[p].merge(l)
+		for i := range after {
+			cpu[p][i] += after[i] - before[i]
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
+	ichor, crd, proto := res[b.ichor], res[b.crd], res[b.ichorProtobuf]
 	label := fmt.Sprintf("watch, %d watchers: write to event", b.cfg.Watchers)
-	b.r.addDurations(label+" p50", res[0].quantile(0.5), res[1].quantile(0.5))
-	b.r.addDurations(label+" p99", res[0].quantile(0.99), res[1].quantile(0.99))
-	b.r.addDurations(label+" p50"+overProtobuf, proto.quantile(0.5), res[1].quantile(0.5))
-	b.r.addDurations(label+" p99"+overProtobuf, proto.quantile(0.99), res[1].quantile(0.99))
+	b.r.addDurations(label+" p50", ichor.quantile(0.5), crd.quantile(0.5))
+	b.r.addDurations(label+" p99", ichor.quantile(0.99), crd.quantile(0.99))
+	b.r.addDurations(label+" p50"+overProtobuf, proto.quantile(0.5), crd.quantile(0.5))
+	b.r.addDurations(label+" p99"+overProtobuf, proto.quantile(0.99), crd.quantile(0.99))
 	// Each server's CPU is context: kube-apiserver proxies Ichor's events
 	// to the watchers and serves the CRD's itself, so only the sum compares.
+	perWrite := func(p *path, server int) float64 {
+		return millis(cpu[p][server] / time.Duration(b.cfg.WatchEvents))
+	}
+	both := func(p *path) float64 { return perWrite(p, 0) + perWrite(p, 1) }
 	cpuLabel := fmt.Sprintf("watch, %d watchers: server CPU per write", b.cfg.Watchers)
-	b.r.addContext(cpuLabel+": ichor-apiserver", UnitCPU, millis(cpu[0][0]), millis(cpu[1][0]))
-	b.r.addContext(cpuLabel+": kube-apiserver", UnitCPU, millis(cpu[0][1]), millis(cpu[1][1]))
-	b.r.add(cpuLabel+": both servers", UnitCPU, millis(cpu[0][0]+cpu[0][1]), millis(cpu[1][0]+cpu[1][1]))
-	b.r.add(cpuLabel+": both servers"+overProtobuf, UnitCPU, millis(protoCPU[0]+protoCPU[1]), millis(cpu[1][0]+cpu[1][1]))
+	b.r.addContext(cpuLabel+": ichor-apiserver", UnitCPU, perWrite(b.ichor, 0), perWrite(b.crd, 0))
+	b.r.addContext(cpuLabel+": kube-apiserver", UnitCPU, perWrite(b.ichor, 1), perWrite(b.crd, 1))
+	b.r.add(cpuLabel+": both servers", UnitCPU, both(b.ichor), both(b.crd))
+	b.r.add(cpuLabel+": both servers"+overProtobuf, UnitCPU, both(b.ichorProtobuf), both(b.crd))
 	return nil
 }
 

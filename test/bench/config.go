@@ -29,8 +29,8 @@ type Config struct {
 	Applies int `json:"applies"`
 	// FillClients is the concurrency used to fill the LIST namespaces.
 	FillClients int `json:"fillClients"`
-	// Rounds is how many parts creates and applies are split into, run
-	// alternately on each path.
+	// Rounds is how many parts creates, watch writes and applies are split
+	// into, run alternately on each path.
 	Rounds int `json:"rounds"`
 	// Identity is who the clients are: IdentityRBAC (a user RBAC grants the
 	// machines to, as a controller or a person is) or IdentityMasters (a
@@ -73,7 +73,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WatchEvents, "watch-events", c.WatchEvents, "writes timed in the watch-latency run")
 	fs.IntVar(&c.Applies, "applies", c.Applies, "server-side applies of a status change to time")
 	fs.IntVar(&c.FillClients, "fill-clients", c.FillClients, "concurrency used to fill the LIST namespaces")
-	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "parts the creates and applies are split into, run alternately on each path")
+	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "parts the creates, watch writes and applies are split into, run alternately on each path")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "who the clients are: rbac (a user RBAC grants the machines to) or masters (system:masters, which skips authorization)")
 }
 
@@ -96,8 +96,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("-create-clients and -list-sizes must be positive, got %d", v)
 		}
 	}
-	if c.Rounds > c.Creates || c.Rounds > c.Applies {
-		return fmt.Errorf("-rounds (%d) must not exceed -creates (%d) or -applies (%d): each round writes some of them", c.Rounds, c.Creates, c.Applies)
+	if c.Rounds > min(c.Creates, c.WatchEvents, c.Applies) {
+		return fmt.Errorf("-rounds (%d) must not exceed -creates (%d), -watch-events (%d) or -applies (%d): each round writes some of each", c.Rounds, c.Creates, c.WatchEvents, c.Applies)
 	}
 	if c.Applies > c.ListSizes[0] {
 		return fmt.Errorf("-applies (%d) must not exceed the smallest list size (%d): it applies to those objects", c.Applies, c.ListSizes[0])

@@ -16,10 +16,10 @@ import (
 const eventTimeout = 30 * time.Second
 
 // watchLatency opens watchers watches on ns, then creates events machines
-// named prefix-0, prefix-1, … one at a time and measures, for every watcher, the time from the start of the
+// named prefix-first, prefix-first+1, … one at a time and measures, for every watcher, the time from the start of the
 // write to the arrival of its ADDED event. Each write waits until all
 // watchers saw the previous one, so latencies do not queue behind each other.
-func watchLatency(ctx context.Context, p *path, ns, prefix string, watchers, events int) (*latencies, error) {
+func watchLatency(ctx context.Context, p *path, ns, prefix string, first, watchers, events int) (*latencies, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	list, _, err := p.list(ctx, ns, 1, "")
@@ -55,7 +55,7 @@ func watchLatency(ctx context.Context, p *path, ns, prefix string, watchers, eve
 	}
 
 	var l latencies
-	for i := range events {
+	for i := first; i < first+events; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		t0 := time.Now()
 		if _, err := p.create(ctx, machine(ns, name, i), metav1.CreateOptions{}); err != nil {
