@@ -599,6 +599,10 @@ spec:
 		checkPacketCaptureDownload(ctx, t, ns)
 	})
 
+	t.Run("a packet capture the node cuts fails for the client instead of ending short", func(t *testing.T) {
+		checkCutPacketCapture(ctx, t, ns, nodes["worker-1"])
+	})
+
 	t.Run("a reader talosconfig works with talosctl and reads only", func(t *testing.T) {
 		checkTalosconfigReaderDownload(ctx, t, ns, nodes)
 	})

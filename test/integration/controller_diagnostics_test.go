@@ -25,6 +25,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
@@ -188,6 +189,42 @@ func checkPacketCaptureDownload(ctx context.Context, t *testing.T, ns string) {
 	}
 	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path+"?interface=eth0")
 	wantKubectlError(t, "operator capture", err, "Forbidden")
+}
+
+// checkCutPacketCapture starts a minute-long capture of worker-1's eth0 and
+// cuts the node off once the download has started: the client must see the
+// download fail, not receive a short pcap file with a 200.
+func checkCutPacketCapture(ctx context.Context, t *testing.T, ns string, node *talossim.Node) {
+	path := machinePath(ns, "worker-1", "packet-capture") + "?interface=eth0&durationSeconds=60"
+	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := cp.Kubectl(ctx, "--as=carol", "--as-group=ichor:admin", "get", "--raw", path)
+		done <- result{out, err}
+	}()
+	// The Event is recorded once the node's first bytes have arrived.
+	waitEventSaying(ctx, t, ns, "worker-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded a 1m0s packet-capture of link eth0 on TalosMachine worker-1")
+	if err := node.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	node.ClearFaults()
+	var kerr *harness.KubectlError
+	if !errors.As(res.err, &kerr) {
+		t.Errorf("a capture cut after %d bytes ended as a complete file (error %v)", len(res.out), res.err)
+	} else if ctx.Err() != nil {
+		t.Errorf("the cut capture did not end within 45s: %v", res.err)
+	} else {
+		t.Logf("the cut capture failed for the client: %s", strings.TrimSpace(kerr.Stderr))
+	}
+	waitMachine(context.Background(), t, ns, "worker-1", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseReady
+	})
 }
 
 // checkTalosconfigReaderDownload downloads demo's reader talosconfig as an

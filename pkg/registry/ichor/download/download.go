@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -182,8 +184,8 @@ func (d *download) InputStream(ctx context.Context, _, _ string) (io.ReadCloser,
 	if err != nil {
 		return nil, false, "", err
 	}
-	r := &stream{Reader: bufio.NewReaderSize(o.body, peekSize), body: o.body, release: o.release}
-	if _, err := r.Peek(1); err != nil && !errors.Is(err, io.EOF) {
+	r := &stream{r: bufio.NewReaderSize(o.body, peekSize), body: o.body, release: o.release, what: d.what}
+	if _, err := r.r.Peek(1); err != nil && !errors.Is(err, io.EOF) {
 		_ = r.Close()
 		return nil, false, "", apierrors.NewServiceUnavailable(fmt.Sprintf("download %s: %v", d.what, err))
 	}
@@ -203,9 +205,28 @@ func (d *download) record(ctx context.Context, credential *corev1.ObjectReferenc
 // stream is the response body: the peeked reader over the node's stream,
 // which closes the stream and then releases what it held.
 type stream struct {
-	*bufio.Reader
+	// r is not embedded: its WriteTo would let io.Copy read past Read.
+	r       *bufio.Reader
 	body    io.Closer
 	release func()
+	// what is the download, for the log.
+	what string
+}
+
+// Read passes the node's stream on. Once the response has started, a node
+// that fails mid-stream can only be reported by aborting the response: the
+// server copying the stream would otherwise end it as a complete file, a
+// short pcap or snapshot with a 200. A handler that panics with
+// http.ErrAbortHandler makes net/http reset the stream (kube-apiserver's
+// proxy passes the reset on to the client). The end of the client's own
+// request is not a failure: machinery ends a cancelled stream with EOF.
+func (s *stream) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		klog.ErrorS(err, "Download failed after it started; aborting the response", "download", s.what)
+		panic(http.ErrAbortHandler)
+	}
+	return n, err
 }
 
 func (s *stream) Close() error {
