@@ -53,4 +53,3 @@ func TestAStreamThatEndsIsCopiedWhole(t *testing.T) {
 type failing struct{ err error }
 
 func (f *failing) Read([]byte) (int, error) { return 0, f.err }
-
