@@ -91,6 +91,9 @@ type run struct {
 
 func (b *run) paths() [2]*path { return [2]*path{b.ichor, b.crd} }
 
+// withProtobuf is every path, Ichor spoken in protobuf included.
+func (b *run) withProtobuf() []*path { return []*path{b.ichor, b.crd, b.ichorProtobuf} }
+
 // interleave calls f for every path in each of rounds rounds; round r
 // starts with path r (mod len(paths)).
 func interleave(rounds int, paths []*path, f func(round int, p *path) error) error {
@@ -128,7 +131,7 @@ func (b *run) creates(ctx context.Context) error {
 		prefix := map[*path]string{b.ichor: "machine", b.crd: "machine", b.ichorProtobuf: "protobuf"}
 		res := map[*path]*writeResult{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
 		b.logf("creating %d machines with %d clients on each path, in %d rounds", b.cfg.Creates, clients, b.cfg.Rounds)
-		err := interleave(b.cfg.Rounds, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(r int, p *path) error {
+		err := interleave(b.cfg.Rounds, b.withProtobuf(), func(r int, p *path) error {
 			first, n := share(b.cfg.Creates, b.cfg.Rounds, r)
 			w, err := writeMachines(ctx, p, ns, prefix[p], first, n, clients)
 			if err == nil {
@@ -180,7 +183,7 @@ func (b *run) lists(ctx context.Context) error {
 		ns := listNamespace(size)
 		res := map[*path]*listResult{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
 		b.logf("listing %d machines on each path, %d times", size, b.cfg.ListRepeats)
-		err := interleave(b.cfg.ListRepeats, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(_ int, p *path) error {
+		err := interleave(b.cfg.ListRepeats, b.withProtobuf(), func(_ int, p *path) error {
 			l, err := listMachines(ctx, p, ns, size, b.cfg.PageSize, 1)
 			if err == nil {
 				res[p].merge(l)
@@ -256,7 +259,7 @@ func (b *run) watches(ctx context.Context) error {
 	// cpu is the CPU time of ichor-apiserver and kube-apiserver during each path's writes.
 	cpu := map[*path]*[2]time.Duration{b.ichor: {}, b.crd: {}, b.ichorProtobuf: {}}
 	b.logf("%d writes to %d watchers on each path, in %d rounds", b.cfg.WatchEvents, b.cfg.Watchers, b.cfg.Rounds)
-	err := interleave(b.cfg.Rounds, []*path{b.ichor, b.crd, b.ichorProtobuf}, func(r int, p *path) error {
+	err := interleave(b.cfg.Rounds, b.withProtobuf(), func(r int, p *path) error {
 		first, n := share(b.cfg.WatchEvents, b.cfg.Rounds, r)
 		before, err := b.serverCPU()
 		if err != nil {
