@@ -10,7 +10,7 @@ TEST_TIMEOUT  ?= 20m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane test bench verify verify-codegen codegen fmt vet run clean
+.PHONY: all build controlplane test bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -29,7 +29,10 @@ bench: ## Measure ichor.dev against the same schema served as CRDs; table on std
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
 	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) run ./test/bench/cmd/ichor-bench -ichor-apiserver $(BIN)/ichor-apiserver $(BENCH_FLAGS)
 
-verify: verify-codegen fmt vet ## Check generated code, formatting and vet.
+verify: verify-no-binaries verify-codegen fmt vet ## Check generated code, formatting, vet, and that no binary is tracked.
+
+verify-no-binaries:
+	bash hack/verify-no-binaries.sh
 
 verify-codegen:
 	bash hack/verify-codegen.sh
