@@ -8,7 +8,8 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
-	"ichor.dev/ichor/pkg/admission/plugin/patchsecrets"
+	"ichor.dev/ichor/pkg/admission/plugin/patchclasses"
+	"ichor.dev/ichor/pkg/admission/plugin/provisioningnetworks"
 	"ichor.dev/ichor/pkg/admission/plugin/userroles"
 )
 
@@ -23,8 +24,10 @@ type plugin struct {
 var plugins = []plugin{
 	// Custom verbs of action subresources (approve, …), against the stored object.
 	{customverbs.PluginName, customverbs.Register},
-	// TalosConfigPatches never touch the secrets bundle.
-	{patchsecrets.PluginName, patchsecrets.Register},
+	// TalosMachine addresses stay inside the provisioning networks, but by an admin's decision.
+	{provisioningnetworks.PluginName, provisioningnetworks.Register},
+	// TalosConfigPatches never touch the secrets bundle; privileged ones are admins'.
+	{patchclasses.PluginName, patchclasses.Register},
 	// A control plane is not deleted when its cluster's etcd would lose quorum.
 	{controlplanequorum.PluginName, controlplanequorum.Register},
 	// IchorUsers grant only roles below the requester's; an admin always remains.

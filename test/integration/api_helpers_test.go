@@ -201,3 +201,37 @@ func grantRole(ctx context.Context, t testing.TB, ns, name string, subject rbacv
 		t.Fatal(err)
 	}
 }
+
+// useProvisioningNetworks makes cidrs the installation's provisioning networks
+// for the rest of the test, creating the installation if there is none, and
+// puts back what was there when the test ends.
+func useProvisioningNetworks(ctx context.Context, t testing.TB, cidrs ...string) {
+	t.Helper()
+	installations := apiClient(t).IchorV1alpha1().IchorInstallations()
+	in, err := installations.Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		in = apiIchorInstallation()
+		in.Spec.Settings.ProvisioningNetworks = cidrs
+		if _, err := installations.Create(ctx, in, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create IchorInstallation: %v", err)
+		}
+		t.Cleanup(func() { _ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{}) })
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	previous := in.Spec.Settings.ProvisioningNetworks
+	in.Spec.Settings.ProvisioningNetworks = cidrs
+	if _, err := installations.UpdateSettings(ctx, in.Name, in, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("set provisioning networks: %v", err)
+	}
+	t.Cleanup(func() {
+		in, err := installations.Get(context.Background(), v1alpha1.InstallationName, metav1.GetOptions{})
+		if err != nil {
+			return
+		}
+		in.Spec.Settings.ProvisioningNetworks = previous
+		_, _ = installations.UpdateSettings(context.Background(), in.Name, in, metav1.UpdateOptions{})
+	})
+}

@@ -38,7 +38,7 @@ spec:
 	}
 
 	// The same patch without the CA goes through.
-	ok := strings.Replace(manifest, "    cluster:\n      ca:\n        crt: Zm9v\n        key: YmFy\n", "    machine:\n      kubelet:\n        extraArgs:\n          v: \"2\"\n", 1)
+	ok := strings.Replace(manifest, "    cluster:\n      ca:\n        crt: Zm9v\n        key: YmFy\n", "    machine:\n      sysctls:\n        net.core.somaxconn: \"1024\"\n", 1)
 	if out, err := cp.KubectlWithInput(ctx, []byte(ok), "apply", "--server-side", "-f", "-", "--as=bob", "--as-group=ichor:operator"); err != nil {
 		t.Fatalf("harmless patch refused: %v\n%s", err, out)
 	}

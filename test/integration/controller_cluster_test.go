@@ -46,6 +46,9 @@ const clusterWait = 5 * time.Minute
 // operator is the user the cluster tests act as: in the ichor:operator group, nothing more.
 var operator = []string{"--as=olivia", "--as-group=ichor:operator"}
 
+// admin is the user for what only admins may do, like deleting a machine (which resets its node).
+var admin = []string{"--as=carol", "--as-group=ichor:admin"}
+
 // TestControllerBuildsACluster drives three control planes and two workers
 // from kubectl apply to a Ready cluster as an ichor:operator, through the
 // controller and the real machinery client to simulated nodes that start a
@@ -56,6 +59,9 @@ func TestControllerBuildsACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	installControllerRBAC(ctx, t)
+	// The operator places machines on the loopback addresses below; an admin
+	// made them a provisioning network.
+	useProvisioningNetworks(ctx, t, "127.0.3.0/24")
 	ns := cp.Namespace(t)
 	tune := func(o *ctrlcmd.Options) {
 		o.MachineRecheckInterval = time.Second
@@ -614,7 +620,7 @@ spec:
 		waitMachine(ctx, t, ns, "cp-3", "noticed down", func(m *v1alpha1.TalosMachine) bool {
 			return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
 		})
-		out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", ns, "cp-1", "--wait=false")...)
+		out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", ns, "cp-1", "--wait=false")...)
 		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") ||
 			!strings.Contains(msg, "quorum needs 2") || !strings.Contains(msg, "cp-3 (Unreachable)") {
 			t.Errorf("kubectl delete of cp-1 with cp-3 down: %v\n%s", err, out)
@@ -630,8 +636,13 @@ spec:
 
 	t.Run("deleting a machine resets its node first", func(t *testing.T) {
 		node := nodes["worker-2"]
-		mustKubectl(ctx, t, append(operator, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
-		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		// Deleting resets the node, as node-reset does: an operator may not.
+		out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
+		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") || !strings.Contains(msg, `cannot delete resource "talosmachines"`) {
+			t.Fatalf("an operator's delete of worker-2: %v\n%s", err, out)
+		}
+		mustKubectl(ctx, t, append(admin, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 			_, err := machines.Get(ctx, "worker-2", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})

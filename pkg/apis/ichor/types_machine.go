@@ -28,6 +28,9 @@ type TalosMachineSpec struct {
 	Hostname string
 	// install says where Talos is installed.
 	Install InstallSpec
+	// ExpectedFingerprint is the maintenance certificate's SPKI fingerprint
+	// the user read off the node: the only one Ichor pins, when set.
+	ExpectedFingerprint string
 }
 
 // InstallSpec says where Talos is installed.

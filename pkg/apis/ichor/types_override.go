@@ -9,6 +9,11 @@ const (
 	CheckControlPlaneQuorum             SafetyCheck = "ControlPlaneQuorum"
 	CheckPatchSecrets                   SafetyCheck = "PatchSecrets"
 	CheckBootstrapWaitsForControlPlanes SafetyCheck = "BootstrapWaitsForControlPlanes"
+	// CheckProvisioningNetwork keeps a TalosMachine's address inside the
+	// installation's provisioning networks. It is passed by holding the
+	// override verb when the machine is created or moved, not through the
+	// override subresource.
+	CheckProvisioningNetwork SafetyCheck = "ProvisioningNetwork"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

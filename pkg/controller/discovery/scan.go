@@ -79,6 +79,6 @@ func (s *scanner) probe(ctx context.Context, address string) (intake.Result, boo
 	_ = conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, s.contactTimeout)
 	defer cancel()
-	r := intake.Contact(ctx, s.dialer, address, "")
+	r := intake.Contact(ctx, s.dialer, address, "", "")
 	return r, r.Err == nil
 }

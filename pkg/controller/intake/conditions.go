@@ -21,10 +21,13 @@ const (
 	ReasonCertificateMismatch  = "CertificateMismatch"
 	ReasonPinnedOnFirstContact = "PinnedOnFirstContact"
 	ReasonMatchesPin           = "MatchesPin"
-	ReasonNotContacted         = "NotContacted"
-	ReasonAwaitingApproval     = "AwaitingApproval"
-	ReasonApproved             = "Approved"
-	ReasonRejected             = "Rejected"
+	// ReasonMatchesExpectedFingerprint: the pin is the certificate the user
+	// expected (spec.expectedFingerprint), not trust on first use.
+	ReasonMatchesExpectedFingerprint = "MatchesExpectedFingerprint"
+	ReasonNotContacted               = "NotContacted"
+	ReasonAwaitingApproval           = "AwaitingApproval"
+	ReasonApproved                   = "Approved"
+	ReasonRejected                   = "Rejected"
 )
 
 // Event reasons intake emits on a TalosMachine.

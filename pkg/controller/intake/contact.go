@@ -18,14 +18,21 @@ type Result struct {
 	// Err is why the contact failed: a *talos.FingerprintMismatchError when
 	// the node presented a certificate other than the pinned one.
 	Err error
+	// Expected: the certificate accepted was the one the user expected
+	// (TalosMachine spec.expectedFingerprint), not the first that answered.
+	Expected bool
 }
 
 // Contact opens a maintenance-mode session with address that accepts only
-// pinned (or, when pinned is empty, observes the certificate of first
-// contact), reads the node's facts and closes the session.
-func Contact(ctx context.Context, d talos.Dialer, address, pinned string) Result {
+// pinned, or when nothing is pinned yet only expected, or when neither is
+// set observes the certificate of first contact; it reads the node's facts
+// and closes the session.
+func Contact(ctx context.Context, d talos.Dialer, address, pinned, expected string) Result {
 	r := Result{Address: address}
 	pin := talos.Observe()
+	if pinned == "" && expected != "" {
+		pinned, r.Expected = expected, true
+	}
 	if pinned != "" {
 		var err error
 		if pin, err = talos.Pinned(pinned); err != nil {

@@ -49,8 +49,13 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 		if s.Maintenance == nil {
 			s.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: r.Fingerprint, SeenAt: now}
 			ch.Pinned = true
-			set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonPinnedOnFirstContact,
-				fmt.Sprintf("pinned SPKI fingerprint %s, presented by the node at %s at first contact", r.Fingerprint, r.Address))
+			if r.Expected {
+				set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonMatchesExpectedFingerprint,
+					fmt.Sprintf("pinned SPKI fingerprint %s, the expected one, presented by the node at %s", r.Fingerprint, r.Address))
+			} else {
+				set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonPinnedOnFirstContact,
+					fmt.Sprintf("pinned SPKI fingerprint %s, presented by the node at %s at first contact", r.Fingerprint, r.Address))
+			}
 		} else if c := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified); c == nil || c.Status != metav1.ConditionTrue {
 			set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonMatchesPin,
 				fmt.Sprintf("the node at %s presents the pinned certificate", r.Address))

@@ -108,7 +108,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	logger = logger.WithValues("address", m.Spec.Address, "pinned", pinned != "")
 	contactCtx, cancel := context.WithTimeout(ctx, r.Options.ContactTimeout)
-	result := intake.Contact(contactCtx, r.Dialer, m.Spec.Address, pinned)
+	result := intake.Contact(contactCtx, r.Dialer, m.Spec.Address, pinned, m.Spec.ExpectedFingerprint)
 	cancel()
 	if ctx.Err() != nil {
 		// Shutting down: what the contact saw says nothing about the node.

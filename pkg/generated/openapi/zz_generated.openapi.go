@@ -2803,6 +2803,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineSpec(ref common.ReferenceCallbac
 							Ref:         ref(v1alpha1.InstallSpec{}.OpenAPIModelName()),
 						},
 					},
+					"expectedFingerprint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expectedFingerprint is the SPKI SHA-256 fingerprint (standard base64, the form talosctl's --cert-fingerprint takes) of the certificate the node presents in maintenance mode, read off its console. When set, Ichor pins only that certificate and never trusts the first one that answers; a node presenting another is reported and sent nothing. Fixed once the machine is approved or rejected.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"address"},
 			},

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/util/dryrun"
@@ -36,6 +39,14 @@ type Action[T Object] struct {
 	// Replace serves the action as PUT (RBAC verb update) rather than POST
 	// (verb create): for actions that set a value, like a password.
 	Replace bool
+	// Verb, when set, is a custom verb the requester must hold on the
+	// subresource VerbOn names for the stored object (start on
+	// talosoperations/<type>). It is asked inside the storage update, of the
+	// very object the action changes, so a create or a change racing the
+	// request cannot make it decide on another object; any answer but an
+	// allow refuses (Forbidden).
+	Verb   string
+	VerbOn func(obj T) string
 }
 
 // ActionEvent is the Event an action leaves on its object.
@@ -45,10 +56,11 @@ type ActionEvent struct {
 
 // ActionREST serves one Action of a kind.
 type ActionREST[T Object] struct {
-	store    *genericregistry.Store
-	action   Action[T]
-	kind     schema.GroupVersionKind
-	recorder events.EventRecorder
+	store      *genericregistry.Store
+	action     Action[T]
+	kind       schema.GroupVersionKind
+	recorder   events.EventRecorder
+	authorizer authorizer.Authorizer
 }
 
 var (
@@ -89,6 +101,9 @@ func checkBodyName(body runtime.Object, name string) error {
 func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Object, dryRun []string, fieldManager string) (runtime.Object, error) {
 	apply := func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)
+		if err := r.authorize(ctx, obj); err != nil {
+			return nil, err
+		}
 		if err := r.action.Apply(ctx, obj, body); err != nil {
 			return nil, err
 		}
@@ -105,6 +120,40 @@ func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Objec
 		r.recorder.Eventf(reference(r.kind, obj), nil, e.Type, e.Reason, r.action.Name, "%s", e.Message)
 	}
 	return out, nil
+}
+
+// authorize asks the action's custom verb for obj, the stored object the
+// update is about to change.
+func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
+	if r.action.Verb == "" {
+		return nil
+	}
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New("the request names no user"))
+	}
+	info, _ := genericapirequest.RequestInfoFrom(ctx)
+	version := r.kind.Version
+	if info != nil && info.APIVersion != "" {
+		version = info.APIVersion
+	}
+	on := r.action.VerbOn(obj)
+	decision, reason, err := r.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: u, Verb: r.action.Verb, Namespace: obj.GetNamespace(), APIGroup: r.kind.Group, APIVersion: version,
+		Resource: r.store.DefaultQualifiedResource.Resource, Subresource: on, Name: obj.GetName(), ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	msg := fmt.Sprintf("user %q cannot %s %s %q: it needs the %q verb on resource %q, subresource %q",
+		u.GetName(), r.action.Name, r.store.DefaultQualifiedResource.Resource, obj.GetName(), r.action.Verb, r.store.DefaultQualifiedResource.Resource, on)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (authorizer error: %v)", err)
+	}
+	return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New(msg))
 }
 
 // ReplaceActionREST serves an Action as PUT.

@@ -5,9 +5,11 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -23,6 +25,29 @@ const Category = "ichor"
 type REST struct {
 	*genericregistry.Store
 	shortNames []string
+	// decorate is the store's Decorator, which the generic store leaves off
+	// the objects a DELETE returns when the deletion is not immediate
+	// (finalizers, foreground propagation, a dry run); Delete and
+	// DeleteCollection apply it to those too.
+	decorate func(runtime.Object)
+}
+
+// Delete deletes the object and returns what the store returns, decorated.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	out, immediate, err := r.Store.Delete(ctx, name, deleteValidation, options)
+	if r.decorate != nil && out != nil {
+		r.decorate(out)
+	}
+	return out, immediate, err
+}
+
+// DeleteCollection deletes the objects a list selects and returns them, decorated.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	out, err := r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
+	if r.decorate != nil && out != nil {
+		r.decorate(out)
+	}
+	return out, err
 }
 
 var (
@@ -88,11 +113,25 @@ type Storage struct {
 	Actions map[string]rest.Storage
 }
 
+// Deps are what a kind's storage needs beyond etcd.
+type Deps struct {
+	// Recorder records the Events of actions; nil records none.
+	Recorder events.EventRecorder
+	// Authorizer decides the custom verbs of actions (Action.Verb); a kind
+	// with such an action cannot be built without one.
+	Authorizer authorizer.Authorizer
+}
+
 // NewStorage builds the stores of a kind. storageVersion is the version objects
 // are written in; SSA's reset fields are stated in it, and Events name objects
-// in it. recorder records the Events of actions; nil records none.
-func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVersion schema.GroupVersion, optsGetter generic.RESTOptionsGetter, recorder events.EventRecorder) (*Storage, error) {
+// in it.
+func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVersion schema.GroupVersion, optsGetter generic.RESTOptionsGetter, deps Deps) (*Storage, error) {
 	def.check()
+	for _, a := range def.Actions {
+		if a.Verb != "" && deps.Authorizer == nil {
+			return nil, fmt.Errorf("resource %s: action %s checks the %s verb and needs an authorizer", def.Resource, a.Name, a.Verb)
+		}
+	}
 	s := &strategy[T]{
 		ObjectTyper:   scheme,
 		NameGenerator: names.SimpleNameGenerator,
@@ -115,15 +154,21 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		// watchers, which a decorator must not change; this kind is served
 		// from etcd, where every watcher decodes its own.
 		optsGetter = uncached{optsGetter}
+		// Objects of the kind are decorated wherever they appear; anything
+		// else (the Status an immediate DELETE answers) carries none.
 		store.Decorator = func(obj runtime.Object) {
 			if meta.IsListType(obj) {
 				_ = meta.EachListItem(obj, func(item runtime.Object) error {
-					def.Decorate(item.(T))
+					if o, ok := item.(T); ok {
+						def.Decorate(o)
+					}
 					return nil
 				})
 				return
 			}
-			def.Decorate(obj.(T))
+			if o, ok := obj.(T); ok {
+				def.Decorate(o)
+			}
 		}
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: def.attrs}); err != nil {
@@ -136,7 +181,7 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 	statusStore.ResetFieldsStrategy = status
 
 	storage := &Storage{
-		Store:        &REST{Store: store, shortNames: def.ShortNames},
+		Store:        &REST{Store: store, shortNames: def.ShortNames, decorate: store.Decorator},
 		Status:       &PartREST{store: &statusStore},
 		Subresources: map[string]*PartREST{},
 		Actions:      map[string]rest.Storage{},
@@ -157,7 +202,7 @@ func NewStorage[T Object](def *Definition[T], scheme *runtime.Scheme, storageVer
 		for _, action := range def.Actions {
 			actionStore := *store
 			actionStore.UpdateStrategy = actionStrategy[T]{s}
-			a := &ActionREST[T]{store: &actionStore, action: action, kind: kind, recorder: recorder}
+			a := &ActionREST[T]{store: &actionStore, action: action, kind: kind, recorder: deps.Recorder, authorizer: deps.Authorizer}
 			if action.Replace {
 				storage.Actions[action.Name] = &ReplaceActionREST[T]{action: a}
 			} else {

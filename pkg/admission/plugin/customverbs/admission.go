@@ -3,14 +3,16 @@
 // reclaiming a machine, overriding a safety check — needs, beyond the HTTP
 // method's verb, the action's own verb, asked of the delegated authorizer for
 // the object the request names, the way kube-apiserver checks `approve` on a
-// CSR's signer: `approve` on talosmachines/approval, `start` on
-// talosoperations/<type> (the stored operation's type, so that destructive
-// types can be kept for admins), `reclaim` on machinereclaims and `override`
-// on the overridden resource. RBAC rules can then grant exactly one action,
+// CSR's signer: `approve` on talosmachines/approval, `reclaim` on
+// machinereclaims and `override` on the overridden resource (`start` on
+// talosoperations/<type> depends on the stored operation, so the storage
+// asks it inside its update). RBAC rules can then grant exactly one action,
 // and `kubectl auth can-i start talosoperations --subresource=ca-rotation`
-// tells the truth. A TalosCredentialRequest likewise needs the `download`
-// verb its purpose stands for: nobody gets a Talos certificate for more than
-// they could download through Ichor.
+// tells the truth. A create that sets a field only its subresource writes
+// (talosclusters/secret-references, …) needs that subresource's update verb.
+// A TalosCredentialRequest likewise needs the `download` verb its purpose
+// stands for: nobody gets a Talos certificate for more than they could
+// download through Ichor.
 package customverbs
 
 import (
@@ -19,35 +21,18 @@ import (
 	"fmt"
 	"io"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
-	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorCustomVerbs"
-
-// Custom verbs.
-const (
-	// VerbApprove is the verb on talosmachines/approval that decides about a machine.
-	VerbApprove = "approve"
-	// VerbStart is the verb on talosoperations/<type> that starts an operation of that type.
-	VerbStart = "start"
-	// VerbReclaim is the verb on machinereclaims that starts a reclaim.
-	VerbReclaim = "reclaim"
-	// VerbOverride is the verb on talosclusters, talosmachines and
-	// talosconfigpatches that lets the next change past a safety check.
-	VerbOverride = "override"
-	// VerbDownload is the verb on a download subresource (talosmachines/etcd-snapshot, …). A
-	// TalosCredentialRequest for a purpose needs it on the download the purpose stands for.
-	VerbDownload = "download"
-)
 
 // download is the subresource whose download verb a credential purpose needs.
 type download struct{ resource, subresource string }
@@ -67,32 +52,20 @@ type action struct {
 	resource, subresource string
 	operation             admission.Operation
 	verb                  string
-	// on returns the subresource the verb is asked on; nil asks on the
-	// request's own subresource, "" on the resource itself.
-	on func(ctx context.Context, p *Plugin, a admission.Attributes) (string, error)
+	// onResource asks the verb on the resource itself rather than on the
+	// request's subresource.
+	onResource bool
 }
 
-// onResource asks the verb on the resource itself.
-func onResource(context.Context, *Plugin, admission.Attributes) (string, error) { return "", nil }
-
-// onOperationType asks the verb on talosoperations/<type>, the type of the
-// stored operation (a spec field that never changes).
-func onOperationType(ctx context.Context, p *Plugin, a admission.Attributes) (string, error) {
-	op, err := p.client.IchorV1alpha1().TalosOperations(a.GetNamespace()).Get(ctx, a.GetName(), metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	return string(op.Spec.Type), nil
-}
-
-// actions are every subresource write this plugin guards.
+// actions are every subresource write this plugin guards. None depends on
+// the stored object: a verb that does (start, on the operation's type) is
+// asked by the storage inside its update (resource.Action.Verb).
 var actions = []action{
-	{resource: "talosmachines", subresource: "approval", operation: admission.Update, verb: VerbApprove},
-	{resource: "talosoperations", subresource: "start", operation: admission.Create, verb: VerbStart, on: onOperationType},
-	{resource: "machinereclaims", subresource: "reclaim", operation: admission.Create, verb: VerbReclaim, on: onResource},
-	{resource: "talosclusters", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
-	{resource: "talosmachines", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
-	{resource: "talosconfigpatches", subresource: "override", operation: admission.Create, verb: VerbOverride, on: onResource},
+	{resource: "talosmachines", subresource: "approval", operation: admission.Update, verb: ichor.VerbApprove},
+	{resource: "machinereclaims", subresource: "reclaim", operation: admission.Create, verb: ichor.VerbReclaim, onResource: true},
+	{resource: "talosclusters", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
+	{resource: "talosmachines", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
+	{resource: "talosconfigpatches", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
 }
 
 // Register adds the plugin to plugins.
@@ -104,14 +77,12 @@ func Register(plugins *admission.Plugins) {
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.Authorizer
-	client     versioned.Interface
 }
 
 var (
 	_ admission.ValidationInterface        = &Plugin{}
 	_ admission.InitializationValidator    = &Plugin{}
 	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
-	_ initializer.WantsIchorClient         = &Plugin{}
 )
 
 // New returns the plugin; it needs an authorizer before use.
@@ -122,23 +93,17 @@ func New() *Plugin {
 // SetAuthorizer receives the server's (delegated) authorizer.
 func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 
-// SetIchorClient receives the client that reads the stored objects.
-func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
-
-// ValidateInitialization refuses to run without an authorizer and a client.
+// ValidateInitialization refuses to run without an authorizer.
 func (p *Plugin) ValidateInitialization() error {
 	if p.authorizer == nil {
 		return errors.New(PluginName + " needs an authorizer")
-	}
-	if p.client == nil {
-		return errors.New(PluginName + " needs an Ichor client")
 	}
 	return nil
 }
 
 // Validate asks the authorizer for the custom verb of a guarded write, for the
 // object as the request names it (the stored one, for an update).
-func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	gvr := a.GetResource()
 	if gvr.Group != ichor.GroupName {
 		return nil
@@ -146,48 +111,95 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if gvr.Resource == "taloscredentialrequests" && a.GetSubresource() == "" && a.GetOperation() == admission.Create {
 		return p.validatePurpose(ctx, a)
 	}
+	if a.GetSubresource() == "" && a.GetOperation() == admission.Create {
+		return p.validateFieldSubresources(ctx, a, o)
+	}
 	for _, act := range actions {
 		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
 			continue
 		}
 		on := act.subresource
-		if act.on != nil {
-			var err error
-			if on, err = act.on(ctx, p, a); apierrors.IsNotFound(err) {
-				return nil // the storage answers NotFound
-			} else if err != nil {
-				return apierrors.NewInternalError(fmt.Errorf("%s: read %s %q: %w", PluginName, act.resource, a.GetName(), err))
-			}
+		if act.onResource {
+			on = ""
 		}
-		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
-			User:            a.GetUserInfo(),
-			Verb:            act.verb,
-			Namespace:       a.GetNamespace(),
-			APIGroup:        gvr.Group,
-			APIVersion:      gvr.Version,
-			Resource:        gvr.Resource,
-			Subresource:     on,
-			Name:            a.GetName(),
-			ResourceRequest: true,
-		})
-		if decision == authorizer.DecisionAllow {
-			return nil
-		}
-		target := fmt.Sprintf("resource %q", act.resource)
-		if on != "" {
-			target += fmt.Sprintf(", subresource %q", on)
-		}
-		msg := fmt.Sprintf("user %q cannot %s %s/%s %q: it needs the %q verb on %s",
-			a.GetUserInfo().GetName(), act.verb, act.resource, act.subresource, a.GetName(), act.verb, target)
-		if reason != "" {
-			msg += ": " + reason
-		}
-		if err != nil {
-			msg += fmt.Sprintf(" (authorizer error: %v)", err)
-		}
-		return admission.NewForbidden(a, errors.New(msg))
+		return p.authorize(ctx, a, act.verb, on, fmt.Sprintf("%s %s/%s %q", act.verb, act.resource, act.subresource, a.GetName()))
 	}
 	return nil
+}
+
+// authorize asks verb on the request's resource (and subresource on) for the
+// object the request names, and refuses with what needs saying.
+func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on, what string) error {
+	gvr := a.GetResource()
+	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User:            a.GetUserInfo(),
+		Verb:            verb,
+		Namespace:       a.GetNamespace(),
+		APIGroup:        gvr.Group,
+		APIVersion:      gvr.Version,
+		Resource:        gvr.Resource,
+		Subresource:     on,
+		Name:            a.GetName(),
+		ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	target := fmt.Sprintf("resource %q", gvr.Resource)
+	if on != "" {
+		target += fmt.Sprintf(", subresource %q", on)
+	}
+	msg := fmt.Sprintf("user %q cannot %s: it needs the %q verb on %s", a.GetUserInfo().GetName(), what, verb, target)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (authorizer error: %v)", err)
+	}
+	return admission.NewForbidden(a, errors.New(msg))
+}
+
+// validateFieldSubresources checks a create that sets a field only its
+// subresource writes (ichor.FieldSubresources): the requester needs the
+// update verb on that subresource, as for a change, or an operator could
+// create a cluster that shares another cluster's secrets bundle. A field
+// left at its default needs nothing.
+func (p *Plugin) validateFieldSubresources(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	var defaulted runtime.Object
+	for _, f := range ichor.FieldSubresources {
+		if f.Resource != a.GetResource().Resource {
+			continue
+		}
+		if defaulted == nil {
+			var err error
+			if defaulted, err = defaultedEmpty(a, o); err != nil {
+				return apierrors.NewInternalError(fmt.Errorf("%s: %w", PluginName, err))
+			}
+		}
+		if apiequality.Semantic.DeepEqual(f.Value(a.GetObject()), f.Value(defaulted)) {
+			continue
+		}
+		if err := p.authorize(ctx, a, ichor.VerbUpdate, f.Subresource, fmt.Sprintf("set %s on create", f.Field)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// defaultedEmpty is an empty object of the request's kind with the API's
+// defaults applied, in the internal form admission sees.
+func defaultedEmpty(a admission.Attributes, o admission.ObjectInterfaces) (runtime.Object, error) {
+	gvk := a.GetKind()
+	versioned, err := o.GetObjectCreater().New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("new %s: %w", gvk, err)
+	}
+	o.GetObjectDefaulter().Default(versioned)
+	internal := a.GetObject().DeepCopyObject()
+	if err := o.GetObjectConvertor().Convert(versioned, internal, nil); err != nil {
+		return nil, fmt.Errorf("convert a defaulted %s: %w", gvk, err)
+	}
+	return internal, nil
 }
 
 // validatePurpose checks that the requester of a TalosCredentialRequest holds
@@ -211,7 +223,7 @@ func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) er
 	for _, name := range names {
 		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 			User:            a.GetUserInfo(),
-			Verb:            VerbDownload,
+			Verb:            ichor.VerbDownload,
 			Namespace:       a.GetNamespace(),
 			APIGroup:        ichor.GroupName,
 			APIVersion:      a.GetResource().Version,
@@ -227,7 +239,7 @@ func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) er
 		if name == "" {
 			target = fmt.Sprintf("%s/%s of every machine in the namespace", d.resource, d.subresource)
 		}
-		msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, VerbDownload, target)
+		msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, ichor.VerbDownload, target)
 		if reason != "" {
 			msg += ": " + reason
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -14,17 +14,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
+	"ichor.dev/ichor/pkg/apiserver"
 )
-
-// storedOperations is the fake storage the start check reads: m1 is a
-// ca-rotation operation in namespace prod.
-func storedOperations() *fake.Clientset {
-	return fake.NewSimpleClientset(&v1alpha1.TalosOperation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "m1"},
-		Spec:       v1alpha1.TalosOperationSpec{ClusterName: "c", Type: v1alpha1.OperationCARotation},
-	})
-}
 
 func TestValidate(t *testing.T) {
 	gvr := func(resource string) schema.GroupVersionResource {
@@ -48,11 +39,8 @@ func TestValidate(t *testing.T) {
 			wantErr: `user "bob" cannot approve talosmachines/approval "m1": it needs the "approve" verb on resource "talosmachines", subresource "approval": no rule`},
 		{name: "approval with no opinion", gvr: machines, subresource: "approval", op: admission.Update, decision: authorizer.DecisionNoOpinion, asked: "approve talosmachines/approval",
 			wantErr: `needs the "approve" verb`},
-		{name: "start asks on the stored operation's type", gvr: gvr("talosoperations"), subresource: "start", op: admission.Create,
-			decision: authorizer.DecisionAllow, asked: "start talosoperations/ca-rotation"},
-		{name: "start denied", gvr: gvr("talosoperations"), subresource: "start", op: admission.Create,
-			decision: authorizer.DecisionNoOpinion, asked: "start talosoperations/ca-rotation",
-			wantErr: `user "bob" cannot start talosoperations/start "m1": it needs the "start" verb on resource "talosoperations", subresource "ca-rotation"`},
+		// start depends on the stored operation: the storage asks it inside its update.
+		{name: "start is left to the storage", gvr: gvr("talosoperations"), subresource: "start", op: admission.Create, decision: authorizer.DecisionDeny},
 		{name: "reclaim", gvr: gvr("machinereclaims"), subresource: "reclaim", op: admission.Create, decision: authorizer.DecisionDeny, asked: "reclaim machinereclaims/",
 			wantErr: `it needs the "reclaim" verb on resource "machinereclaims": no rule`},
 		{name: "override a machine", gvr: machines, subresource: "override", op: admission.Create, decision: authorizer.DecisionAllow, asked: "override talosmachines/"},
@@ -72,7 +60,6 @@ func TestValidate(t *testing.T) {
 				asked = append(asked, a)
 				return tc.decision, "no rule", nil
 			}))
-			p.SetIchorClient(storedOperations())
 			if err := p.ValidateInitialization(); err != nil {
 				t.Fatal(err)
 			}
@@ -102,31 +89,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestStartOfAMissingOperation leaves the answer to the storage: NotFound.
-func TestStartOfAMissingOperation(t *testing.T) {
-	p := New()
-	p.SetAuthorizer(authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
-		t.Fatal("the authorizer was asked about an operation that does not exist")
-		return authorizer.DecisionDeny, "", nil
-	}))
-	p.SetIchorClient(storedOperations())
-	attrs := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{}, "prod", "gone",
-		schema.GroupVersionResource{Group: "ichor.dev", Version: "v1alpha1", Resource: "talosoperations"}, "start", admission.Create, nil, false, &user.DefaultInfo{Name: "bob"})
-	if err := p.Validate(context.Background(), attrs, nil); err != nil {
-		t.Fatalf("Validate = %v", err)
-	}
-}
-
-func TestValidateInitializationNeedsAnAuthorizerAndAClient(t *testing.T) {
+func TestValidateInitializationNeedsAnAuthorizer(t *testing.T) {
 	if err := New().ValidateInitialization(); err == nil {
 		t.Fatal("a plugin without an authorizer initialized")
-	}
-	p := New()
-	p.SetAuthorizer(authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
-		return authorizer.DecisionAllow, "", nil
-	}))
-	if err := p.ValidateInitialization(); err == nil {
-		t.Fatal("a plugin without an Ichor client initialized")
 	}
 }
 
@@ -156,7 +121,7 @@ func TestValidateCredentialPurpose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := New()
 			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-				if a.GetVerb() == VerbDownload && allowed[a.GetResource()+"/"+a.GetSubresource()+"/"+a.GetName()] {
+				if a.GetVerb() == ichor.VerbDownload && allowed[a.GetResource()+"/"+a.GetSubresource()+"/"+a.GetName()] {
 					return authorizer.DecisionAllow, "", nil
 				}
 				return authorizer.DecisionNoOpinion, "", nil
@@ -168,6 +133,79 @@ func TestValidateCredentialPurpose(t *testing.T) {
 				t.Fatalf("unexpected error: %v", err)
 			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("error = %v, want Forbidden containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// A create that sets an admin-only field needs that field's subresource verb;
+// a field at its default (the installation's defaulted settings) needs none.
+func TestCreateSettingAFieldSubresource(t *testing.T) {
+	clusters := ichor.Resource("talosclusters").WithVersion("v1alpha1")
+	installations := ichor.Resource("ichorinstallations").WithVersion("v1alpha1")
+	defaulted := func() *ichor.IchorInstallation {
+		in := &v1alpha1.IchorInstallation{}
+		apiserver.Scheme.Default(in)
+		out := &ichor.IchorInstallation{}
+		if err := apiserver.Scheme.Convert(in, out, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		gvr     schema.GroupVersionResource
+		kind    string
+		obj     runtime.Object
+		granted string // the one subresource the requester may update
+		asked   []string
+		wantErr string
+	}{
+		{name: "a plain cluster", gvr: clusters, kind: "TalosCluster", obj: &ichor.TalosCluster{}},
+		{name: "a cluster sharing a bundle", gvr: clusters, kind: "TalosCluster",
+			obj:   &ichor.TalosCluster{Spec: ichor.TalosClusterSpec{SecretsRef: &ichor.LocalSecretReference{Name: "other-secrets"}}},
+			asked: []string{"secret-references"}, wantErr: `user "bob" cannot set spec.secretsRef on create: it needs the "update" verb on resource "talosclusters", subresource "secret-references"`},
+		{name: "a cluster with Cilium values and its verb", gvr: clusters, kind: "TalosCluster", granted: "cilium-values",
+			obj: &ichor.TalosCluster{Spec: ichor.TalosClusterSpec{CiliumValues: "a: b\n"}}, asked: []string{"cilium-values"}},
+		{name: "a cluster with its authentication", gvr: clusters, kind: "TalosCluster",
+			obj:   &ichor.TalosCluster{Spec: ichor.TalosClusterSpec{Authentication: &ichor.ClusterAuthentication{IssuerURL: "https://i"}}},
+			asked: []string{"authentication"}, wantErr: `subresource "authentication"`},
+		{name: "an installation at its defaults", gvr: installations, kind: "IchorInstallation", obj: defaulted()},
+		{name: "an installation with settings", gvr: installations, kind: "IchorInstallation", obj: func() runtime.Object {
+			in := defaulted()
+			in.Spec.Settings.ProvisioningNetworks = []string{"10.0.0.0/24"}
+			return in
+		}(), asked: []string{"settings"}, wantErr: `subresource "settings"`},
+		{name: "an installation with a version", gvr: installations, kind: "IchorInstallation", granted: "version", obj: func() runtime.Object {
+			in := defaulted()
+			in.Spec.Version = "v1.0.0"
+			return in
+		}(), asked: []string{"version"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []string
+			p := New()
+			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				if a.GetVerb() != ichor.VerbUpdate || a.GetResource() != tc.gvr.Resource {
+					t.Errorf("asked %s %s", a.GetVerb(), a.GetResource())
+				}
+				asked = append(asked, a.GetSubresource())
+				if a.GetSubresource() == tc.granted {
+					return authorizer.DecisionAllow, "", nil
+				}
+				return authorizer.DecisionNoOpinion, "", nil
+			}))
+			gvk := tc.gvr.GroupVersion().WithKind(tc.kind)
+			attrs := admission.NewAttributesRecord(tc.obj, nil, gvk, "ns", "x", tc.gvr, "", admission.Create, nil, false, &user.DefaultInfo{Name: "bob"})
+			err := p.Validate(context.Background(), attrs, admission.NewObjectInterfacesFromScheme(apiserver.Scheme))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want Forbidden containing %q", err, tc.wantErr)
+			}
+			if strings.Join(asked, ",") != strings.Join(tc.asked, ",") {
+				t.Fatalf("asked about %v, want %v", asked, tc.asked)
 			}
 		})
 	}

@@ -1,8 +1,8 @@
 // Package userroles keeps IchorUsers from becoming a way around RBAC: a
-// requester grants, changes or sets the password of only users whose role
-// is below its own (an admin of any), and the last enabled admin cannot be
-// deleted, disabled or demoted, so the installation always keeps someone who
-// can manage it.
+// requester grants, changes or deletes only users whose role is below its
+// own (an admin any; ichor.MayManageUser, which the password action checks
+// too), and the last enabled admin cannot be deleted, disabled or demoted,
+// so the installation always keeps someone who can manage it.
 package userroles
 
 import (
@@ -10,12 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
@@ -25,16 +23,6 @@ import (
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorUserRoles"
-
-// Groups whose members hold each Ichor role, as artifacts/roles.yaml binds them.
-const (
-	GroupViewer   = "ichor:viewer"
-	GroupOperator = "ichor:operator"
-	GroupAdmin    = "ichor:admin"
-)
-
-// rank orders the roles; 0 is none.
-var rank = map[ichor.UserRole]int{ichor.UserRoleViewer: 1, ichor.UserRoleOperator: 2, ichor.UserRoleAdmin: 3}
 
 // Register adds the plugin to plugins.
 func Register(plugins *admission.Plugins) {
@@ -68,51 +56,19 @@ func (p *Plugin) ValidateInitialization() error {
 	return nil
 }
 
-// requesterRank is the highest Ichor role the requester holds through its
-// groups; system:masters counts as admin.
-func requesterRank(u user.Info) (int, ichor.UserRole) {
-	groups := u.GetGroups()
-	switch {
-	case slices.Contains(groups, GroupAdmin) || slices.Contains(groups, user.SystemPrivilegedGroup):
-		return rank[ichor.UserRoleAdmin], ichor.UserRoleAdmin
-	case slices.Contains(groups, GroupOperator):
-		return rank[ichor.UserRoleOperator], ichor.UserRoleOperator
-	case slices.Contains(groups, GroupViewer):
-		return rank[ichor.UserRoleViewer], ichor.UserRoleViewer
-	}
-	return 0, ""
-}
-
 // Validate applies the rules to a write of an IchorUser or its password.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != ichor.Resource("ichorusers") {
 		return nil
 	}
-	requester := a.GetUserInfo()
-	mine, myRole := requesterRank(requester)
-	isAdmin := myRole == ichor.UserRoleAdmin
-	below := func(target ichor.UserRole, what string) error {
-		if isAdmin || rank[target] < mine {
-			return nil
-		}
-		held := "no Ichor role"
-		if myRole != "" {
-			held = "the " + string(myRole) + " role"
-		}
-		return admission.NewForbidden(a, fmt.Errorf("%s holds %s and may %s only users whose role is below it, not %s", requester.GetName(), held, what, target))
+	if a.GetSubresource() != "" {
+		// The password action checks the rule itself, on the user it changes.
+		return nil
 	}
-
-	switch {
-	case a.GetSubresource() == "password" && a.GetOperation() == admission.Update:
-		target, err := p.client.IchorV1alpha1().IchorUsers().Get(ctx, a.GetName(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // the storage answers NotFound
+	below := func(target ichor.UserRole, what string) error {
+		if err := ichor.CheckManagesUser(a.GetUserInfo().GetName(), a.GetUserInfo().GetGroups(), target, what); err != nil {
+			return admission.NewForbidden(a, err)
 		}
-		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("read IchorUser %s: %w", a.GetName(), err))
-		}
-		return below(ichor.UserRole(target.Spec.Role), "set the password of")
-	case a.GetSubresource() != "":
 		return nil
 	}
 

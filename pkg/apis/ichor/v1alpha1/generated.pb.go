@@ -2897,6 +2897,11 @@ func (m *TalosMachineSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ExpectedFingerprint)
+	copy(dAtA[i:], m.ExpectedFingerprint)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ExpectedFingerprint)))
+	i--
+	dAtA[i] = 0x32
 	{
 		size, err := m.Install.MarshalToSizedBuffer(dAtA[:i])
 		if err != nil {
@@ -4416,6 +4421,8 @@ func (m *TalosMachineSpec) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = m.Install.Size()
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.ExpectedFingerprint)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5363,6 +5370,7 @@ func (this *TalosMachineSpec) String() string {
 		`Address:` + fmt.Sprintf("%v", this.Address) + `,`,
 		`Hostname:` + fmt.Sprintf("%v", this.Hostname) + `,`,
 		`Install:` + strings.Replace(strings.Replace(this.Install.String(), "InstallSpec", "InstallSpec", 1), `&`, ``, 1) + `,`,
+		`ExpectedFingerprint:` + fmt.Sprintf("%v", this.ExpectedFingerprint) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -14025,6 +14033,38 @@ func (m *TalosMachineSpec) Unmarshal(dAtA []byte) error {
 			if err := m.Install.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExpectedFingerprint", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ExpectedFingerprint = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

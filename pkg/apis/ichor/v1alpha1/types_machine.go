@@ -35,6 +35,14 @@ type TalosMachineSpec struct {
 	// install says where Talos is installed.
 	// +optional
 	Install InstallSpec `json:"install,omitempty" protobuf:"bytes,5,opt,name=install"`
+	// expectedFingerprint is the SPKI SHA-256 fingerprint (standard base64, the
+	// form talosctl's --cert-fingerprint takes) of the certificate the node
+	// presents in maintenance mode, read off its console. When set, Ichor
+	// pins only that certificate and never trusts the first one that
+	// answers; a node presenting another is reported and sent nothing.
+	// Fixed once the machine is approved or rejected.
+	// +optional
+	ExpectedFingerprint string `json:"expectedFingerprint,omitempty" protobuf:"bytes,6,opt,name=expectedFingerprint"`
 }
 
 // InstallSpec says where Talos is installed.

@@ -35,6 +35,12 @@ const (
 	OperationShutdown          OperationType = "shutdown"
 )
 
+// OperationTypes are every operation type, in the order the API lists them.
+var OperationTypes = []OperationType{
+	OperationTalosUpgrade, OperationKubernetesUpgrade, OperationReboot, OperationEtcdSnapshot, OperationEtcdDefrag,
+	OperationCARotation, OperationKeyRotation, OperationEtcdRestore, OperationNodeReset, OperationNodeShutdown, OperationShutdown,
+}
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.

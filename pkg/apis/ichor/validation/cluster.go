@@ -21,11 +21,7 @@ func ValidateTalosCluster(c *ichor.TalosCluster) field.ErrorList {
 // fixed once the cluster exists: Talos cannot move a running cluster to new ones.
 func ValidateTalosClusterUpdate(c, old *ichor.TalosCluster) field.ErrorList {
 	errs := ValidateTalosClusterFieldUpdate(c, old)
-	spec := field.NewPath("spec")
-	errs = append(errs, validateOwnedBySubresource(c.Spec.CiliumValues, old.Spec.CiliumValues, spec.Child("ciliumValues"), "talosclusters/cilium-values")...)
-	errs = append(errs, validateOwnedBySubresource(c.Spec.SecretsRef, old.Spec.SecretsRef, spec.Child("secretsRef"), "talosclusters/secret-references")...)
-	errs = append(errs, validateOwnedBySubresource(c.Spec.Authentication, old.Spec.Authentication, spec.Child("authentication"), "talosclusters/authentication")...)
-	return errs
+	return append(errs, validateFieldSubresources("talosclusters", c, old)...)
 }
 
 // ValidateTalosClusterFieldUpdate checks an update through a subresource that

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // validateNamespacedMeta checks the metadata of a namespaced object.
@@ -220,12 +222,22 @@ func validateImmutable(newVal, oldVal any, fldPath *field.Path, hint string) fie
 	return errs
 }
 
-// validateOwnedBySubresource refuses, on the main endpoint, a change to a
-// field that only its subresource writes (with its own RBAC), naming that
-// subresource. The value is not echoed: such fields may hold credentials.
-func validateOwnedBySubresource(newVal, oldVal any, fldPath *field.Path, subresource string) field.ErrorList {
-	if apiequality.Semantic.DeepEqual(newVal, oldVal) {
-		return nil
+// validateFieldSubresources refuses, on the main endpoint, a change to a
+// field of resource that only its subresource writes (with its own RBAC),
+// naming that subresource. The value is not echoed: such fields may hold credentials.
+func validateFieldSubresources(resource string, obj, old any) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range ichor.FieldSubresources {
+		if f.Resource != resource || apiequality.Semantic.DeepEqual(f.Value(obj), f.Value(old)) {
+			continue
+		}
+		errs = append(errs, field.Forbidden(fieldPath(f.Field), "changes only through the "+f.Path()+" subresource"))
 	}
-	return field.ErrorList{field.Forbidden(fldPath, "changes only through the "+subresource+" subresource")}
+	return errs
+}
+
+// fieldPath turns a dotted field path (spec.secretsRef) into a *field.Path.
+func fieldPath(dotted string) *field.Path {
+	parts := strings.Split(dotted, ".")
+	return field.NewPath(parts[0], parts[1:]...)
 }

@@ -32,10 +32,7 @@ func ValidateIchorInstallation(in *ichor.IchorInstallation) field.ErrorList {
 // ValidateIchorInstallationUpdate checks an IchorInstallation on update.
 func ValidateIchorInstallationUpdate(in, old *ichor.IchorInstallation) field.ErrorList {
 	errs := ValidateIchorInstallationFieldUpdate(in, old)
-	spec := field.NewPath("spec")
-	errs = append(errs, validateOwnedBySubresource(in.Spec.Version, old.Spec.Version, spec.Child("version"), "ichorinstallations/version")...)
-	errs = append(errs, validateOwnedBySubresource(in.Spec.Settings, old.Spec.Settings, spec.Child("settings"), "ichorinstallations/settings")...)
-	return errs
+	return append(errs, validateFieldSubresources("ichorinstallations", in, old)...)
 }
 
 // ValidateIchorInstallationFieldUpdate checks an update through the version

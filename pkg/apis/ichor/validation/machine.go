@@ -22,7 +22,9 @@ func ValidateTalosMachine(m *ichor.TalosMachine) field.ErrorList {
 }
 
 // ValidateTalosMachineUpdate checks a TalosMachine on update. A machine that
-// belongs to a cluster keeps that cluster and its role: moving it is a MachineReclaim.
+// belongs to a cluster keeps that cluster and its role: moving it is a
+// MachineReclaim. Once decided about, a machine keeps its address; before,
+// a new address drops what was learned at the old one (see the registry).
 func ValidateTalosMachineUpdate(m, old *ichor.TalosMachine) field.ErrorList {
 	errs := validateMetaUpdate(&m.ObjectMeta, &old.ObjectMeta)
 	spec := field.NewPath("spec")
@@ -31,6 +33,15 @@ func ValidateTalosMachineUpdate(m, old *ichor.TalosMachine) field.ErrorList {
 		const hint = "a machine that belongs to a cluster moves only through a MachineReclaim"
 		errs = append(errs, validateImmutable(m.Spec.ClusterName, old.Spec.ClusterName, spec.Child("clusterName"), hint)...)
 		errs = append(errs, validateImmutable(m.Spec.Role, old.Spec.Role, spec.Child("role"), hint)...)
+	}
+	if old.Status.Approval != nil {
+		// The pinned certificate and the decision were about the node at this
+		// address; pointed elsewhere, a deletion would reset another node.
+		decided := "the machine was " + strings.ToLower(string(old.Status.Approval.Decision))
+		errs = append(errs, validateImmutable(m.Spec.Address, old.Spec.Address, spec.Child("address"),
+			decided+" at this address; delete the TalosMachine and create a new one for another address")...)
+		errs = append(errs, validateImmutable(m.Spec.ExpectedFingerprint, old.Spec.ExpectedFingerprint, spec.Child("expectedFingerprint"),
+			decided+" with this certificate")...)
 	}
 	return errs
 }
@@ -48,6 +59,9 @@ func validateTalosMachineSpec(s *ichor.TalosMachineSpec, fldPath *field.Path) fi
 		for _, msg := range validation.IsDNS1123Subdomain(s.Hostname) {
 			errs = append(errs, field.Invalid(fldPath.Child("hostname"), s.Hostname, msg))
 		}
+	}
+	if s.ExpectedFingerprint != "" {
+		errs = append(errs, validateSPKIFingerprint(s.ExpectedFingerprint, fldPath.Child("expectedFingerprint"))...)
 	}
 	if d := s.Install.Disk; d != "" && (!strings.HasPrefix(d, "/dev/") || len(d) == len("/dev/")) {
 		errs = append(errs, field.Invalid(fldPath.Child("install", "disk"), d, "must be a device path such as /dev/sda"))

@@ -38,9 +38,6 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// VerbDownload is the custom verb every download needs on its subresource.
-const VerbDownload = "download"
-
 // AuditAnnotation is the audit annotation naming what was downloaded.
 const AuditAnnotation = "ichor.dev/download"
 
@@ -97,7 +94,7 @@ func (d *Deps) authorize(ctx context.Context, resource, subresource, name string
 		return "", apierrors.NewUnauthorized("a download needs an authenticated user")
 	}
 	decision, reason, err := d.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
-		User: user, Verb: VerbDownload, Namespace: genericapirequest.NamespaceValue(ctx),
+		User: user, Verb: ichor.VerbDownload, Namespace: genericapirequest.NamespaceValue(ctx),
 		APIGroup: ichor.GroupName, APIVersion: v1alpha1.SchemeGroupVersion.Version,
 		Resource: resource, Subresource: subresource, Name: name, ResourceRequest: true,
 	})
@@ -105,7 +102,7 @@ func (d *Deps) authorize(ctx context.Context, resource, subresource, name string
 		return user.GetName(), nil
 	}
 	msg := fmt.Sprintf("user %q cannot download %s/%s %q: it needs the %q verb on resource %q, subresource %q",
-		user.GetName(), resource, subresource, name, VerbDownload, resource, subresource)
+		user.GetName(), resource, subresource, name, ichor.VerbDownload, resource, subresource)
 	if reason != "" {
 		msg += ": " + reason
 	}

@@ -27,6 +27,15 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 	New:     func() *ichor.TalosMachine { return &ichor.TalosMachine{} },
 	NewList: func() runtime.Object { return &ichor.TalosMachineList{} },
 
+	// What was read and pinned at one address says nothing about another:
+	// a new address or expected certificate (allowed only before a
+	// decision) is contacted afresh.
+	PrepareForUpdate: func(_ context.Context, m, old *ichor.TalosMachine) {
+		if m.Spec.Address != old.Spec.Address || m.Spec.ExpectedFingerprint != old.Spec.ExpectedFingerprint {
+			m.Status.Maintenance, m.Status.Hardware, m.Status.TalosVersion = nil, nil, ""
+			m.Status.Phase = ""
+		}
+	},
 	// The decision is written only through /approval, and an override only
 	// through /override, so /status keeps them (it may clear a used override).
 	PrepareForStatusUpdate: func(_ context.Context, m, old *ichor.TalosMachine) {

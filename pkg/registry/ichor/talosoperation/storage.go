@@ -66,12 +66,14 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 }
 
 // start is POST talosoperations/NAME/start: it records who started a pending
-// operation and when; admission has checked the start verb on
-// talosoperations/<type>. The operation stays Pending until the controller
+// operation and when, once the requester holds the start verb on
+// talosoperations/<type> of the stored operation it changes. The operation stays Pending until the controller
 // takes it up. The body is a TalosOperation whose content is ignored.
 var start = resource.Action[*ichor.TalosOperation]{
 	Name:    StartSubresource,
 	NewBody: func() runtime.Object { return &ichor.TalosOperation{} },
+	Verb:    ichor.VerbStart,
+	VerbOn:  func(o *ichor.TalosOperation) string { return string(o.Spec.Type) },
 	Apply: func(ctx context.Context, o *ichor.TalosOperation, _ runtime.Object) error {
 		return action.Started(ctx, ichor.Resource("talosoperations"), o.Name, o.Generation, &o.Status.StartedBy, &o.Status.StartedAt, &o.Status.Conditions)
 	},

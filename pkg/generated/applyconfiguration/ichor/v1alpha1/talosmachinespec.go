@@ -39,6 +39,13 @@ type TalosMachineSpecApplyConfiguration struct {
 	Hostname *string `json:"hostname,omitempty"`
 	// install says where Talos is installed.
 	Install *InstallSpecApplyConfiguration `json:"install,omitempty"`
+	// expectedFingerprint is the SPKI SHA-256 fingerprint (standard base64, the
+	// form talosctl's --cert-fingerprint takes) of the certificate the node
+	// presents in maintenance mode, read off its console. When set, Ichor
+	// pins only that certificate and never trusts the first one that
+	// answers; a node presenting another is reported and sent nothing.
+	// Fixed once the machine is approved or rejected.
+	ExpectedFingerprint *string `json:"expectedFingerprint,omitempty"`
 }
 
 // TalosMachineSpecApplyConfiguration constructs a declarative configuration of the TalosMachineSpec type for use with
@@ -84,5 +91,13 @@ func (b *TalosMachineSpecApplyConfiguration) WithHostname(value string) *TalosMa
 // If called multiple times, the Install field is set to the value of the last call.
 func (b *TalosMachineSpecApplyConfiguration) WithInstall(value *InstallSpecApplyConfiguration) *TalosMachineSpecApplyConfiguration {
 	b.Install = value
+	return b
+}
+
+// WithExpectedFingerprint sets the ExpectedFingerprint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExpectedFingerprint field is set to the value of the last call.
+func (b *TalosMachineSpecApplyConfiguration) WithExpectedFingerprint(value string) *TalosMachineSpecApplyConfiguration {
+	b.ExpectedFingerprint = &value
 	return b
 }

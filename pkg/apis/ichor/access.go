@@ -1,0 +1,127 @@
+package ichor
+
+import "fmt"
+
+// The custom RBAC verbs of Ichor's actions. Each is asked of the authorizer
+// beyond the HTTP method's verb, on the subresource the action names, so RBAC
+// rules can grant exactly one action and `kubectl auth can-i` tells the truth
+// (DESIGN.md's verbs table).
+const (
+	// VerbApprove on talosmachines/approval decides about a machine.
+	VerbApprove = "approve"
+	// VerbStart on talosoperations/<type> starts an operation of that type.
+	VerbStart = "start"
+	// VerbReclaim on machinereclaims starts a reclaim.
+	VerbReclaim = "reclaim"
+	// VerbOverride on talosclusters, talosmachines and talosconfigpatches lets
+	// the next change past a safety check.
+	VerbOverride = "override"
+	// VerbDownload on a download subresource (talosmachines/etcd-snapshot, …)
+	// streams it; a TalosCredentialRequest needs it on the download its
+	// purpose stands for.
+	VerbDownload = "download"
+	// VerbUpdate on a field subresource (talosclusters/secret-references, …)
+	// writes that field, on create as on update.
+	VerbUpdate = "update"
+)
+
+// The groups whose members hold each Ichor role, as artifacts/roles.yaml binds them.
+const (
+	GroupViewer   = "ichor:viewer"
+	GroupOperator = "ichor:operator"
+	GroupAdmin    = "ichor:admin"
+)
+
+// FieldSubresource is a spec field that only its own subresource writes,
+// with the update verb on that subresource: the main endpoint refuses a
+// change to it, and a create that sets it (to anything but its default) needs
+// the same verb, so an admin-only field is admin-only from the object's first write.
+// +k8s:deepcopy-gen=false
+type FieldSubresource struct {
+	// Resource and Subresource name the endpoint (talosclusters, secret-references).
+	Resource, Subresource string
+	// Field is the field's path in the versioned API (spec.secretsRef).
+	Field string
+	// Value returns the field of obj, an internal object of Resource.
+	Value func(obj any) any
+}
+
+// Path is the endpoint as RBAC names it: resource/subresource.
+func (f FieldSubresource) Path() string { return f.Resource + "/" + f.Subresource }
+
+// FieldSubresources are every field subresource of the API.
+var FieldSubresources = []FieldSubresource{
+	{"talosclusters", "cilium-values", "spec.ciliumValues", func(o any) any { return o.(*TalosCluster).Spec.CiliumValues }},
+	{"talosclusters", "secret-references", "spec.secretsRef", func(o any) any { return o.(*TalosCluster).Spec.SecretsRef }},
+	{"talosclusters", "authentication", "spec.authentication", func(o any) any { return o.(*TalosCluster).Spec.Authentication }},
+	{"ichorinstallations", "version", "spec.version", func(o any) any { return o.(*IchorInstallation).Spec.Version }},
+	{"ichorinstallations", "settings", "spec.settings", func(o any) any { return o.(*IchorInstallation).Spec.Settings }},
+}
+
+// FieldSubresourceOf returns the field subresource named resource/subresource.
+func FieldSubresourceOf(resource, subresource string) FieldSubresource {
+	for _, f := range FieldSubresources {
+		if f.Resource == resource && f.Subresource == subresource {
+			return f
+		}
+	}
+	panic("no field subresource " + resource + "/" + subresource)
+}
+
+// systemMasters is kube-apiserver's group that every authorizer allows.
+const systemMasters = "system:masters"
+
+// Rank orders the roles by what they hold (viewer ⊂ operator ⊂ admin); 0 is no role.
+func (r UserRole) Rank() int {
+	switch r {
+	case UserRoleViewer:
+		return 1
+	case UserRoleOperator:
+		return 2
+	case UserRoleAdmin:
+		return 3
+	}
+	return 0
+}
+
+// RoleOfGroups is the highest Ichor role a requester in groups holds through
+// the role groups; system:masters counts as admin. "" is none.
+func RoleOfGroups(groups []string) UserRole {
+	role := UserRole("")
+	for _, g := range groups {
+		var r UserRole
+		switch g {
+		case GroupAdmin, systemMasters:
+			r = UserRoleAdmin
+		case GroupOperator:
+			r = UserRoleOperator
+		case GroupViewer:
+			r = UserRoleViewer
+		}
+		if r.Rank() > role.Rank() {
+			role = r
+		}
+	}
+	return role
+}
+
+// MayManageUser says whether a requester holding role may create, change,
+// delete or set the password of a user of target role: only roles below its
+// own, except an admin, who may manage any.
+func MayManageUser(role, target UserRole) bool {
+	return role == UserRoleAdmin || target.Rank() < role.Rank()
+}
+
+// CheckManagesUser returns an error saying why the requester name in groups may
+// not do what (create, set the password of, …) to a user of target role, or nil.
+func CheckManagesUser(name string, groups []string, target UserRole, what string) error {
+	role := RoleOfGroups(groups)
+	if MayManageUser(role, target) {
+		return nil
+	}
+	held := "no Ichor role"
+	if role != "" {
+		held = "the " + string(role) + " role"
+	}
+	return fmt.Errorf("%s holds %s and may %s only users whose role is below it, not %s", name, held, what, target)
+}

@@ -1,0 +1,212 @@
+package render
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// PatchClass says who may write a machine-config field through a
+// TalosConfigPatch. Anything that receives a control-plane config, or can run
+// code with a node's privileges, holds the cluster's root of trust, so fields
+// that hand out either are an admin's to write.
+type PatchClass string
+
+const (
+	// ClassSettings are plain settings: networking, sysctls of the network
+	// and memory subsystems, labels, taints, volumes. Operators write them.
+	ClassSettings PatchClass = "Settings"
+	// ClassPrivileged are fields that run code with a node's privileges or
+	// change whom the node or cluster trusts: static pods, manifests, host
+	// mounts, files, kernel modules, the installer image, component images
+	// and flags, Talos API access, registries, authentication. They need the
+	// update verb on talosconfigpatches/privileged (admins).
+	ClassPrivileged PatchClass = "Privileged"
+	// ClassBundle are the fields of the cluster's secrets bundle (see
+	// SecretFields): refused to everyone, but an admin's one override.
+	ClassBundle PatchClass = "Bundle"
+)
+
+// classRank orders the classes by who may write them.
+var classRank = map[PatchClass]int{ClassSettings: 0, ClassPrivileged: 1, ClassBundle: 2}
+
+// classRule is one row of the class table: a field path (elements joined by
+// dots; no rule names a dotted key) and its class, with why.
+type classRule struct {
+	path  string
+	class PatchClass
+	why   string
+}
+
+// v1alpha1Classes is the class of every v1alpha1 field a patch may reach; the
+// longest rule that is a prefix of a changed path decides, and a path no rule
+// covers is Privileged: a field is a plain setting only when this table says so.
+var v1alpha1Classes = []classRule{
+	{"debug", ClassSettings, "console verbosity"},
+	{"machine.network", ClassSettings, "links, addresses, routes, hostname"},
+	{"machine.network.nameservers", ClassPrivileged, "resolvers decide where registries and endpoints resolve"},
+	{"machine.network.extraHostEntries", ClassPrivileged, "host entries decide where registries and endpoints resolve"},
+	{"machine.network.kubespan", ClassPrivileged, "KubeSpan peers join the node's network"},
+	{"machine.nodeLabels", ClassSettings, "Node labels"},
+	{"machine.nodeAnnotations", ClassSettings, "Node annotations"},
+	{"machine.nodeTaints", ClassSettings, "Node taints"},
+	{"machine.certSANs", ClassSettings, "names in the Talos API certificate"},
+	{"machine.time", ClassSettings, "time servers"},
+	{"machine.disks", ClassSettings, "extra disks"},
+	{"machine.install.disk", ClassSettings, "the install disk"},
+	{"machine.install.diskSelector", ClassSettings, "the install disk"},
+	{"machine.install.wipe", ClassSettings, "wiping the install disk"},
+	{"machine.kubelet.nodeIP", ClassSettings, "the kubelet's node IP"},
+	{"machine.kubelet.clusterDNS", ClassSettings, "the kubelet's DNS servers"},
+	{"machine.kubelet.registerWithFQDN", ClassSettings, "the Node's name"},
+	{"machine.features.hostDNS", ClassSettings, "the host DNS cache"},
+	{"machine.features.kubePrism", ClassSettings, "the local API load balancer"},
+	{"machine.features.diskQuotaSupport", ClassSettings, "disk quotas"},
+	{"machine.features.stableHostname", ClassSettings, "a stable hostname"},
+	{"machine.features.nodeAddressSortAlgorithm", ClassSettings, "address order"},
+	{"cluster.allowSchedulingOnControlPlanes", ClassSettings, "scheduling workloads on control planes"},
+	{"cluster.discovery.enabled", ClassSettings, "cluster discovery"},
+	{"cluster.apiServer.certSANs", ClassSettings, "names in the API server certificate"},
+	{"cluster.etcd.advertisedSubnets", ClassSettings, "etcd's advertised networks"},
+	{"cluster.etcd.listenSubnets", ClassSettings, "etcd's listening networks"},
+	{"cluster.proxy.disabled", ClassSettings, "kube-proxy on or off"},
+	{"cluster.proxy.mode", ClassSettings, "kube-proxy's mode"},
+	{"cluster.coreDNS.disabled", ClassSettings, "CoreDNS on or off"},
+
+	{"machine.pods", ClassPrivileged, "static pods run with the node's privileges"},
+	{"machine.files", ClassPrivileged, "files are written onto the host"},
+	{"machine.udev", ClassPrivileged, "udev rules run programs as root"},
+	{"machine.sysfs", ClassPrivileged, "sysfs writes reach the kernel (uevent_helper runs a program)"},
+	{"machine.kernel", ClassPrivileged, "kernel modules run in the kernel"},
+	{"machine.install", ClassPrivileged, "the installer image, extensions and kernel arguments run at boot"},
+	{"machine.kubelet", ClassPrivileged, "the kubelet's image, flags, config and host mounts"},
+	{"machine.env", ClassPrivileged, "environment of Talos's own services (proxies, TLS settings)"},
+	{"machine.registries", ClassPrivileged, "registry mirrors choose the images nodes run"},
+	{"machine.features", ClassPrivileged, "Talos API access and RBAC"},
+	{"machine.logging", ClassPrivileged, "logs leave the node"},
+	{"machine.systemDiskEncryption", ClassPrivileged, "disk encryption keys and key servers"},
+	{"machine.seccompProfiles", ClassPrivileged, "seccomp profiles of workloads"},
+	{"machine.baseRuntimeSpecOverrides", ClassPrivileged, "the runtime spec of every container"},
+	{"cluster.controlPlane", ClassPrivileged, "where nodes find the Kubernetes API"},
+	{"cluster.inlineManifests", ClassPrivileged, "manifests are applied as cluster-admin"},
+	{"cluster.extraManifests", ClassPrivileged, "manifests are fetched and applied as cluster-admin"},
+	{"cluster.extraManifestHeaders", ClassPrivileged, "headers of manifest fetches"},
+	{"cluster.network", ClassPrivileged, "CNI manifests"},
+	{"cluster.apiServer", ClassPrivileged, "the API server's image, flags, mounts, admission and audit"},
+	{"cluster.controllerManager", ClassPrivileged, "the controller manager's image, flags and mounts"},
+	{"cluster.scheduler", ClassPrivileged, "the scheduler's image, flags and mounts"},
+	{"cluster.proxy", ClassPrivileged, "kube-proxy's image and flags"},
+	{"cluster.coreDNS", ClassPrivileged, "CoreDNS's image"},
+	{"cluster.etcd", ClassPrivileged, "etcd's image and flags"},
+	{"cluster.discovery", ClassPrivileged, "discovery service endpoints"},
+	{"cluster.adminKubeconfig", ClassPrivileged, "admin credentials"},
+}
+
+// settingSysctls are the sysctl key prefixes that are plain settings; other
+// keys reach the kernel's program hooks (kernel.core_pattern, kernel.modprobe).
+var settingSysctls = []string{"net.", "vm.", "fs.inotify.", "fs.file-max", "fs.nr_open"}
+
+// documentClasses is the class of each config document kind other than
+// v1alpha1; a kind not listed is Privileged.
+var documentClasses = map[string]PatchClass{
+	"HostnameConfig": ClassSettings, "LinkConfig": ClassSettings, "LinkAliasConfig": ClassSettings,
+	"DummyLinkConfig": ClassSettings, "BondConfig": ClassSettings, "BridgeConfig": ClassSettings,
+	"VLANConfig": ClassSettings, "DHCPv4Config": ClassSettings, "DHCPv6Config": ClassSettings,
+	"EthernetConfig": ClassSettings, "Layer2VIPConfig": ClassSettings, "TimeSyncConfig": ClassSettings,
+	"VolumeConfig": ClassSettings, "UserVolumeConfig": ClassSettings, "RawVolumeConfig": ClassSettings,
+	"ExistingVolumeConfig": ClassSettings, "SwapVolumeConfig": ClassSettings, "ZswapConfig": ClassSettings,
+	"NetworkDefaultActionConfig": ClassSettings, "NetworkRuleConfig": ClassSettings,
+}
+
+// ClassifiedField is one field a patch changes, with its class and why.
+type ClassifiedField struct {
+	Path  string
+	Class PatchClass
+	Why   string
+}
+
+// classOf returns the class of a v1alpha1 path: the longest rule that is a
+// prefix of it, stiffened by every rule below it (a path replacing a whole
+// section writes every field in it), Privileged when no rule covers it.
+func classOf(path []string) (PatchClass, string) {
+	if len(secretsUnder(path)) > 0 {
+		return ClassBundle, "the cluster's secrets bundle"
+	}
+	if len(path) >= 3 && path[0] == "machine" && path[1] == "sysctls" {
+		for _, p := range settingSysctls {
+			if strings.HasPrefix(path[2], p) {
+				return ClassSettings, "a sysctl of the network or memory subsystem"
+			}
+		}
+		return ClassPrivileged, "sysctl " + path[2] + " is not a network or memory setting"
+	}
+	class, why, best := ClassPrivileged, "not a field Ichor knows to be a plain setting", -1
+	for _, r := range v1alpha1Classes {
+		rp := strings.Split(r.path, ".")
+		if len(rp) > best && hasPrefix(path, rp) {
+			class, why, best = r.class, r.why, len(rp)
+		}
+	}
+	if best < 0 {
+		return class, why
+	}
+	// Rules below path: writing the section writes them too.
+	for _, r := range v1alpha1Classes {
+		rp := strings.Split(r.path, ".")
+		if len(rp) > len(path) && hasPrefix(rp, path) && classRank[r.class] > classRank[class] {
+			class, why = r.class, r.why+" (below "+strings.Join(path, ".")+")"
+		}
+	}
+	if len(path) <= 1 || (len(path) == 2 && path[1] == "sysctls") {
+		// A whole section, or every sysctl.
+		class = ClassPrivileged
+	}
+	return class, why
+}
+
+// classifyPaths classifies changed or named paths: v1alpha1 ones as
+// []string, other documents' as "Kind" + path.
+func classifyPaths(v1 [][]string, docs map[string][][]string) []ClassifiedField {
+	var out []ClassifiedField
+	for _, p := range v1 {
+		c, why := classOf(p)
+		out = append(out, ClassifiedField{Path: strings.Join(p, "."), Class: c, Why: why})
+	}
+	for kind, paths := range docs {
+		c, ok := documentClasses[kind]
+		why := "the " + kind + " document"
+		if !ok {
+			c, why = ClassPrivileged, "the "+kind+" document is not one Ichor knows to hold plain settings"
+		}
+		if len(paths) == 0 {
+			paths = [][]string{nil}
+		}
+		for _, p := range paths {
+			out = append(out, ClassifiedField{Path: kind + ":" + strings.Join(p, "."), Class: c, Why: why})
+		}
+	}
+	slices.SortFunc(out, func(a, b ClassifiedField) int { return strings.Compare(a.Path, b.Path) })
+	return slices.CompactFunc(out, func(a, b ClassifiedField) bool { return a.Path == b.Path })
+}
+
+// Strongest returns the class of the most guarded field, Settings for none.
+func StrongestClass(fields []ClassifiedField) PatchClass {
+	out := ClassSettings
+	for _, f := range fields {
+		if classRank[f.Class] > classRank[out] {
+			out = f.Class
+		}
+	}
+	return out
+}
+
+// Of returns the fields of class c, as "path (why)".
+func FieldsOf(fields []ClassifiedField, c PatchClass) []string {
+	var out []string
+	for _, f := range fields {
+		if f.Class == c {
+			out = append(out, fmt.Sprintf("%s (%s)", f.Path, f.Why))
+		}
+	}
+	return out
+}
