@@ -215,7 +215,9 @@ func useProvisioningNetworks(ctx context.Context, t testing.TB, cidrs ...string)
 		if _, err := installations.Create(ctx, in, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create IchorInstallation: %v", err)
 		}
-		t.Cleanup(func() { _ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{})
+		})
 		return
 	}
 	if err != nil {
