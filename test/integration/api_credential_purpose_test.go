@@ -1,8 +1,13 @@
 package integration
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +38,28 @@ func TestCredentialRequestNeedsTheDownloadItStandsFor(t *testing.T) {
 	}
 	if _, err := admin.Create(ctx, snapshot, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("admin etcd-snapshot credential: %v", err)
+	}
+
+	// A packet capture's os:operator certificate reboots, shuts down and
+	// upgrades every node: the packet-capture download alone does not get it.
+	grantRole(ctx, t, ns, "capturer", rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "pat"},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosmachines/packet-capture"}, Verbs: []string{"download"}})
+	capture := apiTalosCredentialRequest(t, "capture", ns)
+	capture.Spec.Purpose = v1alpha1.PurposePacketCapture
+	capture.Spec.Machines = []string{"m1"}
+	capturer := apiClientFor(t, cp.ConfigFor("pat")).IchorV1alpha1().TalosCredentialRequests(ns)
+	var refused error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, refused = capturer.Create(ctx, capture, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		// RBAC sees the binding a moment later; until then the create itself is refused.
+		return !apierrors.IsForbidden(refused) || strings.Contains(refused.Error(), "cannot request"), nil
+	})
+	if !apierrors.IsForbidden(refused) || !strings.Contains(refused.Error(), `needs the "download" verb on talosmachines/etcd-snapshot of every talosmachine`) {
+		t.Fatalf("packet-capture credential with only its download: want Forbidden naming the rights of os:operator, got %v", refused)
+	}
+	if _, err := admin.Create(ctx, capture, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin packet-capture credential: %v", err)
 	}
 
 	viewer := apiClientFor(t, cp.ConfigFor("alice", "ichor:viewer")).IchorV1alpha1().TalosCredentialRequests(ns)

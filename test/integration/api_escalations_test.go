@@ -132,8 +132,10 @@ func TestMachineAddressIsFixedOnceDecided(t *testing.T) {
 	// After it, neither the address nor the expected certificate moves: a
 	// worker pointed at a control plane and deleted would reset that.
 	for field, mutate := range map[string]func(*v1alpha1.TalosMachine){
-		"spec.address":             func(m *v1alpha1.TalosMachine) { m.Spec.Address = "10.5.0.12:50000" },
-		"spec.expectedFingerprint": func(m *v1alpha1.TalosMachine) { m.Spec.ExpectedFingerprint = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=" },
+		"spec.address": func(m *v1alpha1.TalosMachine) { m.Spec.Address = "10.5.0.12:50000" },
+		"spec.expectedFingerprint": func(m *v1alpha1.TalosMachine) {
+			m.Spec.ExpectedFingerprint = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+		},
 	} {
 		changed := m.DeepCopy()
 		mutate(changed)

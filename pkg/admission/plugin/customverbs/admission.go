@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,17 +35,35 @@ import (
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorCustomVerbs"
 
-// download is the subresource whose download verb a credential purpose needs.
-type download struct{ resource, subresource string }
+// right is one thing a credential's holder could do, as the verb on a
+// subresource of Ichor's API that does the same.
+type right struct {
+	verb, resource, subresource string
+	// everyMachine asks on every machine of the namespace rather than on
+	// the machines the request names: a Talos certificate is valid on every
+	// node of its cluster.
+	everyMachine bool
+}
 
-// purposeDownloads says what each TalosCredentialRequest purpose lets its
-// holder do, as the download subresource that does the same through Ichor:
-// nobody gets a Talos certificate for more than they could download.
-var purposeDownloads = map[ichor.CredentialPurpose]download{
-	ichor.PurposeTalosconfigReader: {"talosclusters", "talosconfig-reader"},
-	ichor.PurposeSupportBundle:     {"talosmachines", "support-bundle"},
-	ichor.PurposeEtcdSnapshot:      {"talosmachines", "etcd-snapshot"},
-	ichor.PurposePacketCapture:     {"talosmachines", "packet-capture"},
+// purposeRights says what each TalosCredentialRequest purpose lets its
+// holder do with the certificate's Talos role, as Ichor rights: nobody gets
+// a Talos certificate for more than they could do through Ichor. The
+// os:reader of talosconfig-reader and support-bundle reads (no secret);
+// os:etcd:backup takes etcd snapshots, the same data on every member. The
+// os:operator a packet capture needs also reboots, shuts down and upgrades
+// any node of the cluster and snapshots its etcd, so its requester must hold
+// those too (admins do).
+var purposeRights = map[ichor.CredentialPurpose][]right{
+	ichor.PurposeTalosconfigReader: {{ichor.VerbDownload, "talosclusters", "talosconfig-reader", false}},
+	ichor.PurposeSupportBundle:     {{ichor.VerbDownload, "talosmachines", "support-bundle", false}},
+	ichor.PurposeEtcdSnapshot:      {{ichor.VerbDownload, "talosmachines", "etcd-snapshot", false}},
+	ichor.PurposePacketCapture: {
+		{ichor.VerbDownload, "talosmachines", "packet-capture", false},
+		{ichor.VerbDownload, "talosmachines", "etcd-snapshot", true},
+		{ichor.VerbStart, "talosoperations", string(ichor.OperationReboot), true},
+		{ichor.VerbStart, "talosoperations", string(ichor.OperationNodeShutdown), true},
+		{ichor.VerbStart, "talosoperations", string(ichor.OperationTalosUpgrade), true},
+	},
 }
 
 // action is one subresource write that needs a custom verb.
@@ -203,50 +222,55 @@ func defaultedEmpty(a admission.Attributes, o admission.ObjectInterfaces) (runti
 }
 
 // validatePurpose checks that the requester of a TalosCredentialRequest holds
-// the download verb the purpose stands for, on the cluster (talosconfig-reader)
-// or on each machine named (all machines of the namespace when none is).
+// every right its purpose's certificate gives (purposeRights): on the cluster
+// (talosconfig-reader), on each machine named (all machines of the namespace
+// when none is), or on the whole namespace for a right a certificate valid on
+// every node gives everywhere.
 func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) error {
 	req, ok := a.GetObject().(*ichor.TalosCredentialRequest)
 	if !ok {
 		return apierrors.NewBadRequest(fmt.Sprintf("%s expected a TalosCredentialRequest, got %T", PluginName, a.GetObject()))
 	}
-	d, ok := purposeDownloads[req.Spec.Purpose]
+	rights, ok := purposeRights[req.Spec.Purpose]
 	if !ok {
 		return admission.NewForbidden(a, fmt.Errorf("purpose %q grants no credential", req.Spec.Purpose))
 	}
-	names := req.Spec.Machines
-	if d.resource == "talosclusters" {
-		names = []string{req.Spec.ClusterName}
-	} else if len(names) == 0 {
-		names = []string{""} // the whole cluster: every machine in the namespace
-	}
-	for _, name := range names {
-		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
-			User:            a.GetUserInfo(),
-			Verb:            ichor.VerbDownload,
-			Namespace:       a.GetNamespace(),
-			APIGroup:        ichor.GroupName,
-			APIVersion:      a.GetResource().Version,
-			Resource:        d.resource,
-			Subresource:     d.subresource,
-			Name:            name,
-			ResourceRequest: true,
-		})
-		if decision == authorizer.DecisionAllow {
-			continue
+	for _, r := range rights {
+		names := req.Spec.Machines
+		switch {
+		case r.resource == "talosclusters":
+			names = []string{req.Spec.ClusterName}
+		case r.everyMachine || len(names) == 0:
+			names = []string{""} // every object of the resource in the namespace
 		}
-		target := fmt.Sprintf("%s/%s %q", d.resource, d.subresource, name)
-		if name == "" {
-			target = fmt.Sprintf("%s/%s of every machine in the namespace", d.resource, d.subresource)
+		for _, name := range names {
+			decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+				User:            a.GetUserInfo(),
+				Verb:            r.verb,
+				Namespace:       a.GetNamespace(),
+				APIGroup:        ichor.GroupName,
+				APIVersion:      a.GetResource().Version,
+				Resource:        r.resource,
+				Subresource:     r.subresource,
+				Name:            name,
+				ResourceRequest: true,
+			})
+			if decision == authorizer.DecisionAllow {
+				continue
+			}
+			target := fmt.Sprintf("%s/%s %q", r.resource, r.subresource, name)
+			if name == "" {
+				target = fmt.Sprintf("%s/%s of every %s in the namespace", r.resource, r.subresource, strings.TrimSuffix(r.resource, "s"))
+			}
+			msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, r.verb, target)
+			if reason != "" {
+				msg += ": " + reason
+			}
+			if err != nil {
+				msg += fmt.Sprintf(" (authorizer error: %v)", err)
+			}
+			return admission.NewForbidden(a, errors.New(msg))
 		}
-		msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, ichor.VerbDownload, target)
-		if reason != "" {
-			msg += ": " + reason
-		}
-		if err != nil {
-			msg += fmt.Sprintf(" (authorizer error: %v)", err)
-		}
-		return admission.NewForbidden(a, errors.New(msg))
 	}
 	return nil
 }

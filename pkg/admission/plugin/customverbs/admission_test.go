@@ -102,7 +102,8 @@ func TestValidateCredentialPurpose(t *testing.T) {
 		return &ichor.TalosCredentialRequest{Spec: ichor.TalosCredentialRequestSpec{ClusterName: "prod", Purpose: purpose, Machines: machines}}
 	}
 	// The authorizer allows downloads of the reader talosconfig of prod and the etcd snapshot of m1 only.
-	allowed := map[string]bool{"talosclusters/talosconfig-reader/prod": true, "talosmachines/etcd-snapshot/m1": true}
+	allowed := map[string]bool{"talosclusters/talosconfig-reader/prod": true, "talosmachines/etcd-snapshot/m1": true,
+		"talosmachines/packet-capture/m3": true}
 
 	for _, tc := range []struct {
 		name    string
@@ -114,8 +115,12 @@ func TestValidateCredentialPurpose(t *testing.T) {
 		{name: "snapshot of a machine not granted", obj: tcr(ichor.PurposeEtcdSnapshot, "m1", "m2"),
 			wantErr: `user "bob" cannot request a etcd-snapshot credential: it needs the "download" verb on talosmachines/etcd-snapshot "m2"`},
 		{name: "snapshot of every machine", obj: tcr(ichor.PurposeEtcdSnapshot),
-			wantErr: "talosmachines/etcd-snapshot of every machine in the namespace"},
+			wantErr: "talosmachines/etcd-snapshot of every talosmachine in the namespace"},
 		{name: "packet capture not granted", obj: tcr(ichor.PurposePacketCapture, "m1"), wantErr: `needs the "download" verb on talosmachines/packet-capture "m1"`},
+		// os:operator reboots, shuts down, upgrades and snapshots every node.
+		{name: "packet capture with only its download", obj: tcr(ichor.PurposePacketCapture, "m3"),
+			wantErr: `needs the "download" verb on talosmachines/etcd-snapshot of every talosmachine in the namespace`},
+		{name: "packet capture with every right its role gives", obj: tcr(ichor.PurposePacketCapture, "m4")},
 		{name: "unknown purpose", obj: tcr("root-shell"), wantErr: `purpose "root-shell" grants no credential`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +128,9 @@ func TestValidateCredentialPurpose(t *testing.T) {
 			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 				if a.GetVerb() == ichor.VerbDownload && allowed[a.GetResource()+"/"+a.GetSubresource()+"/"+a.GetName()] {
 					return authorizer.DecisionAllow, "", nil
+				}
+				if tc.name == "packet capture with every right its role gives" {
+					return authorizer.DecisionAllow, "", nil // an admin's
 				}
 				return authorizer.DecisionNoOpinion, "", nil
 			}))
