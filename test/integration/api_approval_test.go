@@ -21,6 +21,10 @@ func pinnedMachine(t *testing.T, ns, name string) *v1alpha1.TalosMachine {
 	t.Helper()
 	ctx := apiContext(t)
 	admin := apiClient(t).IchorV1alpha1().TalosMachines(ns)
+	// The cluster exists and is not bootstrapped: an operator approves its workers.
+	if _, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Create(ctx, apiTalosCluster("prod", ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create cluster: %v", err)
+	}
 	m := apiTalosMachine(name, ns, "prod")
 	m.Spec.Role = v1alpha1.MachineRoleWorker
 	m, err := admin.Create(ctx, m, metav1.CreateOptions{})

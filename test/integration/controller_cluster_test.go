@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,25 +146,45 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 		t.Fatalf("kubectl apply as an operator: %v\n%s", err, out)
 	}
 
-	// The operator approves what the controller pinned, with kubectl and the
-	// approval subresource, as the README shows.
-	decide := func(name string, decision v1alpha1.ApprovalDecision, reason string) {
+	// What the controller pinned is approved with kubectl and the approval
+	// subresource, as the README shows: workers by the operator, control
+	// planes (whose configs hold every CA key) by an admin.
+	approval := func(name string, decision v1alpha1.ApprovalDecision, reason string) []string {
 		t.Helper()
 		body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustKubectl(ctx, t, append(operator, "-n", ns, "patch", "talosmachine", name,
-			"--subresource=approval", "--type=merge", "-p", string(body))...)
+		return []string{"-n", ns, "patch", "talosmachine", name, "--subresource=approval", "--type=merge", "-p", string(body)}
+	}
+	decideAs := func(who []string, by, name string, decision v1alpha1.ApprovalDecision, reason string) {
+		t.Helper()
+		mustKubectl(ctx, t, append(who, approval(name, decision, reason)...)...)
 		m := waitMachine(ctx, t, ns, name, "decided", func(m *v1alpha1.TalosMachine) bool { return m.Status.Approval != nil })
-		if a := m.Status.Approval; a.Decision != decision || a.By != "olivia" || a.Reason != reason {
+		if a := m.Status.Approval; a.Decision != decision || a.By != by || a.Reason != reason {
 			t.Fatalf("%s: approval %+v", name, a)
 		}
 	}
+	decide := func(name string, decision v1alpha1.ApprovalDecision, reason string) {
+		t.Helper()
+		decideAs(operator, "olivia", name, decision, reason)
+	}
 	machines := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosMachines(ns)
-	for name, n := range nodes {
+	// Workers first: once the cluster is bootstrapped, approving any machine is an admin's.
+	names := slices.Sorted(maps.Keys(nodes))
+	slices.SortStableFunc(names, func(a, b string) int { return strings.Compare(string(roles[b]), string(roles[a])) })
+	for _, name := range names {
+		n := nodes[name]
 		waitMachine(ctx, t, ns, name, "pinned", pinnedTo(n.MaintenanceFingerprint()))
-		decide(name, v1alpha1.ApprovalApproved, "")
+		if roles[name] != v1alpha1.MachineRoleControlPlane {
+			decide(name, v1alpha1.ApprovalApproved, "")
+			continue
+		}
+		out, err := cp.Kubectl(ctx, append(operator, approval(name, v1alpha1.ApprovalApproved, "")...)...)
+		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "talosmachines/privileged-approval") && !strings.Contains(msg, `subresource "privileged-approval"`) {
+			t.Fatalf("an operator's approval of control plane %s: %v\n%s", name, err, out)
+		}
+		decideAs(admin, "carol", name, v1alpha1.ApprovalApproved, "")
 	}
 	waitMachine(ctx, t, ns, "rejected", "pinned", pinnedTo(rejected.MaintenanceFingerprint()))
 	decide("rejected", v1alpha1.ApprovalRejected, "not ours")
@@ -172,7 +194,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 	if err := impostor.SetFaults(talossim.Faults{Impostor: true}); err != nil {
 		t.Fatal(err)
 	}
-	decide("impostor", v1alpha1.ApprovalApproved, "")
+	decideAs(admin, "carol", "impostor", v1alpha1.ApprovalApproved, "")
 
 	t.Run("three control planes and two workers become Ready", func(t *testing.T) {
 		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)

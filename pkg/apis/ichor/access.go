@@ -25,6 +25,14 @@ const (
 	VerbUpdate = "update"
 )
 
+// PrivilegedApprovalSubresource is where the approve verb is asked, beyond
+// talosmachines/approval, for an approval that hands out a cluster's root of
+// trust: a control plane (its config holds every CA key), or any machine of a
+// cluster already bootstrapped (its config joins a running cluster, with the
+// cluster's bootstrap token). Admins hold it; operators approve workers of a
+// cluster being built.
+const PrivilegedApprovalSubresource = "privileged-approval"
+
 // The groups whose members hold each Ichor role, as artifacts/roles.yaml binds them.
 const (
 	GroupViewer   = "ichor:viewer"

@@ -24,12 +24,15 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
@@ -96,12 +99,14 @@ func Register(plugins *admission.Plugins) {
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.Authorizer
+	client     versioned.Interface
 }
 
 var (
 	_ admission.ValidationInterface        = &Plugin{}
 	_ admission.InitializationValidator    = &Plugin{}
 	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
+	_ initializer.WantsIchorClient         = &Plugin{}
 )
 
 // New returns the plugin; it needs an authorizer before use.
@@ -112,10 +117,13 @@ func New() *Plugin {
 // SetAuthorizer receives the server's (delegated) authorizer.
 func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 
-// ValidateInitialization refuses to run without an authorizer.
+// SetIchorClient receives the client that reads a machine's cluster.
+func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
+
+// ValidateInitialization refuses to run without an authorizer and a client.
 func (p *Plugin) ValidateInitialization() error {
-	if p.authorizer == nil {
-		return errors.New(PluginName + " needs an authorizer")
+	if p.authorizer == nil || p.client == nil {
+		return errors.New(PluginName + " needs an authorizer and an Ichor client")
 	}
 	return nil
 }
@@ -141,9 +149,51 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		if act.onResource {
 			on = ""
 		}
-		return p.authorize(ctx, a, act.verb, on, fmt.Sprintf("%s %s/%s %q", act.verb, act.resource, act.subresource, a.GetName()))
+		if err := p.authorize(ctx, a, act.verb, on, fmt.Sprintf("%s %s/%s %q", act.verb, act.resource, act.subresource, a.GetName())); err != nil {
+			return err
+		}
+		if act.subresource == "approval" {
+			return p.validatePrivilegedApproval(ctx, a)
+		}
+		return nil
 	}
 	return nil
+}
+
+// validatePrivilegedApproval asks approve on talosmachines/privileged-approval
+// for an approval of a control plane, or of any machine of a cluster already
+// bootstrapped (or that cannot be read: the check fails closed). The machine
+// is the stored one the update changes; rejections hand out nothing.
+func (p *Plugin) validatePrivilegedApproval(ctx context.Context, a admission.Attributes) error {
+	m, okNew := a.GetObject().(*ichor.TalosMachine)
+	old, okOld := a.GetOldObject().(*ichor.TalosMachine)
+	if !okNew || !okOld || m.Status.Approval == nil || m.Status.Approval.Decision != ichor.ApprovalApproved {
+		return nil
+	}
+	if prev := old.Status.Approval; prev != nil && prev.Decision == ichor.ApprovalApproved {
+		return nil // repeating a decision changes nothing
+	}
+	why := ""
+	switch {
+	case old.Spec.Role == ichor.MachineRoleControlPlane:
+		why = "a control plane receives every CA key of its cluster"
+	case old.Spec.ClusterName == "":
+		return nil // validation refuses an approval without a cluster
+	default:
+		c, err := p.client.IchorV1alpha1().TalosClusters(a.GetNamespace()).Get(ctx, old.Spec.ClusterName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			why = "TalosCluster " + old.Spec.ClusterName + " does not exist, so Ichor cannot tell it is not running"
+		case err != nil:
+			return apierrors.NewInternalError(fmt.Errorf("%s: read TalosCluster %s: %w", PluginName, old.Spec.ClusterName, err))
+		case c.Status.BootstrappedAt != nil:
+			why = "TalosCluster " + c.Name + " is bootstrapped, so the machine joins a running cluster with its bootstrap token"
+		default:
+			return nil
+		}
+	}
+	return p.authorize(ctx, a, ichor.VerbApprove, ichor.PrivilegedApprovalSubresource,
+		fmt.Sprintf("approve TalosMachine %q (%s)", a.GetName(), why))
 }
 
 // authorize asks verb on the request's resource (and subresource on) for the

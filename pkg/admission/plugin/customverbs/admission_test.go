@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -15,6 +16,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apiserver"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
 )
 
 func TestValidate(t *testing.T) {
@@ -60,6 +62,7 @@ func TestValidate(t *testing.T) {
 				asked = append(asked, a)
 				return tc.decision, "no rule", nil
 			}))
+			p.SetIchorClient(fake.NewClientset())
 			if err := p.ValidateInitialization(); err != nil {
 				t.Fatal(err)
 			}
@@ -89,9 +92,71 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestValidateInitializationNeedsAnAuthorizer(t *testing.T) {
+func TestValidateInitializationNeedsAnAuthorizerAndAClient(t *testing.T) {
 	if err := New().ValidateInitialization(); err == nil {
 		t.Fatal("a plugin without an authorizer initialized")
+	}
+	p := New()
+	p.SetAuthorizer(authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionAllow, "", nil
+	}))
+	if err := p.ValidateInitialization(); err == nil {
+		t.Fatal("a plugin without an Ichor client initialized")
+	}
+}
+
+// TestPrivilegedApproval: approving a control plane, or any machine of a
+// bootstrapped (or unreadable) cluster, needs approve on
+// talosmachines/privileged-approval as well; a worker of a cluster being
+// built, a rejection, or a repeated decision does not.
+func TestPrivilegedApproval(t *testing.T) {
+	now := metav1.Now()
+	clusters := fake.NewClientset(
+		&v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "building"}},
+		&v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "running"}, Status: v1alpha1.TalosClusterStatus{BootstrappedAt: &now}},
+	)
+	machine := func(cluster string, role ichor.MachineRole, decision ichor.ApprovalDecision) *ichor.TalosMachine {
+		m := &ichor.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "m1"}, Spec: ichor.TalosMachineSpec{ClusterName: cluster, Role: role}}
+		if decision != "" {
+			m.Status.Approval = &ichor.ApprovalStatus{Decision: decision}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		obj, old *ichor.TalosMachine
+		wantErr  string
+	}{
+		{name: "a worker of a cluster being built", obj: machine("building", ichor.MachineRoleWorker, ichor.ApprovalApproved), old: machine("building", ichor.MachineRoleWorker, "")},
+		{name: "a control plane", obj: machine("building", ichor.MachineRoleControlPlane, ichor.ApprovalApproved), old: machine("building", ichor.MachineRoleControlPlane, ""),
+			wantErr: `user "bob" cannot approve TalosMachine "m1" (a control plane receives every CA key of its cluster): it needs the "approve" verb on resource "talosmachines", subresource "privileged-approval"`},
+		{name: "a worker of a running cluster", obj: machine("running", ichor.MachineRoleWorker, ichor.ApprovalApproved), old: machine("running", ichor.MachineRoleWorker, ""),
+			wantErr: "is bootstrapped, so the machine joins a running cluster"},
+		{name: "a worker of a missing cluster", obj: machine("gone", ichor.MachineRoleWorker, ichor.ApprovalApproved), old: machine("gone", ichor.MachineRoleWorker, ""),
+			wantErr: "does not exist"},
+		{name: "a control plane rejected", obj: machine("building", ichor.MachineRoleControlPlane, ichor.ApprovalRejected), old: machine("building", ichor.MachineRoleControlPlane, "")},
+		{name: "a control plane approved again", obj: machine("running", ichor.MachineRoleControlPlane, ichor.ApprovalApproved), old: machine("running", ichor.MachineRoleControlPlane, ichor.ApprovalApproved)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := New()
+			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+				if a.GetSubresource() == "approval" {
+					return authorizer.DecisionAllow, "", nil // bob is an operator
+				}
+				return authorizer.DecisionNoOpinion, "", nil
+			}))
+			p.SetIchorClient(clusters)
+			gvr := ichor.Resource("talosmachines").WithVersion("v1alpha1")
+			attrs := admission.NewAttributesRecord(tc.obj, tc.old, gvr.GroupVersion().WithKind("TalosMachine"), "prod", "m1", gvr, "approval", admission.Update, nil, false,
+				&user.DefaultInfo{Name: "bob", Groups: []string{ichor.GroupOperator}})
+			err := p.Validate(context.Background(), attrs, nil)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want Forbidden containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }
 
