@@ -59,6 +59,7 @@ subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
 
 	t.Run("pins the certificate and reads the facts", func(t *testing.T) { testIntakePins(ctx, t, ns) })
 	t.Run("an impostor at a pinned address gets nothing", func(t *testing.T) { testIntakeImpostor(ctx, t, ns) })
+	t.Run("an expected fingerprint is pinned, and nothing else", func(t *testing.T) { testIntakeExpectedFingerprint(ctx, t, ns) })
 	t.Run("an unreachable machine is retried", func(t *testing.T) { testIntakeUnreachable(ctx, t, ns) })
 	t.Run("provisioning networks are scanned", func(t *testing.T) { testIntakeScan(ctx, t, ns) })
 	t.Run("secrets bundles", func(t *testing.T) { testClusterSecrets(ctx, t, ns) })
@@ -186,6 +187,41 @@ func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
 			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesPin)
 	})
 	waitEvent(ctx, t, ns, "node-c", corev1.EventTypeNormal, intake.EventReachable)
+}
+
+// testIntakeExpectedFingerprint: with spec.expectedFingerprint the first
+// contact is no trust on first use. A node presenting another certificate
+// (the impostor at an address before anything was pinned) is never pinned;
+// once the user gives the right fingerprint, it is pinned as the expected one.
+func testIntakeExpectedFingerprint(ctx context.Context, t *testing.T, ns string) {
+	n := simNode(t, talossim.Options{})
+	const wrong = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+	apply := func(fingerprint string) {
+		t.Helper()
+		mustApply(ctx, t, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: node-e, namespace: %s}
+spec: {address: "%s", expectedFingerprint: "%s"}
+`, ns, n.Addr(), fingerprint))
+	}
+	apply(wrong)
+	m := waitMachine(ctx, t, ns, "node-e", "the unexpected certificate is refused", func(m *v1alpha1.TalosMachine) bool {
+		return hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch)
+	})
+	if m.Status.Maintenance != nil || m.Status.Hardware != nil {
+		t.Fatalf("a node presenting another certificate than the expected one was pinned or read: %+v", m.Status)
+	}
+	e := waitEvent(ctx, t, ns, "node-e", corev1.EventTypeWarning, intake.EventCertificateMismatch)
+	if !strings.Contains(e.Message, n.MaintenanceFingerprint()) {
+		t.Errorf("mismatch Event %q does not name what was presented", e.Message)
+	}
+
+	apply(n.MaintenanceFingerprint())
+	waitMachine(ctx, t, ns, "node-e", "pinned as expected", func(m *v1alpha1.TalosMachine) bool {
+		return pinnedTo(n.MaintenanceFingerprint())(m) &&
+			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesExpectedFingerprint)
+	})
 }
 
 func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
