@@ -112,6 +112,9 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 		return err
 	}
 	defer func() { _ = node.Close() }()
+	if err := checkIdentity(ctx, node, m); err != nil {
+		return err
+	}
 	return node.Reset(ctx, true)
 }
 

@@ -409,6 +409,9 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	if effect == v1alpha1.ConfigEffectReboot {
 		mode = talos.ApplyReboot
 	}
+	if err := checkIdentity(ctx, node, m); err != nil {
+		return r.applyFailed(s, "ApplyConfig", err), nil
+	}
 	res, err := node.ApplyConfiguration(ctx, rendered.Config, mode)
 	if err != nil {
 		return r.applyFailed(s, "ApplyConfig", err), nil
