@@ -236,7 +236,15 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	if m.Status.Phase != v1alpha1.MachinePhaseUnreachable || m.Status.Maintenance != nil || m.Status.Hardware != nil {
 		t.Errorf("an unreachable machine: phase %s, maintenance %+v, hardware %+v", m.Status.Phase, m.Status.Maintenance, m.Status.Hardware)
 	}
-	waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, intake.EventUnreachable)
+	// Why it did not answer stays in the controller's log: status and Events
+	// would otherwise answer a port scan for whoever may write addresses.
+	reachable := conditionOf(m, intake.ConditionReachable)
+	e := waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, intake.EventUnreachable)
+	for _, msg := range []string{reachable.Message, e.Message} {
+		if msg != intake.UnreachableMessage(n.Addr()) {
+			t.Errorf("an unreachable machine is described as %q", msg)
+		}
+	}
 
 	// It is retried after a backoff, not in a loop: the node answers again
 	// right away, but is contacted no sooner than the minimum backoff (5s,

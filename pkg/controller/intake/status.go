@@ -82,7 +82,7 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 		if meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified) == nil {
 			set(ConditionCertificateVerified, metav1.ConditionUnknown, ReasonNotContacted, "the node has not been reached yet")
 		}
-		set(ConditionReachable, metav1.ConditionFalse, ReasonConnectionFailed, r.Err.Error())
+		set(ConditionReachable, metav1.ConditionFalse, ReasonConnectionFailed, UnreachableMessage(r.Address))
 		ch.Unreachable = wasReachable == nil || wasReachable.Status != metav1.ConditionFalse ||
 			wasReachable.Reason != ReasonConnectionFailed
 	}
@@ -154,4 +154,12 @@ func validVersion(v string) bool {
 // the mismatch writes the same, so the condition does not flap.
 func MismatchMessage(m *talos.FingerprintMismatchError) string {
 	return m.Error() + "; nothing is sent to it"
+}
+
+// UnreachableMessage is what status and Events say of a node that did not
+// answer. It says nothing of why (refused, timed out, not TLS): whoever may
+// write a machine's address would otherwise read a port scanner's answers
+// off the status. The controller's log has the error.
+func UnreachableMessage(address string) string {
+	return fmt.Sprintf("the Talos API at %s did not answer; the controller's log says why", address)
 }

@@ -131,7 +131,7 @@ func TestUnreachable(t *testing.T) {
 	if !ch.Unreachable || s.Maintenance != nil || s.Hardware != nil || s.Phase != v1alpha1.MachinePhaseUnreachable {
 		t.Errorf("change %+v, status %+v", ch, s)
 	}
-	if c := cond(t, &s, ConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != ReasonConnectionFailed || c.Message != "connection refused" {
+	if c := cond(t, &s, ConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != ReasonConnectionFailed || c.Message != UnreachableMessage("10.5.0.2:50000") {
 		t.Errorf("Reachable = %+v", c)
 	}
 	if c := cond(t, &s, ConditionCertificateVerified); c.Status != metav1.ConditionUnknown {

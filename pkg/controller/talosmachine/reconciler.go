@@ -156,6 +156,6 @@ func (r *Reconciler) announce(m *v1alpha1.TalosMachine, result intake.Result, ch
 	}
 	if ch.Unreachable {
 		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, intake.EventUnreachable, action,
-			"Cannot reach the Talos API at %s: %v", result.Address, result.Err)
+			"%s", intake.UnreachableMessage(result.Address))
 	}
 }
