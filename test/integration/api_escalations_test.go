@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -297,5 +300,38 @@ func TestPatchBodiesAndPrivilegedPatches(t *testing.T) {
 	plain.Spec.Patch = "machine:\n  sysctls:\n    net.core.somaxconn: \"1024\"\n"
 	if _, err := operator.Create(ctx, plain, metav1.CreateOptions{}); err != nil {
 		t.Errorf("operator's plain patch: %v", err)
+	}
+}
+
+// TestReclaimNeedsTheSourceMachine: a reclaimer delegated in one namespace
+// cannot reclaim (reset and take) a machine of a namespace it has no rights in.
+func TestReclaimNeedsTheSourceMachine(t *testing.T) {
+	ctx := apiContext(t)
+	ns, other := cp.Namespace(t), cp.Namespace(t)
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reclaimer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-machine-reclaimer"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "rita"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apiClient(t).IchorV1alpha1().TalosMachines(other).Create(ctx, apiTalosMachine("node-1", other, "theirs"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reclaims := apiClientFor(t, cp.ConfigFor("rita")).IchorV1alpha1().MachineReclaims(ns)
+	r := apiMachineReclaim("take", ns)
+	r.Spec.MachineRef = &v1alpha1.MachineReference{Namespace: other, Name: "node-1"}
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err = reclaims.Create(ctx, r, metav1.CreateOptions{})
+		// RBAC sees the binding a moment later; until then the create itself is refused.
+		return !apierrors.IsForbidden(err) || strings.Contains(err.Error(), "reclaiming resets it"), nil
+	})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "delete" verb on talosmachines "node-1" in namespace "`+other+`"`) {
+		t.Fatalf("reclaimer's reclaim of another namespace's machine: want Forbidden, got %v", err)
+	}
+	if _, err := apiClient(t).IchorV1alpha1().MachineReclaims(ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("admin's reclaim: %v", err)
 	}
 }

@@ -139,6 +139,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		return p.validatePurpose(ctx, a)
 	}
 	if a.GetSubresource() == "" && a.GetOperation() == admission.Create {
+		if err := p.validateReclaimSource(ctx, a); err != nil {
+			return err
+		}
 		return p.validateFieldSubresources(ctx, a, o)
 	}
 	for _, act := range actions {
@@ -219,6 +222,34 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 		target += fmt.Sprintf(", subresource %q", on)
 	}
 	msg := fmt.Sprintf("user %q cannot %s: it needs the %q verb on %s", a.GetUserInfo().GetName(), what, verb, target)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if err != nil {
+		msg += fmt.Sprintf(" (authorizer error: %v)", err)
+	}
+	return admission.NewForbidden(a, errors.New(msg))
+}
+
+// validateReclaimSource checks that the creator of a MachineReclaim of a
+// managed machine may delete that machine where it is: a reclaim resets it
+// and takes it away, which is what deleting it does, and its namespace may
+// be one the creator has no rights in. (The spec never changes after create.)
+func (p *Plugin) validateReclaimSource(ctx context.Context, a admission.Attributes) error {
+	r, ok := a.GetObject().(*ichor.MachineReclaim)
+	if !ok || a.GetResource().Resource != "machinereclaims" || r.Spec.MachineRef == nil {
+		return nil
+	}
+	ref := r.Spec.MachineRef
+	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: a.GetUserInfo(), Verb: "delete", Namespace: ref.Namespace, APIGroup: ichor.GroupName,
+		APIVersion: a.GetResource().Version, Resource: "talosmachines", Name: ref.Name, ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	msg := fmt.Sprintf("user %q cannot reclaim TalosMachine %s/%s: reclaiming resets it, which needs the \"delete\" verb on talosmachines %q in namespace %q",
+		a.GetUserInfo().GetName(), ref.Namespace, ref.Name, ref.Name, ref.Namespace)
 	if reason != "" {
 		msg += ": " + reason
 	}

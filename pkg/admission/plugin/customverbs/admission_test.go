@@ -283,3 +283,31 @@ func TestCreateSettingAFieldSubresource(t *testing.T) {
 		})
 	}
 }
+
+// A reclaim of a managed machine needs delete on that machine, where it is.
+func TestReclaimSourceNeedsDelete(t *testing.T) {
+	reclaims := ichor.Resource("machinereclaims").WithVersion("v1alpha1")
+	obj := &ichor.MachineReclaim{Spec: ichor.MachineReclaimSpec{MachineRef: &ichor.MachineReference{Namespace: "other", Name: "m9"}, ClusterName: "prod"}}
+	for _, allow := range []bool{false, true} {
+		var asked authorizer.Attributes
+		p := New()
+		p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+			asked = a
+			if allow {
+				return authorizer.DecisionAllow, "", nil
+			}
+			return authorizer.DecisionNoOpinion, "", nil
+		}))
+		attrs := admission.NewAttributesRecord(obj, nil, reclaims.GroupVersion().WithKind("MachineReclaim"), "prod", "r1", reclaims, "", admission.Create, nil, false, &user.DefaultInfo{Name: "rita"})
+		err := p.Validate(context.Background(), attrs, admission.NewObjectInterfacesFromScheme(apiserver.Scheme))
+		if asked == nil || asked.GetVerb() != "delete" || asked.GetNamespace() != "other" || asked.GetName() != "m9" || asked.GetResource() != "talosmachines" {
+			t.Fatalf("asked %+v", asked)
+		}
+		if allow && err != nil {
+			t.Errorf("allowed: %v", err)
+		}
+		if !allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "delete" verb on talosmachines "m9" in namespace "other"`)) {
+			t.Errorf("refused: %v", err)
+		}
+	}
+}
