@@ -77,6 +77,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosmachines":                   machines.Store,
 		"talosmachines/status":            machines.Status,
 		"talosmachines/approval":          machines.Subresources[talosmachine.ApprovalSubresource],
+		"talosmachines/finalizers":        machines.Subresources["finalizers"],
 		"talosmachines/override":          machines.Actions[override.Subresource],
 		"talosconfigpatches":              patches.Store,
 		"talosconfigpatches/status":       patches.Status,

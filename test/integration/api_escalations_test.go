@@ -335,3 +335,36 @@ func TestReclaimNeedsTheSourceMachine(t *testing.T) {
 		t.Fatalf("admin's reclaim: %v", err)
 	}
 }
+
+// TestFinalizersEndpointWritesOnlyFinalizers: talosmachines/finalizers, the
+// controller's only write of a machine beyond status, changes nothing else.
+func TestFinalizersEndpointWritesOnlyFinalizers(t *testing.T) {
+	ctx := apiContext(t)
+	ns := cp.Namespace(t)
+	machines := apiClient(t).IchorV1alpha1().TalosMachines(ns)
+	m, err := machines.Create(ctx, apiTalosMachine("m1", ns, "alpha"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := `{"metadata":{"finalizers":["ichor.dev/test"],"labels":{"sneaky":"yes"}},"spec":{"address":"10.5.0.99:50000","role":"controlplane"}}`
+	got := &v1alpha1.TalosMachine{}
+	if err := apiClient(t).IchorV1alpha1().RESTClient().Patch(types.MergePatchType).Namespace(ns).Resource("talosmachines").Name("m1").
+		SubResource("finalizers").Body([]byte(patch)).Do(ctx).Into(got); err != nil {
+		t.Fatalf("patch finalizers: %v", err)
+	}
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != "ichor.dev/test" || got.Labels["sneaky"] != "" ||
+		got.Spec != m.Spec || got.Generation != m.Generation {
+		t.Errorf("the finalizers endpoint wrote more than finalizers: %+v %+v", got.ObjectMeta, got.Spec)
+	}
+	// Removing the last finalizer of a machine being deleted lets it go.
+	if err := machines.Delete(ctx, "m1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiClient(t).IchorV1alpha1().RESTClient().Patch(types.MergePatchType).Namespace(ns).Resource("talosmachines").Name("m1").
+		SubResource("finalizers").Body([]byte(`{"metadata":{"finalizers":null}}`)).Do(ctx).Error(); err != nil {
+		t.Fatalf("remove the finalizer: %v", err)
+	}
+	if _, err := machines.Get(ctx, "m1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after its last finalizer went: %v", err)
+	}
+}

@@ -806,7 +806,10 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		{access{group: "ichor.dev", resource: "ichorinstallations", subresource: "status", verb: "update"}, "", true},
 		// It writes status, never spec, and deletes nothing.
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "update"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "patch"}, "", false},
 		{access{group: "ichor.dev", resource: "talosclusters", verb: "patch"}, "", false},
+		// Its finalizer through the endpoint that writes nothing else.
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "finalizers", verb: "patch"}, "", true},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "delete"}, "", false},
 		// It creates discovered machines only in its discovery namespace.
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, harness.IchorNamespace, true},

@@ -38,7 +38,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, m *v1alpha1.TalosMachi
 	}
 	orig := m.DeepCopy()
 	controllerutil.AddFinalizer(m, Finalizer)
-	if err := r.Client.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.SubResource("finalizers").Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("add finalizer %s to TalosMachine %s/%s: %w", Finalizer, m.Namespace, m.Name, err)
 	}
 	return nil
@@ -60,7 +60,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 		}
 		orig := m.DeepCopy()
 		controllerutil.RemoveFinalizer(m, Finalizer)
-		if err := r.Client.Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.Client.SubResource("finalizers").Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 		return ctrl.Result{}, nil

@@ -100,6 +100,32 @@ type Subresource[T Object] struct {
 	// ResetFields are the fields server-side apply through this endpoint
 	// leaves alone: everything but the owned part.
 	ResetFields []fieldpath.Path
+	// WritesFinalizers lets the endpoint write metadata.finalizers, which
+	// every other part endpoint keeps as stored.
+	WritesFinalizers bool
+}
+
+// Finalizers returns the Subresource "finalizers": it writes
+// metadata.finalizers and nothing else, so a controller that only adds and
+// removes its finalizer needs no right to write the spec. The generic
+// store validates the metadata itself.
+func Finalizers[T Object]() Subresource[T] {
+	reset := []fieldpath.Path{fieldpath.MakePathOrDie("spec"), fieldpath.MakePathOrDie("status")}
+	for _, p := range userMetadataPaths() {
+		if p.String() != ".metadata.finalizers" {
+			reset = append(reset, p)
+		}
+	}
+	return Subresource[T]{
+		Name:             "finalizers",
+		WritesFinalizers: true,
+		PrepareForUpdate: func(_ context.Context, obj, old T) {
+			specOf(obj).Set(specOf(old))
+			statusOf(obj).Set(statusOf(old))
+		},
+		ValidateUpdate: func(T, T) field.ErrorList { return nil },
+		ResetFields:    reset,
+	}
 }
 
 // check panics when a definition cannot work, so a mistake fails at start-up

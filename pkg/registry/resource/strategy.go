@@ -137,7 +137,11 @@ var _ rest.RESTUpdateStrategy = subresourceStrategy[Object]{}
 
 func (s subresourceStrategy[T]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	newObj, oldObj := obj.(T), old.(T)
+	finalizers := newObj.GetFinalizers()
 	keepUserMetadata(newObj, oldObj)
+	if s.sub.WritesFinalizers {
+		newObj.SetFinalizers(finalizers)
+	}
 	s.sub.PrepareForUpdate(ctx, newObj, oldObj)
 	// A subresource that writes a part of the spec changes the desired state.
 	if !apiequality.Semantic.DeepEqual(specOf(obj).Interface(), specOf(old).Interface()) {

@@ -43,7 +43,9 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 		override.KeepGranted(&m.Status.Override, old.Status.Override)
 	},
 	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "approval"), fieldpath.MakePathOrDie("status", "override")},
-	Subresources:      []resource.Subresource[*ichor.TalosMachine]{approval},
+	// The controller adds and removes its finalizer through /finalizers,
+	// which writes nothing else.
+	Subresources: []resource.Subresource[*ichor.TalosMachine]{approval, resource.Finalizers[*ichor.TalosMachine]()},
 	Actions: []resource.Action[*ichor.TalosMachine]{
 		override.Action("TalosMachine", []ichor.SafetyCheck{ichor.CheckControlPlaneQuorum},
 			func(m *ichor.TalosMachine) **ichor.OverrideStatus { return &m.Status.Override }),
