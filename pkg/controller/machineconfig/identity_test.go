@@ -15,7 +15,9 @@ type factsNode struct {
 	uuid string
 }
 
-func (n factsNode) Facts(context.Context) (*talos.Facts, error) { return &talos.Facts{UUID: n.uuid}, nil }
+func (n factsNode) Facts(context.Context) (*talos.Facts, error) {
+	return &talos.Facts{UUID: n.uuid}, nil
+}
 
 func TestCheckIdentity(t *testing.T) {
 	m := &v1alpha1.TalosMachine{Spec: v1alpha1.TalosMachineSpec{Address: "10.5.0.10:50000"},
