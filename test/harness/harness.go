@@ -53,6 +53,9 @@ type ControlPlane struct {
 	AdminKubeconfig string
 	// IchorURL is ichor-apiserver's own address (behind the aggregator).
 	IchorURL string
+	// AuditLog is ichor-apiserver's audit log, written with the policy of
+	// artifacts/audit-policy.yaml.
+	AuditLog string
 
 	files   files
 	ichorCA []byte

@@ -20,6 +20,7 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ichorcmd "ichor.dev/ichor/pkg/cmd/apiserver"
@@ -92,12 +93,20 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	policy, err := writeAuditPolicy(filepath.Join(cp.Dir, "ichor-audit-policy.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	cp.AuditLog = filepath.Join(cp.Dir, "ichor-audit.log")
 	args := []string{
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + f.ichorServingCert, "--tls-private-key-file=" + f.ichorServingKey,
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
+		"--audit-policy-file=" + policy, "--audit-log-path=" + cp.AuditLog,
+		// Events are written as they happen, so a test reads them at once.
+		"--audit-log-mode=blocking",
 	}
 	if opts.IchorEmbeddedEtcd {
 		args = append(args,
@@ -109,6 +118,28 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 			"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey)
 	}
 	return append(args, opts.IchorArgs...), nil
+}
+
+// writeAuditPolicy writes the policy that artifacts/audit-policy.yaml's
+// ConfigMap holds to path, as the Deployment mounts it.
+func writeAuditPolicy(path string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "artifacts", "audit-policy.yaml"))
+	if err != nil {
+		return "", err
+	}
+	var cm corev1.ConfigMap
+	if err := sigsyaml.Unmarshal(data, &cm); err != nil {
+		return "", fmt.Errorf("artifacts/audit-policy.yaml: %w", err)
+	}
+	policy, ok := cm.Data["policy.yaml"]
+	if !ok {
+		return "", fmt.Errorf("artifacts/audit-policy.yaml has no policy.yaml")
+	}
+	return path, os.WriteFile(path, []byte(policy), 0o600)
 }
 
 func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {

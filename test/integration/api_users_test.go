@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +121,40 @@ func TestUserPassword(t *testing.T) {
 		"--as=carol", "--as-group=ichor:admin", "replace", "--raw", "/apis/ichor.dev/v1alpha1/ichorusers/"+name+"/password", "-f", "-")
 	if err != nil || strings.Contains(out, "argon2id") || !strings.Contains(out, `"passwordSet":true`) {
 		t.Fatalf("kubectl replace --raw …/password: %v\n%s", err, out)
+	}
+
+	// The audit log (artifacts/audit-policy.yaml) names carol's change at
+	// Metadata level, and holds neither the password nor its hash.
+	audit, err := os.ReadFile(cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range bytes.Split(audit, []byte("\n")) {
+		if bytes.Contains(line, []byte("another long passphrase")) || bytes.Contains(line, []byte(secret)) || bytes.Contains(line, []byte(hash)) {
+			var e struct {
+				Level, Verb, RequestURI string
+			}
+			_ = json.Unmarshal(line, &e)
+			t.Errorf("the audit log holds a password or its hash, in a %s event of %s %s", e.Level, e.Verb, e.RequestURI)
+		}
+	}
+	found := false
+	for _, line := range bytes.Split(audit, []byte("\n")) {
+		var e struct {
+			Level     string                                       `json:"level"`
+			User      struct{ Username string }                    `json:"user"`
+			ObjectRef struct{ Resource, Subresource, Name string } `json:"objectRef"`
+		}
+		if json.Unmarshal(line, &e) != nil || e.ObjectRef.Subresource != "password" || e.ObjectRef.Name != name || e.User.Username != "carol" {
+			continue
+		}
+		found = true
+		if e.Level != "Metadata" {
+			t.Errorf("the password change is audited at level %s", e.Level)
+		}
+	}
+	if !found {
+		t.Error("no audit event for carol's password change")
 	}
 }
 

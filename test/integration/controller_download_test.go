@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"ichor.dev/ichor/pkg/registry/ichor/download"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/talossim"
 )
@@ -132,6 +134,7 @@ func checkEtcdSnapshotDownload(ctx context.Context, t *testing.T, ns string, etc
 	}
 
 	waitEventSaying(ctx, t, ns, "cp-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded the etcd-snapshot of TalosMachine cp-1")
+	checkDownloadAudited(t, "carol", "etcd-snapshot", "cp-1")
 
 	// Operators may not; a dry run is refused; a worker has no etcd.
 	_, err = cp.Kubectl(ctx, "--as=olivia", "--as-group=ichor:operator", "get", "--raw", path)
@@ -147,4 +150,31 @@ func checkEtcdSnapshotDownload(ctx context.Context, t *testing.T, ns string, etc
 	if !errors.As(err, &kerr) || !strings.Contains(kerr.Stderr, "etcd runs on control planes only") {
 		t.Errorf("worker download: %v", err)
 	}
+}
+
+// checkDownloadAudited finds user's download of subresource of name in
+// ichor-apiserver's audit log, at Metadata level with its annotation.
+func checkDownloadAudited(t *testing.T, user, subresource, name string) {
+	t.Helper()
+	audit, err := os.ReadFile(cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range bytes.Split(audit, []byte("\n")) {
+		var e struct {
+			Level       string                             `json:"level"`
+			Stage       string                             `json:"stage"`
+			User        struct{ Username string }          `json:"user"`
+			ObjectRef   struct{ Subresource, Name string } `json:"objectRef"`
+			Annotations map[string]string                  `json:"annotations"`
+		}
+		if json.Unmarshal(line, &e) != nil || e.User.Username != user || e.ObjectRef.Subresource != subresource || e.ObjectRef.Name != name || e.Stage != "ResponseComplete" {
+			continue
+		}
+		if e.Level != "Metadata" || !strings.Contains(e.Annotations[download.AuditAnnotation], user) {
+			t.Errorf("%s's download of %s/%s is audited at %s with annotations %v", user, name, subresource, e.Level, e.Annotations)
+		}
+		return
+	}
+	t.Errorf("no audit event for %s's download of %s/%s", user, name, subresource)
 }
