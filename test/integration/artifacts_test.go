@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
@@ -448,11 +450,11 @@ func leastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
 	return v
 }
 
-// secretsHolder is the one role that may touch Secrets: ichor-controller
-// reads each cluster's secrets bundle by name and creates the ones it
-// generates. secretsHolderVerbs is all it may do with them: no list or watch
+// secretsHolder is the one role that may touch Secrets, bound to
+// ichor-controller only in the namespaces that hold TalosClusters: it reads
+// each cluster's secrets bundle by name and creates the ones it generates. secretsHolderVerbs is all it may do with them: no list or watch
 // (bundles are never cached), no update or delete.
-const secretsHolder = "ichor-controller"
+const secretsHolder = "ichor-controller-secrets"
 
 var secretsHolderVerbs = []string{"get", "create"}
 
@@ -789,17 +791,28 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	}
 
 	// ichor-controller: what it needs, and as kube-apiserver decides, no more.
+	// Secrets only where an admin bound ichor-controller-secrets.
+	bundles := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, bundles)
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return allowed(ctx, t, kube, controllerUser, controllerGroups, access{resource: "secrets", verb: "get"}, bundles), nil
+	}); err != nil {
+		t.Fatalf("the ichor-controller-secrets binding never took effect: %v", err)
+	}
 	for _, c := range []struct {
 		a         access
 		namespace string
 		want      bool
 	}{
-		{access{resource: "secrets", verb: "get"}, "", true},
-		{access{resource: "secrets", verb: "create"}, "", true},
-		{access{resource: "secrets", verb: "list"}, "", false},
-		{access{resource: "secrets", verb: "watch"}, "", false},
-		{access{resource: "secrets", verb: "update"}, "", false},
-		{access{resource: "secrets", verb: "delete"}, "", false},
+		{access{resource: "secrets", verb: "get"}, bundles, true},
+		{access{resource: "secrets", verb: "create"}, bundles, true},
+		{access{resource: "secrets", verb: "get"}, "", false},
+		{access{resource: "secrets", verb: "get"}, "kube-system", false},
+		{access{resource: "secrets", verb: "get"}, harness.IchorNamespace, false},
+		{access{resource: "secrets", verb: "list"}, bundles, false},
+		{access{resource: "secrets", verb: "watch"}, bundles, false},
+		{access{resource: "secrets", verb: "update"}, bundles, false},
+		{access{resource: "secrets", verb: "delete"}, bundles, false},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "watch"}, "", true},
 		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "update"}, "", true},
 		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "update"}, "", true},

@@ -49,6 +49,7 @@ func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
 	defer cancel()
 	installControllerRBAC(ctx, b)
 	ns := cp.Namespace(b)
+	bindControllerSecrets(ctx, b, ns)
 	runController(b, func(o *ctrlcmd.Options) {
 		o.MachineRecheckInterval = time.Minute // first contacts pin; rechecks would only add load
 		o.MachineHealthInterval = time.Minute

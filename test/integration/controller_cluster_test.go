@@ -65,6 +65,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 	// made them a provisioning network.
 	useProvisioningNetworks(ctx, t, "127.0.3.0/24")
 	ns := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, ns)
 	tune := func(o *ctrlcmd.Options) {
 		o.MachineRecheckInterval = time.Second
 		o.MachineHealthInterval = 2 * time.Second

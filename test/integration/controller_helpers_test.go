@@ -23,6 +23,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -51,6 +52,19 @@ func installControllerRBAC(ctx context.Context, t testing.TB) {
 		"-f", filepath.Join(root, "artifacts", controllerRBAC)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// bindControllerSecrets lets ichor-controller read and create Secrets in
+// ns, as an admin does for each namespace that holds TalosClusters.
+func bindControllerSecrets(ctx context.Context, t testing.TB, ns string) {
+	t.Helper()
+	mustApply(ctx, t, fmt.Sprintf(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ichor-controller-secrets, namespace: %s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %s}
+subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
+`, ns, clustersecrets.SecretsClusterRole, controllerSA))
 }
 
 // syncBuffer collects the controller's log lines for the test to search.

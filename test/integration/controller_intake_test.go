@@ -39,6 +39,7 @@ func TestControllerIntake(t *testing.T) {
 	defer cancel()
 	installControllerRBAC(ctx, t)
 	ns := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, ns)
 	// Discovered machines go to ns: grant that as an admin choosing
 	// --discovery-namespace would, with the artifacts' role.
 	mustApply(ctx, t, fmt.Sprintf(`
@@ -63,6 +64,14 @@ subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
 	t.Run("an unreachable machine is retried", func(t *testing.T) { testIntakeUnreachable(ctx, t, ns) })
 	t.Run("provisioning networks are scanned", func(t *testing.T) { testIntakeScan(ctx, t, ns) })
 	t.Run("secrets bundles", func(t *testing.T) { testClusterSecrets(ctx, t, ns) })
+	t.Run("no secrets where the controller is not bound", func(t *testing.T) {
+		unbound := cp.Namespace(t)
+		mustApply(ctx, t, clusterYAML(unbound, "elsewhere", ""))
+		c := waitClusterFor(ctx, t, unbound, "elsewhere", controllerWait, clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretsForbidden)
+		if msg := conditionMessage(c.Status.Conditions, clustersecrets.ConditionSecretsReady); !strings.Contains(msg, "kubectl create rolebinding ichor-controller-secrets -n "+unbound) {
+			t.Errorf("SecretsReady says %q", msg)
+		}
+	})
 }
 
 // simNode starts a simulated node in maintenance mode, stopped when the test ends.
@@ -498,4 +507,14 @@ func mustParseBundle(t *testing.T, data []byte) *secrets.Bundle {
 		t.Fatal(err)
 	}
 	return &b
+}
+
+// conditionMessage is the message of condition condType, or "".
+func conditionMessage(conds []metav1.Condition, condType string) string {
+	for _, c := range conds {
+		if c.Type == condType {
+			return c.Message
+		}
+	}
+	return ""
 }

@@ -38,6 +38,11 @@ import (
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "taloscluster-secrets"
 
+// SecretsClusterRole is the ClusterRole (artifacts/controller-rbac.yaml)
+// that lets ichor-controller get and create Secrets where it is bound: in
+// each namespace that holds TalosClusters, and nowhere else.
+const SecretsClusterRole = "ichor-controller-secrets"
+
 // The SecretsReady condition and its reasons.
 const (
 	ConditionSecretsReady = "SecretsReady"
@@ -46,6 +51,9 @@ const (
 	ReasonSecretNotFound  = "SecretNotFound"
 	ReasonSecretConflict  = "SecretConflict"
 	ReasonInvalidBundle   = "InvalidBundle"
+	// ReasonSecretsForbidden: ichor-controller may not read Secrets in the
+	// cluster's namespace; an admin grants that per namespace.
+	ReasonSecretsForbidden = "SecretsForbidden"
 )
 
 // EventSecretsGenerated is the Normal Event of a new bundle; the failures
@@ -155,6 +163,11 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 		return cond(metav1.ConditionFalse, ReasonSecretNotFound,
 			"Secret %s named by spec.secretsRef does not exist; create it with the bundle in key %s (talosctl gen secrets), or clear spec.secretsRef to have one generated",
 			name, BundleKey)
+	case apierrors.IsForbidden(err):
+		return cond(metav1.ConditionFalse, ReasonSecretsForbidden,
+			"ichor-controller may not read Secrets in namespace %s: an admin binds it there with "+
+				"kubectl create rolebinding ichor-controller-secrets -n %s --clusterrole=%s --serviceaccount=<ichor namespace>:ichor-controller",
+			cluster.Namespace, cluster.Namespace, SecretsClusterRole)
 	case err != nil:
 		return metav1.Condition{}, fmt.Errorf("read Secret %s/%s: %w", cluster.Namespace, name, err)
 	case generated && !metav1.IsControlledBy(&secret, cluster):
