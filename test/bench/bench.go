@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -34,6 +35,12 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 	r := &Report{Started: time.Now(), Config: cfg}
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
 	if err != nil {
+		return nil, err
+	}
+	// The machines' addresses lie in the provisioning network an admin set,
+	// as in an installation: outside it only admins may place machines.
+	logf("setting the provisioning network %s", provisioningNetwork)
+	if err := setProvisioningNetwork(ctx, cp); err != nil {
 		return nil, err
 	}
 	clients := cp.AdminConfig
@@ -434,6 +441,33 @@ func grantMachines(ctx context.Context, kube kubernetes.Interface) error {
 }
 
 // installCRDs applies test/bench/crds and waits until they are served.
+// provisioningNetwork holds every benchmark machine's address (object.go).
+const provisioningNetwork = "10.20.0.0/16"
+
+// setProvisioningNetwork creates the installation with provisioningNetwork,
+// or adds it to the installation's networks.
+func setProvisioningNetwork(ctx context.Context, cp *harness.ControlPlane) error {
+	client, err := versioned.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return err
+	}
+	installations := client.IchorV1alpha1().IchorInstallations()
+	in, err := installations.Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = installations.Create(ctx, &v1alpha1.IchorInstallation{
+			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
+			Spec:       v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{ProvisioningNetworks: []string{provisioningNetwork}}},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil || slices.Contains(in.Spec.Settings.ProvisioningNetworks, provisioningNetwork) {
+		return err
+	}
+	in.Spec.Settings.ProvisioningNetworks = append(in.Spec.Settings.ProvisioningNetworks, provisioningNetwork)
+	_, err = installations.UpdateSettings(ctx, in.Name, in, metav1.UpdateOptions{})
+	return err
+}
+
 func installCRDs(ctx context.Context, cp *harness.ControlPlane) error {
 	root, err := harness.RepoRoot()
 	if err != nil {

@@ -244,6 +244,38 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) er
 // writes to that end in suffix, for tests that check what is persisted
 // rather than what the API returns. It needs the shared etcd (not
 // IchorEmbeddedEtcd).
+func (cp *ControlPlane) etcdClient() (*clientv3.Client, error) {
+	tlsInfo := transport.TLSInfo{CertFile: cp.files.etcdClientCert, KeyFile: cp.files.etcdClientKey, TrustedCAFile: cp.files.etcdCA}
+	tlsConfig, err := tlsInfo.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: []string{cp.etcdURL}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+}
+
+// EtcdDelete removes the stored object whose key ends in suffix
+// (/ichorusers/NAME), past every admission rule: how a test removes what the
+// API rightly refuses to delete, such as the last enabled admin.
+func (cp *ControlPlane) EtcdDelete(ctx context.Context, suffix string) error {
+	client, err := cp.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer client.Close() //nolint:errcheck
+	resp, err := client.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(string(kv.Key), suffix) {
+			if _, err := client.Delete(ctx, string(kv.Key)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (cp *ControlPlane) EtcdValues(ctx context.Context, suffix string) ([][]byte, error) {
 	tlsInfo := transport.TLSInfo{CertFile: cp.files.etcdClientCert, KeyFile: cp.files.etcdClientKey, TrustedCAFile: cp.files.etcdCA}
 	tlsConfig, err := tlsInfo.ClientConfig()

@@ -164,22 +164,40 @@ func TestUserRoles(t *testing.T) {
 	ctx := apiContext(t)
 	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().IchorUsers()
 	users := apiClient(t).IchorV1alpha1().IchorUsers()
-	// Other tests' users must not count as admins here: this test owns every IchorUser it sees.
+	// No other test leaves an enabled admin behind (this one neither), so
+	// the users below are the only ones that count.
 	existing, err := users.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range existing.Items {
 		if u.Spec.Role == v1alpha1.UserRoleAdmin && !u.Spec.Disabled {
-			t.Skipf("IchorUser %s is an enabled admin left by another test", u.Name)
+			t.Fatalf("IchorUser %s is an enabled admin another test left behind", u.Name)
 		}
 	}
+	mine := []string{"root-admin", "olly", "second-admin"}
+	// Registered first, so it runs after every removal below.
+	t.Cleanup(func() {
+		for _, name := range mine {
+			if _, err := users.Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("IchorUser %s outlived the test: %v", name, err)
+			}
+		}
+	})
 	mk := func(name string, role v1alpha1.UserRole) {
 		t.Helper()
 		if _, err := admin.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.IchorUserSpec{Role: role}}, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", name, err)
 		}
-		t.Cleanup(func() { _ = users.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			ctx := context.Background()
+			// The API keeps the last enabled admin, rightly: that one goes from storage.
+			if err := users.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				if err := cp.EtcdDelete(ctx, "/ichorusers/"+name); err != nil {
+					t.Errorf("remove IchorUser %s: %v", name, err)
+				}
+			}
+		})
 	}
 	mk("root-admin", v1alpha1.UserRoleAdmin)
 	mk("olly", v1alpha1.UserRoleOperator)

@@ -210,24 +210,24 @@ func testIntakeExpectedFingerprint(ctx context.Context, t *testing.T, ns string)
 		mustApply(ctx, t, fmt.Sprintf(`
 apiVersion: ichor.dev/v1alpha1
 kind: TalosMachine
-metadata: {name: node-e, namespace: %s}
+metadata: {name: node-x, namespace: %s}
 spec: {address: "%s", expectedFingerprint: "%s"}
 `, ns, n.Addr(), fingerprint))
 	}
 	apply(wrong)
-	m := waitMachine(ctx, t, ns, "node-e", "the unexpected certificate is refused", func(m *v1alpha1.TalosMachine) bool {
+	m := waitMachine(ctx, t, ns, "node-x", "the unexpected certificate is refused", func(m *v1alpha1.TalosMachine) bool {
 		return hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch)
 	})
 	if m.Status.Maintenance != nil || m.Status.Hardware != nil {
 		t.Fatalf("a node presenting another certificate than the expected one was pinned or read: %+v", m.Status)
 	}
-	e := waitEvent(ctx, t, ns, "node-e", corev1.EventTypeWarning, intake.EventCertificateMismatch)
+	e := waitEvent(ctx, t, ns, "node-x", corev1.EventTypeWarning, intake.EventCertificateMismatch)
 	if !strings.Contains(e.Message, n.MaintenanceFingerprint()) {
 		t.Errorf("mismatch Event %q does not name what was presented", e.Message)
 	}
 
 	apply(n.MaintenanceFingerprint())
-	waitMachine(ctx, t, ns, "node-e", "pinned as expected", func(m *v1alpha1.TalosMachine) bool {
+	waitMachine(ctx, t, ns, "node-x", "pinned as expected", func(m *v1alpha1.TalosMachine) bool {
 		return pinnedTo(n.MaintenanceFingerprint())(m) &&
 			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesExpectedFingerprint)
 	})
