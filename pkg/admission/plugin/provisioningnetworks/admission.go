@@ -86,13 +86,20 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if old, ok := a.GetOldObject().(*ichor.TalosMachine); ok && old.Spec.Address == m.Spec.Address {
 		return nil
 	}
-	networks, err := p.networks(ctx)
-	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("%s: %w", PluginName, err))
-	}
-	why, inside := Contains(networks, m.Spec.Address)
-	if inside {
-		return nil
+	// The watch cache answers first; an address it puts outside is looked
+	// up again in storage before the refusal, so a network an admin just
+	// added counts at once (one just removed may count for the watch's
+	// delay, milliseconds).
+	var why string
+	for _, fresh := range []bool{false, true} {
+		networks, err := p.networks(ctx, fresh)
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("%s: %w", PluginName, err))
+		}
+		var inside bool
+		if why, inside = Contains(networks, m.Spec.Address); inside {
+			return nil
+		}
 	}
 	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 		User: a.GetUserInfo(), Verb: ichor.VerbOverride, Namespace: a.GetNamespace(),
@@ -118,10 +125,14 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		field.Forbidden(field.NewPath("spec", "address"), detail))
 }
 
-// networks reads the provisioning networks fresh from storage; none when
-// the installation does not exist yet.
-func (p *Plugin) networks(ctx context.Context) ([]netip.Prefix, error) {
-	in, err := p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+// networks reads the provisioning networks, from the watch cache or fresh
+// from storage; none when the installation does not exist (yet).
+func (p *Plugin) networks(ctx context.Context, fresh bool) ([]netip.Prefix, error) {
+	opts := metav1.GetOptions{ResourceVersion: "0"}
+	if fresh {
+		opts = metav1.GetOptions{}
+	}
+	in, err := p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, opts)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
