@@ -11,6 +11,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	"ichor.dev/ichor/pkg/registry"
 )
 
@@ -20,6 +21,9 @@ const Name = "ichor-apiserver"
 // Config is the configuration of an ichor-apiserver.
 type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
+	// IchorInformers are the informers on the server's own API that
+	// admission reads; the server starts them once it serves. Nil for none.
+	IchorInformers externalversions.SharedInformerFactory
 }
 
 // CompletedConfig is a Config with its defaults filled in.
@@ -27,7 +31,8 @@ type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
 	// kube is the client configuration of the cluster's kube-apiserver,
 	// where the server records Events; nil records none.
-	kube *rest.Config
+	kube      *rest.Config
+	informers externalversions.SharedInformerFactory
 }
 
 // Server is a running ichor-apiserver.
@@ -37,7 +42,7 @@ type Server struct {
 
 // Complete fills in the defaults the generic server derives.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig, informers: c.IchorInformers}
 }
 
 // New builds the server and installs the ichor.dev group.
@@ -64,5 +69,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("install %s: %w", ichor.GroupName, err)
 	}
 
+	if c.informers != nil {
+		if err := generic.AddPostStartHook("ichor-admission-informers", func(ctx genericapiserver.PostStartHookContext) error {
+			c.informers.Start(ctx.Done())
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return &Server{GenericAPIServer: generic}, nil
 }

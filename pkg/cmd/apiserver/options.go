@@ -32,6 +32,7 @@ import (
 	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/etcd/embedded"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
 )
@@ -138,6 +139,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.OpenAPIV3Config.Info.Title = "Ichor"
 	cfg.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
 
+	// Informers on Ichor's own API for admission, started by the server.
+	var informers externalversions.SharedInformerFactory
 	o.Recommended.ExtraAdmissionInitializers = func(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
 		// ApplyTo calls this after it built the delegated authorizer and
 		// before it hands that to admission: wrapped here, the handler
@@ -149,7 +152,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loopback client for admission: %w", err)
 		}
-		return []admission.PluginInitializer{initializer.New(client)}, nil
+		informers = externalversions.NewSharedInformerFactory(client, 0)
+		return []admission.PluginInitializer{initializer.New(client, informers)}, nil
 	}
 	if err := o.applyStorageCodec(); err != nil {
 		return nil, err
@@ -157,7 +161,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
-	return &apiserver.Config{GenericConfig: cfg}, nil
+	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers}, nil
 }
 
 // applyStorageCodec makes etcd values v1alpha1 objects in the

@@ -29,6 +29,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/generated/informers/externalversions"
+	listers "ichor.dev/ichor/pkg/generated/listers/ichor/v1alpha1"
 )
 
 // PluginName names the plugin in --enable-admission-plugins and friends.
@@ -45,14 +47,16 @@ func Register(plugins *admission.Plugins) {
 // Plugin is the provisioning-network check of TalosMachine addresses.
 type Plugin struct {
 	*admission.Handler
-	authorizer authorizer.Authorizer
-	client     versioned.Interface
+	authorizer    authorizer.Authorizer
+	client        versioned.Interface
+	installations listers.IchorInstallationLister
 }
 
 var (
 	_ admission.ValidationInterface        = &Plugin{}
 	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
 	_ initializer.WantsIchorClient         = &Plugin{}
+	_ initializer.WantsIchorInformers      = &Plugin{}
 )
 
 // New returns the plugin; it needs an authorizer and a client before use.
@@ -66,10 +70,15 @@ func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 // SetIchorClient receives the client that reads the installation.
 func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
 
-// ValidateInitialization refuses to run without an authorizer and a client.
+// SetIchorInformers receives the informers the installation is read from first.
+func (p *Plugin) SetIchorInformers(f externalversions.SharedInformerFactory) {
+	p.installations = f.Ichor().V1alpha1().IchorInstallations().Lister()
+}
+
+// ValidateInitialization refuses to run without an authorizer, a client and informers.
 func (p *Plugin) ValidateInitialization() error {
-	if p.authorizer == nil || p.client == nil {
-		return errors.New(PluginName + " needs an authorizer and an Ichor client")
+	if p.authorizer == nil || p.client == nil || p.installations == nil {
+		return errors.New(PluginName + " needs an authorizer, an Ichor client and informers")
 	}
 	return nil
 }
@@ -86,10 +95,10 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if old, ok := a.GetOldObject().(*ichor.TalosMachine); ok && old.Spec.Address == m.Spec.Address {
 		return nil
 	}
-	// The watch cache answers first; an address it puts outside is looked
-	// up again in storage before the refusal, so a network an admin just
-	// added counts at once (one just removed may count for the watch's
-	// delay, milliseconds).
+	// The informer answers first; an address it puts outside (or an
+	// informer not yet synced) is looked up again in storage before the
+	// refusal, so a network an admin just added counts at once (one just
+	// removed may count for the watch's delay, milliseconds).
 	var why string
 	for _, fresh := range []bool{false, true} {
 		networks, err := p.networks(ctx, fresh)
@@ -125,14 +134,16 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		field.Forbidden(field.NewPath("spec", "address"), detail))
 }
 
-// networks reads the provisioning networks, from the watch cache or fresh
+// networks reads the provisioning networks, from the informer or fresh
 // from storage; none when the installation does not exist (yet).
 func (p *Plugin) networks(ctx context.Context, fresh bool) ([]netip.Prefix, error) {
-	opts := metav1.GetOptions{ResourceVersion: "0"}
+	var in *v1alpha1.IchorInstallation
+	var err error
 	if fresh {
-		opts = metav1.GetOptions{}
+		in, err = p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+	} else {
+		in, err = p.installations.Get(v1alpha1.InstallationName)
 	}
-	in, err := p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, opts)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
