@@ -194,7 +194,9 @@ func namedPaths(patch string) ([][]string, map[string][][]string, error) {
 }
 
 // leaves returns the path of every non-mapping value below m (the mapping at
-// prefix), and prefix itself when m carries a $patch directive.
+// prefix), and prefix itself when m carries a $patch directive. Decoding
+// into maps resolves anchors, aliases and merge keys, so they hide no field;
+// an empty mapping merges nothing and names nothing.
 func leaves(m map[string]any, prefix []string) [][]string {
 	var out [][]string
 	if _, ok := m[patchDirective]; ok {
@@ -205,7 +207,7 @@ func leaves(m map[string]any, prefix []string) [][]string {
 			continue
 		}
 		path := append(append([]string(nil), prefix...), key)
-		if child, ok := value.(map[string]any); ok && len(child) > 0 {
+		if child, ok := value.(map[string]any); ok {
 			out = append(out, leaves(child, path)...)
 			continue
 		}

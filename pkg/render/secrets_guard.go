@@ -1,15 +1,8 @@
 package render
 
 import (
-	"errors"
-	"fmt"
-	"io"
 	"slices"
 	"strings"
-
-	jsonpatch "github.com/evanphx/json-patch"
-	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
-	"go.yaml.in/yaml/v4"
 )
 
 // SecretFields are the v1alpha1 config fields that come from the cluster's
@@ -36,54 +29,24 @@ const patchDirective = "$patch"
 
 // TouchedSecrets returns the secret fields (see SecretFields) a patch would
 // set, delete, replace or copy, sorted; empty means the patch leaves the
-// bundle's secrets alone. It reads the patch the way configpatcher does, so it
-// sees both strategic-merge and JSON6902 forms. Touching an ancestor counts:
-// replacing /cluster/etcd or deleting machine with $patch changes machine.ca.
+// bundle's secrets alone. It reads the fields the patch names the way
+// configpatcher does (namedPaths), so it sees both strategic-merge and
+// JSON6902 forms, and the source of a JSON6902 move or copy (a copy from a
+// secret would put it where the patch author can read it). Touching an
+// ancestor counts: replacing /cluster/etcd or deleting machine with $patch
+// changes machine.ca. Only the v1alpha1 document holds the bundle's secrets.
 // A patch that cannot be read is an error, not a pass.
 func TouchedSecrets(patch string) ([]string, error) {
-	loaded, err := configpatcher.LoadPatch([]byte(patch))
-	if err != nil {
-		return nil, fmt.Errorf("read patch: %w", err)
-	}
-	var touched []string
-	switch p := loaded.(type) {
-	case jsonpatch.Patch:
-		touched, err = touchedByJSON6902(p)
-	case configpatcher.StrategicMergePatch:
-		touched, err = touchedByStrategicMerge(patch)
-	default:
-		err = fmt.Errorf("unsupported patch type %T", loaded)
-	}
+	paths, _, err := namedPaths(patch)
 	if err != nil {
 		return nil, err
 	}
+	var touched []string
+	for _, p := range paths {
+		touched = append(touched, secretsUnder(p)...)
+	}
 	slices.Sort(touched)
 	return slices.Compact(touched), nil
-}
-
-// touchedByJSON6902 checks every operation's path, and the source of move and
-// copy (a copy from a secret would put it where the patch author can read it).
-func touchedByJSON6902(p jsonpatch.Patch) ([]string, error) {
-	var touched []string
-	for i, op := range p {
-		paths := []string{}
-		path, err := op.Path()
-		if err != nil {
-			return nil, fmt.Errorf("operation %d: %w", i, err)
-		}
-		paths = append(paths, path)
-		if kind := op.Kind(); kind == "move" || kind == "copy" {
-			from, err := op.From()
-			if err != nil {
-				return nil, fmt.Errorf("operation %d: %w", i, err)
-			}
-			paths = append(paths, from)
-		}
-		for _, ptr := range paths {
-			touched = append(touched, secretsUnder(pointerFields(ptr))...)
-		}
-	}
-	return touched, nil
 }
 
 // pointerFields splits a JSON pointer into unescaped field names.
@@ -110,56 +73,4 @@ func secretsUnder(path []string) []string {
 		}
 	}
 	return out
-}
-
-// touchedByStrategicMerge walks each v1alpha1 YAML document of the patch. Decoding into
-// maps resolves anchors, aliases and merge keys, so they cannot hide a field.
-func touchedByStrategicMerge(patch string) ([]string, error) {
-	dec := yaml.NewDecoder(strings.NewReader(patch))
-	var touched []string
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read strategic-merge patch: %w", err)
-		}
-		if kind, _ := doc["kind"].(string); kind != "" {
-			// Only the v1alpha1 document, which has no kind, holds the bundle's secrets.
-			continue
-		}
-		touched = append(touched, touchedInMap(doc, nil)...)
-	}
-	return touched, nil
-}
-
-// touchedInMap reports the secrets a strategic-merge mapping at prefix
-// touches: a secret key present with any value (null included), a $patch
-// directive on an ancestor of a secret, or an ancestor set to something other
-// than a mapping (which would replace the whole section).
-func touchedInMap(m map[string]any, prefix []string) []string {
-	var touched []string
-	if _, ok := m[patchDirective]; ok {
-		touched = append(touched, secretsUnder(prefix)...)
-	}
-	for key, value := range m {
-		path := append(slices.Clone(prefix), key)
-		below := secretsUnder(path)
-		if len(below) == 0 {
-			continue
-		}
-		if slices.Contains(SecretFields, strings.Join(path, ".")) {
-			touched = append(touched, strings.Join(path, "."))
-			continue
-		}
-		child, isMap := value.(map[string]any)
-		if !isMap {
-			touched = append(touched, below...)
-			continue
-		}
-		touched = append(touched, touchedInMap(child, path)...)
-	}
-	return touched
 }

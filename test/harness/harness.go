@@ -244,6 +244,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) er
 // writes to that end in suffix, for tests that check what is persisted
 // rather than what the API returns. It needs the shared etcd (not
 // IchorEmbeddedEtcd).
+// etcdClient is a client of the control plane's etcd, which holds Ichor's objects too.
 func (cp *ControlPlane) etcdClient() (*clientv3.Client, error) {
 	tlsInfo := transport.TLSInfo{CertFile: cp.files.etcdClientCert, KeyFile: cp.files.etcdClientKey, TrustedCAFile: cp.files.etcdCA}
 	tlsConfig, err := tlsInfo.ClientConfig()
@@ -277,12 +278,7 @@ func (cp *ControlPlane) EtcdDelete(ctx context.Context, suffix string) error {
 }
 
 func (cp *ControlPlane) EtcdValues(ctx context.Context, suffix string) ([][]byte, error) {
-	tlsInfo := transport.TLSInfo{CertFile: cp.files.etcdClientCert, KeyFile: cp.files.etcdClientKey, TrustedCAFile: cp.files.etcdCA}
-	tlsConfig, err := tlsInfo.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{cp.etcdURL}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	client, err := cp.etcdClient()
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,11 @@ package integration
 // Helpers and fixtures shared by the api_*_test.go files.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -236,4 +239,32 @@ func useProvisioningNetworks(ctx context.Context, t testing.TB, cidrs ...string)
 		in.Spec.Settings.ProvisioningNetworks = previous
 		_, _ = installations.UpdateSettings(context.Background(), in.Name, in, metav1.UpdateOptions{})
 	})
+}
+
+// auditEvent is what the tests read of an event in ichor-apiserver's audit log.
+type auditEvent struct {
+	Level, Stage, Verb, RequestURI string
+	User                           struct{ Username string }
+	ObjectRef                      struct{ Resource, Subresource, Name string }
+	Annotations                    map[string]string
+	// raw is the event's line as written.
+	raw []byte
+}
+
+// auditEvents reads ichor-apiserver's audit log (artifacts/audit-policy.yaml's policy).
+func auditEvents(t testing.TB) []auditEvent {
+	t.Helper()
+	data, err := os.ReadFile(cp.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditEvent
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var e auditEvent
+		if json.Unmarshal(line, &e) == nil {
+			e.raw = line
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -156,19 +155,8 @@ func checkEtcdSnapshotDownload(ctx context.Context, t *testing.T, ns string, etc
 // ichor-apiserver's audit log, at Metadata level with its annotation.
 func checkDownloadAudited(t *testing.T, user, subresource, name string) {
 	t.Helper()
-	audit, err := os.ReadFile(cp.AuditLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range bytes.Split(audit, []byte("\n")) {
-		var e struct {
-			Level       string                             `json:"level"`
-			Stage       string                             `json:"stage"`
-			User        struct{ Username string }          `json:"user"`
-			ObjectRef   struct{ Subresource, Name string } `json:"objectRef"`
-			Annotations map[string]string                  `json:"annotations"`
-		}
-		if json.Unmarshal(line, &e) != nil || e.User.Username != user || e.ObjectRef.Subresource != subresource || e.ObjectRef.Name != name || e.Stage != "ResponseComplete" {
+	for _, e := range auditEvents(t) {
+		if e.User.Username != user || e.ObjectRef.Subresource != subresource || e.ObjectRef.Name != name || e.Stage != "ResponseComplete" {
 			continue
 		}
 		if e.Level != "Metadata" || !strings.Contains(e.Annotations[download.AuditAnnotation], user) {

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -68,8 +69,8 @@ subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
 		unbound := cp.Namespace(t)
 		mustApply(ctx, t, clusterYAML(unbound, "elsewhere", ""))
 		c := waitClusterFor(ctx, t, unbound, "elsewhere", controllerWait, clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretsForbidden)
-		if msg := conditionMessage(c.Status.Conditions, clustersecrets.ConditionSecretsReady); !strings.Contains(msg, "kubectl create rolebinding ichor-controller-secrets -n "+unbound) {
-			t.Errorf("SecretsReady says %q", msg)
+		if cond := meta.FindStatusCondition(c.Status.Conditions, clustersecrets.ConditionSecretsReady); !strings.Contains(cond.Message, "kubectl create rolebinding ichor-controller-secrets -n "+unbound) {
+			t.Errorf("SecretsReady says %q", cond.Message)
 		}
 	})
 }
@@ -507,14 +508,4 @@ func mustParseBundle(t *testing.T, data []byte) *secrets.Bundle {
 		t.Fatal(err)
 	}
 	return &b
-}
-
-// conditionMessage is the message of condition condType, or "".
-func conditionMessage(conds []metav1.Condition, condType string) string {
-	for _, c := range conds {
-		if c.Type == condType {
-			return c.Message
-		}
-	}
-	return ""
 }

@@ -33,6 +33,11 @@ const (
 // cluster being built.
 const PrivilegedApprovalSubresource = "privileged-approval"
 
+// PrivilegedPatchSubresource is where the update verb is asked for every
+// write of a TalosConfigPatch in the privileged class (render.ClassPrivileged):
+// creating, changing or deleting it. Admins hold it.
+const PrivilegedPatchSubresource = "privileged"
+
 // The groups whose members hold each Ichor role, as artifacts/roles.yaml binds them.
 const (
 	GroupViewer   = "ichor:viewer"
@@ -64,16 +69,6 @@ var FieldSubresources = []FieldSubresource{
 	{"talosclusters", "authentication", "spec.authentication", func(o any) any { return o.(*TalosCluster).Spec.Authentication }},
 	{"ichorinstallations", "version", "spec.version", func(o any) any { return o.(*IchorInstallation).Spec.Version }},
 	{"ichorinstallations", "settings", "spec.settings", func(o any) any { return o.(*IchorInstallation).Spec.Settings }},
-}
-
-// FieldSubresourceOf returns the field subresource named resource/subresource.
-func FieldSubresourceOf(resource, subresource string) FieldSubresource {
-	for _, f := range FieldSubresources {
-		if f.Resource == resource && f.Subresource == subresource {
-			return f
-		}
-	}
-	panic("no field subresource " + resource + "/" + subresource)
 }
 
 // systemMasters is kube-apiserver's group that every authorizer allows.

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/util/dryrun"
 	"k8s.io/client-go/tools/events"
+
+	"ichor.dev/ichor/pkg/authz"
 )
 
 // Action is a named create on an object, POST …/NAME/<Name>: the request
@@ -147,12 +149,7 @@ func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
 	}
 	msg := fmt.Sprintf("user %q cannot %s %s %q: it needs the %q verb on resource %q, subresource %q",
 		u.GetName(), r.action.Name, r.store.DefaultQualifiedResource.Resource, obj.GetName(), r.action.Verb, r.store.DefaultQualifiedResource.Resource, on)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (authorizer error: %v)", err)
-	}
+	msg = authz.Denied(msg, reason, err)
 	return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New(msg))
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
@@ -222,12 +223,7 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 		target += fmt.Sprintf(", subresource %q", on)
 	}
 	msg := fmt.Sprintf("user %q cannot %s: it needs the %q verb on %s", a.GetUserInfo().GetName(), what, verb, target)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (authorizer error: %v)", err)
-	}
+	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
 }
 
@@ -250,12 +246,7 @@ func (p *Plugin) validateReclaimSource(ctx context.Context, a admission.Attribut
 	}
 	msg := fmt.Sprintf("user %q cannot reclaim TalosMachine %s/%s: reclaiming resets it, which needs the \"delete\" verb on talosmachines %q in namespace %q",
 		a.GetUserInfo().GetName(), ref.Namespace, ref.Name, ref.Name, ref.Namespace)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (authorizer error: %v)", err)
-	}
+	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
 }
 
@@ -344,12 +335,7 @@ func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) er
 				target = fmt.Sprintf("%s/%s of every %s in the namespace", r.resource, r.subresource, strings.TrimSuffix(r.resource, "s"))
 			}
 			msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, r.verb, target)
-			if reason != "" {
-				msg += ": " + reason
-			}
-			if err != nil {
-				msg += fmt.Sprintf(" (authorizer error: %v)", err)
-			}
+			msg = authz.Denied(msg, reason, err)
 			return admission.NewForbidden(a, errors.New(msg))
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -40,9 +41,6 @@ const PluginName = "IchorConfigPatchClasses"
 func Register(plugins *admission.Plugins) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return New(), nil })
 }
-
-// PrivilegedSubresource is the subresource whose update verb a privileged patch needs.
-const PrivilegedSubresource = "privileged"
 
 // Plugin is the class check of TalosConfigPatches.
 type Plugin struct {
@@ -146,19 +144,14 @@ func (p *Plugin) checkPrivileged(ctx context.Context, a admission.Attributes, pa
 	}
 	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 		User: a.GetUserInfo(), Verb: ichor.VerbUpdate, Namespace: a.GetNamespace(), APIGroup: ichor.GroupName,
-		APIVersion: a.GetResource().Version, Resource: "talosconfigpatches", Subresource: PrivilegedSubresource,
+		APIVersion: a.GetResource().Version, Resource: "talosconfigpatches", Subresource: ichor.PrivilegedPatchSubresource,
 		Name: a.GetName(), ResourceRequest: true,
 	})
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}
 	msg := fmt.Sprintf("user %q cannot %s TalosConfigPatch %s: it writes fields that run code with the nodes' privileges or change whom they trust: %s; that needs the %q verb on talosconfigpatches/%s (admins hold it)",
-		a.GetUserInfo().GetName(), what, a.GetName(), strings.Join(privileged, ", "), ichor.VerbUpdate, PrivilegedSubresource)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (authorizer error: %v)", err)
-	}
+		a.GetUserInfo().GetName(), what, a.GetName(), strings.Join(privileged, ", "), ichor.VerbUpdate, ichor.PrivilegedPatchSubresource)
+	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
 }

@@ -108,7 +108,7 @@ func TestPrivilegedNeedsItsVerb(t *testing.T) {
 			attrs := admission.NewAttributesRecord(o, old, kind, "ns", "p1", patches, "", tc.op, nil, false, tc.who)
 			p := New()
 			p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-				if a.GetVerb() != ichor.VerbUpdate || a.GetSubresource() != PrivilegedSubresource {
+				if a.GetVerb() != ichor.VerbUpdate || a.GetSubresource() != ichor.PrivilegedPatchSubresource {
 					t.Errorf("asked %s %s/%s", a.GetVerb(), a.GetResource(), a.GetSubresource())
 				}
 				if a.GetUser().GetName() == "carol" {

@@ -35,6 +35,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -103,12 +104,7 @@ func (d *Deps) authorize(ctx context.Context, resource, subresource, name string
 	}
 	msg := fmt.Sprintf("user %q cannot download %s/%s %q: it needs the %q verb on resource %q, subresource %q",
 		user.GetName(), resource, subresource, name, ichor.VerbDownload, resource, subresource)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if err != nil {
-		msg += fmt.Sprintf(" (authorizer error: %v)", err)
-	}
+	msg = authz.Denied(msg, reason, err)
 	return "", apierrors.NewForbidden(ichor.Resource(resource+"/"+subresource), name, errors.New(msg))
 }
 
