@@ -45,9 +45,10 @@ func ControllerRules() []rbacv1.PolicyRule {
 }
 
 // InstallControllerAccess applies ControllerRole and its binding to
-// Controller in the cluster at endpoint, authenticating with a short-lived
-// cluster-admin certificate signed from bundle. Applying again changes
-// nothing; a rule added by hand to the role is taken away.
+// Controller in the cluster at endpoint, and the Role of that name in
+// kube-system over the bootstrap token's Secret, authenticating with a
+// short-lived cluster-admin certificate signed from bundle. Applying again
+// changes nothing; a rule added by hand to a role is taken away.
 func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time) error {
 	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{"system:masters"}}, now, setupTTL)
 	if err != nil {
@@ -75,6 +76,25 @@ func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoi
 		WithSubjects(rbacac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(Controller.User))
 	if _, err := cs.RbacV1().ClusterRoleBindings().Apply(ctx, binding, opts); err != nil {
 		return fmt.Errorf("apply ClusterRoleBinding %s at %s: %w", ControllerRole, endpoint, err)
+	}
+
+	tokenSecret, err := BootstrapTokenSecret(bundle)
+	if err != nil {
+		return err
+	}
+	tokenRole := rbacac.Role(ControllerRole, tokenNamespace).WithLabels(labels)
+	for _, r := range tokenRules(tokenSecret) {
+		tokenRole.WithRules(rbacac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).
+			WithResourceNames(r.ResourceNames...).WithVerbs(r.Verbs...))
+	}
+	if _, err := cs.RbacV1().Roles(tokenNamespace).Apply(ctx, tokenRole, opts); err != nil {
+		return fmt.Errorf("apply Role %s/%s at %s: %w", tokenNamespace, ControllerRole, endpoint, err)
+	}
+	tokenBinding := rbacac.RoleBinding(ControllerRole, tokenNamespace).WithLabels(labels).
+		WithRoleRef(rbacac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("Role").WithName(ControllerRole)).
+		WithSubjects(rbacac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(Controller.User))
+	if _, err := cs.RbacV1().RoleBindings(tokenNamespace).Apply(ctx, tokenBinding, opts); err != nil {
+		return fmt.Errorf("apply RoleBinding %s/%s at %s: %w", tokenNamespace, ControllerRole, endpoint, err)
 	}
 	return nil
 }

@@ -3,12 +3,16 @@ package workload
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func testBundle(t *testing.T) *secrets.Bundle {
@@ -92,5 +96,53 @@ func TestControllerRulesStayLeast(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("controller rules\n got %v\nwant %v", got, want)
+	}
+
+	// In kube-system: the bootstrap token's Secret alone, read and patched,
+	// never created, listed or deleted.
+	token := tokenRules("bootstrap-token-abcdef")
+	if len(token) != 1 || !slices.Equal(token[0].Resources, []string{"secrets"}) || !slices.Equal(token[0].APIGroups, []string{""}) ||
+		!slices.Equal(token[0].ResourceNames, []string{"bootstrap-token-abcdef"}) || !slices.Equal(token[0].Verbs, []string{"get", "patch"}) {
+		t.Errorf("bootstrap token rules %+v", token)
+	}
+}
+
+func TestSetBootstrapToken(t *testing.T) {
+	ctx := t.Context()
+	b := testBundle(t)
+	name, err := BootstrapTokenSecret(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	if _, err := SetBootstrapToken(ctx, cs, b, false); !errors.Is(err, ErrTokenSecretMissing) {
+		t.Fatalf("without the Secret: %v, want ErrTokenSecretMissing", err)
+	}
+	// As Talos creates it: authenticating.
+	if _, err := cs.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
+		Type:       corev1.SecretTypeBootstrapToken,
+		Data:       map[string][]byte{"token-id": []byte("x"), tokenUsageAuthentication: []byte("true")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	usage := func() string {
+		s, err := cs.CoreV1().Secrets("kube-system").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(s.Data["token-id"]) != "x" {
+			t.Errorf("other keys changed: %v", s.Data)
+		}
+		return string(s.Data[tokenUsageAuthentication])
+	}
+	for _, step := range []struct {
+		enable, changed bool
+		want            string
+	}{{true, false, "true"}, {false, true, "false"}, {false, false, "false"}, {true, true, "true"}} {
+		changed, err := SetBootstrapToken(ctx, cs, b, step.enable)
+		if err != nil || changed != step.changed || usage() != step.want {
+			t.Errorf("enable %t: changed %t, %v, usage %q; want changed %t, usage %q", step.enable, changed, err, usage(), step.changed, step.want)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	authv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,8 +29,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
+
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
@@ -657,8 +662,58 @@ spec:
 		})
 	})
 
+	// The bootstrap token is in every worker config; whoever holds one must
+	// not get a kubelet certificate for another node's name once the machines
+	// joined (README, "Trust model").
+	rc, err := kube.WaitReady(ctx, endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := bootstrapTokenOf(ctx, t, ns, "demo")
+	t.Run("the bootstrap token authenticates nobody once every machine joined", func(t *testing.T) {
+		// A kubelet's first request at TLS bootstrap, for a control plane's name.
+		_, err := requestKubeletClientCertificate(ctx, rc, token, "cp-1")
+		if !apierrors.IsUnauthorized(err) {
+			t.Errorf("a client certificate request for cp-1 with the bootstrap token: %v, want Unauthorized", err)
+		}
+		c := waitCluster(ctx, t, ns, "demo", taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionFalse, taloscluster.ReasonAllMachinesJoined)
+		if !meta.IsStatusConditionTrue(c.Status.Conditions, taloscluster.ConditionReady) {
+			t.Errorf("the cluster is not Ready: %+v", meta.FindStatusCondition(c.Status.Conditions, taloscluster.ConditionReady))
+		}
+		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenDisabled)
+
+		// What that takes in the cluster: the token's Secret alone, read and
+		// patched, never created, listed or deleted.
+		id, _, _ := strings.Cut(token, ".")
+		wl := kubernetes.NewForConfigOrDie(rc)
+		for _, c := range []struct {
+			attrs authv1.ResourceAttributes
+			want  bool
+		}{
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, true},
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "patch"}, true},
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "delete"}, false},
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-abcdef", Verb: "get"}, false},
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "create"}, false},
+			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "list"}, false},
+			{authv1.ResourceAttributes{Namespace: "default", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, false},
+		} {
+			sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+				User: "ichor:controller", ResourceAttributes: &c.attrs,
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != c.want {
+				t.Errorf("ichor:controller %s secrets %s/%s: allowed %t, want %t", c.attrs.Verb, c.attrs.Namespace, c.attrs.Name, sar.Status.Allowed, c.want)
+			}
+		}
+	})
+
+	var rejoining *talossim.Node
 	t.Run("deleting a machine resets its node first", func(t *testing.T) {
 		node := nodes["worker-2"]
+		rejoining = node
 		// Deleting resets the node, as node-reset does: an operator may not.
 		out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
 		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") || !strings.Contains(msg, `cannot delete resource "talosmachines"`) {
@@ -693,6 +748,56 @@ spec:
 		if err != nil {
 			t.Errorf("counts after the deletion: %+v (%v)", last, err)
 		}
+	})
+
+	t.Run("the bootstrap token authenticates only while a machine joins", func(t *testing.T) {
+		if rejoining == nil || rejoining.Phase() != talossim.PhaseMaintenance {
+			t.Skip("needs worker-2's node back in maintenance")
+		}
+		// worker-2's node comes back as worker-3. While it cannot be reached,
+		// it is joining: the token authenticates, as a kubelet needs.
+		manifest := fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: worker-3, namespace: %s}
+spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, install: {disk: /dev/sda}}
+`, ns, rejoining.Addr())
+		if out, err := cp.KubectlWithInput(ctx, []byte(manifest), append(operator, "apply", "-f", "-")...); err != nil {
+			t.Fatalf("kubectl apply worker-3 as an operator: %v\n%s", err, out)
+		}
+		waitMachine(ctx, t, ns, "worker-3", "pinned", pinnedTo(rejoining.MaintenanceFingerprint()))
+		if err := rejoining.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+			t.Fatal(err)
+		}
+		decideAs(admin, "carol", "worker-3", v1alpha1.ApprovalApproved, "")
+		c := waitCluster(ctx, t, ns, "demo", taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionTrue, taloscluster.ReasonMachinesJoining)
+		if msg := meta.FindStatusCondition(c.Status.Conditions, taloscluster.ConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
+			t.Errorf("BootstrapTokenEnabled says %q, want worker-3 named", msg)
+		}
+		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenEnabled)
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			last = selfReview(ctx, rc, token)
+			return last == nil, nil
+		})
+		if err != nil {
+			t.Errorf("the bootstrap token while worker-3 joins: %v", last)
+		}
+
+		// It joins, and the token stops authenticating.
+		rejoining.ClearFaults()
+		waitMachineFor(ctx, t, ns, "worker-3", clusterWait, "Ready", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.Phase == v1alpha1.MachinePhaseReady
+		})
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionFalse, taloscluster.ReasonAllMachinesJoined)
+		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			last = selfReview(ctx, rc, token)
+			return apierrors.IsUnauthorized(last), nil
+		})
+		if err != nil {
+			t.Errorf("the bootstrap token after worker-3 joined: %v, want Unauthorized", last)
+		}
+		nodes["worker-3"] = rejoining
 	})
 
 	t.Run("a rejected machine is never configured", func(t *testing.T) {
@@ -781,6 +886,62 @@ func rebootedOnce(t *testing.T, before, after map[string]int) {
 			t.Errorf("%s rebooted %d times, want once", name, after[name]-before[name])
 		}
 	}
+}
+
+// bootstrapTokenOf is the bootstrap token (cluster.token, "<id>.<secret>")
+// in every machine config of the cluster.
+func bootstrapTokenOf(ctx context.Context, t *testing.T, ns, cluster string) string {
+	t.Helper()
+	c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, cluster, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, clustersecrets.SecretName(c), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bundle secrets.Bundle
+	if err := yaml.Unmarshal(s.Data[clustersecrets.BundleKey], &bundle); err != nil || bundle.Secrets == nil {
+		t.Fatalf("the bundle of %s: %v", cluster, err)
+	}
+	return bundle.Secrets.BootstrapToken
+}
+
+// tokenClient talks to a managed cluster's kube-apiserver with a bearer
+// token, trusting its CA as a kubelet at TLS bootstrap does.
+func tokenClient(rc *rest.Config, token string) kubernetes.Interface {
+	cfg := rest.AnonymousClientConfig(rc)
+	cfg.BearerToken = token
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// selfReview asks kube-apiserver who the token is: nil when it authenticates.
+func selfReview(ctx context.Context, rc *rest.Config, token string) error {
+	_, err := tokenClient(rc, token).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	return err
+}
+
+// requestKubeletClientCertificate is a kubelet's TLS bootstrap request for
+// a client certificate as node, with the bootstrap token.
+func requestKubeletClientCertificate(ctx context.Context, rc *rest.Config, token, node string) (*certv1.CertificateSigningRequest, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+	}, key)
+	if err != nil {
+		return nil, err
+	}
+	return tokenClient(rc, token).CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
 }
 
 // hostOf is the IP a simulated node listens on.

@@ -15,7 +15,11 @@ const (
 	// ConditionNodesReady: every approved machine has a Ready Node in the
 	// cluster's Kubernetes.
 	ConditionNodesReady = "NodesReady"
-	// ConditionReady: all of the above.
+	// ConditionBootstrapTokenEnabled: the cluster's bootstrap token
+	// authenticates, because a machine is joining; False once every machine
+	// has a Node. Not part of Ready.
+	ConditionBootstrapTokenEnabled = "BootstrapTokenEnabled"
+	// ConditionReady: all of the above but BootstrapTokenEnabled.
 	ConditionReady = "Ready"
 )
 
@@ -39,15 +43,21 @@ const (
 	ReasonNotReady            = "NotReady"
 	ReasonSecretsNotReady     = "SecretsNotReady"
 	ReasonAccessInstallFailed = "AccessInstallFailed"
+	ReasonMachinesJoining     = "MachinesJoining"
+	ReasonAllMachinesJoined   = "AllMachinesJoined"
+	ReasonTokenSecretMissing  = "TokenSecretMissing"
+	ReasonTokenUpdateFailed   = "TokenUpdateFailed"
 )
 
 // Event reasons.
 const (
-	EventBootstrapped          = "Bootstrapped"
-	EventBootstrapFailed       = "BootstrapFailed"
-	EventOverrideUsed          = "OverrideUsed"
-	EventControllerAccess      = "ControllerAccessInstalled"
-	EventClusterReady          = "ClusterReady"
-	EventClusterDegraded       = "ClusterDegraded"
-	EventKubernetesUnreachable = "KubernetesUnreachable"
+	EventBootstrapped           = "Bootstrapped"
+	EventBootstrapFailed        = "BootstrapFailed"
+	EventOverrideUsed           = "OverrideUsed"
+	EventControllerAccess       = "ControllerAccessInstalled"
+	EventClusterReady           = "ClusterReady"
+	EventClusterDegraded        = "ClusterDegraded"
+	EventKubernetesUnreachable  = "KubernetesUnreachable"
+	EventBootstrapTokenEnabled  = "BootstrapTokenEnabled"
+	EventBootstrapTokenDisabled = "BootstrapTokenDisabled"
 )

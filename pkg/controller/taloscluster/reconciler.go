@@ -8,6 +8,7 @@ package taloscluster
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -346,29 +347,25 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		return
 	}
 	v.cluster.Status.KubernetesVersion = sv.GitVersion
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
-		if err := workload.InstallControllerAccess(ctx, bundle, endpoint, v.now.Time); err != nil {
-			v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonAccessInstallFailed, "%v", err)
-			return
-		}
-		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventControllerAccess, "InstallControllerAccess",
-			"Bound ClusterRole %s to %s in the cluster's Kubernetes", workload.ControllerRole, workload.Controller.User)
+	var nodes *corev1.NodeList
+	err = r.withAccess(ctx, v, bundle, func() (err error) {
 		nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err
+	})
+	if errors.Is(err, errAccessInstall) {
+		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonAccessInstallFailed, "%v", err)
+		return
 	}
 	if err != nil {
 		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "list nodes at %s: %v", endpoint, err)
 		return
 	}
 	v.set(ConditionKubernetesAPIReachable, metav1.ConditionTrue, ReasonReachable, "%s answers, Kubernetes %s", endpoint, sv.GitVersion)
+	r.restrictBootstrapToken(ctx, v, cs, bundle, nodes.Items)
 
 	readyNodes := map[string]bool{}
-	for _, n := range nodes.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				readyNodes[n.Name] = true
-			}
-		}
+	for i := range nodes.Items {
+		readyNodes[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
 	}
 	var waiting []string
 	for _, m := range v.machines {
@@ -382,6 +379,95 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		return
 	}
 	v.set(ConditionNodesReady, metav1.ConditionTrue, ReasonNodesReady, "every machine's Node is Ready")
+}
+
+// errAccessInstall wraps a failure to install the controller's access.
+var errAccessInstall = errors.New("install ichor-controller's access")
+
+// withAccess calls f, and when the controller's identity is not authorized
+// for it (a new cluster, or roles from an older Ichor), installs its access
+// with a short-lived cluster-admin certificate and calls f again.
+func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *secrets.Bundle, f func() error) error {
+	err := f()
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	if err := workload.InstallControllerAccess(ctx, bundle, v.cluster.Spec.ControlPlane.Endpoint, v.now.Time); err != nil {
+		return fmt.Errorf("%w: %w", errAccessInstall, err)
+	}
+	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventControllerAccess, "InstallControllerAccess",
+		"Bound the roles %s to %s in the cluster's Kubernetes", workload.ControllerRole, workload.Controller.User)
+	return f()
+}
+
+// restrictBootstrapToken lets the cluster's bootstrap token authenticate
+// only while one of its machines is joining (see joining). Outside those
+// windows a worker config's token gets nobody a kubelet certificate.
+func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *secrets.Bundle, nodes []corev1.Node) {
+	joining := joiningMachines(v.machines, nodes)
+	enable := len(joining) > 0
+	var changed bool
+	err := r.withAccess(ctx, v, bundle, func() (err error) {
+		changed, err = workload.SetBootstrapToken(ctx, cs, bundle, enable)
+		return err
+	})
+	switch {
+	case errors.Is(err, workload.ErrTokenSecretMissing):
+		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionUnknown, ReasonTokenSecretMissing,
+			"%v: a control plane creates it when it boots; until then no kubelet can join", err)
+		return
+	case err != nil:
+		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionUnknown, ReasonTokenUpdateFailed, "set the bootstrap token's usage: %v", err)
+		return
+	case enable:
+		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionTrue, ReasonMachinesJoining,
+			"the bootstrap token authenticates while %s join", strings.Join(joining, ", "))
+	default:
+		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionFalse, ReasonAllMachinesJoined,
+			"every machine has a Node; the bootstrap token authenticates nobody")
+	}
+	if !changed {
+		return
+	}
+	if enable {
+		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenEnabled, "SetBootstrapToken",
+			"The bootstrap token authenticates while %s join", strings.Join(joining, ", "))
+		return
+	}
+	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenDisabled, "SetBootstrapToken",
+		"Every machine has a Node: the bootstrap token no longer authenticates")
+}
+
+// joiningMachines are the machines whose kubelet may need the bootstrap
+// token: from approval until their Node registers. A Node older than the
+// machine is a previous machine's under the same name (its kubelet's
+// certificate went with a reset): while it is not Ready, the new kubelet
+// may still be bootstrapping.
+func joiningMachines(machines []v1alpha1.TalosMachine, nodes []corev1.Node) []string {
+	byName := map[string]*corev1.Node{}
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	var joining []string
+	for _, m := range machines {
+		n := byName[m.Status.NodeName]
+		switch {
+		case m.Status.NodeName == "" || n == nil:
+			joining = append(joining, m.Name)
+		case n.CreationTimestamp.Before(&m.CreationTimestamp) && !nodeReady(n):
+			joining = append(joining, m.Name)
+		}
+	}
+	return joining
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // summarize sets MachinesReady, Ready, the phase and the observed Talos version.
