@@ -367,12 +367,11 @@ spec:
 	})
 
 	t.Run("a reboot-required patch reboots one node at a time", func(t *testing.T) {
-		before, rebootsBefore := appliedHashes(t), reboots()
-		mostDown := watchDown(nodes)
+		before, rebootsBefore, since := appliedHashes(t), reboots(), time.Now()
 		applyPatch(t, "env", "machine:\n  env:\n    ICHOR_TEST: \"1\"")
 		rolledOut(t, before)
-		if most := mostDown(); most != 1 {
-			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
+		if most, when := mostAwayAtOnce(nodes, since); most != 1 {
+			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
 		}
 		rebootedOnce(t, rebootsBefore, reboots())
 		patchSettles(t, "env", v1alpha1.ConfigEffectReboot)
@@ -416,30 +415,38 @@ spec:
 	})
 
 	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", func(t *testing.T) {
-		before, rebootsBefore := appliedHashes(t), reboots()
-		mostDown := watchDown(nodes)
+		before, rebootsBefore, since := appliedHashes(t), reboots(), time.Now()
 		applyPatch(t, "env-restart", "machine:\n  env:\n    ICHOR_RESTART: \"1\"")
-		var took []string
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
-			took = took[:0]
-			for name, hash := range appliedHashes(t) {
-				if hash != before[name] {
-					took = append(took, name)
-				}
+		// Stop the controller in the middle of a step: a machine holds the
+		// disruption budget and its node is away.
+		var holder *v1alpha1.DisruptionStatus
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
+			c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
 			}
-			return len(took) > 0, nil
+			holder = c.Status.Disruption
+			return holder != nil && nodes[holder.Machine] != nil && nodes[holder.Machine].Phase() != talossim.PhaseRunning, nil
 		})
 		if err != nil {
-			t.Fatalf("no machine took the patch: %v", err)
+			t.Fatalf("no machine was seen away holding the budget: %v", err)
 		}
 		controller.stop()
-		t.Logf("stopped the controller after %v took the patch", took)
+		t.Logf("stopped the controller while %s holds the budget for %s", holder.Machine, holder.Action)
+		c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil || c.Status.Disruption == nil || c.Status.Disruption.MachineUID != holder.MachineUID {
+			t.Fatalf("the budget with the controller stopped: %+v, %v; want %s's", c.Status.Disruption, err, holder.Machine)
+		}
+		if out := mustKubectl(ctx, t, append(operator, "get", "taloscluster", "-n", ns, "demo")...); !strings.Contains(out, holder.Machine+" ("+string(holder.Action)+")") {
+			t.Errorf("kubectl get does not show the budget's holder:\n%s", out)
+		}
 		controller = runController(parent, tune) // it outlives this subtest
 		rolledOut(t, before)
-		if most := mostDown(); most != 1 {
-			t.Errorf("at most %d nodes were down at once, want exactly 1", most)
+		if most, when := mostAwayAtOnce(nodes, since); most != 1 {
+			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
 		}
 		rebootedOnce(t, rebootsBefore, reboots())
+		waitBudgetFree(ctx, t, ns, "demo")
 	})
 
 	t.Run("kubelet serving certificates are approved after checking each node's Talos API", func(t *testing.T) {
@@ -800,6 +807,62 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 		nodes["worker-3"] = rejoining
 	})
 
+	t.Run("a reboot-required patch and a control plane's deletion at once take one node away at a time", func(t *testing.T) {
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		rest := maps.Clone(nodes)
+		delete(rest, "cp-3")
+		before, since := appliedHashes(t), time.Now()
+		if _, err := machines.Get(ctx, "cp-3", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", ns, "cp-3", "--wait=false")...)
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, out)
+			}
+			done <- err
+		}()
+		applyPatch(t, "env-and-delete", "machine:\n  env:\n    ICHOR_BOTH: \"1\"")
+		if err := <-done; err != nil {
+			t.Fatalf("an admin's delete of cp-3: %v", err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+			_, err := machines.Get(ctx, "cp-3", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Fatalf("cp-3 was not reset and released: %v", err)
+		}
+		cp3 := nodes["cp-3"]
+		delete(nodes, "cp-3")
+		for name := range rest {
+			waitMachineFor(ctx, t, ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
+				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] && m.Status.Phase == v1alpha1.MachinePhaseReady
+			})
+		}
+		all := maps.Clone(rest)
+		all["cp-3"] = cp3
+		if most, when := mostAwayAtOnce(all, since); most != 1 {
+			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+			for name, n := range all {
+				for _, c := range n.PhaseChanges() {
+					if !c.At.Before(since) {
+						t.Logf("%s: %s at %s", name, c.Phase, c.At.Format(time.StampMilli))
+					}
+				}
+			}
+		}
+		if cp3.Phase() != talossim.PhaseMaintenance {
+			t.Errorf("cp-3's node is %s, want maintenance", cp3.Phase())
+		}
+		if members := etcd.Members(); len(members) != 2 {
+			t.Errorf("etcd members %+v, want cp-1 and cp-2", members)
+		}
+		waitBudgetFree(ctx, t, ns, "demo")
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+	})
+
 	t.Run("a rejected machine is never configured", func(t *testing.T) {
 		m, err := machines.Get(ctx, "rejected", metav1.GetOptions{})
 		if err != nil {
@@ -850,31 +913,67 @@ func indent(text, prefix string) string {
 	return prefix + strings.ReplaceAll(text, "\n", "\n"+prefix)
 }
 
-// watchDown follows nodes' phases until the returned function is called,
-// which reports the most nodes seen not running at once.
-func watchDown(nodes map[string]*talossim.Node) func() int {
-	stop, most := make(chan struct{}), make(chan int, 1)
-	go func() {
-		seen := 0
-		for {
-			select {
-			case <-stop:
-				most <- seen
-				return
-			case <-time.After(5 * time.Millisecond):
+// mostAwayAtOnce is the most nodes that were away at one instant from since
+// on, and when, read from each node's timestamped phase changes (no
+// sampling can miss an overlap). Away is any phase but running; a node in
+// maintenance left its cluster (reset) and is not away from it.
+func mostAwayAtOnce(nodes map[string]*talossim.Node, since time.Time) (int, string) {
+	type change struct {
+		node string
+		away bool
+		at   time.Time
+	}
+	var changes []change
+	away := map[string]bool{}
+	for name, n := range nodes {
+		for _, c := range n.PhaseChanges() {
+			isAway := c.Phase != talossim.PhaseRunning && c.Phase != talossim.PhaseMaintenance
+			if c.At.Before(since) {
+				away[name] = isAway // the state at since
+				continue
 			}
-			down := 0
-			for _, n := range nodes {
-				if n.Phase() != talossim.PhaseRunning {
-					down++
-				}
-			}
-			seen = max(seen, down)
+			changes = append(changes, change{name, isAway, c.At})
 		}
-	}()
-	return func() int {
-		close(stop)
-		return <-most
+	}
+	slices.SortStableFunc(changes, func(a, b change) int { return a.at.Compare(b.at) })
+	count := func() (int, []string) {
+		var names []string
+		for name, a := range away {
+			if a {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		return len(names), names
+	}
+	most, mostNames := count()
+	when := ""
+	if most > 0 {
+		when = fmt.Sprintf("%v at %s", mostNames, since.Format(time.StampMilli))
+	}
+	for _, c := range changes {
+		away[c.node] = c.away
+		if n, names := count(); n > most {
+			most, when = n, fmt.Sprintf("%v at %s", names, c.at.Format(time.StampMilli))
+		}
+	}
+	return most, when
+}
+
+// waitBudgetFree waits until no machine holds the cluster's disruption budget.
+func waitBudgetFree(ctx context.Context, t *testing.T, ns, cluster string) {
+	t.Helper()
+	var last *v1alpha1.DisruptionStatus
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, cluster, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = c.Status.Disruption
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Errorf("the disruption budget of %s is still held: %+v", cluster, last)
 	}
 }
 

@@ -73,7 +73,7 @@ type Node struct {
 
 	mu        sync.Mutex
 	phase     Phase
-	history   []Phase
+	history   []PhaseChange
 	changed   chan struct{} // closed and replaced on every phase change
 	installed bool
 	active    config.Provider // running config (MachineConfig "v1alpha1")
@@ -233,9 +233,29 @@ func (n *Node) Phase() Phase {
 	return n.phase
 }
 
+// PhaseChange is the node entering a phase.
+type PhaseChange struct {
+	Phase Phase
+	At    time.Time
+}
+
 // PhaseHistory returns every phase the node entered, oldest first, so tests can assert on transitions
 // that happen too quickly to observe with Phase.
 func (n *Node) PhaseHistory() []Phase {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	phases := make([]Phase, len(n.history))
+	for i, c := range n.history {
+		phases[i] = c.Phase
+	}
+
+	return phases
+}
+
+// PhaseChanges returns every phase the node entered with when (the simulator's monotonic clock), oldest
+// first, so that tests can tell whether two nodes were away at the same time without sampling.
+func (n *Node) PhaseChanges() []PhaseChange {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
@@ -270,7 +290,7 @@ func (n *Node) WaitPhase(ctx context.Context, p Phase) error {
 func (n *Node) setPhaseLocked(p Phase) error {
 	if n.phase != p {
 		n.phase = p
-		n.history = append(n.history, p)
+		n.history = append(n.history, PhaseChange{Phase: p, At: time.Now()})
 		close(n.changed)
 		n.changed = make(chan struct{})
 		n.events.add(machineStatusEvent(p), "")

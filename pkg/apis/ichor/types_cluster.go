@@ -1,6 +1,9 @@
 package ichor
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
@@ -129,6 +132,34 @@ type TalosClusterStatus struct {
 	KubernetesVersion string
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	BootstrappedAt *metav1.Time
+	// disruption is the cluster's disruption budget while a machine holds it.
+	Disruption *DisruptionStatus
+}
+
+// DisruptionAction is what takes a node, or an etcd member, away.
+type DisruptionAction string
+
+const (
+	// DisruptionReboot: the node reboots into a new config.
+	DisruptionReboot DisruptionAction = "Reboot"
+	// DisruptionAPIServerRestart: a control plane's kube-apiserver restarts.
+	DisruptionAPIServerRestart DisruptionAction = "APIServerRestart"
+	// DisruptionReset: the node is reset (a control plane leaves etcd).
+	DisruptionReset DisruptionAction = "Reset"
+)
+
+// DisruptionStatus is the cluster's disruption budget, held by the one
+// machine that may be away: every action that takes a node or an etcd member
+// away holds it, and releases it when the node is back or the action failed.
+type DisruptionStatus struct {
+	// machine holds the budget.
+	Machine string
+	// machineUID is that machine's UID: a budget whose machine is gone is free.
+	MachineUID types.UID
+	// action the machine is taken away for.
+	Action DisruptionAction
+	// since when it holds the budget.
+	Since metav1.Time
 }
 
 // MachineCounts counts a cluster's machines.

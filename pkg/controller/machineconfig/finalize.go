@@ -2,7 +2,10 @@ package machineconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +18,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -26,9 +31,11 @@ const Finalizer = "ichor.dev/reset-node"
 
 // Reasons and Events of a reset.
 const (
-	ReasonResetting = "Resetting"
-	EventResetting  = "ResettingNode"
-	EventNodeReset  = "NodeReset"
+	ReasonResetting        = "Resetting"
+	ReasonWaitingForBudget = "WaitingForDisruptionBudget"
+	ReasonQuorumAtRisk     = "QuorumAtRisk"
+	EventResetting         = "ResettingNode"
+	EventNodeReset         = "NodeReset"
 )
 
 // ensureFinalizer adds Finalizer before the first config is sent.
@@ -58,6 +65,11 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 				"The node at %s is back in maintenance mode; the machine is released", m.Spec.Address)
 			logger.Info("Node reset; releasing the machine")
 		}
+		// The budget goes back before the machine does (a budget whose
+		// machine is gone is free anyway, but not at once visibly so).
+		if err := r.budget.Release(ctx, m); err != nil {
+			return ctrl.Result{}, err
+		}
 		orig := m.DeepCopy()
 		controllerutil.RemoveFinalizer(m, Finalizer)
 		if err := r.Client.SubResource("finalizers").Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -68,18 +80,41 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 
 	s := step{m: m, now: metav1.NewTime(r.Now())}
 	before := m.Status.DeepCopy()
-	err := r.reset(ctx, m)
+	reason := ReasonResetting
 	msg := fmt.Sprintf("resetting the node at %s to maintenance mode before the machine goes", m.Spec.Address)
-	if err != nil {
+	holder, err := r.budget.Acquire(ctx, m, v1alpha1.DisruptionReset)
+	if err == nil && holder != nil {
+		reason = ReasonWaitingForBudget
+		msg = fmt.Sprintf("the node at %s is reset once the cluster's disruption budget is free; it is held by %s",
+			m.Spec.Address, disruption.Describe(holder))
+	}
+	var quorum *quorumError
+	var notThis *NotThisMachineError
+	if err == nil && holder == nil {
+		err = r.reset(ctx, m)
+		// Not acting is a decision: the budget goes back. Any other failure
+		// keeps it: a node that does not answer may be resetting already (a
+		// retry after a lost status write), and is away either way.
+		if errors.As(err, &quorum) || errors.As(err, &notThis) {
+			if releaseErr := r.budget.Release(ctx, m); releaseErr != nil {
+				return ctrl.Result{}, releaseErr
+			}
+		}
+	}
+	switch {
+	case errors.As(err, &quorum):
+		reason = ReasonQuorumAtRisk
+		msg = fmt.Sprintf("not resetting the node at %s yet: %v", m.Spec.Address, err)
+	case err != nil:
 		msg = fmt.Sprintf("cannot reset the node at %s yet: %v; remove finalizer %s by hand to forget a node that is gone for good",
 			m.Spec.Address, err, Finalizer)
-	} else if reasonOf(m.Status.Conditions, ConditionReady) != ReasonResetting {
+	case holder == nil && reasonOf(m.Status.Conditions, ConditionReady) != ReasonResetting:
 		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventResetting, "ResetNode",
 			"Resetting the node at %s (graceful: it leaves etcd and is drained first)", m.Spec.Address)
 		logger.Info("Reset the node")
 	}
 	m.Status.Phase = v1alpha1.MachinePhaseResetting
-	s.set(ConditionReady, metav1.ConditionFalse, ReasonResetting, msg)
+	s.set(ConditionReady, metav1.ConditionFalse, reason, msg)
 	if !equality.Semantic.DeepEqual(before, &m.Status) {
 		if err := r.Client.Status().Update(ctx, m); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -90,6 +125,11 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 	}
 	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 }
+
+// quorumError: resetting the control plane now would cost etcd its quorum.
+type quorumError struct{ msg string }
+
+func (e *quorumError) Error() string { return e.msg }
 
 // reset asks the configured node to reset, as os:admin of its cluster.
 func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error {
@@ -115,7 +155,76 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 	if err := checkIdentity(ctx, node, m); err != nil {
 		return err
 	}
+	// An admin's override of the quorum check, which let the delete through,
+	// stands for this check too.
+	overridden := m.Status.Override != nil && m.Status.Override.Check == v1alpha1.CheckControlPlaneQuorum
+	if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane && !overridden {
+		if err := r.checkQuorum(ctx, m, creds); err != nil {
+			return err
+		}
+	}
 	return node.Reset(ctx, true)
+}
+
+// checkQuorum decides, from etcd itself at the moment of the reset, whether
+// the cluster keeps its quorum without m: the voting members but m's, read
+// from another control plane, and of those the ones whose node runs now.
+// The admission check decided on phases that may be a minute old; holding
+// the disruption budget, nothing else of Ichor takes a member away between
+// this check and the reset.
+func (r *Reconciler) checkQuorum(ctx context.Context, m *v1alpha1.TalosMachine, creds talos.Credentials) error {
+	var all v1alpha1.TalosMachineList
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
+		return fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
+	}
+	running := map[string]bool{} // node names of the other control planes that run
+	var members []talos.EtcdMember
+	var readErr error
+	for i := range all.Items {
+		o := &all.Items[i]
+		if o.UID == m.UID || o.Spec.ClusterName != m.Spec.ClusterName || o.Status.AppliedConfig == nil ||
+			render.MachineRole(o) != v1alpha1.MachineRoleControlPlane || o.Status.NodeName == "" {
+			continue
+		}
+		node, err := r.Dialer.Configured(ctx, o.Spec.Address, creds)
+		if err != nil {
+			continue
+		}
+		if st, err := node.Status(ctx); err == nil && st.Running() {
+			running[o.Status.NodeName] = true
+			if members == nil {
+				if members, err = node.EtcdMembers(ctx); err != nil {
+					readErr, members = err, nil
+				}
+			}
+		}
+		_ = node.Close()
+	}
+	if members == nil {
+		if readErr != nil {
+			return &quorumError{fmt.Sprintf("no other control plane lists etcd's members (%v)", readErr)}
+		}
+		return &quorumError{"no other control plane of the cluster runs"}
+	}
+	var voting, up []string
+	var down []string
+	for _, mb := range members {
+		if mb.Learner || mb.Hostname == m.Status.NodeName {
+			continue
+		}
+		voting = append(voting, mb.Hostname)
+		if running[mb.Hostname] {
+			up = append(up, mb.Hostname)
+		} else {
+			down = append(down, mb.Hostname)
+		}
+	}
+	if need := len(voting)/2 + 1; len(voting) == 0 || len(up) < need {
+		slices.Sort(down)
+		return &quorumError{fmt.Sprintf("without it etcd would have %d voting members, %d of them running, and quorum needs %d; waiting for %s",
+			len(voting), len(up), need, strings.Join(down, ", "))}
+	}
+	return nil
 }
 
 // inMaintenance reports whether a node in maintenance mode answers at the

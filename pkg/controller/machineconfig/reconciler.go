@@ -39,6 +39,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
@@ -96,7 +97,7 @@ type Reconciler struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	locks clusterLocks
+	budget *disruption.Budget
 }
 
 // SetupWithManager registers the reconciler. It wakes on a machine's spec,
@@ -107,12 +108,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	r.budget = &disruption.Budget{Client: r.Client, Reader: r.APIReader, Now: r.Now}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, approvalChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged()))).
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
@@ -142,6 +144,18 @@ func kubeletVerificationChanged() predicate.Funcs {
 	}
 }
 
+// disruptionReleased passes a cluster whose disruption budget was given
+// back: the machines waiting for it try again.
+func disruptionReleased() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosCluster)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosCluster)
+			return ok1 && ok2 && o.Status.Disruption != nil && n.Status.Disruption == nil
+		},
+	}
+}
+
 // deletionStarted passes the update that marks a machine for deletion.
 func deletionStarted() predicate.Funcs {
 	return predicate.Funcs{
@@ -153,8 +167,10 @@ func deletionStarted() predicate.Funcs {
 
 // step is what one reconcile found and did, to be written into status.
 type step struct {
-	m   *v1alpha1.TalosMachine
-	now metav1.Time
+	m *v1alpha1.TalosMachine
+	// cluster is m's cluster, as the cache has it.
+	cluster *v1alpha1.TalosCluster
+	now     metav1.Time
 	// persist writes m's status now if it changed. A rollout decision
 	// calls it before letting go of its cluster's lock, so the next decision
 	// sees this one.
@@ -296,6 +312,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	s.cluster = &cluster
 	return r.converge(callCtx, s, rendered, creds)
 }
 
@@ -382,6 +399,16 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
 		s.set(ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("node %s is running and ready", st.Nodename))
+		if disruption.HeldBy(s.cluster, m) {
+			// Back: the next machine may go. Status first, so that the next
+			// decision sees this machine Ready.
+			if err := s.persist(ctx); err != nil {
+				return ctrl.Result{}, err
+			}
+			if err := r.budget.Release(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
 	}
 	if m.Status.AppliedConfig.Hash == rendered.Hash && effect == v1alpha1.ConfigEffectReboot &&
@@ -391,17 +418,10 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	}
 
 	role := render.MachineRole(m)
-	if serialized(effect, role) {
-		unlock := r.locks.lock(m.Namespace + "/" + m.Spec.ClusterName)
-		defer unlock()
-		var all v1alpha1.TalosMachineList
-		if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
-		}
-		if busy := busyMachines(m, all.Items); len(busy) > 0 {
-			msg := fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy)
-			s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout, msg)
-			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+	action, disrupts := disruptionOf(effect, role)
+	if disrupts {
+		if wait, err := r.takeBudget(ctx, s, effect, action); wait || err != nil {
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, err
 		}
 	}
 
@@ -410,10 +430,20 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		mode = talos.ApplyReboot
 	}
 	if err := checkIdentity(ctx, node, m); err != nil {
+		if disrupts {
+			if err := r.budget.Release(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return r.applyFailed(s, "ApplyConfig", err), nil
 	}
 	res, err := node.ApplyConfiguration(ctx, rendered.Config, mode)
 	if err != nil {
+		if disrupts {
+			if err := r.budget.Release(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return r.applyFailed(s, "ApplyConfig", err), nil
 	}
 	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: effect, AppliedAt: s.now}

@@ -1,28 +1,38 @@
 package machineconfig
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/render"
 )
 
-// serialized says whether a change of effect e to a machine of role must
-// wait until every other machine of its cluster is Ready: a reboot takes the
-// node away, so at most one node reboots at a time; an API server restart
-// takes a control plane's API server away, so control planes take it one
-// at a time and etcd and the Kubernetes API keep their quorum.
-func serialized(e v1alpha1.ConfigEffect, role v1alpha1.MachineRole) bool {
-	return e == v1alpha1.ConfigEffectReboot ||
-		(e == v1alpha1.ConfigEffectAPIServerRestart && role == v1alpha1.MachineRoleControlPlane)
+// disruptionOf says whether a change of effect e to a machine of role takes
+// it away, and as what: a reboot takes the node away; an API server restart
+// takes a control plane's API server away. Such a change holds the
+// cluster's disruption budget and waits until every other machine of the
+// cluster is Ready, so one machine at a time goes away and control planes
+// keep etcd's and the Kubernetes API's quorum.
+func disruptionOf(e v1alpha1.ConfigEffect, role v1alpha1.MachineRole) (v1alpha1.DisruptionAction, bool) {
+	switch {
+	case e == v1alpha1.ConfigEffectReboot:
+		return v1alpha1.DisruptionReboot, true
+	case e == v1alpha1.ConfigEffectAPIServerRestart && role == v1alpha1.MachineRoleControlPlane:
+		return v1alpha1.DisruptionAPIServerRestart, true
+	}
+	return "", false
 }
 
 // busyMachines are the machines of m's cluster, other than m, that are
-// approved but not Ready: while there are any, a serialized change waits.
+// approved but not Ready: while there are any, a disruptive change waits.
 func busyMachines(m *v1alpha1.TalosMachine, all []v1alpha1.TalosMachine) []string {
 	var busy []string
 	for i := range all {
@@ -36,30 +46,6 @@ func busyMachines(m *v1alpha1.TalosMachine, all []v1alpha1.TalosMachine) []strin
 	}
 	slices.Sort(busy)
 	return busy
-}
-
-// clusterLocks serialize rollout decisions per cluster inside one
-// controller process: the decision to reboot a node and the status that
-// records it happen under the cluster's lock, so a second decision sees
-// the first.
-type clusterLocks struct {
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-}
-
-func (l *clusterLocks) lock(key string) func() {
-	l.mu.Lock()
-	if l.locks == nil {
-		l.locks = map[string]*sync.Mutex{}
-	}
-	m, ok := l.locks[key]
-	if !ok {
-		m = &sync.Mutex{}
-		l.locks[key] = m
-	}
-	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
 }
 
 // describe summarises a change for an Event: its effect and the fields it touches.
@@ -77,4 +63,34 @@ func describe(effect v1alpha1.ConfigEffect, changes []render.Change) string {
 		return string(effect)
 	}
 	return fmt.Sprintf("%s: %s", effect, strings.Join(paths, ", "))
+}
+
+// takeBudget takes the cluster's disruption budget for a change of effect
+// that takes m away as action, and reports whether the change must wait:
+// while another machine holds the budget, or another machine is not Ready
+// (then the budget is given back, so that the machine that is not Ready is
+// not kept from what brings it back). m's status records why it waits.
+func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.ConfigEffect, action v1alpha1.DisruptionAction) (bool, error) {
+	m := s.m
+	holder, err := r.budget.Acquire(ctx, m, action)
+	if err != nil {
+		return true, err
+	}
+	if holder != nil {
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
+			fmt.Sprintf("a change with effect %s waits for the cluster's disruption budget, held by %s", effect, disruption.Describe(holder)))
+		return true, nil
+	}
+	// Holding the budget, machines read now are all there is: no other
+	// action of Ichor takes one away meanwhile.
+	var all v1alpha1.TalosMachineList
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
+		return true, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
+	}
+	if busy := busyMachines(m, all.Items); len(busy) > 0 {
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
+			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
+		return true, r.budget.Release(ctx, m)
+	}
+	return false, nil
 }

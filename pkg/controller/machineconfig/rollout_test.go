@@ -10,23 +10,24 @@ import (
 	"ichor.dev/ichor/pkg/render"
 )
 
-func TestSerialized(t *testing.T) {
+func TestDisruptionOf(t *testing.T) {
 	cp, worker := v1alpha1.MachineRoleControlPlane, v1alpha1.MachineRoleWorker
 	for _, c := range []struct {
 		effect v1alpha1.ConfigEffect
 		role   v1alpha1.MachineRole
-		want   bool
+		want   v1alpha1.DisruptionAction
 	}{
-		{v1alpha1.ConfigEffectNone, cp, false},
-		{v1alpha1.ConfigEffectNoReboot, cp, false},
-		{v1alpha1.ConfigEffectNoReboot, worker, false},
-		{v1alpha1.ConfigEffectReboot, worker, true},
-		{v1alpha1.ConfigEffectReboot, cp, true},
-		{v1alpha1.ConfigEffectAPIServerRestart, cp, true},
-		{v1alpha1.ConfigEffectAPIServerRestart, worker, false},
+		{v1alpha1.ConfigEffectNone, cp, ""},
+		{v1alpha1.ConfigEffectNoReboot, cp, ""},
+		{v1alpha1.ConfigEffectNoReboot, worker, ""},
+		{v1alpha1.ConfigEffectReboot, worker, v1alpha1.DisruptionReboot},
+		{v1alpha1.ConfigEffectReboot, cp, v1alpha1.DisruptionReboot},
+		{v1alpha1.ConfigEffectAPIServerRestart, cp, v1alpha1.DisruptionAPIServerRestart},
+		{v1alpha1.ConfigEffectAPIServerRestart, worker, ""},
 	} {
-		if got := serialized(c.effect, c.role); got != c.want {
-			t.Errorf("serialized(%s, %s) = %t, want %t", c.effect, c.role, got, c.want)
+		got, disrupts := disruptionOf(c.effect, c.role)
+		if got != c.want || disrupts != (c.want != "") {
+			t.Errorf("disruptionOf(%s, %s) = %q, %t; want %q", c.effect, c.role, got, disrupts, c.want)
 		}
 	}
 }
@@ -74,23 +75,4 @@ func TestDescribe(t *testing.T) {
 	if want := "Reboot: machine.fa, machine.fb, machine.fc, machine.fd, machine.fe, and 2 more"; got != want {
 		t.Errorf("describe = %q, want %q", got, want)
 	}
-}
-
-func TestClusterLocksSerializePerCluster(t *testing.T) {
-	var l clusterLocks
-	unlockA := l.lock("ns/a")
-	// Another cluster is not held up.
-	l.lock("ns/b")()
-	done := make(chan struct{})
-	go func() {
-		l.lock("ns/a")()
-		close(done)
-	}()
-	select {
-	case <-done:
-		t.Fatal("a second decision for the same cluster did not wait")
-	default:
-	}
-	unlockA()
-	<-done
 }

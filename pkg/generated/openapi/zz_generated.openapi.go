@@ -43,6 +43,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ControlPlaneSpec{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ControlPlaneSpec(ref),
 		v1alpha1.CredentialLifetimes{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_CredentialLifetimes(ref),
 		v1alpha1.Disk{}.OpenAPIModelName():                            schema_pkg_apis_ichor_v1alpha1_Disk(ref),
+		v1alpha1.DisruptionStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref),
 		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
 		v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref),
 		v1alpha1.HardwareStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_HardwareStatus(ref),
@@ -512,6 +513,53 @@ func schema_pkg_apis_ichor_v1alpha1_Disk(ref common.ReferenceCallback) common.Op
 				Required: []string{"path"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DisruptionStatus is the cluster's disruption budget, held by the one machine that may be away.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"machine": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machine is the TalosMachine that holds the budget.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"machineUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machineUID is that machine's UID: a budget whose machine is gone is free.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"action": {
+						SchemaProps: spec.SchemaProps{
+							Description: "action the machine is taken away for.\n\nPossible enum values:\n - `\"APIServerRestart\"` : a control plane's kube-apiserver restarts.\n - `\"Reboot\"` : the node reboots into a new config.\n - `\"Reset\"` : the node is reset (a control plane leaves etcd).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"APIServerRestart", "Reboot", "Reset"},
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "since is when the machine took the budget.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"machine", "machineUID", "action", "since"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2180,11 +2228,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"disruption": {
+						SchemaProps: spec.SchemaProps{
+							Description: "disruption is the cluster's disruption budget while a machine holds it: at most one machine at a time is taken away (rebooted, its API server restarted, reset), and it holds the budget until its node is back or the action failed.",
+							Ref:         ref(v1alpha1.DisruptionStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

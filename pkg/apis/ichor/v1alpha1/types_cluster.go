@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +genclient
 // +genclient:method=UpdateAuthentication,verb=update,subresource=authentication
@@ -172,6 +175,38 @@ type TalosClusterStatus struct {
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	// +optional
 	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty" protobuf:"bytes,8,opt,name=bootstrappedAt"`
+	// disruption is the cluster's disruption budget while a machine holds it:
+	// at most one machine at a time is taken away (rebooted, its API server
+	// restarted, reset), and it holds the budget until its node is back or
+	// the action failed.
+	// +optional
+	Disruption *DisruptionStatus `json:"disruption,omitempty" protobuf:"bytes,9,opt,name=disruption"`
+}
+
+// DisruptionAction is what takes a node, or an etcd member, away.
+// +enum
+type DisruptionAction string
+
+const (
+	// DisruptionReboot: the node reboots into a new config.
+	DisruptionReboot DisruptionAction = "Reboot"
+	// DisruptionAPIServerRestart: a control plane's kube-apiserver restarts.
+	DisruptionAPIServerRestart DisruptionAction = "APIServerRestart"
+	// DisruptionReset: the node is reset (a control plane leaves etcd).
+	DisruptionReset DisruptionAction = "Reset"
+)
+
+// DisruptionStatus is the cluster's disruption budget, held by the one
+// machine that may be away.
+type DisruptionStatus struct {
+	// machine is the TalosMachine that holds the budget.
+	Machine string `json:"machine" protobuf:"bytes,1,opt,name=machine"`
+	// machineUID is that machine's UID: a budget whose machine is gone is free.
+	MachineUID types.UID `json:"machineUID" protobuf:"bytes,2,opt,name=machineUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// action the machine is taken away for.
+	Action DisruptionAction `json:"action" protobuf:"bytes,3,opt,name=action,casttype=DisruptionAction"`
+	// since is when the machine took the budget.
+	Since metav1.Time `json:"since" protobuf:"bytes,4,opt,name=since"`
 }
 
 // MachineCounts counts a cluster's machines.

@@ -72,6 +72,11 @@ func (in Disk) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in DisruptionStatus) OpenAPIModelName() string {
+	return "dev.ichor.v1alpha1.DisruptionStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DownloadOptions) OpenAPIModelName() string {
 	return "dev.ichor.v1alpha1.DownloadOptions"
 }

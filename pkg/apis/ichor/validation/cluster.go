@@ -1,6 +1,7 @@
 package validation
 
 import (
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
@@ -54,6 +55,20 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 	}
 	if s.KubernetesVersion != "" {
 		errs = append(errs, validateVersion(s.KubernetesVersion, status.Child("kubernetesVersion"))...)
+	}
+	if d := s.Disruption; d != nil {
+		fld := status.Child("disruption")
+		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(d.Machine, false) {
+			errs = append(errs, field.Invalid(fld.Child("machine"), d.Machine, msg))
+		}
+		if d.MachineUID == "" {
+			errs = append(errs, field.Required(fld.Child("machineUID"), "the holding machine's UID"))
+		}
+		errs = append(errs, validateEnum(d.Action, fld.Child("action"),
+			ichor.DisruptionReboot, ichor.DisruptionAPIServerRestart, ichor.DisruptionReset)...)
+		if d.Since.IsZero() {
+			errs = append(errs, field.Required(fld.Child("since"), "when the machine took the budget"))
+		}
 	}
 	return errs
 }

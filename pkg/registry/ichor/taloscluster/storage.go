@@ -58,13 +58,18 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 		{Name: "Endpoint", Type: "string", Description: "URL of the cluster's Kubernetes API."},
 		{Name: "Machines", Type: "string", Description: "Ready machines out of all machines."},
 		{Name: "Phase", Type: "string", Description: "Summary of the cluster's conditions."},
+		{Name: "Disruption", Type: "string", Description: "The machine holding the disruption budget, and for what."},
 		{Name: "CNI", Type: "string", Priority: 1, Description: "Network plugin."},
 	},
 	Cells: func(c *ichor.TalosCluster) []any {
+		disruption := ""
+		if d := c.Status.Disruption; d != nil {
+			disruption = fmt.Sprintf("%s (%s)", d.Machine, d.Action)
+		}
 		return []any{
 			c.Spec.TalosVersion, c.Spec.KubernetesVersion, c.Spec.ControlPlane.Endpoint,
 			fmt.Sprintf("%d/%d", c.Status.Machines.Ready, c.Status.Machines.Total),
-			string(c.Status.Phase), string(c.Spec.Network.CNI.Name),
+			string(c.Status.Phase), disruption, string(c.Spec.Network.CNI.Name),
 		}
 	},
 }

@@ -46,6 +46,11 @@ type TalosClusterStatusApplyConfiguration struct {
 	KubernetesVersion *string `json:"kubernetesVersion,omitempty"`
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty"`
+	// disruption is the cluster's disruption budget while a machine holds it:
+	// at most one machine at a time is taken away (rebooted, its API server
+	// restarted, reset), and it holds the budget until its node is back or
+	// the action failed.
+	Disruption *DisruptionStatusApplyConfiguration `json:"disruption,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -120,5 +125,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithKubernetesVersion(value strin
 // If called multiple times, the BootstrappedAt field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithBootstrappedAt(value metav1.Time) *TalosClusterStatusApplyConfiguration {
 	b.BootstrappedAt = &value
+	return b
+}
+
+// WithDisruption sets the Disruption field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Disruption field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithDisruption(value *DisruptionStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.Disruption = value
 	return b
 }

@@ -1,0 +1,143 @@
+package disruption
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+func newBudget(t *testing.T, objs ...client.Object) (*Budget, client.Client) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.TalosCluster{}).Build()
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	return &Budget{Client: c, Reader: c, Now: func() time.Time { return now }}, c
+}
+
+func machine(name string) *v1alpha1.TalosMachine {
+	return &v1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec:       v1alpha1.TalosMachineSpec{ClusterName: "demo"},
+	}
+}
+
+func holder(t *testing.T, c client.Client) *v1alpha1.DisruptionStatus {
+	t.Helper()
+	var cl v1alpha1.TalosCluster
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "demo"}, &cl); err != nil {
+		t.Fatal(err)
+	}
+	return cl.Status.Disruption
+}
+
+func TestBudgetIsHeldByOneMachineAtATime(t *testing.T) {
+	ctx := t.Context()
+	a, b := machine("a"), machine("b")
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	budget, c := newBudget(t, cluster, a, b)
+
+	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+		t.Fatalf("a takes a free budget: holder %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "a" || h.MachineUID != a.UID || h.Action != v1alpha1.DisruptionReboot || h.Since.IsZero() {
+		t.Fatalf("recorded holder %+v", h)
+	}
+	if h, err := budget.Acquire(ctx, b, v1alpha1.DisruptionReset); err != nil || h == nil || h.Machine != "a" {
+		t.Fatalf("b while a holds it: holder %+v, %v", h, err)
+	}
+	// Taking it again (after a restart) keeps it; a new action is recorded.
+	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+		t.Fatalf("a again: %+v, %v", h, err)
+	}
+	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReset); h != nil || err != nil || holder(t, c).Action != v1alpha1.DisruptionReset {
+		t.Fatalf("a for a reset: %+v, %v, %+v", h, err, holder(t, c))
+	}
+	// Only the holder gives it back.
+	if err := budget.Release(ctx, b); err != nil || holder(t, c) == nil {
+		t.Fatalf("b's release: %v, holder %+v", err, holder(t, c))
+	}
+	if err := budget.Release(ctx, a); err != nil || holder(t, c) != nil {
+		t.Fatalf("a's release: %v, holder %+v", err, holder(t, c))
+	}
+	if h, err := budget.Acquire(ctx, b, v1alpha1.DisruptionReset); h != nil || err != nil {
+		t.Fatalf("b once a gave it back: %+v, %v", h, err)
+	}
+}
+
+func TestBudgetOfAGoneMachineIsFree(t *testing.T) {
+	ctx := t.Context()
+	a, b := machine("a"), machine("b")
+	for _, tc := range []struct {
+		name    string
+		present []client.Object
+	}{
+		{"deleted", nil},
+		{"replaced by a machine of the same name", []client.Object{&v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "another"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := &v1alpha1.TalosCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"},
+				Status: v1alpha1.TalosClusterStatus{Disruption: &v1alpha1.DisruptionStatus{
+					Machine: a.Name, MachineUID: a.UID, Action: v1alpha1.DisruptionReset, Since: metav1.Now(),
+				}},
+			}
+			budget, c := newBudget(t, append(tc.present, cluster, b)...)
+			if h, err := budget.Acquire(ctx, b, v1alpha1.DisruptionReboot); h != nil || err != nil {
+				t.Fatalf("b: holder %+v, %v", h, err)
+			}
+			if h := holder(t, c); h == nil || h.Machine != "b" {
+				t.Errorf("holder %+v", h)
+			}
+		})
+	}
+}
+
+// TestBudgetRace: machines racing for a free budget, each through its own
+// read and conditional write; exactly one gets it.
+func TestBudgetRace(t *testing.T) {
+	ctx := t.Context()
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	objs := []client.Object{cluster}
+	var ms []*v1alpha1.TalosMachine
+	for _, n := range []string{"a", "b", "c", "d", "e", "f"} {
+		m := machine(n)
+		ms = append(ms, m)
+		objs = append(objs, m)
+	}
+	budget, c := newBudget(t, objs...)
+	var wg sync.WaitGroup
+	won := make(chan string, len(ms))
+	for _, m := range ms {
+		wg.Go(func() {
+			h, err := budget.Acquire(ctx, m, v1alpha1.DisruptionReboot)
+			if err != nil {
+				t.Error(err)
+			}
+			if h == nil && err == nil {
+				won <- m.Name
+			}
+		})
+	}
+	wg.Wait()
+	close(won)
+	var winners []string
+	for w := range won {
+		winners = append(winners, w)
+	}
+	if len(winners) != 1 || holder(t, c).Machine != winners[0] {
+		t.Errorf("winners %v, holder %+v", winners, holder(t, c))
+	}
+}
