@@ -112,6 +112,13 @@ type runningController struct {
 // does nothing).
 func runController(t testing.TB, tune func(*ctrlcmd.Options)) *runningController {
 	t.Helper()
+	return runControllerWith(t, tune, nil)
+}
+
+// runControllerWith is runController whose requests to the management
+// cluster go through wrap (for faults), when it is not nil.
+func runControllerWith(t testing.TB, tune func(*ctrlcmd.Options), wrap func(http.RoundTripper) http.RoundTripper) *runningController {
+	t.Helper()
 	controllerLogOnce.Do(func() {
 		ctrl.SetLogger(zap.New(zap.WriteTo(&controllerLog), zap.Level(zapcore.DebugLevel)))
 	})
@@ -124,7 +131,11 @@ func runController(t testing.TB, tune func(*ctrlcmd.Options)) *runningController
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := o.NewManager(cp.ConfigFor(controllerUser, controllerGroups...))
+	cfg := cp.ConfigFor(controllerUser, controllerGroups...)
+	if wrap != nil {
+		cfg.Wrap(wrap)
+	}
+	mgr, err := o.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

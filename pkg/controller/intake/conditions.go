@@ -21,6 +21,9 @@ const (
 	ReasonCertificateMismatch  = "CertificateMismatch"
 	ReasonPinnedOnFirstContact = "PinnedOnFirstContact"
 	ReasonMatchesPin           = "MatchesPin"
+	// ReasonLeftMaintenance: the node was installed and answers with its
+	// cluster's certificate.
+	ReasonLeftMaintenance = "LeftMaintenance"
 	// ReasonMatchesExpectedFingerprint: the pin is the certificate the user
 	// expected (spec.expectedFingerprint), not trust on first use.
 	ReasonMatchesExpectedFingerprint = "MatchesExpectedFingerprint"

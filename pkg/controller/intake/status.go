@@ -163,3 +163,20 @@ func MismatchMessage(m *talos.FingerprintMismatchError) string {
 func UnreachableMessage(address string) string {
 	return fmt.Sprintf("the Talos API at %s did not answer; the controller's log says why", address)
 }
+
+// RecordConfigured records, for the controller that configures machines,
+// that an approved machine's node left maintenance mode with its config and
+// answers over mutual TLS against its cluster's Talos CA: its maintenance
+// certificate is gone with maintenance mode, so a mismatch seen meanwhile
+// (before the install was on record) was the node itself.
+func RecordConfigured(s *v1alpha1.TalosMachineStatus, generation int64, address string, now metav1.Time) {
+	for _, c := range []metav1.Condition{
+		{Type: ConditionCertificateVerified, Status: metav1.ConditionTrue, Reason: ReasonLeftMaintenance,
+			Message: fmt.Sprintf("the node at %s left maintenance mode with its config and presents its cluster's Talos API certificate", address)},
+		{Type: ConditionReachable, Status: metav1.ConditionTrue, Reason: ReasonLeftMaintenance,
+			Message: fmt.Sprintf("the node at %s answers over mutual TLS", address)},
+	} {
+		c.ObservedGeneration, c.LastTransitionTime = generation, now
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+}

@@ -305,19 +305,19 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 
 	callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
-	if m.Status.AppliedConfig == nil {
-		return r.install(callCtx, s, rendered)
-	}
 	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), s.now.Time, r.Options.CredentialTTL)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if m.Status.AppliedConfig == nil {
+		return r.install(callCtx, s, rendered, creds)
 	}
 	s.cluster = &cluster
 	return r.converge(callCtx, s, rendered, creds)
 }
 
 // install sends the first config over the maintenance API, to the pinned certificate only.
-func (r *Reconciler) install(ctx context.Context, s step, rendered render.Rendered) (ctrl.Result, error) {
+func (r *Reconciler) install(ctx context.Context, s step, rendered render.Rendered, creds talos.Credentials) (ctrl.Result, error) {
 	m := s.m
 	retry := ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 	if err := r.ensureFinalizer(ctx, m); err != nil {
@@ -334,6 +334,23 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	defer func() { _ = node.Close() }()
 
 	res, err := node.ApplyConfiguration(ctx, rendered.Config, talos.ApplyNoReboot)
+	if err != nil && r.installedAlready(ctx, m, creds) {
+		// Installed by an earlier try whose status write was lost (a crash
+		// between the call and the write): the node left maintenance mode
+		// and presents its cluster's certificate now (its maintenance API
+		// is gone: the pin does not match, or the handshake fails for want
+		// of a client certificate). Record it; converge follows it.
+		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
+		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+		intake.RecordConfigured(&m.Status, m.Generation, m.Spec.Address, s.now)
+		s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonInstalled,
+			"the node runs a config of this cluster already (installed before its record was lost); it is followed over mutual TLS")
+		s.set(ConditionReady, metav1.ConditionFalse, ReasonBooting, "the node runs its installed config")
+		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
+			"Found the node installed already (its record was lost); following it over mutual TLS")
+		log.FromContext(ctx).Info("Found the node installed already; recorded the install")
+		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+	}
 	if mismatch, ok := talos.AsFingerprintMismatch(err); ok {
 		msg := intake.MismatchMessage(mismatch)
 		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != msg {
@@ -356,6 +373,28 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 		short(rendered.Hash), render.MachineRole(m), res.Details)
 	log.FromContext(ctx).Info("Installed config", "hash", rendered.Hash, "patches", len(rendered.Applied))
 	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+}
+
+// installedAlready reports whether the node at m's address was configured
+// already: it answers over mutual TLS with a certificate of the cluster's
+// Talos CA (which only a config from this cluster's bundle gives it) and it
+// is this machine (its system UUID), so it is not an impostor and not
+// another node of the cluster behind a moved address.
+func (r *Reconciler) installedAlready(ctx context.Context, m *v1alpha1.TalosMachine, creds talos.Credentials) bool {
+	if m.Status.Hardware == nil || m.Status.Hardware.UUID == "" {
+		// Without a UUID another node of the cluster cannot be told apart.
+		return false
+	}
+	node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
+	if err == nil {
+		defer func() { _ = node.Close() }()
+		err = checkIdentity(ctx, node, m)
+	}
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("The node is not configured already", "reason", err.Error())
+		return false
+	}
+	return true
 }
 
 // converge follows a configured node: to Ready when it runs the rendered
