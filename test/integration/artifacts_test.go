@@ -817,6 +817,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "update"}, "", true},
 		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "update"}, "", true},
 		{access{group: "ichor.dev", resource: "ichorinstallations", subresource: "status", verb: "update"}, "", true},
+		// Server-side apply of status, under each reconciler's field manager.
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "patch"}, "", true},
+		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "patch"}, "", true},
 		// It writes status, never spec, and deletes nothing.
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "update"}, "", false},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "patch"}, "", false},

@@ -19,9 +19,9 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
+	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	"ichor.dev/ichor/test/talossim"
 )
 

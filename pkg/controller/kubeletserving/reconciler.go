@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,10 +46,15 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
+
+// FieldManager owns the status field this approver writes on machines,
+// status.kubeletServingCertificate.
+const FieldManager = "ichor-kubeletserving"
 
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "kubelet-serving-approver"
@@ -408,14 +412,17 @@ func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.Talos
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				var fresh v1alpha1.TalosMachine
-				if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &fresh); err != nil {
-					return err
-				}
-				fresh.Status.KubeletServingCertificate = rec
-				return r.Client.Status().Update(ctx, &fresh)
-			})
+			// Server-side apply of the one field this approver owns.
+			cert := ichorac.KubeletServingCertificateStatus().WithRequest(rec.Request)
+			if rec.IssuedAt != nil {
+				cert.WithIssuedAt(*rec.IssuedAt)
+			}
+			if rec.NotAfter != nil {
+				cert.WithNotAfter(*rec.NotAfter)
+			}
+			err := r.Client.Status().Apply(ctx,
+				ichorac.TalosMachine(m.Name, m.Namespace).WithStatus(ichorac.TalosMachineStatus().WithKubeletServingCertificate(cert)),
+				client.FieldOwner(FieldManager), client.ForceOwnership)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

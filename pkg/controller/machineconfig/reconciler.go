@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -216,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		m.Status.ObservedGeneration = m.Generation
 		if err := r.writeStatus(ctx, &m); err != nil {
-			return fmt.Errorf("update status of TalosMachine %s: %w", req, err)
+			return err
 		}
 		written = m.Status.DeepCopy()
 		return nil
@@ -236,28 +235,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
-// writeStatus writes m's status. This reconciler is the only writer of a
-// configured machine's status but for the kubelet serving certificate
-// record (and /status leaves the approval alone), so on a conflict it
-// writes its status over the machine as it is now, keeping that record,
-// rather than lose the record of a step it took.
 func (r *Reconciler) writeStatus(ctx context.Context, m *v1alpha1.TalosMachine) error {
-	status := m.Status.DeepCopy()
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := r.Client.Status().Update(ctx, m)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		var fresh v1alpha1.TalosMachine
-		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh); getErr != nil {
-			return getErr
-		}
-		// The kubelet serving certificate record is the approver's.
-		status.KubeletServingCertificate = fresh.Status.KubeletServingCertificate
-		fresh.Status = *status.DeepCopy()
-		*m = fresh
-		return err
-	})
+	return WriteStatus(ctx, r.Client, m)
 }
 
 // reconcile decides and takes the next step; the caller writes the status.

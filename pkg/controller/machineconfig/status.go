@@ -1,0 +1,57 @@
+package machineconfig
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/intake"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+)
+
+// FieldManager owns the status fields this reconciler writes.
+const FieldManager = "ichor-machineconfig"
+
+// ownedConditions are the condition types this reconciler writes: its own,
+// and intake's certificate and reachability once the node left maintenance
+// mode (intake stops looking at a configured machine).
+var ownedConditions = []string{ConditionConfigApplied, ConditionReady, intake.ConditionCertificateVerified, intake.ConditionReachable}
+
+// WriteStatus applies the fields of m's status this reconciler owns — phase,
+// observed generation, node name, applied config and its conditions — with
+// server-side apply under FieldManager, so that a field another writer set
+// meanwhile (the approval, an admin's override grant, the approver's
+// certificate record, intake's conditions) is neither overwritten nor
+// dropped, whatever copy of the machine m is.
+func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine) error {
+	st := ichorac.TalosMachineStatus().WithObservedGeneration(m.Status.ObservedGeneration)
+	if m.Status.Phase != "" {
+		st.WithPhase(m.Status.Phase)
+	}
+	if m.Status.NodeName != "" {
+		st.WithNodeName(m.Status.NodeName)
+	}
+	if a := m.Status.AppliedConfig; a != nil {
+		ac := ichorac.AppliedConfigStatus().WithHash(a.Hash).WithAppliedAt(a.AppliedAt)
+		if a.Effect != "" {
+			ac.WithEffect(a.Effect)
+		}
+		st.WithAppliedConfig(ac)
+	}
+	for _, cond := range m.Status.Conditions {
+		if !slices.Contains(ownedConditions, cond.Type) {
+			continue
+		}
+		st.WithConditions(metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
+			WithMessage(cond.Message).WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+	}
+	obj := ichorac.TalosMachine(m.Name, m.Namespace).WithStatus(st)
+	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return nil
+}
