@@ -335,7 +335,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != msg {
 			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventCertificateMismatch, "InstallConfig", "%s; its config was not sent", mismatch.Error())
 		}
-		s.set(intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch, msg)
+		// CertificateVerified is intake's, which sees the mismatch too.
 		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonCertificateMismatch, msg)
 		return retry, nil
 	}

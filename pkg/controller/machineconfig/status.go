@@ -16,10 +16,16 @@ import (
 // FieldManager owns the status fields this reconciler writes.
 const FieldManager = "ichor-machineconfig"
 
-// ownedConditions are the condition types this reconciler writes: its own,
-// and intake's certificate and reachability once the node left maintenance
-// mode (intake stops looking at a configured machine).
-var ownedConditions = []string{ConditionConfigApplied, ConditionReady, intake.ConditionCertificateVerified, intake.ConditionReachable}
+// ownedConditions are the condition types this reconciler writes on m: its
+// own, and, once the node left maintenance mode with its config, intake's
+// certificate and reachability (intake stops looking at a configured
+// machine; before that they are intake's alone).
+func ownedConditions(m *v1alpha1.TalosMachine) []string {
+	if m.Status.AppliedConfig == nil {
+		return []string{ConditionConfigApplied, ConditionReady}
+	}
+	return []string{ConditionConfigApplied, ConditionReady, intake.ConditionCertificateVerified, intake.ConditionReachable}
+}
 
 // WriteStatus applies the fields of m's status this reconciler owns — phase,
 // observed generation, node name, applied config and its conditions — with
@@ -42,8 +48,9 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 		}
 		st.WithAppliedConfig(ac)
 	}
+	owned := ownedConditions(m)
 	for _, cond := range m.Status.Conditions {
-		if !slices.Contains(ownedConditions, cond.Type) {
+		if !slices.Contains(owned, cond.Type) {
 			continue
 		}
 		st.WithConditions(metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).

@@ -119,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := metav1.NewTime(r.Now())
 	change := intake.Record(&m.Status, m.Generation, result, now)
 	if !equality.Semantic.DeepEqual(before, &m.Status) {
-		if err := r.Client.Status().Update(ctx, &m); err != nil {
+		if err := intake.WriteStatus(ctx, r.Client, &m); err != nil {
 			if apierrors.IsConflict(err) {
 				// The machine changed meanwhile (perhaps only its status, which
 				// the predicate does not pass on): look again shortly.

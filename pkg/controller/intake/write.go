@@ -1,0 +1,69 @@
+package intake
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+)
+
+// FieldManager owns the status fields intake writes.
+const FieldManager = "ichor-intake"
+
+// ownedConditions are the condition types intake writes.
+var ownedConditions = []string{ConditionCertificateVerified, ConditionReachable, ConditionApproved}
+
+// WriteStatus applies the fields of m's status intake owns — phase, observed
+// generation, the pinned certificate, hardware, Talos version and its
+// conditions — with server-side apply under FieldManager, conditional on
+// m's resourceVersion: intake decides on what it read, and a machine that
+// changed meanwhile (configured, say) is looked at again, not written over.
+func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine) error {
+	s := &m.Status
+	st := ichorac.TalosMachineStatus().WithObservedGeneration(s.ObservedGeneration)
+	if s.Phase != "" {
+		st.WithPhase(s.Phase)
+	}
+	if s.TalosVersion != "" {
+		st.WithTalosVersion(s.TalosVersion)
+	}
+	if p := s.Maintenance; p != nil {
+		st.WithMaintenance(ichorac.MaintenanceStatus().WithCertificateFingerprint(p.CertificateFingerprint).WithSeenAt(p.SeenAt))
+	}
+	if h := s.Hardware; h != nil {
+		hw := ichorac.HardwareStatus().WithAddresses(h.Addresses...)
+		if h.UUID != "" {
+			hw.WithUUID(h.UUID)
+		}
+		if h.Serial != "" {
+			hw.WithSerial(h.Serial)
+		}
+		for _, d := range h.Disks {
+			disk := ichorac.Disk().WithPath(d.Path).WithSizeBytes(d.SizeBytes)
+			if d.Model != "" {
+				disk.WithModel(d.Model)
+			}
+			if d.Serial != "" {
+				disk.WithSerial(d.Serial)
+			}
+			hw.WithDisks(disk)
+		}
+		st.WithHardware(hw)
+	}
+	for _, cond := range s.Conditions {
+		if slices.Contains(ownedConditions, cond.Type) {
+			st.WithConditions(metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
+				WithMessage(cond.Message).WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
+		}
+	}
+	obj := ichorac.TalosMachine(m.Name, m.Namespace).WithResourceVersion(m.ResourceVersion).WithStatus(st)
+	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return nil
+}
