@@ -2,6 +2,7 @@ package machineconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,6 +73,20 @@ func describe(effect v1alpha1.ConfigEffect, changes []render.Change) string {
 // not kept from what brings it back). m's status records why it waits.
 func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.ConfigEffect, action v1alpha1.DisruptionAction) (bool, error) {
 	m := s.m
+	// A first look, so that machines waiting for one that is not Ready do
+	// not take and give back the budget on every poll.
+	if busy, err := r.busy(ctx, m); err != nil || len(busy) > 0 {
+		if err != nil {
+			return true, err
+		}
+		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
+			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
+		if s.cluster != nil && disruption.HeldBy(s.cluster, m) {
+			// Taken before a restart, not used yet: not held while waiting.
+			return true, r.budget.Release(ctx, m)
+		}
+		return true, nil
+	}
 	holder, err := r.budget.Acquire(ctx, m, action)
 	if err != nil {
 		return true, err
@@ -83,14 +98,23 @@ func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.Con
 	}
 	// Holding the budget, machines read now are all there is: no other
 	// action of Ichor takes one away meanwhile.
-	var all v1alpha1.TalosMachineList
-	if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
-		return true, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
+	busy, err := r.busy(ctx, m)
+	if err != nil {
+		return true, errors.Join(err, r.budget.Release(ctx, m))
 	}
-	if busy := busyMachines(m, all.Items); len(busy) > 0 {
+	if len(busy) > 0 {
 		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
 			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
 		return true, r.budget.Release(ctx, m)
 	}
 	return false, nil
+}
+
+// busy lists, without the cache, the other machines of m's cluster that are not Ready.
+func (r *Reconciler) busy(ctx context.Context, m *v1alpha1.TalosMachine) ([]string, error) {
+	var all v1alpha1.TalosMachineList
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(m.Namespace)); err != nil {
+		return nil, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
+	}
+	return busyMachines(m, all.Items), nil
 }
