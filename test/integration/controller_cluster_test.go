@@ -341,11 +341,7 @@ spec:
 	reboots := func() map[string]int {
 		counts := map[string]int{}
 		for name, n := range nodes {
-			for _, p := range n.PhaseHistory() {
-				if p == talossim.PhaseRebooting {
-					counts[name]++
-				}
-			}
+			counts[name] = timesEntered(n, talossim.PhaseRebooting)
 		}
 		return counts
 	}

@@ -75,11 +75,11 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
-// count is how many times the node entered phase since the test began.
-func count(n *talossim.Node, phase talossim.Phase) int {
+// timesEntered is how many times the node entered phase.
+func timesEntered(n *talossim.Node, phase talossim.Phase) int {
 	c := 0
-	for _, ch := range n.PhaseChanges() {
-		if ch.Phase == phase {
+	for _, p := range n.PhaseHistory() {
+		if p == phase {
 			c++
 		}
 	}
@@ -165,7 +165,7 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 		t.Errorf("the installed node was taken for an impostor: %+v", m.Status.Conditions)
 	}
 	waitEventSaying(ctx, t, ns, "w1", corev1.EventTypeNormal, machineconfig.EventConfigApplied, "installed already")
-	if n := count(node, talossim.PhaseInstalling); n != 1 {
+	if n := timesEntered(node, talossim.PhaseInstalling); n != 1 {
 		t.Errorf("the node installed %d times, want once", n)
 	}
 	controller.stop()
@@ -191,7 +191,7 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 	if node.Phase() != talossim.PhaseMaintenance {
 		t.Errorf("the node is %s, want maintenance", node.Phase())
 	}
-	if n := count(node, talossim.PhaseResetting); n != 1 {
+	if n := timesEntered(node, talossim.PhaseResetting); n != 1 {
 		t.Errorf("the node was reset %d times, want once", n)
 	}
 	c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "crashy", metav1.GetOptions{})

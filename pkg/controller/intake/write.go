@@ -3,12 +3,11 @@ package intake
 import (
 	"context"
 	"fmt"
-	"slices"
 
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 
@@ -55,12 +54,7 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 		}
 		st.WithHardware(hw)
 	}
-	for _, cond := range s.Conditions {
-		if slices.Contains(ownedConditions, cond.Type) {
-			st.WithConditions(metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
-				WithMessage(cond.Message).WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
-		}
-	}
+	st.WithConditions(statusapply.Conditions(s.Conditions, ownedConditions...)...)
 	obj := ichorac.TalosMachine(m.Name, m.Namespace).WithResourceVersion(m.ResourceVersion).WithStatus(st)
 	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)

@@ -116,7 +116,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 	m.Status.Phase = v1alpha1.MachinePhaseResetting
 	s.set(ConditionReady, metav1.ConditionFalse, reason, msg)
 	if !equality.Semantic.DeepEqual(before, &m.Status) {
-		if err := r.writeStatus(ctx, m); err != nil {
+		if err := WriteStatus(ctx, r.Client, m); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}

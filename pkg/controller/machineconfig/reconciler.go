@@ -7,8 +7,9 @@
 //
 // Rollout: a change that needs no reboot is applied at once, everywhere. A
 // change that needs a reboot (or an API server restart on a control plane)
-// waits until every other approved machine of the cluster is Ready, so one
-// node at a time goes away and control planes keep etcd's quorum. Every step
+// holds the cluster's disruption budget (package disruption) and waits until
+// every other approved machine of the cluster is Ready, so one node at a
+// time goes away and control planes keep etcd's quorum. Every step
 // is recorded in the machine's status before the next is taken, and each is
 // decided from the node's own state, so a controller that restarts resumes
 // where it stopped without repeating or skipping one.
@@ -170,9 +171,9 @@ type step struct {
 	// cluster is m's cluster, as the cache has it.
 	cluster *v1alpha1.TalosCluster
 	now     metav1.Time
-	// persist writes m's status now if it changed. A rollout decision
-	// calls it before letting go of its cluster's lock, so the next decision
-	// sees this one.
+	// persist writes m's status now if it changed. A rollout step calls it
+	// before giving back its cluster's disruption budget, so the next
+	// decision sees this one.
 	persist func(context.Context) error
 }
 
@@ -214,7 +215,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return nil
 		}
 		m.Status.ObservedGeneration = m.Generation
-		if err := r.writeStatus(ctx, &m); err != nil {
+		if err := WriteStatus(ctx, r.Client, &m); err != nil {
 			return err
 		}
 		written = m.Status.DeepCopy()
@@ -233,10 +234,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			"Node %s runs its config and is ready", m.Status.NodeName)
 	}
 	return result, nil
-}
-
-func (r *Reconciler) writeStatus(ctx context.Context, m *v1alpha1.TalosMachine) error {
-	return WriteStatus(ctx, r.Client, m)
 }
 
 // reconcile decides and takes the next step; the caller writes the status.

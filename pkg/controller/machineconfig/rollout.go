@@ -69,23 +69,27 @@ func describe(effect v1alpha1.ConfigEffect, changes []render.Change) string {
 // takeBudget takes the cluster's disruption budget for a change of effect
 // that takes m away as action, and reports whether the change must wait:
 // while another machine holds the budget, or another machine is not Ready
-// (then the budget is given back, so that the machine that is not Ready is
-// not kept from what brings it back). m's status records why it waits.
+// (then m does not hold the budget meanwhile, so that what brings that
+// machine back is not kept waiting). m's status records why it waits.
 func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.ConfigEffect, action v1alpha1.DisruptionAction) (bool, error) {
 	m := s.m
-	// A first look, so that machines waiting for one that is not Ready do
-	// not take and give back the budget on every poll.
-	if busy, err := r.busy(ctx, m); err != nil || len(busy) > 0 {
-		if err != nil {
-			return true, err
-		}
+	waitFor := func(busy []string, held bool) (bool, error) {
 		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
 			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
-		if s.cluster != nil && disruption.HeldBy(s.cluster, m) {
-			// Taken before a restart, not used yet: not held while waiting.
+		if held {
 			return true, r.budget.Release(ctx, m)
 		}
 		return true, nil
+	}
+	// A first look, so that machines waiting for one that is not Ready do
+	// not take and give back the budget on every poll; a budget taken
+	// before a restart and not used yet is given back.
+	busy, err := r.busy(ctx, m)
+	if err != nil {
+		return true, err
+	}
+	if len(busy) > 0 {
+		return waitFor(busy, s.cluster != nil && disruption.HeldBy(s.cluster, m))
 	}
 	holder, err := r.budget.Acquire(ctx, m, action)
 	if err != nil {
@@ -98,14 +102,11 @@ func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.Con
 	}
 	// Holding the budget, machines read now are all there is: no other
 	// action of Ichor takes one away meanwhile.
-	busy, err := r.busy(ctx, m)
-	if err != nil {
+	if busy, err = r.busy(ctx, m); err != nil {
 		return true, errors.Join(err, r.budget.Release(ctx, m))
 	}
 	if len(busy) > 0 {
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
-			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
-		return true, r.budget.Release(ctx, m)
+		return waitFor(busy, true)
 	}
 	return false, nil
 }

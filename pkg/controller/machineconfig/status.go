@@ -3,13 +3,12 @@ package machineconfig
 import (
 	"context"
 	"fmt"
-	"slices"
 
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 
@@ -48,14 +47,7 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 		}
 		st.WithAppliedConfig(ac)
 	}
-	owned := ownedConditions(m)
-	for _, cond := range m.Status.Conditions {
-		if !slices.Contains(owned, cond.Type) {
-			continue
-		}
-		st.WithConditions(metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
-			WithMessage(cond.Message).WithObservedGeneration(cond.ObservedGeneration).WithLastTransitionTime(cond.LastTransitionTime))
-	}
+	st.WithConditions(statusapply.Conditions(m.Status.Conditions, ownedConditions(m)...)...)
 	obj := ichorac.TalosMachine(m.Name, m.Namespace).WithStatus(st)
 	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)

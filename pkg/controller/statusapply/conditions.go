@@ -1,0 +1,23 @@
+// Package statusapply holds what the controllers' server-side applies of
+// status share: each writer applies only the condition types it owns.
+package statusapply
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+)
+
+// Conditions are the apply configurations of the conditions in conds whose
+// type is one of owned, in order.
+func Conditions(conds []metav1.Condition, owned ...string) []*metav1ac.ConditionApplyConfiguration {
+	var out []*metav1ac.ConditionApplyConfiguration
+	for _, c := range conds {
+		if slices.Contains(owned, c.Type) {
+			out = append(out, metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
+				WithMessage(c.Message).WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime))
+		}
+	}
+	return out
+}
