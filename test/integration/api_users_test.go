@@ -3,13 +3,16 @@ package integration
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apiserver"
@@ -199,5 +202,91 @@ func TestUserRoles(t *testing.T) {
 	mk("second-admin", v1alpha1.UserRoleAdmin)
 	if _, err := admin.Update(ctx, ra, metav1.UpdateOptions{}); err != nil {
 		t.Errorf("disable an admin while another remains: %v", err)
+	}
+}
+
+// TestLastAdminUnderConcurrentRemovals removes the only two enabled admins at
+// once, round after round, by deleting both or by deleting one while
+// disabling the other: each check alone sees the other admin, so without
+// serialisation both would go through. One must be refused, every round.
+func TestLastAdminUnderConcurrentRemovals(t *testing.T) {
+	ctx := apiContext(t)
+	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().IchorUsers()
+	users := apiClient(t).IchorV1alpha1().IchorUsers()
+	remove := func(ctx context.Context, name string) {
+		if err := users.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			// The API keeps the last enabled admin, rightly: that one goes from storage.
+			if err := cp.EtcdDelete(ctx, "/ichorusers/"+name); err != nil {
+				t.Errorf("remove IchorUser %s: %v", name, err)
+			}
+		}
+	}
+	const rounds = 12
+	for round := range rounds {
+		a, b := fmt.Sprintf("race-a-%d", round), fmt.Sprintf("race-b-%d", round)
+		for _, name := range []string{a, b} {
+			if _, err := admin.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleAdmin}}, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("create %s: %v", name, err)
+			}
+			t.Cleanup(func() { remove(context.Background(), name) })
+		}
+		disable := round%2 == 1
+		start := make(chan struct{})
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[0] = admin.Delete(ctx, a, metav1.DeleteOptions{})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			if !disable {
+				errs[1] = admin.Delete(ctx, b, metav1.DeleteOptions{})
+				return
+			}
+			// As kubectl edit would be told: the other removal's check
+			// may change b under this update, which then reads b again.
+			errs[1] = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				u, err := admin.Get(ctx, b, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				u.Spec.Disabled = true
+				_, err = admin.Update(ctx, u, metav1.UpdateOptions{})
+				return err
+			})
+		}()
+		close(start)
+		wg.Wait()
+
+		refused := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+			case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "is the last enabled admin"):
+				refused++
+			default:
+				t.Errorf("round %d, removal %d: %v", round, i, err)
+			}
+		}
+		list, err := users.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enabled := 0
+		for _, u := range list.Items {
+			if u.Spec.Role == v1alpha1.UserRoleAdmin && !u.Spec.Disabled && u.DeletionTimestamp == nil {
+				enabled++
+			}
+		}
+		if refused != 1 || enabled != 1 {
+			t.Fatalf("round %d (disable=%v): %d of 2 removals refused and %d enabled admins left, want 1 and 1: %v", round, disable, refused, enabled, errs)
+		}
+		for _, name := range []string{a, b} {
+			remove(ctx, name)
+		}
 	}
 }

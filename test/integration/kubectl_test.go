@@ -299,6 +299,7 @@ func TestKubectlCategoryAndShortNames(t *testing.T) {
 func TestKubectlExplain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
+	waitOpenAPIv3(ctx, t) // what kubectl explain reads
 
 	out := mustKubectl(ctx, t, "explain", "talosmachine.spec")
 	for _, want := range []string{

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,17 +114,69 @@ func enabledAdmin(u *ichor.IchorUser) bool {
 	return u.Spec.Role == ichor.UserRoleAdmin && !u.Spec.Disabled
 }
 
-// keepAnAdmin refuses the change unless another enabled admin remains. It
-// reads the users fresh from storage, not from a cache.
+// CountedOnAnnotation is written on the admin a removal counted on, so that
+// concurrent removals of the last two admins cannot both go through.
+//
+// Two checks that each read the users and then remove their own would both
+// see the other admin and leave none. So the check first writes to the admin
+// it counts on (conditional on the version it read), and the removal itself
+// is conditional on the version of the user it removes (the storage deletes
+// or updates only if that user is unchanged since admission read it, and
+// admits it again if not). Of two removals that count on each other, the
+// one that writes second changes the other's user after that one was read:
+// the other's removal fails its condition, is admitted again, and now sees
+// that nobody is left to count on. This holds across server replicas,
+// since etcd decides every condition.
+const CountedOnAnnotation = "ichor.dev/counted-on-as-admin"
+
+// countOnAttempts bounds how often keepAnAdmin re-reads the users when the
+// admin it counts on changes under it.
+const countOnAttempts = 5
+
+// keepAnAdmin refuses the change unless another enabled admin remains, and
+// marks the one it counts on (CountedOnAnnotation; not on a dry run, which
+// must change nothing). It reads the users fresh from storage, not from a cache.
 func (p *Plugin) keepAnAdmin(ctx context.Context, a admission.Attributes, u *ichor.IchorUser, what string) error {
-	list, err := p.client.IchorV1alpha1().IchorUsers().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("list IchorUsers to keep an admin: %w", err))
-	}
-	for _, o := range list.Items {
-		if o.Name != u.Name && o.DeletionTimestamp == nil && o.Spec.Role == v1alpha1.UserRoleAdmin && !o.Spec.Disabled {
+	users := p.client.IchorV1alpha1().IchorUsers()
+	for range countOnAttempts {
+		list, err := users.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("list IchorUsers to keep an admin: %w", err))
+		}
+		other := otherAdmin(list.Items, u.Name)
+		if other == nil {
+			return admission.NewForbidden(a, fmt.Errorf("%s is the last enabled admin: to %s it would leave nobody who can manage Ichor users; make another user admin first", u.Name, what))
+		}
+		if a.IsDryRun() {
 			return nil
 		}
+		// The update is conditional on other's resourceVersion from the list.
+		metav1.SetMetaDataAnnotation(&other.ObjectMeta, CountedOnAnnotation,
+			fmt.Sprintf("to %s %s at %s", what, u.Name, time.Now().UTC().Format(time.RFC3339Nano)))
+		_, err = users.Update(ctx, other, metav1.UpdateOptions{FieldManager: PluginName})
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			continue // other changed or went: read again
+		default:
+			return apierrors.NewInternalError(fmt.Errorf("mark IchorUser %s as the admin that remains: %w", other.Name, err))
+		}
 	}
-	return admission.NewForbidden(a, fmt.Errorf("%s is the last enabled admin: to %s it would leave nobody who can manage Ichor users; make another user admin first", u.Name, what))
+	return apierrors.NewConflict(ichor.Resource("ichorusers"), u.Name,
+		fmt.Errorf("the other admins kept changing while this %s checked that one remains; try again", what))
+}
+
+// otherAdmin is the first enabled admin of users, by name, that is not name
+// and not being deleted, or nil.
+func otherAdmin(users []v1alpha1.IchorUser, name string) *v1alpha1.IchorUser {
+	var first *v1alpha1.IchorUser
+	for i := range users {
+		o := &users[i]
+		if o.Name != name && o.DeletionTimestamp == nil && o.Spec.Role == v1alpha1.UserRoleAdmin && !o.Spec.Disabled &&
+			(first == nil || o.Name < first.Name) {
+			first = o
+		}
+	}
+	return first
 }

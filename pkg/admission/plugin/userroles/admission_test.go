@@ -2,6 +2,8 @@ package userroles
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	k8stesting "k8s.io/client-go/testing"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -99,4 +102,61 @@ func TestRoles(t *testing.T) {
 
 func schemaUsers() schema.GroupVersionResource {
 	return ichor.Resource("ichorusers").WithVersion("v1alpha1")
+}
+
+// A removal marks the admin it counts on, conditional on the version it
+// read; a dry run marks nothing.
+func TestRemovalMarksTheAdminItCountsOn(t *testing.T) {
+	for _, dryRun := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dryRun=%v", dryRun), func(t *testing.T) {
+			a2 := stored("a2", v1alpha1.UserRoleAdmin, false)
+			a2.ResourceVersion = "7"
+			client := fake.NewClientset(stored("a1", v1alpha1.UserRoleAdmin, false), a2, stored("a3", v1alpha1.UserRoleAdmin, false))
+			var updates []*v1alpha1.IchorUser
+			client.PrependReactor("update", "ichorusers", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				u := action.(k8stesting.UpdateAction).GetObject().(*v1alpha1.IchorUser)
+				updates = append(updates, u)
+				return false, nil, nil
+			})
+			p := New()
+			p.SetIchorClient(client)
+			attrs := admission.NewAttributesRecord(nil, internal("a1", ichor.UserRoleAdmin, false), ichor.Kind("IchorUser").WithVersion(""),
+				"", "a1", schemaUsers(), "", admission.Delete, nil, dryRun, admin)
+			if err := p.Validate(context.Background(), attrs, nil); err != nil {
+				t.Fatal(err)
+			}
+			if dryRun {
+				if len(updates) != 0 {
+					t.Fatalf("a dry run wrote %d users", len(updates))
+				}
+				return
+			}
+			if len(updates) != 1 || updates[0].Name != "a2" || updates[0].ResourceVersion != "7" ||
+				!strings.HasPrefix(updates[0].Annotations[CountedOnAnnotation], "to delete a1 at ") {
+				t.Fatalf("want one conditional update marking a2, got %+v", updates)
+			}
+		})
+	}
+}
+
+// When the admin counted on changes between the list and the mark, the check
+// reads again, and decides on what it reads then.
+func TestCountedOnAdminChangesUnderTheCheck(t *testing.T) {
+	client := fake.NewClientset(stored("a1", v1alpha1.UserRoleAdmin, false), stored("a2", v1alpha1.UserRoleAdmin, false))
+	client.PrependReactor("update", "ichorusers", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		// a2 is demoted concurrently: the mark conflicts, and a2 is no admin now.
+		demoted := stored("a2", v1alpha1.UserRoleOperator, false)
+		demoted.SetGroupVersionKind(v1alpha1.SchemeGroupVersion.WithKind("IchorUser"))
+		if err := client.Tracker().Update(schemaUsers(), demoted, ""); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, apierrors.NewConflict(ichor.Resource("ichorusers"), "a2", errors.New("the object has been modified"))
+	})
+	p := New()
+	p.SetIchorClient(client)
+	attrs := admission.NewAttributesRecord(nil, internal("a1", ichor.UserRoleAdmin, false), ichor.Kind("IchorUser").WithVersion(""),
+		"", "a1", schemaUsers(), "", admission.Delete, nil, false, admin)
+	if err := p.Validate(context.Background(), attrs, nil); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "a1 is the last enabled admin") {
+		t.Fatalf("got %v, want the last-admin refusal", err)
+	}
 }

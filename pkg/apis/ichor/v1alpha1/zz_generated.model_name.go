@@ -23,325 +23,325 @@ package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AppliedConfigStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.AppliedConfigStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AppliedConfigStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ApprovalStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ApprovalStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ApprovalStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CNISpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.CNISpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterAuthentication) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ClusterAuthentication"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterNetwork) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ClusterNetwork"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterSecurity) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ClusterSecurity"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterSecurity"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ComponentVersion) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ComponentVersion"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ComponentVersion"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ControlPlaneSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.ControlPlaneSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ControlPlaneSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CredentialLifetimes) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.CredentialLifetimes"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CredentialLifetimes"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Disk) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.Disk"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Disk"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DisruptionStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.DisruptionStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DownloadOptions) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.DownloadOptions"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DownloadOptions"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in EtcdRestoreParameters) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.EtcdRestoreParameters"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in HardwareStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.HardwareStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.HardwareStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorInstallation) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorInstallation"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallation"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorInstallationList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorInstallationList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorInstallationSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorInstallationSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorInstallationStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorInstallationStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUser) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorUser"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUser"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorUserList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserPassword) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorUserPassword"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserPassword"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorUserSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.IchorUserStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InstallSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.InstallSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InstallationSettings) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.InstallationSettings"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallationSettings"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KubeletServingCertificateStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.KubeletServingCertificateStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KubeletServingCertificates) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.KubeletServingCertificates"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificates"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KubernetesUpgradeParameters) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.KubernetesUpgradeParameters"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in LocalSecretReference) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.LocalSecretReference"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineCounts) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineCounts"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineCounts"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineReclaim) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineReclaim"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaim"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineReclaimList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineReclaimList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineReclaimSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineReclaimSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineReclaimStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineReclaimStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MachineReference) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MachineReference"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MaintenanceStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.MaintenanceStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeResetParameters) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.NodeResetParameters"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OperationStep) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.OperationStep"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Override) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.Override"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Override"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OverrideStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.OverrideStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PacketCaptureOptions) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.PacketCaptureOptions"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.PacketCaptureOptions"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PatchTarget) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.PatchTarget"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.PatchTarget"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretKeySelector) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.SecretKeySelector"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosCluster) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosCluster"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCluster"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosClusterList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosClusterList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosClusterSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosClusterSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosClusterStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosClusterStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosConfigPatch) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosConfigPatch"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatch"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosConfigPatchList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosConfigPatchList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosConfigPatchSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosConfigPatchSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosConfigPatchStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosConfigPatchStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosCredentialRequest) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosCredentialRequest"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequest"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosCredentialRequestList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosCredentialRequestList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosCredentialRequestSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosCredentialRequestSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosCredentialRequestStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosCredentialRequestStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosMachine) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosMachine"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachine"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosMachineList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosMachineList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosMachineSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosMachineSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosMachineStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosMachineStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosOperation) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosOperation"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperation"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosOperationList) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosOperationList"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosOperationSpec) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosOperationSpec"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosOperationStatus) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosOperationStatus"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosUpgradeParameters) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.TalosUpgradeParameters"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosUpgradeParameters"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UnmanagedMachine) OpenAPIModelName() string {
-	return "dev.ichor.v1alpha1.UnmanagedMachine"
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.UnmanagedMachine"
 }

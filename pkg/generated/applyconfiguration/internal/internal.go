@@ -39,86 +39,1145 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AppliedConfigStatus
+  map:
+    fields:
+    - name: appliedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: effect
+      type:
+        scalar: string
+    - name: hash
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ApprovalStatus
+  map:
+    fields:
+    - name: at
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: by
+      type:
+        scalar: string
+      default: ""
+    - name: decision
+      type:
+        scalar: string
+      default: ""
+    - name: reason
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication
+  map:
+    fields:
+    - name: clientID
+      type:
+        scalar: string
+      default: ""
+    - name: groupsClaim
+      type:
+        scalar: string
+    - name: issuerURL
+      type:
+        scalar: string
+      default: ""
+    - name: usernameClaim
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork
+  map:
+    fields:
+    - name: cni
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
+      default: {}
+    - name: dnsDomain
+      type:
+        scalar: string
+    - name: podCIDRs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: serviceCIDRs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterSecurity
+  map:
+    fields:
+    - name: kubeletServingCertificates
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificates
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ComponentVersion
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: version
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ControlPlaneSpec
+  map:
+    fields:
+    - name: endpoint
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CredentialLifetimes
+  map:
+    fields:
+    - name: readerTalosconfig
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: talosCredential
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Disk
+  map:
+    fields:
+    - name: model
+      type:
+        scalar: string
+    - name: path
+      type:
+        scalar: string
+      default: ""
+    - name: serial
+      type:
+        scalar: string
+    - name: sizeBytes
+      type:
+        scalar: numeric
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
+  map:
+    fields:
+    - name: action
+      type:
+        scalar: string
+      default: ""
+    - name: machine
+      type:
+        scalar: string
+      default: ""
+    - name: machineUID
+      type:
+        scalar: string
+      default: ""
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters
+  map:
+    fields:
+    - name: snapshot
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.HardwareStatus
+  map:
+    fields:
+    - name: addresses
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: disks
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Disk
+          elementRelationship: associative
+          keys:
+          - path
+    - name: serial
+      type:
+        scalar: string
+    - name: uuid
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallation
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationSpec
+  map:
+    fields:
+    - name: settings
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallationSettings
+      default: {}
+    - name: version
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorInstallationStatus
+  map:
+    fields:
+    - name: components
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ComponentVersion
+          elementRelationship: associative
+          keys:
+          - name
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: observedGeneration
+      type:
+        scalar: numeric
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUser
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserSpec
+  map:
+    fields:
+    - name: disabled
+      type:
+        scalar: boolean
+    - name: displayName
+      type:
+        scalar: string
+    - name: role
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserStatus
+  map:
+    fields:
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: lastLoginAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: passwordChangedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: passwordHash
+      type:
+        scalar: string
+    - name: passwordSet
+      type:
+        scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallSpec
+  map:
+    fields:
+    - name: disk
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallationSettings
+  map:
+    fields:
+    - name: credentialLifetimes
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CredentialLifetimes
+      default: {}
+    - name: provisioningNetworks
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: scanInterval
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: usersEnabled
+      type:
+        scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus
+  map:
+    fields:
+    - name: issuedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: request
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificates
+  map:
+    fields:
+    - name: enabled
+      type:
+        scalar: boolean
+    - name: verifyFromAPIServer
+      type:
+        scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters
+  map:
+    fields:
+    - name: version
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineCounts
+  map:
+    fields:
+    - name: controlPlanes
+      type:
+        scalar: numeric
+      default: 0
+    - name: ready
+      type:
+        scalar: numeric
+      default: 0
+    - name: total
+      type:
+        scalar: numeric
+      default: 0
+    - name: workers
+      type:
+        scalar: numeric
+      default: 0
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaim
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimSpec
+  map:
+    fields:
+    - name: clusterName
+      type:
+        scalar: string
+      default: ""
+    - name: graceful
+      type:
+        scalar: boolean
+    - name: machineRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReference
+    - name: role
+      type:
+        scalar: string
+    - name: unmanaged
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.UnmanagedMachine
+    - name: wipe
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimStatus
+  map:
+    fields:
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: phase
+      type:
+        scalar: string
+    - name: reclaimedBy
+      type:
+        scalar: string
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: namespace
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus
+  map:
+    fields:
+    - name: certificateFingerprint
+      type:
+        scalar: string
+      default: ""
+    - name: seenAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters
+  map:
+    fields:
+    - name: graceful
+      type:
+        scalar: boolean
+    - name: wipe
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
+  map:
+    fields:
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: machine
+      type:
+        scalar: string
+      default: ""
+    - name: message
+      type:
+        scalar: string
+    - name: phase
+      type:
+        scalar: string
+      default: ""
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus
+  map:
+    fields:
+    - name: at
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: by
+      type:
+        scalar: string
+      default: ""
+    - name: check
+      type:
+        scalar: string
+      default: ""
+    - name: reason
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.PatchTarget
+  map:
+    fields:
+    - name: machines
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: role
+      type:
+        scalar: string
+    - name: selector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCluster
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterSpec
+  map:
+    fields:
+    - name: authentication
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication
+    - name: ciliumValues
+      type:
+        scalar: string
+    - name: controlPlane
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ControlPlaneSpec
+      default: {}
+    - name: kubernetesVersion
+      type:
+        scalar: string
+      default: ""
+    - name: network
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork
+      default: {}
+    - name: paused
+      type:
+        scalar: boolean
+    - name: secretsRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
+    - name: security
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterSecurity
+      default: {}
+    - name: talosVersion
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterStatus
+  map:
+    fields:
+    - name: bootstrappedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: disruption
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
+    - name: kubernetesVersion
+      type:
+        scalar: string
+    - name: machines
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineCounts
+      default: {}
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: override
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus
+    - name: phase
+      type:
+        scalar: string
+    - name: talosVersion
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatch
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchSpec
+  map:
+    fields:
+    - name: clusterName
+      type:
+        scalar: string
+      default: ""
+    - name: disabled
+      type:
+        scalar: boolean
+    - name: patch
+      type:
+        scalar: string
+      default: ""
+    - name: priority
+      type:
+        scalar: numeric
+    - name: target
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.PatchTarget
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosConfigPatchStatus
+  map:
+    fields:
+    - name: appliedMachines
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: effect
+      type:
+        scalar: string
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: override
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequest
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestSpec
+  map:
+    fields:
+    - name: clusterName
+      type:
+        scalar: string
+      default: ""
+    - name: groups
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: machines
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: publicKey
+      type:
+        scalar: string
+      default: ""
+    - name: purpose
+      type:
+        scalar: string
+      default: ""
+    - name: uid
+      type:
+        scalar: string
+    - name: username
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCredentialRequestStatus
+  map:
+    fields:
+    - name: caBundle
+      type:
+        scalar: string
+    - name: certificate
+      type:
+        scalar: string
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: expirationTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: role
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachine
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineSpec
+  map:
+    fields:
+    - name: address
+      type:
+        scalar: string
+      default: ""
+    - name: clusterName
+      type:
+        scalar: string
+    - name: expectedFingerprint
+      type:
+        scalar: string
+    - name: hostname
+      type:
+        scalar: string
+    - name: install
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallSpec
+      default: {}
+    - name: role
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineStatus
+  map:
+    fields:
+    - name: appliedConfig
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AppliedConfigStatus
+    - name: approval
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ApprovalStatus
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: hardware
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.HardwareStatus
+    - name: kubeletServingCertificate
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus
+    - name: maintenance
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus
+    - name: nodeName
+      type:
+        scalar: string
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: override
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus
+    - name: phase
+      type:
+        scalar: string
+    - name: talosVersion
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperation
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationSpec
+  map:
+    fields:
+    - name: clusterName
+      type:
+        scalar: string
+      default: ""
+    - name: etcdRestore
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters
+    - name: kubernetesUpgrade
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters
+    - name: machines
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: nodeReset
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters
+    - name: talosUpgrade
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosUpgradeParameters
+    - name: type
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationStatus
+  map:
+    fields:
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: phase
+      type:
+        scalar: string
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: startedBy
+      type:
+        scalar: string
+    - name: steps
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
+          elementRelationship: associative
+          keys:
+          - machine
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosUpgradeParameters
+  map:
+    fields:
+    - name: stage
+      type:
+        scalar: boolean
+    - name: version
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.UnmanagedMachine
+  map:
+    fields:
+    - name: address
+      type:
+        scalar: string
+      default: ""
+    - name: talosconfigSecretRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
+      default: {}
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+  map:
+    fields:
+    - name: lastTransitionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+      default: ""
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: reason
+      type:
+        scalar: string
+      default: ""
+    - name: status
+      type:
+        scalar: string
+      default: ""
+    - name: type
+      type:
+        scalar: string
+      default: ""
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+  scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
   map:
     elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+      scalar: untyped
+      list:
+        elementType:
+          namedType: __untyped_atomic_
+        elementRelationship: atomic
+      map:
+        elementType:
+          namedType: __untyped_deduced_
+        elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+  map:
+    fields:
+    - name: matchExpressions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+          elementRelationship: atomic
+    - name: matchLabels
+      type:
+        map:
+          elementType:
+            scalar: string
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: ""
+    - name: operator
+      type:
+        scalar: string
+      default: ""
+    - name: values
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: fieldsType
+      type:
+        scalar: string
+    - name: fieldsV1
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
+    - name: manager
+      type:
+        scalar: string
+    - name: operation
+      type:
+        scalar: string
+    - name: subresource
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+  map:
+    fields:
+    - name: annotations
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: creationTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: deletionGracePeriodSeconds
+      type:
+        scalar: numeric
+    - name: deletionTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: finalizers
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: generateName
+      type:
+        scalar: string
+    - name: generation
+      type:
+        scalar: numeric
+    - name: labels
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: managedFields
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+          elementRelationship: atomic
+    - name: name
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
+    - name: ownerReferences
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+          elementRelationship: associative
+          keys:
+          - uid
+    - name: resourceVersion
+      type:
+        scalar: string
+    - name: selfLink
+      type:
+        scalar: string
+    - name: uid
+      type:
+        scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+      default: ""
+    - name: blockOwnerDeletion
+      type:
+        scalar: boolean
+    - name: controller
+      type:
+        scalar: boolean
+    - name: kind
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: uid
+      type:
+        scalar: string
+      default: ""
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+  scalar: untyped
 - name: __untyped_atomic_
   scalar: untyped
   list:
