@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -842,6 +844,49 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	} {
 		if got := allowed(ctx, t, kube, controllerUser, controllerGroups, c.a, c.namespace); got != c.want {
 			t.Errorf("%s may %s in namespace %q: %v, want %v", controllerUser, c.a, c.namespace, got, c.want)
+		}
+	}
+}
+
+// TestOptionalNetworkPolicy checks artifacts/optional/networkpolicy.yaml:
+// kube-apiserver accepts it, it selects ichor-apiserver's pods, and it
+// admits only their serving port. (No CNI here enforces it.)
+func TestOptionalNetworkPolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	dir, _, docs := readArtifacts(t)
+	file := filepath.Join(dir, "optional", "networkpolicy.yaml")
+	out, _, err := runKubectl(ctx, t, nil, "apply", "--server-side", "--dry-run=server", "-o", "json", "-f", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy networkingv1.NetworkPolicy
+	if err := json.Unmarshal([]byte(out), &policy); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out)
+	}
+	var deploy appsv1.Deployment
+	for _, d := range docs {
+		if d.meta.Kind == "Deployment" && d.name == "ichor-apiserver" {
+			if err := yaml.Unmarshal(d.data, &deploy); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	selector, err := metav1.LabelSelectorAsSelector(&policy.Spec.PodSelector)
+	if err != nil || selector.Empty() || !selector.Matches(labels.Set(deploy.Spec.Template.Labels)) || policy.Namespace != deploy.Namespace {
+		t.Errorf("the policy (%s, %v) does not select ichor-apiserver's pods %v in %s", policy.Namespace, policy.Spec.PodSelector, deploy.Spec.Template.Labels, deploy.Namespace)
+	}
+	if !slices.Equal(policy.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(policy.Spec.Ingress) != 1 {
+		t.Fatalf("want one ingress rule and nothing else: %+v", policy.Spec)
+	}
+	rule := policy.Spec.Ingress[0]
+	serving := deploy.Spec.Template.Spec.Containers[0].Ports[0]
+	if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.String() != serving.Name {
+		t.Errorf("the rule admits ports %+v, want only %s", rule.Ports, serving.Name)
+	}
+	for _, peer := range rule.From {
+		if peer.PodSelector != nil || peer.NamespaceSelector != nil || peer.IPBlock == nil || len(peer.IPBlock.Except) == 0 {
+			t.Errorf("peer %+v admits pods: only address blocks that except the pod network belong here", peer)
 		}
 	}
 }
