@@ -18,8 +18,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/kubeletserving"
-	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
@@ -105,7 +103,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 			b.Fatal(err)
 		}
 	}
-	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 
 	rc, err := kube.WaitReady(ctx, endpoint)
 	if err != nil {
@@ -145,7 +143,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	start := time.Now()
 	mustKubectl(ctx, b, "-n", ns, "patch", "taloscluster", "bench", "--type=merge", "-p",
 		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)
-	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, kubeletserving.ConditionCertificates, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
+	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()

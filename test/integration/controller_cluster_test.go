@@ -35,7 +35,6 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
@@ -203,7 +202,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 	decideAs(admin, "carol", "impostor", v1alpha1.ApprovalApproved, "")
 
 	t.Run("three control planes and two workers become Ready", func(t *testing.T) {
-		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 		if got, want := c.Status.Machines, (v1alpha1.MachineCounts{Total: 5, Ready: 5, ControlPlanes: 3, Workers: 2}); got != want {
 			t.Errorf("machine counts %+v, want %+v", got, want)
 		}
@@ -211,8 +210,8 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 			c.Status.KubernetesVersion == "" || c.Status.ObservedGeneration != c.Generation {
 			t.Errorf("status %+v", c.Status)
 		}
-		for _, typ := range []string{taloscluster.ConditionBootstrapped, taloscluster.ConditionEtcdHealthy,
-			taloscluster.ConditionKubernetesAPIReachable, taloscluster.ConditionMachinesReady, taloscluster.ConditionNodesReady} {
+		for _, typ := range []string{v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
+			v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionNodesReady} {
 			if !meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
 				t.Errorf("condition %s not True: %+v", typ, meta.FindStatusCondition(c.Status.Conditions, typ))
 			}
@@ -231,7 +230,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 				t.Fatal(err)
 			}
 			if m.Status.Phase != v1alpha1.MachinePhaseReady || m.Status.NodeName != name || m.Status.AppliedConfig == nil ||
-				!hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate) {
+				!hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) {
 				t.Errorf("%s: %+v", name, describeStatus(m))
 			}
 			if n.Phase() != talossim.PhaseRunning {
@@ -298,7 +297,7 @@ spec:
 		for name := range nodes {
 			m := waitMachineFor(ctx, t, ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
 				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] &&
-					hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate) &&
+					hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) &&
 					m.Status.Phase == v1alpha1.MachinePhaseReady
 			})
 			after[name] = m.Status.AppliedConfig.Hash
@@ -327,14 +326,14 @@ spec:
 				return false, nil
 			}
 			last = p
-			return hasCondition(p.Status.Conditions, configpatch.ConditionApplied, metav1.ConditionTrue, configpatch.ReasonAllApplied) &&
+			return hasCondition(p.Status.Conditions, v1alpha1.PatchConditionApplied, metav1.ConditionTrue, v1alpha1.PatchReasonAllApplied) &&
 				p.Status.ObservedGeneration == p.Generation, nil
 		})
 		if err != nil {
 			t.Fatalf("patch %s never applied everywhere: %v; status %+v", name, err, last.Status)
 		}
 		if last.Status.Effect != effect || len(last.Status.AppliedMachines) != len(nodes) ||
-			!hasCondition(last.Status.Conditions, configpatch.ConditionValid, metav1.ConditionTrue, configpatch.ReasonRenders) {
+			!hasCondition(last.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionTrue, v1alpha1.PatchReasonRenders) {
 			t.Errorf("patch %s status %+v, want effect %s on all machines", name, last.Status, effect)
 		}
 	}
@@ -371,7 +370,7 @@ spec:
 		}
 		rebootedOnce(t, rebootsBefore, reboots())
 		patchSettles(t, "env", v1alpha1.ConfigEffectReboot)
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 	})
 
 	t.Run("a bad patch reports its error and changes nothing", func(t *testing.T) {
@@ -379,16 +378,16 @@ spec:
 		applyPatch(t, "broken", "machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [not-a-cidr]")
 		for name := range nodes {
 			m := waitMachine(ctx, t, ns, name, "the render error is reported", func(m *v1alpha1.TalosMachine) bool {
-				return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionFalse, machineconfig.ReasonRenderFailed)
+				return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonRenderFailed)
 			})
-			if c := meta.FindStatusCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied); !strings.Contains(c.Message, "broken") {
+			if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); !strings.Contains(c.Message, "broken") {
 				t.Errorf("%s: the error does not name the patch: %s", name, c.Message)
 			}
 		}
 		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
 		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 			p, err := patches.Get(ctx, "broken", metav1.GetOptions{})
-			return err == nil && hasCondition(p.Status.Conditions, configpatch.ConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
+			return err == nil && hasCondition(p.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
 				len(p.Status.AppliedMachines) == 0, nil
 		})
 		if err != nil {
@@ -402,7 +401,7 @@ spec:
 		}
 		for name := range nodes {
 			waitMachine(ctx, t, ns, name, "up to date again", func(m *v1alpha1.TalosMachine) bool {
-				return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate)
+				return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate)
 			})
 		}
 		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
@@ -454,8 +453,8 @@ spec:
 				return c != nil && c.Request != "" && c.NotAfter != nil && c.NotAfter.After(time.Now())
 			})
 		}
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, kubeletserving.ConditionCertificates, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, kubeletserving.ConditionVerified, metav1.ConditionTrue, kubeletserving.ReasonAllIssued)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingVerified, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
 		// The latch has the control planes' kube-apiservers verify kubelets: an
 		// API server restart, rolled one control plane at a time.
 		for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
@@ -464,7 +463,7 @@ spec:
 					m.Status.Phase == v1alpha1.MachinePhaseReady
 			})
 		}
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 
 		rc, err := kube.WaitReady(ctx, endpoint)
 		if err != nil {
@@ -679,7 +678,7 @@ spec:
 		if !apierrors.IsUnauthorized(err) {
 			t.Errorf("a client certificate request for cp-1 with the bootstrap token: %v, want Unauthorized", err)
 		}
-		waitCluster(ctx, t, ns, "demo", taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionFalse, taloscluster.ReasonAllMachinesJoined)
+		waitCluster(ctx, t, ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
 		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenDisabled)
 
 		// What that takes in the cluster: the token's Secret alone, read and
@@ -743,7 +742,7 @@ spec:
 			}
 			last = c.Status.Machines
 			return last == v1alpha1.MachineCounts{Total: 4, Ready: 4, ControlPlanes: 3, Workers: 1} &&
-				meta.IsStatusConditionTrue(c.Status.Conditions, taloscluster.ConditionReady), nil
+				meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ClusterConditionReady), nil
 		})
 		if err != nil {
 			t.Errorf("counts after the deletion: %+v (%v)", last, err)
@@ -770,8 +769,8 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 			t.Fatal(err)
 		}
 		decideAs(admin, "carol", "worker-3", v1alpha1.ApprovalApproved, "")
-		c := waitCluster(ctx, t, ns, "demo", taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionTrue, taloscluster.ReasonMachinesJoining)
-		if msg := meta.FindStatusCondition(c.Status.Conditions, taloscluster.ConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
+		c := waitCluster(ctx, t, ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonMachinesJoining)
+		if msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
 			t.Errorf("BootstrapTokenEnabled says %q, want worker-3 named", msg)
 		}
 		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenEnabled)
@@ -789,7 +788,7 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 		waitMachineFor(ctx, t, ns, "worker-3", clusterWait, "Ready", func(m *v1alpha1.TalosMachine) bool {
 			return m.Status.Phase == v1alpha1.MachinePhaseReady
 		})
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionBootstrapTokenEnabled, metav1.ConditionFalse, taloscluster.ReasonAllMachinesJoined)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
 		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 			last = selfReview(ctx, rc, token)
 			return apierrors.IsUnauthorized(last), nil
@@ -801,7 +800,7 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 	})
 
 	t.Run("a reboot-required patch and a control plane's deletion at once take one node away at a time", func(t *testing.T) {
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 		rest := maps.Clone(nodes)
 		delete(rest, "cp-3")
 		before, since := appliedHashes(t), time.Now()
@@ -853,7 +852,7 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 			t.Errorf("etcd members %+v, want cp-1 and cp-2", members)
 		}
 		waitBudgetFree(ctx, t, ns, "demo")
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, taloscluster.ConditionReady, metav1.ConditionTrue, taloscluster.ReasonReady)
+		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 	})
 
 	t.Run("a rejected machine is never configured", func(t *testing.T) {
@@ -868,7 +867,7 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 
 	t.Run("an impostor at a pinned address is sent nothing", func(t *testing.T) {
 		m := waitMachine(ctx, t, ns, "impostor", "the config is held back", func(m *v1alpha1.TalosMachine) bool {
-			return hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionFalse, machineconfig.ReasonCertificateMismatch)
+			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch)
 		})
 		if m.Status.AppliedConfig != nil || len(impostor.ImpostorConfigs()) != 0 || impostor.Phase() != talossim.PhaseMaintenance {
 			t.Errorf("impostor: applied %+v, %d configs delivered, node %s", m.Status.AppliedConfig, len(impostor.ImpostorConfigs()), impostor.Phase())

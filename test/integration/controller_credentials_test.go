@@ -54,8 +54,8 @@ func waitAnswered(ctx context.Context, t *testing.T, ns, name, as string, groups
 			return false, err
 		}
 		got = r
-		return meta.IsStatusConditionTrue(r.Status.Conditions, credentialrequest.ConditionIssued) ||
-			meta.IsStatusConditionTrue(r.Status.Conditions, credentialrequest.ConditionDenied), nil
+		return meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.CredentialRequestIssued) ||
+			meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.CredentialRequestDenied), nil
 	})
 	if err != nil {
 		t.Fatalf("TalosCredentialRequest %s not answered: %v (last seen %+v)", name, err, got)
@@ -84,7 +84,7 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 	}
 
 	issued := waitAnswered(ctx, t, ns, "olivia-reader", "olivia", "ichor:operator")
-	if !meta.IsStatusConditionTrue(issued.Status.Conditions, credentialrequest.ConditionIssued) {
+	if !meta.IsStatusConditionTrue(issued.Status.Conditions, v1alpha1.CredentialRequestIssued) {
 		t.Fatalf("request not issued: %+v", issued.Status.Conditions)
 	}
 	block, _ := pem.Decode([]byte(issued.Status.Certificate))
@@ -148,8 +148,8 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 		t.Fatal(err)
 	}
 	denied := waitAnswered(ctx, t, ns, "carol-snapshot", "carol", "ichor:admin")
-	c := meta.FindStatusCondition(denied.Status.Conditions, credentialrequest.ConditionDenied)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != credentialrequest.ReasonMachineNotFound ||
+	c := meta.FindStatusCondition(denied.Status.Conditions, v1alpha1.CredentialRequestDenied)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.CredentialRequestReasonMachineNotFound ||
 		!strings.Contains(c.Message, "rejected") || denied.Status.Certificate != "" {
 		t.Errorf("request for another cluster's machine: conditions %+v, certificate %q", denied.Status.Conditions, denied.Status.Certificate)
 	}
@@ -181,7 +181,7 @@ func checkCredentialRequests(ctx context.Context, t *testing.T, ns string, node 
 		t.Fatal(err)
 	}
 	absent := waitAnswered(ctx, t, ns, "olivia-absent", "olivia", "ichor:operator")
-	if c := meta.FindStatusCondition(absent.Status.Conditions, credentialrequest.ConditionDenied); c == nil || c.Reason != credentialrequest.ReasonClusterNotFound {
+	if c := meta.FindStatusCondition(absent.Status.Conditions, v1alpha1.CredentialRequestDenied); c == nil || c.Reason != v1alpha1.CredentialRequestReasonClusterNotFound {
 		t.Errorf("request for an absent cluster: conditions %+v", absent.Status.Conditions)
 	}
 

@@ -19,7 +19,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	"ichor.dev/ichor/test/talossim"
@@ -132,7 +131,7 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 `, ns, node.Addr(), cp1.Addr()))
 
 	// The install: the write recording it is lost.
-	crash := newCrashBeforeWrite(ns, "w1", machineconfig.ReasonInstalled)
+	crash := newCrashBeforeWrite(ns, "w1", v1alpha1.MachineReasonInstalled)
 	controller := runControllerWith(t, tune, crash.wrap)
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}}})
 	if err != nil {
@@ -159,9 +158,9 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 	controller = runController(t, tune)
 	m := waitMachine(ctx, t, ns, "w1", "Ready", func(m *v1alpha1.TalosMachine) bool {
 		return m.Status.Phase == v1alpha1.MachinePhaseReady &&
-			hasCondition(m.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonUpToDate)
+			hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate)
 	})
-	if hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch) {
+	if hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch) {
 		t.Errorf("the installed node was taken for an impostor: %+v", m.Status.Conditions)
 	}
 	waitEventSaying(ctx, t, ns, "w1", corev1.EventTypeNormal, machineconfig.EventConfigApplied, "installed already")
@@ -171,7 +170,7 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 	controller.stop()
 
 	// The reset of the deleted machine: the write recording it is lost.
-	crash = newCrashBeforeWrite(ns, "w1", machineconfig.ReasonResetting)
+	crash = newCrashBeforeWrite(ns, "w1", v1alpha1.MachineReasonResetting)
 	controller = runControllerWith(t, tune, crash.wrap)
 	mustKubectl(ctx, t, append(admin, "delete", "talosmachine", "-n", ns, "w1", "--wait=false")...)
 	select {

@@ -68,8 +68,8 @@ subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
 	t.Run("no secrets where the controller is not bound", func(t *testing.T) {
 		unbound := cp.Namespace(t)
 		mustApply(ctx, t, clusterYAML(unbound, "elsewhere", ""))
-		c := waitClusterFor(ctx, t, unbound, "elsewhere", controllerWait, clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretsForbidden)
-		if cond := meta.FindStatusCondition(c.Status.Conditions, clustersecrets.ConditionSecretsReady); !strings.Contains(cond.Message, "kubectl create rolebinding ichor-controller-secrets -n "+unbound) {
+		c := waitClusterFor(ctx, t, unbound, "elsewhere", controllerWait, v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsForbidden)
+		if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionSecretsReady); !strings.Contains(cond.Message, "kubectl create rolebinding ichor-controller-secrets -n "+unbound) {
 			t.Errorf("SecretsReady says %q", cond.Message)
 		}
 	})
@@ -144,9 +144,9 @@ func testIntakePins(ctx context.Context, t *testing.T, ns string) {
 			status metav1.ConditionStatus
 			reason string
 		}{
-			{intake.ConditionReachable, metav1.ConditionTrue, intake.ReasonContacted},
-			{intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonPinnedOnFirstContact},
-			{intake.ConditionApproved, metav1.ConditionFalse, intake.ReasonAwaitingApproval},
+			{v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonContacted},
+			{v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonPinnedOnFirstContact},
+			{v1alpha1.MachineConditionApproved, metav1.ConditionFalse, v1alpha1.MachineReasonAwaitingApproval},
 		} {
 			if !hasCondition(m.Status.Conditions, c.typ, c.status, c.reason) {
 				t.Errorf("%s: want %s=%s (%s) in %+v", name, c.typ, c.status, c.reason, m.Status.Conditions)
@@ -173,13 +173,13 @@ func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	m := waitMachine(ctx, t, ns, "node-c", "the impostor is noticed", func(m *v1alpha1.TalosMachine) bool {
-		return hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch)
+		return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch)
 	})
 	if m.Status.Maintenance.CertificateFingerprint != n.MaintenanceFingerprint() {
 		t.Errorf("the pin moved to %s", m.Status.Maintenance.CertificateFingerprint)
 	}
 	if m.Status.Phase != v1alpha1.MachinePhaseUnreachable ||
-		!hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonCertificateMismatch) {
+		!hasCondition(m.Status.Conditions, v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch) {
 		t.Errorf("phase %s, conditions %+v", m.Status.Phase, m.Status.Conditions)
 	}
 	e := waitEvent(ctx, t, ns, "node-c", corev1.EventTypeWarning, intake.EventCertificateMismatch)
@@ -194,7 +194,7 @@ func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
 	n.ClearFaults()
 	waitMachine(ctx, t, ns, "node-c", "the real node is verified again", func(m *v1alpha1.TalosMachine) bool {
 		return pinnedTo(n.MaintenanceFingerprint())(m) &&
-			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesPin)
+			hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonMatchesPin)
 	})
 	waitEvent(ctx, t, ns, "node-c", corev1.EventTypeNormal, intake.EventReachable)
 }
@@ -217,7 +217,7 @@ spec: {address: "%s", expectedFingerprint: "%s"}
 	}
 	apply(wrong)
 	m := waitMachine(ctx, t, ns, "node-x", "the unexpected certificate is refused", func(m *v1alpha1.TalosMachine) bool {
-		return hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionFalse, intake.ReasonCertificateMismatch)
+		return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch)
 	})
 	if m.Status.Maintenance != nil || m.Status.Hardware != nil {
 		t.Fatalf("a node presenting another certificate than the expected one was pinned or read: %+v", m.Status)
@@ -230,7 +230,7 @@ spec: {address: "%s", expectedFingerprint: "%s"}
 	apply(n.MaintenanceFingerprint())
 	waitMachine(ctx, t, ns, "node-x", "pinned as expected", func(m *v1alpha1.TalosMachine) bool {
 		return pinnedTo(n.MaintenanceFingerprint())(m) &&
-			hasCondition(m.Status.Conditions, intake.ConditionCertificateVerified, metav1.ConditionTrue, intake.ReasonMatchesExpectedFingerprint)
+			hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonMatchesExpectedFingerprint)
 	})
 }
 
@@ -241,14 +241,14 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	}
 	applyMachine(ctx, t, ns, "node-d", n.Addr())
 	m := waitMachine(ctx, t, ns, "node-d", "unreachable", func(m *v1alpha1.TalosMachine) bool {
-		return hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonConnectionFailed)
+		return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonConnectionFailed)
 	})
 	if m.Status.Phase != v1alpha1.MachinePhaseUnreachable || m.Status.Maintenance != nil || m.Status.Hardware != nil {
 		t.Errorf("an unreachable machine: phase %s, maintenance %+v, hardware %+v", m.Status.Phase, m.Status.Maintenance, m.Status.Hardware)
 	}
 	// Why it did not answer stays in the controller's log: status and Events
 	// would otherwise answer a port scan for whoever may write addresses.
-	reachable := conditionOf(m, intake.ConditionReachable)
+	reachable := conditionOf(m, v1alpha1.MachineConditionReachable)
 	e := waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, intake.EventUnreachable)
 	for _, msg := range []string{reachable.Message, e.Message} {
 		if msg != intake.UnreachableMessage(n.Addr()) {
@@ -261,7 +261,7 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	// less a second for timestamps' precision) after the failed contact.
 	n.ClearFaults()
 	m = waitMachine(ctx, t, ns, "node-d", "pinned once it answers", pinnedTo(n.MaintenanceFingerprint()))
-	reached := conditionOf(m, intake.ConditionReachable)
+	reached := conditionOf(m, v1alpha1.MachineConditionReachable)
 	if unreachableFor := reached.LastTransitionTime.Sub(m.CreationTimestamp.Time); unreachableFor < 4*time.Second {
 		t.Errorf("retried after %v, sooner than the minimum backoff", unreachableFor)
 	}
@@ -270,9 +270,9 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	// A port nobody listens on: the condition says so, and nothing is pinned.
 	applyMachine(ctx, t, ns, "node-e", freeLoopbackAddress(t))
 	m = waitMachine(ctx, t, ns, "node-e", "unreachable", func(m *v1alpha1.TalosMachine) bool {
-		return hasCondition(m.Status.Conditions, intake.ConditionReachable, metav1.ConditionFalse, intake.ReasonConnectionFailed)
+		return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonConnectionFailed)
 	})
-	if c := conditionOf(m, intake.ConditionReachable); !strings.Contains(c.Message, m.Spec.Address) {
+	if c := conditionOf(m, v1alpha1.MachineConditionReachable); !strings.Contains(c.Message, m.Spec.Address) {
 		t.Errorf("Reachable message %q does not name the address", c.Message)
 	}
 }
@@ -352,7 +352,7 @@ func testIntakeScan(ctx context.Context, t *testing.T, ns string) {
 	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 		var err error
 		inst, err = client.IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
-		return err == nil && hasCondition(inst.Status.Conditions, discovery.ConditionProvisioningNetworksScanned, metav1.ConditionTrue, discovery.ReasonScanned), nil
+		return err == nil && hasCondition(inst.Status.Conditions, v1alpha1.InstallationConditionProvisioningNetworksScanned, metav1.ConditionTrue, v1alpha1.InstallationReasonScanned), nil
 	})
 	if err != nil {
 		t.Fatalf("no scan condition on the installation: %v; %+v", err, inst)
@@ -445,7 +445,7 @@ func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 	}, "---"))
 
 	// Generated: the Secret belongs to the cluster and holds a valid bundle.
-	c := waitCluster(ctx, t, ns, "generated", clustersecrets.ConditionSecretsReady, metav1.ConditionTrue, clustersecrets.ReasonGenerated)
+	c := waitCluster(ctx, t, ns, "generated", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated)
 	if c.Status.Phase != v1alpha1.ClusterPhasePending || c.Status.ObservedGeneration != c.Generation {
 		t.Errorf("phase %s, observedGeneration %d of %d", c.Status.Phase, c.Status.ObservedGeneration, c.Generation)
 	}
@@ -469,14 +469,14 @@ func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 	}
 	waitEvent(ctx, t, ns, "generated", corev1.EventTypeNormal, clustersecrets.EventSecretsGenerated)
 
-	waitCluster(ctx, t, ns, "provided", clustersecrets.ConditionSecretsReady, metav1.ConditionTrue, clustersecrets.ReasonProvided)
-	waitCluster(ctx, t, ns, "missing", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretNotFound)
-	waitEvent(ctx, t, ns, "missing", corev1.EventTypeWarning, clustersecrets.ReasonSecretNotFound)
-	invalid := waitCluster(ctx, t, ns, "invalid", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonInvalidBundle)
+	waitCluster(ctx, t, ns, "provided", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionTrue, v1alpha1.ClusterReasonProvided)
+	waitCluster(ctx, t, ns, "missing", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretNotFound)
+	waitEvent(ctx, t, ns, "missing", corev1.EventTypeWarning, v1alpha1.ClusterReasonSecretNotFound)
+	invalid := waitCluster(ctx, t, ns, "invalid", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, v1alpha1.ClusterReasonInvalidBundle)
 	if msg := invalid.Status.Conditions[0].Message; strings.Contains(msg, "not-a-bundle-9f2c") {
 		t.Errorf("the condition quotes the Secret's data: %q", msg)
 	}
-	waitCluster(ctx, t, ns, "taken", clustersecrets.ConditionSecretsReady, metav1.ConditionFalse, clustersecrets.ReasonSecretConflict)
+	waitCluster(ctx, t, ns, "taken", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretConflict)
 	taken, err := secretsClient.Get(ctx, "taken-secrets", metav1.GetOptions{})
 	if err != nil || string(taken.Data["other"]) != "data" || len(taken.OwnerReferences) != 0 || len(taken.Data) != 1 {
 		t.Errorf("a Secret the controller did not make was changed: %v %+v", err, taken)

@@ -62,8 +62,8 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	stale.Status.NodeName = "m1"
 	stale.Status.Phase = v1alpha1.MachinePhaseConfiguring
 	stale.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: issued}
-	meta.SetStatusCondition(&stale.Status.Conditions, metav1.Condition{Type: machineconfig.ConditionConfigApplied, Status: metav1.ConditionTrue,
-		Reason: machineconfig.ReasonInstalled, Message: "installed", LastTransitionTime: issued})
+	meta.SetStatusCondition(&stale.Status.Conditions, metav1.Condition{Type: v1alpha1.MachineConditionConfigApplied, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.MachineReasonInstalled, Message: "installed", LastTransitionTime: issued})
 	if err := machineconfig.WriteStatus(ctx, asController, &stale); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 		t.Errorf("the approver's certificate record was lost: %+v", c)
 	}
 	if got.Status.NodeName != "m1" || got.Status.AppliedConfig == nil || got.Status.AppliedConfig.Hash != hash ||
-		!hasCondition(got.Status.Conditions, machineconfig.ConditionConfigApplied, metav1.ConditionTrue, machineconfig.ReasonInstalled) {
+		!hasCondition(got.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled) {
 		t.Errorf("the reconciler's own fields: %+v", describeStatus(got))
 	}
 	managers := map[string]bool{}

@@ -43,19 +43,6 @@ const ControllerName = "taloscluster-secrets"
 // each namespace that holds TalosClusters, and nowhere else.
 const SecretsClusterRole = "ichor-controller-secrets"
 
-// The SecretsReady condition and its reasons.
-const (
-	ConditionSecretsReady = "SecretsReady"
-	ReasonGenerated       = "Generated"
-	ReasonProvided        = "Provided"
-	ReasonSecretNotFound  = "SecretNotFound"
-	ReasonSecretConflict  = "SecretConflict"
-	ReasonInvalidBundle   = "InvalidBundle"
-	// ReasonSecretsForbidden: ichor-controller may not read Secrets in the
-	// cluster's namespace; an admin grants that per namespace.
-	ReasonSecretsForbidden = "SecretsForbidden"
-)
-
 // EventSecretsGenerated is the Normal Event of a new bundle; the failures
 // are Warning Events with the condition's reason.
 const EventSecretsGenerated = "SecretsGenerated"
@@ -127,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	prev := meta.FindStatusCondition(cluster.Status.Conditions, ConditionSecretsReady)
+	prev := meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady)
 	changed := prev == nil || prev.Status != cond.Status || prev.Reason != cond.Reason
 	if err := r.writeStatus(ctx, &cluster, cond); err != nil {
 		return ctrl.Result{}, err
@@ -146,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) (metav1.Condition, error) {
 	generated := cluster.Spec.SecretsRef == nil
 	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) (metav1.Condition, error) {
-		return metav1.Condition{Type: ConditionSecretsReady, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
+		return metav1.Condition{Type: v1alpha1.ClusterConditionSecretsReady, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
 	}
 
 	var secret corev1.Secret
@@ -158,30 +145,30 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 		}
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsGenerated, "GenerateSecretsBundle",
 			"Generated a secrets bundle for Talos %s into Secret %s", cluster.Spec.TalosVersion, name)
-		return cond(metav1.ConditionTrue, ReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
 	case apierrors.IsNotFound(err):
-		return cond(metav1.ConditionFalse, ReasonSecretNotFound,
+		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretNotFound,
 			"Secret %s named by spec.secretsRef does not exist; create it with the bundle in key %s (talosctl gen secrets), or clear spec.secretsRef to have one generated",
 			name, BundleKey)
 	case apierrors.IsForbidden(err):
-		return cond(metav1.ConditionFalse, ReasonSecretsForbidden,
+		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsForbidden,
 			"ichor-controller may not read Secrets in namespace %s: an admin binds it there with "+
 				"kubectl create rolebinding ichor-controller-secrets -n %s --clusterrole=%s --serviceaccount=<ichor namespace>:ichor-controller",
 			cluster.Namespace, cluster.Namespace, SecretsClusterRole)
 	case err != nil:
 		return metav1.Condition{}, fmt.Errorf("read Secret %s/%s: %w", cluster.Namespace, name, err)
 	case generated && !metav1.IsControlledBy(&secret, cluster):
-		return cond(metav1.ConditionFalse, ReasonSecretConflict,
+		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretConflict,
 			"Secret %s exists but was not generated for this cluster; it is neither used nor overwritten. Delete it, or name it in spec.secretsRef to use it",
 			name)
 	}
 	if _, err := parse(secret.Data[BundleKey]); err != nil {
-		return cond(metav1.ConditionFalse, ReasonInvalidBundle, "Secret %s: %v", name, err)
+		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonInvalidBundle, "Secret %s: %v", name, err)
 	}
 	if generated {
-		return cond(metav1.ConditionTrue, ReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
 	}
-	return cond(metav1.ConditionTrue, ReasonProvided, "the bundle is read from Secret %s", name)
+	return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonProvided, "the bundle is read from Secret %s", name)
 }
 
 // generate writes a new bundle into Secret name, controlled by cluster so

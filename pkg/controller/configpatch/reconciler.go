@@ -33,24 +33,6 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "talosconfigpatch-status"
 
-// Condition types and reasons of a TalosConfigPatch.
-const (
-	// ConditionValid says whether the patch renders into every machine it targets.
-	ConditionValid = "Valid"
-	// ConditionApplied says whether every targeted machine runs a config
-	// with the patch's current generation.
-	ConditionApplied = "Applied"
-
-	ReasonRenders       = "Renders"
-	ReasonDisabled      = "Disabled"
-	ReasonNoTargets     = "NoTargets"
-	ReasonAllApplied    = "AllApplied"
-	ReasonRollingOut    = "RollingOut"
-	ReasonBlocked       = "Blocked"
-	ReasonClusterAbsent = "ClusterNotFound"
-	ReasonNoSecrets     = "SecretsNotReady"
-)
-
 // retryInterval paces a patch waiting for its cluster or bundle.
 const retryInterval = 30 * time.Second
 
@@ -119,8 +101,8 @@ type setFunc func(condType string, status metav1.ConditionStatus, reason, format
 func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch, set setFunc) (ctrl.Result, error) {
 	p.Status.Effect, p.Status.AppliedMachines = v1alpha1.ConfigEffectNone, nil
 	if p.Spec.Disabled {
-		set(ConditionValid, metav1.ConditionTrue, ReasonDisabled, "the patch is disabled and not rendered")
-		set(ConditionApplied, metav1.ConditionFalse, ReasonDisabled, "the patch is disabled")
+		set(v1alpha1.PatchConditionValid, metav1.ConditionTrue, v1alpha1.PatchReasonDisabled, "the patch is disabled and not rendered")
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonDisabled, "the patch is disabled")
 		return ctrl.Result{}, nil
 	}
 	var cluster v1alpha1.TalosCluster
@@ -128,12 +110,12 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		set(ConditionApplied, metav1.ConditionFalse, ReasonClusterAbsent, "TalosCluster %s does not exist", p.Spec.ClusterName)
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonClusterNotFound, "TalosCluster %s does not exist", p.Spec.ClusterName)
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
 	}
 	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
-		set(ConditionApplied, metav1.ConditionFalse, ReasonNoSecrets, "%v", err)
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonSecretsNotReady, "%v", err)
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
 	}
 	var machines v1alpha1.TalosMachineList
@@ -157,8 +139,8 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		}
 		ok, err := render.Targets(p, m)
 		if err != nil {
-			set(ConditionValid, metav1.ConditionFalse, string(render.PatchInvalidTarget), "%v", err)
-			set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the patch is not valid")
+			set(v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(render.PatchInvalidTarget), "%v", err)
+			set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonBlocked, "the patch is not valid")
 			return ctrl.Result{}, nil
 		}
 		if !ok {
@@ -168,8 +150,8 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		withPatch, err := r.render(&cluster, m, with, bundle)
 		var pe *render.PatchError
 		if errors.As(err, &pe) && pe.Patch.Name == p.Name {
-			set(ConditionValid, metav1.ConditionFalse, string(pe.Reason), "machine %s: %v", m.Name, err)
-			set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the patch does not render; no machine gets it")
+			set(v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(pe.Reason), "machine %s: %v", m.Name, err)
+			set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonBlocked, "the patch does not render; no machine gets it")
 			return ctrl.Result{}, nil
 		}
 		if err != nil {
@@ -187,17 +169,17 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 			pending = append(pending, m.Name)
 		}
 	}
-	set(ConditionValid, metav1.ConditionTrue, ReasonRenders, "the patch renders into the configs of %d targeted machines", len(targeted))
+	set(v1alpha1.PatchConditionValid, metav1.ConditionTrue, v1alpha1.PatchReasonRenders, "the patch renders into the configs of %d targeted machines", len(targeted))
 	switch {
 	case len(targeted) == 0:
-		set(ConditionApplied, metav1.ConditionFalse, ReasonNoTargets, "no approved machine of cluster %s is targeted", cluster.Name)
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonNoTargets, "no approved machine of cluster %s is targeted", cluster.Name)
 	case len(blocked) > 0:
-		set(ConditionApplied, metav1.ConditionFalse, ReasonBlocked, "the configs of these machines do not render: %s", strings.Join(blocked, "; "))
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonBlocked, "the configs of these machines do not render: %s", strings.Join(blocked, "; "))
 	case len(pending) > 0:
-		set(ConditionApplied, metav1.ConditionFalse, ReasonRollingOut, "applied on %d of %d machines; waiting for %s",
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonRollingOut, "applied on %d of %d machines; waiting for %s",
 			len(p.Status.AppliedMachines), len(targeted), strings.Join(pending, ", "))
 	default:
-		set(ConditionApplied, metav1.ConditionTrue, ReasonAllApplied, "applied on all %d targeted machines", len(targeted))
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionTrue, v1alpha1.PatchReasonAllApplied, "applied on all %d targeted machines", len(targeted))
 	}
 	return ctrl.Result{}, nil
 }

@@ -33,19 +33,6 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "taloscredentialrequest"
 
-// Condition types and reasons of a TalosCredentialRequest.
-const (
-	ConditionIssued = v1alpha1.CredentialRequestIssued
-	ConditionDenied = v1alpha1.CredentialRequestDenied
-
-	ReasonIssued          = "Issued"
-	ReasonUnknownPurpose  = "UnknownPurpose"
-	ReasonNoRequester     = "NoRequester"
-	ReasonClusterNotFound = "ClusterNotFound"
-	ReasonMachineNotFound = "MachineNotFound"
-	ReasonBadPublicKey    = "BadPublicKey"
-)
-
 // MaxLifetime caps the certificate of every purpose but talosconfig-reader,
 // whatever the installation's settings say: each is for one download.
 const MaxLifetime = v1alpha1.MaxTalosCredentialLife
@@ -132,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log.FromContext(ctx).Info("Answered Talos credential request", "requester", cr.Spec.Username,
 		"purpose", cr.Spec.Purpose, "answer", cond.Type, "reason", cond.Reason, "role", cr.Status.Role)
 	eventType := corev1.EventTypeNormal
-	if cond.Type == ConditionDenied {
+	if cond.Type == v1alpha1.CredentialRequestDenied {
 		eventType = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(&cr, nil, eventType, cond.Reason, "Answer", "%s", cond.Message)
@@ -143,25 +130,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // status, or a Denied one. A positive retry means "not yet, ask again then".
 func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialRequest, now time.Time) (metav1.Condition, time.Duration, error) {
 	deny := func(reason, format string, args ...any) (metav1.Condition, time.Duration, error) {
-		return metav1.Condition{Type: ConditionDenied, Status: metav1.ConditionTrue, Reason: reason, Message: fmt.Sprintf(format, args...)}, 0, nil
+		return metav1.Condition{Type: v1alpha1.CredentialRequestDenied, Status: metav1.ConditionTrue, Reason: reason, Message: fmt.Sprintf(format, args...)}, 0, nil
 	}
 	spec := &cr.Spec
 	talosRole, ok := Roles[spec.Purpose]
 	if !ok {
-		return deny(ReasonUnknownPurpose, "purpose %q grants no Talos role", spec.Purpose)
+		return deny(v1alpha1.CredentialRequestReasonUnknownPurpose, "purpose %q grants no Talos role", spec.Purpose)
 	}
 	if spec.Username == "" {
-		return deny(ReasonNoRequester, "the request names no authenticated requester")
+		return deny(v1alpha1.CredentialRequestReasonNoRequester, "the request names no authenticated requester")
 	}
 	pub, err := parsePublicKey(spec.PublicKey)
 	if err != nil {
-		return deny(ReasonBadPublicKey, "%v", err)
+		return deny(v1alpha1.CredentialRequestReasonBadPublicKey, "%v", err)
 	}
 
 	var cluster v1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: spec.ClusterName}, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			return deny(ReasonClusterNotFound, "TalosCluster %s/%s does not exist", cr.Namespace, spec.ClusterName)
+			return deny(v1alpha1.CredentialRequestReasonClusterNotFound, "TalosCluster %s/%s does not exist", cr.Namespace, spec.ClusterName)
 		}
 		return metav1.Condition{}, 0, err
 	}
@@ -169,7 +156,7 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 		var m v1alpha1.TalosMachine
 		err := r.Client.Get(ctx, types.NamespacedName{Namespace: cr.Namespace, Name: name}, &m)
 		if apierrors.IsNotFound(err) || (err == nil && (m.Spec.ClusterName != cluster.Name || !clusterindex.Member(&m))) {
-			return deny(ReasonMachineNotFound, "TalosMachine %s is not an approved machine of TalosCluster %s", name, cluster.Name)
+			return deny(v1alpha1.CredentialRequestReasonMachineNotFound, "TalosMachine %s is not an approved machine of TalosCluster %s", name, cluster.Name)
 		}
 		if err != nil {
 			return metav1.Condition{}, 0, err
@@ -194,7 +181,7 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 	cr.Status.CABundle = string(bundle.Certs.OS.Crt)
 	expires := metav1.NewTime(notAfter)
 	cr.Status.ExpirationTimestamp = &expires
-	return metav1.Condition{Type: ConditionIssued, Status: metav1.ConditionTrue, Reason: ReasonIssued,
+	return metav1.Condition{Type: v1alpha1.CredentialRequestIssued, Status: metav1.ConditionTrue, Reason: v1alpha1.CredentialRequestReasonIssued,
 		Message: fmt.Sprintf("issued a %s certificate for %s to %s, valid until %s",
 			talosRole, spec.Purpose, spec.Username, notAfter.UTC().Format(time.RFC3339))}, 0, nil
 }
@@ -236,7 +223,7 @@ func (r *Reconciler) expire(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 
 // answered returns when the request was issued or denied.
 func answered(cr *v1alpha1.TalosCredentialRequest) (time.Time, bool) {
-	for _, t := range []string{ConditionIssued, ConditionDenied} {
+	for _, t := range []string{v1alpha1.CredentialRequestIssued, v1alpha1.CredentialRequestDenied} {
 		if c := meta.FindStatusCondition(cr.Status.Conditions, t); c != nil && c.Status == metav1.ConditionTrue {
 			return c.LastTransitionTime.Time, true
 		}

@@ -34,15 +34,6 @@ import (
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "provisioning-network-scan"
 
-// Condition on the IchorInstallation.
-const (
-	// ConditionProvisioningNetworksScanned reports the last scan.
-	ConditionProvisioningNetworksScanned = "ProvisioningNetworksScanned"
-	ReasonScanned                        = "Scanned"
-	ReasonTruncated                      = "Truncated"
-	ReasonCreateFailed                   = "CreateFailed"
-)
-
 // Event reasons.
 const (
 	EventDiscovered      = "Discovered"
@@ -170,16 +161,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	c := &metav1.Condition{
-		Type: ConditionProvisioningNetworksScanned, Status: metav1.ConditionTrue, Reason: ReasonScanned,
+		Type: v1alpha1.InstallationConditionProvisioningNetworksScanned, Status: metav1.ConditionTrue, Reason: v1alpha1.InstallationReasonScanned,
 		Message: fmt.Sprintf("scanned %d addresses in %v from %s: %d nodes in maintenance mode answered, %d new TalosMachines in namespace %s",
 			total, r.Now().Sub(started).Round(time.Second), started.UTC().Format(time.RFC3339), len(found), created, r.Options.Namespace),
 	}
 	switch {
 	case failed > 0:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonCreateFailed
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.InstallationReasonCreateFailed
 		c.Message += fmt.Sprintf("; %d could not be created, see the controller's log", failed)
 	case truncated:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonTruncated
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.InstallationReasonTruncated
 		c.Message += fmt.Sprintf("; the networks hold more than %d addresses, the rest were not scanned", r.Options.MaxAddresses)
 	}
 	logger.Info("Scanned provisioning networks", "addresses", total, "answered", len(found), "created", created, "failed", failed)
@@ -260,7 +251,7 @@ func (r *Reconciler) writeCondition(ctx context.Context, inst *v1alpha1.IchorIns
 		}
 		before := latest.Status.DeepCopy()
 		if c == nil {
-			meta.RemoveStatusCondition(&latest.Status.Conditions, ConditionProvisioningNetworksScanned)
+			meta.RemoveStatusCondition(&latest.Status.Conditions, v1alpha1.InstallationConditionProvisioningNetworksScanned)
 		} else {
 			c.ObservedGeneration = inst.Generation
 			meta.SetStatusCondition(&latest.Status.Conditions, *c)

@@ -14,7 +14,7 @@ import (
 // because it is derived from the Reachable condition's lastTransitionTime
 // rather than kept in memory.
 func RetryAfter(s *v1alpha1.TalosMachineStatus, now time.Time, minimum, maximum time.Duration) time.Duration {
-	c := meta.FindStatusCondition(s.Conditions, ConditionReachable)
+	c := meta.FindStatusCondition(s.Conditions, v1alpha1.MachineConditionReachable)
 	if c == nil {
 		return minimum
 	}

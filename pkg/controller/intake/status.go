@@ -33,7 +33,7 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 	var ch Change
 	// A copy: setting conditions below updates the slice in place.
 	var wasReachable *metav1.Condition
-	if c := meta.FindStatusCondition(s.Conditions, ConditionReachable); c != nil {
+	if c := meta.FindStatusCondition(s.Conditions, v1alpha1.MachineConditionReachable); c != nil {
 		wasReachable = c.DeepCopy()
 	}
 	set := func(condType string, status metav1.ConditionStatus, reason, message string) {
@@ -50,41 +50,41 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 			s.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: r.Fingerprint, SeenAt: now}
 			ch.Pinned = true
 			if r.Expected {
-				set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonMatchesExpectedFingerprint,
+				set(v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonMatchesExpectedFingerprint,
 					fmt.Sprintf("pinned SPKI fingerprint %s, the expected one, presented by the node at %s", r.Fingerprint, r.Address))
 			} else {
-				set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonPinnedOnFirstContact,
+				set(v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonPinnedOnFirstContact,
 					fmt.Sprintf("pinned SPKI fingerprint %s, presented by the node at %s at first contact", r.Fingerprint, r.Address))
 			}
-		} else if c := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified); c == nil || c.Status != metav1.ConditionTrue {
-			set(ConditionCertificateVerified, metav1.ConditionTrue, ReasonMatchesPin,
+		} else if c := meta.FindStatusCondition(s.Conditions, v1alpha1.MachineConditionCertificateVerified); c == nil || c.Status != metav1.ConditionTrue {
+			set(v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonMatchesPin,
 				fmt.Sprintf("the node at %s presents the pinned certificate", r.Address))
 		}
 		s.Hardware = hardwareStatus(r.Facts)
 		if validVersion(r.Facts.TalosVersion) {
 			s.TalosVersion = r.Facts.TalosVersion
 		}
-		set(ConditionReachable, metav1.ConditionTrue, ReasonContacted,
+		set(v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonContacted,
 			fmt.Sprintf("the maintenance API at %s answered", r.Address))
 		ch.Recovered = wasReachable != nil && wasReachable.Status == metav1.ConditionFalse
 
 	case isMismatch:
 		msg := MismatchMessage(mismatch)
-		prev := meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified)
+		prev := meta.FindStatusCondition(s.Conditions, v1alpha1.MachineConditionCertificateVerified)
 		if prev == nil || prev.Status != metav1.ConditionFalse || prev.Message != msg {
 			ch.Mismatch = mismatch
 		}
-		set(ConditionCertificateVerified, metav1.ConditionFalse, ReasonCertificateMismatch, msg)
-		set(ConditionReachable, metav1.ConditionFalse, ReasonCertificateMismatch,
+		set(v1alpha1.MachineConditionCertificateVerified, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch, msg)
+		set(v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch,
 			fmt.Sprintf("something answers at %s, but not with the machine's pinned certificate", r.Address))
 
 	default:
-		if meta.FindStatusCondition(s.Conditions, ConditionCertificateVerified) == nil {
-			set(ConditionCertificateVerified, metav1.ConditionUnknown, ReasonNotContacted, "the node has not been reached yet")
+		if meta.FindStatusCondition(s.Conditions, v1alpha1.MachineConditionCertificateVerified) == nil {
+			set(v1alpha1.MachineConditionCertificateVerified, metav1.ConditionUnknown, v1alpha1.MachineReasonNotContacted, "the node has not been reached yet")
 		}
-		set(ConditionReachable, metav1.ConditionFalse, ReasonConnectionFailed, UnreachableMessage(r.Address))
+		set(v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonConnectionFailed, UnreachableMessage(r.Address))
 		ch.Unreachable = wasReachable == nil || wasReachable.Status != metav1.ConditionFalse ||
-			wasReachable.Reason != ReasonConnectionFailed
+			wasReachable.Reason != v1alpha1.MachineReasonConnectionFailed
 	}
 
 	recordApproval(s, generation, now)
@@ -95,14 +95,14 @@ func Record(s *v1alpha1.TalosMachineStatus, generation int64, r Result, now meta
 
 // recordApproval mirrors status.approval in the Approved condition.
 func recordApproval(s *v1alpha1.TalosMachineStatus, generation int64, now metav1.Time) {
-	c := metav1.Condition{Type: ConditionApproved, ObservedGeneration: generation, LastTransitionTime: now}
+	c := metav1.Condition{Type: v1alpha1.MachineConditionApproved, ObservedGeneration: generation, LastTransitionTime: now}
 	switch a := s.Approval; {
 	case a == nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonAwaitingApproval, "awaiting an operator's approval"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.MachineReasonAwaitingApproval, "awaiting an operator's approval"
 	case a.Decision == v1alpha1.ApprovalApproved:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonApproved, "approved by "+a.By
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.MachineReasonApproved, "approved by "+a.By
 	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonRejected, "rejected by "+a.By+"; it is never configured"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.MachineReasonRejected, "rejected by "+a.By+"; it is never configured"
 	}
 	meta.SetStatusCondition(&s.Conditions, c)
 }
@@ -111,7 +111,7 @@ func recordApproval(s *v1alpha1.TalosMachineStatus, generation int64, now metav1
 // its pinned certificate is Unreachable; otherwise it is where approval left it.
 func phase(s *v1alpha1.TalosMachineStatus) v1alpha1.MachinePhase {
 	switch {
-	case !meta.IsStatusConditionTrue(s.Conditions, ConditionReachable):
+	case !meta.IsStatusConditionTrue(s.Conditions, v1alpha1.MachineConditionReachable):
 		return v1alpha1.MachinePhaseUnreachable
 	case s.Approval == nil:
 		return v1alpha1.MachinePhasePendingApproval
@@ -171,9 +171,9 @@ func UnreachableMessage(address string) string {
 // (before the install was on record) was the node itself.
 func RecordConfigured(s *v1alpha1.TalosMachineStatus, generation int64, address string, now metav1.Time) {
 	for _, c := range []metav1.Condition{
-		{Type: ConditionCertificateVerified, Status: metav1.ConditionTrue, Reason: ReasonLeftMaintenance,
+		{Type: v1alpha1.MachineConditionCertificateVerified, Status: metav1.ConditionTrue, Reason: v1alpha1.MachineReasonLeftMaintenance,
 			Message: fmt.Sprintf("the node at %s left maintenance mode with its config and presents its cluster's Talos API certificate", address)},
-		{Type: ConditionReachable, Status: metav1.ConditionTrue, Reason: ReasonLeftMaintenance,
+		{Type: v1alpha1.MachineConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.MachineReasonLeftMaintenance,
 			Message: fmt.Sprintf("the node at %s answers over mutual TLS", address)},
 	} {
 		c.ObservedGeneration, c.LastTransitionTime = generation, now

@@ -71,9 +71,9 @@ func TestFirstContactPinsAndAwaitsApproval(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		ConditionReachable:           {metav1.ConditionTrue, ReasonContacted},
-		ConditionCertificateVerified: {metav1.ConditionTrue, ReasonPinnedOnFirstContact},
-		ConditionApproved:            {metav1.ConditionFalse, ReasonAwaitingApproval},
+		v1alpha1.MachineConditionReachable:           {metav1.ConditionTrue, v1alpha1.MachineReasonContacted},
+		v1alpha1.MachineConditionCertificateVerified: {metav1.ConditionTrue, v1alpha1.MachineReasonPinnedOnFirstContact},
+		v1alpha1.MachineConditionApproved:            {metav1.ConditionFalse, v1alpha1.MachineReasonAwaitingApproval},
 	} {
 		if c := cond(t, &s, typ); c.Status != want.status || c.Reason != want.reason || c.ObservedGeneration != 3 {
 			t.Errorf("%s = %s/%s (generation %d), want %s/%s", typ, c.Status, c.Reason, c.ObservedGeneration, want.status, want.reason)
@@ -102,10 +102,10 @@ func TestMismatchKeepsPinAndFactsAndWarnsOnce(t *testing.T) {
 	if s.Maintenance.CertificateFingerprint != fpA || s.Hardware != hw {
 		t.Errorf("a mismatch changed the pin or the facts: %+v %+v", s.Maintenance, s.Hardware)
 	}
-	if c := cond(t, &s, ConditionCertificateVerified); c.Status != metav1.ConditionFalse || c.Reason != ReasonCertificateMismatch {
+	if c := cond(t, &s, v1alpha1.MachineConditionCertificateVerified); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.MachineReasonCertificateMismatch {
 		t.Errorf("CertificateVerified = %+v", c)
 	}
-	if c := cond(t, &s, ConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != ReasonCertificateMismatch {
+	if c := cond(t, &s, v1alpha1.MachineConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.MachineReasonCertificateMismatch {
 		t.Errorf("Reachable = %+v", c)
 	}
 	if s.Phase != v1alpha1.MachinePhaseUnreachable {
@@ -120,7 +120,7 @@ func TestMismatchKeepsPinAndFactsAndWarnsOnce(t *testing.T) {
 	if !ch.Recovered || s.Phase != v1alpha1.MachinePhasePendingApproval {
 		t.Errorf("change %+v, phase %s", ch, s.Phase)
 	}
-	if c := cond(t, &s, ConditionCertificateVerified); c.Status != metav1.ConditionTrue || c.Reason != ReasonMatchesPin {
+	if c := cond(t, &s, v1alpha1.MachineConditionCertificateVerified); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.MachineReasonMatchesPin {
 		t.Errorf("CertificateVerified = %+v", c)
 	}
 }
@@ -131,10 +131,10 @@ func TestUnreachable(t *testing.T) {
 	if !ch.Unreachable || s.Maintenance != nil || s.Hardware != nil || s.Phase != v1alpha1.MachinePhaseUnreachable {
 		t.Errorf("change %+v, status %+v", ch, s)
 	}
-	if c := cond(t, &s, ConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != ReasonConnectionFailed || c.Message != UnreachableMessage("10.5.0.2:50000") {
+	if c := cond(t, &s, v1alpha1.MachineConditionReachable); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.MachineReasonConnectionFailed || c.Message != UnreachableMessage("10.5.0.2:50000") {
 		t.Errorf("Reachable = %+v", c)
 	}
-	if c := cond(t, &s, ConditionCertificateVerified); c.Status != metav1.ConditionUnknown {
+	if c := cond(t, &s, v1alpha1.MachineConditionCertificateVerified); c.Status != metav1.ConditionUnknown {
 		t.Errorf("CertificateVerified = %+v", c)
 	}
 	if ch := Record(&s, 1, unreachable(), t0); ch.Unreachable {
@@ -149,13 +149,13 @@ func TestApprovalDecidesPhase(t *testing.T) {
 		status   metav1.ConditionStatus
 		reason   string
 	}{
-		{nil, v1alpha1.MachinePhasePendingApproval, metav1.ConditionFalse, ReasonAwaitingApproval},
-		{&v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved, By: "ann"}, v1alpha1.MachinePhaseApproved, metav1.ConditionTrue, ReasonApproved},
-		{&v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalRejected, By: "bob"}, v1alpha1.MachinePhaseRejected, metav1.ConditionFalse, ReasonRejected},
+		{nil, v1alpha1.MachinePhasePendingApproval, metav1.ConditionFalse, v1alpha1.MachineReasonAwaitingApproval},
+		{&v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved, By: "ann"}, v1alpha1.MachinePhaseApproved, metav1.ConditionTrue, v1alpha1.MachineReasonApproved},
+		{&v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalRejected, By: "bob"}, v1alpha1.MachinePhaseRejected, metav1.ConditionFalse, v1alpha1.MachineReasonRejected},
 	} {
 		s := v1alpha1.TalosMachineStatus{Approval: tc.approval}
 		Record(&s, 1, ok(fpA), t0)
-		if c := cond(t, &s, ConditionApproved); s.Phase != tc.phase || c.Status != tc.status || c.Reason != tc.reason {
+		if c := cond(t, &s, v1alpha1.MachineConditionApproved); s.Phase != tc.phase || c.Status != tc.status || c.Reason != tc.reason {
 			t.Errorf("approval %+v: phase %s, Approved %s/%s", tc.approval, s.Phase, c.Status, c.Reason)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 const FieldManager = "ichor-intake"
 
 // ownedConditions are the condition types intake writes.
-var ownedConditions = []string{ConditionCertificateVerified, ConditionReachable, ConditionApproved}
+var ownedConditions = []string{v1alpha1.MachineConditionCertificateVerified, v1alpha1.MachineConditionReachable, v1alpha1.MachineConditionApproved}
 
 // WriteStatus applies the fields of m's status intake owns — phase, observed
 // generation, the pinned certificate, hardware, Talos version and its

@@ -149,8 +149,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := cluster.Status.DeepCopy()
 	if !opt.Enabled {
 		r.watches.stop(req.NamespacedName)
-		meta.RemoveStatusCondition(&cluster.Status.Conditions, ConditionCertificates)
-		meta.RemoveStatusCondition(&cluster.Status.Conditions, ConditionVerified)
+		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingCertificates)
+		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingVerified)
 		return ctrl.Result{}, r.writeClusterStatus(ctx, &cluster, before)
 	}
 	now := metav1.NewTime(r.Now())
@@ -161,7 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		})
 	}
 	if !opt.VerifyFromAPIServer {
-		meta.RemoveStatusCondition(&cluster.Status.Conditions, ConditionVerified)
+		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingVerified)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
@@ -171,12 +171,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if cluster.Status.BootstrappedAt == nil {
-		set(ConditionCertificates, metav1.ConditionFalse, ReasonNotBootstrapped, "the cluster is not bootstrapped yet")
+		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonNotBootstrapped, "the cluster is not bootstrapped yet")
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
 	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
-		set(ConditionCertificates, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
+		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
 	if err := r.watches.ensure(ctx, &cluster, bundle, now.Time); err != nil {
@@ -194,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", kubeletserving.Signer).String(),
 	})
 	if err != nil {
-		set(ConditionCertificates, metav1.ConditionFalse, ReasonUnreachable, "list kubelet serving requests: %v", err)
+		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "list kubelet serving requests: %v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
 	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Reader), now.Time, 2*r.Options.CallTimeout)
@@ -209,13 +209,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	waiting := withoutCertificate(machines, now.Time)
 	if len(waiting) == 0 && len(machines) > 0 {
-		set(ConditionCertificates, metav1.ConditionTrue, ReasonAllIssued, "every machine has an unexpired kubelet serving certificate")
+		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued, "every machine has an unexpired kubelet serving certificate")
 		if opt.VerifyFromAPIServer {
-			set(ConditionVerified, metav1.ConditionTrue, ReasonAllIssued,
+			set(v1alpha1.ClusterConditionKubeletServingVerified, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued,
 				"every machine had a certificate; kube-apiserver verifies kubelets against the cluster CA from now on")
 		}
 	} else {
-		set(ConditionCertificates, metav1.ConditionFalse, ReasonWaiting, "waiting for the certificates of %s", strings.Join(waiting, ", "))
+		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonWaitingForCertificates, "waiting for the certificates of %s", strings.Join(waiting, ", "))
 	}
 	if err := r.writeClusterStatus(ctx, &cluster, before); err != nil {
 		return ctrl.Result{}, err

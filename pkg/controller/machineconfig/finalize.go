@@ -31,11 +31,8 @@ const Finalizer = "ichor.dev/reset-node"
 
 // Reasons and Events of a reset.
 const (
-	ReasonResetting        = "Resetting"
-	ReasonWaitingForBudget = "WaitingForDisruptionBudget"
-	ReasonQuorumAtRisk     = "QuorumAtRisk"
-	EventResetting         = "ResettingNode"
-	EventNodeReset         = "NodeReset"
+	EventResetting = "ResettingNode"
+	EventNodeReset = "NodeReset"
 )
 
 // ensureFinalizer adds Finalizer before the first config is sent.
@@ -80,11 +77,11 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 
 	s := step{m: m, now: metav1.NewTime(r.Now())}
 	before := m.Status.DeepCopy()
-	reason := ReasonResetting
+	reason := v1alpha1.MachineReasonResetting
 	msg := fmt.Sprintf("resetting the node at %s to maintenance mode before the machine goes", m.Spec.Address)
 	holder, err := r.budget.Acquire(ctx, m, v1alpha1.DisruptionReset)
 	if err == nil && holder != nil {
-		reason = ReasonWaitingForBudget
+		reason = v1alpha1.MachineReasonWaitingForDisruptionBudget
 		msg = fmt.Sprintf("the node at %s is reset once the cluster's disruption budget is free; it is held by %s",
 			m.Spec.Address, disruption.Describe(holder))
 	}
@@ -103,18 +100,18 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 	}
 	switch {
 	case errors.As(err, &quorum):
-		reason = ReasonQuorumAtRisk
+		reason = v1alpha1.MachineReasonQuorumAtRisk
 		msg = fmt.Sprintf("not resetting the node at %s yet: %v", m.Spec.Address, err)
 	case err != nil:
 		msg = fmt.Sprintf("cannot reset the node at %s yet: %v; remove finalizer %s by hand to forget a node that is gone for good",
 			m.Spec.Address, err, Finalizer)
-	case holder == nil && reasonOf(m.Status.Conditions, ConditionReady) != ReasonResetting:
+	case holder == nil && reasonOf(m.Status.Conditions, v1alpha1.MachineConditionReady) != v1alpha1.MachineReasonResetting:
 		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventResetting, "ResetNode",
 			"Resetting the node at %s (graceful: it leaves etcd and is drained first)", m.Spec.Address)
 		logger.Info("Reset the node")
 	}
 	m.Status.Phase = v1alpha1.MachinePhaseResetting
-	s.set(ConditionReady, metav1.ConditionFalse, reason, msg)
+	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, reason, msg)
 	if !equality.Semantic.DeepEqual(before, &m.Status) {
 		if err := WriteStatus(ctx, r.Client, m); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -229,7 +229,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := persist(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
-	if changed(initial, &m.Status, ConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, ConditionReady) {
+	if changed(initial, &m.Status, v1alpha1.MachineConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineConditionReady) {
 		r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, EventMachineReady, "CheckHealth",
 			"Node %s runs its config and is ready", m.Status.NodeName)
 	}
@@ -244,7 +244,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	var cluster v1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonClusterNotFound,
+			s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonClusterNotFound,
 				fmt.Sprintf("TalosCluster %s does not exist in namespace %s", m.Spec.ClusterName, m.Namespace))
 			return retry, nil
 		}
@@ -253,14 +253,14 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if cluster.Spec.Paused || !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, clustersecrets.ConditionSecretsReady) {
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonSecretsNotReady,
+	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady) {
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonSecretsNotReady,
 			"the cluster's secrets bundle is not ready; see its SecretsReady condition")
 		return retry, nil
 	}
 	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonSecretsNotReady, err.Error())
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonSecretsNotReady, err.Error())
 		return retry, nil
 	}
 	var patches v1alpha1.TalosConfigPatchList
@@ -272,10 +272,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	})
 	if err != nil {
 		// Nothing is sent: a config that cannot be rendered whole is not applied in part.
-		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != err.Error() {
+		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != err.Error() {
 			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "RenderConfig", "%v", err)
 		}
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonRenderFailed, err.Error())
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonRenderFailed, err.Error())
 		return ctrl.Result{}, nil // a change of the cluster, machine or a patch wakes us
 	}
 
@@ -319,9 +319,9 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
 		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
 		intake.RecordConfigured(&m.Status, m.Generation, m.Spec.Address, s.now)
-		s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonInstalled,
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
 			"the node runs a config of this cluster already (installed before its record was lost); it is followed over mutual TLS")
-		s.set(ConditionReady, metav1.ConditionFalse, ReasonBooting, "the node runs its installed config")
+		s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonBooting, "the node runs its installed config")
 		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
 			"Found the node installed already (its record was lost); following it over mutual TLS")
 		log.FromContext(ctx).Info("Found the node installed already; recorded the install")
@@ -329,11 +329,11 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	}
 	if mismatch, ok := talos.AsFingerprintMismatch(err); ok {
 		msg := intake.MismatchMessage(mismatch)
-		if prev := meta.FindStatusCondition(m.Status.Conditions, ConditionConfigApplied); prev == nil || prev.Message != msg {
+		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != msg {
 			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventCertificateMismatch, "InstallConfig", "%s; its config was not sent", mismatch.Error())
 		}
 		// CertificateVerified is intake's, which sees the mismatch too.
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonCertificateMismatch, msg)
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch, msg)
 		return retry, nil
 	}
 	if err != nil {
@@ -341,9 +341,9 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	}
 	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
 	m.Status.Phase = v1alpha1.MachinePhaseConfiguring
-	s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonInstalled,
+	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
 		fmt.Sprintf("config %s installed over the maintenance API of the node presenting the pinned certificate", short(rendered.Hash)))
-	s.set(ConditionReady, metav1.ConditionFalse, ReasonBooting, "the node installs its config and boots into it")
+	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonBooting, "the node installs its config and boots into it")
 	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
 		"Installed config %s as %s over the maintenance API (pinned certificate); the node installs and boots: %s",
 		short(rendered.Hash), render.MachineRole(m), res.Details)
@@ -385,7 +385,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 
 	st, err := node.Status(ctx)
 	if err != nil {
-		return r.notRunning(s, ReasonNotReachable, fmt.Sprintf("the node's Talos API does not answer over mutual TLS: %v", err)), nil
+		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, fmt.Sprintf("the node's Talos API does not answer over mutual TLS: %v", err)), nil
 	}
 	m.Status.NodeName = st.Nodename
 	if !st.Running() {
@@ -393,14 +393,14 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		if len(st.Unmet) > 0 {
 			msg += fmt.Sprintf(", waiting for %v", st.Unmet)
 		}
-		return r.notRunning(s, ReasonBooting, msg), nil
+		return r.notRunning(s, v1alpha1.MachineReasonBooting, msg), nil
 	}
 
 	// What the node runs decides, not what status says was sent: after a
 	// restart, or while a reboot is pending, the two differ.
 	current, err := node.Config(ctx)
 	if err != nil {
-		return r.notRunning(s, ReasonNotReachable, err.Error()), nil
+		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, err.Error()), nil
 	}
 	effect, changes, err := render.Classify(current, rendered.Config)
 	if err != nil {
@@ -412,8 +412,8 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 			m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
 		}
 		m.Status.Phase = v1alpha1.MachinePhaseReady
-		s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
-		s.set(ConditionReady, metav1.ConditionTrue, ReasonRunning, fmt.Sprintf("node %s is running and ready", st.Nodename))
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
+		s.set(v1alpha1.MachineConditionReady, metav1.ConditionTrue, v1alpha1.MachineReasonRunning, fmt.Sprintf("node %s is running and ready", st.Nodename))
 		if disruption.HeldBy(s.cluster, m) {
 			// Back: the next machine may go. Status first, so that the next
 			// decision sees this machine Ready.
@@ -427,7 +427,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
 	}
 	if m.Status.AppliedConfig.Hash == rendered.Hash && effect == v1alpha1.ConfigEffectReboot &&
-		reasonOf(m.Status.Conditions, ConditionReady) == ReasonRebooting {
+		reasonOf(m.Status.Conditions, v1alpha1.MachineConditionReady) == v1alpha1.MachineReasonRebooting {
 		// Sent with a reboot that has not happened yet.
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 	}
@@ -463,10 +463,10 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	}
 	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: effect, AppliedAt: s.now}
 	what := describe(effect, changes)
-	s.set(ConditionConfigApplied, metav1.ConditionTrue, ReasonApplied, fmt.Sprintf("config %s applied (%s)", short(rendered.Hash), what))
+	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonApplied, fmt.Sprintf("config %s applied (%s)", short(rendered.Hash), what))
 	if res.Rebooting {
 		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
-		s.set(ConditionReady, metav1.ConditionFalse, ReasonRebooting, "the node reboots into its new config")
+		s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonRebooting, "the node reboots into its new config")
 	}
 	if err := s.persist(ctx); err != nil {
 		// The node took the config; the next look at it records that.
@@ -482,13 +482,13 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 // Within the boot after an apply it is Configuring; otherwise Unreachable.
 func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
 	m := s.m
-	prev := meta.FindStatusCondition(m.Status.Conditions, ConditionReady)
-	booting := prev != nil && (prev.Reason == ReasonBooting || prev.Reason == ReasonRebooting)
-	if booting && reason == ReasonNotReachable {
+	prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionReady)
+	booting := prev != nil && (prev.Reason == v1alpha1.MachineReasonBooting || prev.Reason == v1alpha1.MachineReasonRebooting)
+	if booting && reason == v1alpha1.MachineReasonNotReachable {
 		reason = prev.Reason // down while it boots is expected
 	}
-	s.set(ConditionReady, metav1.ConditionFalse, reason, msg)
-	if reason == ReasonNotReachable {
+	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, reason, msg)
+	if reason == v1alpha1.MachineReasonNotReachable {
 		m.Status.Phase = v1alpha1.MachinePhaseUnreachable
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 	}
@@ -499,7 +499,7 @@ func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
 // applyFailed records a config the node refused or could not take.
 func (r *Reconciler) applyFailed(s step, action string, err error) ctrl.Result {
 	msg := err.Error()
-	s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonApplyFailed, msg)
+	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonApplyFailed, msg)
 	r.Recorder.Eventf(s.m, nil, corev1.EventTypeWarning, EventConfigFailed, action, "The node did not take its config: %s", msg)
 	return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 }

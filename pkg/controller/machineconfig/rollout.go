@@ -74,7 +74,7 @@ func describe(effect v1alpha1.ConfigEffect, changes []render.Change) string {
 func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.ConfigEffect, action v1alpha1.DisruptionAction) (bool, error) {
 	m := s.m
 	waitFor := func(busy []string, held bool) (bool, error) {
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonWaitingForRollout,
 			fmt.Sprintf("a change with effect %s waits until these machines are Ready: %v", effect, busy))
 		if held {
 			return true, r.budget.Release(ctx, m)
@@ -96,7 +96,7 @@ func (r *Reconciler) takeBudget(ctx context.Context, s step, effect v1alpha1.Con
 		return true, err
 	}
 	if holder != nil {
-		s.set(ConditionConfigApplied, metav1.ConditionFalse, ReasonWaitingForRollout,
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonWaitingForRollout,
 			fmt.Sprintf("a change with effect %s waits for the cluster's disruption budget, held by %s", effect, disruption.Describe(holder)))
 		return true, nil
 	}

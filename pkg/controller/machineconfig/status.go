@@ -7,7 +7,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
@@ -21,9 +20,9 @@ const FieldManager = "ichor-machineconfig"
 // machine; before that they are intake's alone).
 func ownedConditions(m *v1alpha1.TalosMachine) []string {
 	if m.Status.AppliedConfig == nil {
-		return []string{ConditionConfigApplied, ConditionReady}
+		return []string{v1alpha1.MachineConditionConfigApplied, v1alpha1.MachineConditionReady}
 	}
-	return []string{ConditionConfigApplied, ConditionReady, intake.ConditionCertificateVerified, intake.ConditionReachable}
+	return []string{v1alpha1.MachineConditionConfigApplied, v1alpha1.MachineConditionReady, v1alpha1.MachineConditionCertificateVerified, v1alpha1.MachineConditionReachable}
 }
 
 // WriteStatus applies the fields of m's status this reconciler owns — phase,

@@ -175,18 +175,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // observe bootstraps when it is time and checks etcd and the Kubernetes API.
 func (r *Reconciler) observe(ctx context.Context, v *view) {
 	cluster := v.cluster
-	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, clustersecrets.ConditionSecretsReady) {
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "the secrets bundle is not ready")
+	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady) {
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "the secrets bundle is not ready")
 		return
 	}
 	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
 	if err != nil {
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "%v", err)
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
 		return
 	}
 	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonSecretsNotReady, "%v", err)
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
 		return
 	}
 	if cluster.Status.BootstrappedAt == nil && !r.bootstrap(ctx, v, creds) {
@@ -240,7 +240,7 @@ func closeAll(sessions []session) {
 func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credentials) bool {
 	cluster := v.cluster
 	if len(v.controlPlanes()) == 0 {
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonNoControlPlane, "no approved control plane yet")
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonNoControlPlane, "no approved control plane yet")
 		return false
 	}
 	running, down := r.runningControlPlanes(ctx, v, creds)
@@ -258,7 +258,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 		override = nil
 	}
 	if len(running) == 0 || (len(down) > 0 && override == nil) {
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonWaitingForControl,
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonWaitingForControlPlane,
 			"waiting for every configured control plane to run before bootstrapping etcd: %s; an admin may bootstrap with the running ones through the override subresource (check %s)",
 			strings.Join(down, ", "), v1alpha1.CheckBootstrapWaitsForControlPlanes)
 		return false
@@ -279,7 +279,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 		log.FromContext(ctx).Info("Bootstrapped etcd", "machine", first.machine.Name)
 		return true
 	default:
-		v.set(ConditionBootstrapped, metav1.ConditionFalse, ReasonBootstrapFailed, "bootstrap on %s failed: %v", first.machine.Name, err)
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonBootstrapFailed, "bootstrap on %s failed: %v", first.machine.Name, err)
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventBootstrapFailed, "Bootstrap",
 			"Bootstrap on control plane %s failed: %v", first.machine.Name, err)
 		return false
@@ -289,7 +289,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 func (r *Reconciler) recordBootstrap(v *view, m *v1alpha1.TalosMachine, what string) {
 	at := v.now
 	v.cluster.Status.BootstrappedAt = &at
-	v.set(ConditionBootstrapped, metav1.ConditionTrue, ReasonBootstrapped, "%s on control plane %s", what, m.Name)
+	v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionTrue, v1alpha1.ClusterReasonBootstrapped, "%s on control plane %s", what, m.Name)
 }
 
 // checkEtcd compares etcd's voting members with the control planes.
@@ -297,12 +297,12 @@ func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credent
 	running, _ := r.runningControlPlanes(ctx, v, creds)
 	defer closeAll(running)
 	if len(running) == 0 {
-		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonEtcdUnreadable, "no control plane answers")
+		v.set(v1alpha1.ClusterConditionEtcdHealthy, metav1.ConditionFalse, v1alpha1.ClusterReasonEtcdUnreadable, "no control plane answers")
 		return
 	}
 	members, err := running[0].node.EtcdMembers(ctx)
 	if err != nil {
-		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonEtcdUnreadable, "list etcd members on %s: %v", running[0].machine.Name, err)
+		v.set(v1alpha1.ClusterConditionEtcdHealthy, metav1.ConditionFalse, v1alpha1.ClusterReasonEtcdUnreadable, "list etcd members on %s: %v", running[0].machine.Name, err)
 		return
 	}
 	voting := map[string]bool{}
@@ -318,11 +318,11 @@ func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credent
 		}
 	}
 	if len(missing) > 0 {
-		v.set(ConditionEtcdHealthy, metav1.ConditionFalse, ReasonMembersMissing,
+		v.set(v1alpha1.ClusterConditionEtcdHealthy, metav1.ConditionFalse, v1alpha1.ClusterReasonMembersMissing,
 			"%d voting members; not yet members: %s", len(voting), strings.Join(missing, ", "))
 		return
 	}
-	v.set(ConditionEtcdHealthy, metav1.ConditionTrue, ReasonMembersHealthy, "%d voting members, one per control plane", len(voting))
+	v.set(v1alpha1.ClusterConditionEtcdHealthy, metav1.ConditionTrue, v1alpha1.ClusterReasonMembersHealthy, "%d voting members, one per control plane", len(voting))
 }
 
 // checkKubernetes reaches the cluster's Kubernetes API as ichor-controller's
@@ -332,18 +332,18 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 	endpoint := v.cluster.Spec.ControlPlane.Endpoint
 	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
-		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
+		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "%v", err)
 		return
 	}
 	cfg.Timeout = r.Options.CallTimeout
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "%v", err)
+		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "%v", err)
 		return
 	}
 	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
-		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "read the version at %s: %v", endpoint, err)
+		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "read the version at %s: %v", endpoint, err)
 		return
 	}
 	v.cluster.Status.KubernetesVersion = sv.GitVersion
@@ -353,14 +353,14 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		return err
 	})
 	if errors.Is(err, errAccessInstall) {
-		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonAccessInstallFailed, "%v", err)
+		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonAccessInstallFailed, "%v", err)
 		return
 	}
 	if err != nil {
-		v.set(ConditionKubernetesAPIReachable, metav1.ConditionFalse, ReasonUnreachable, "list nodes at %s: %v", endpoint, err)
+		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "list nodes at %s: %v", endpoint, err)
 		return
 	}
-	v.set(ConditionKubernetesAPIReachable, metav1.ConditionTrue, ReasonReachable, "%s answers, Kubernetes %s", endpoint, sv.GitVersion)
+	v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionTrue, v1alpha1.ClusterReasonReachable, "%s answers, Kubernetes %s", endpoint, sv.GitVersion)
 	r.restrictBootstrapToken(ctx, v, cs, bundle, nodes.Items)
 
 	readyNodes := map[string]bool{}
@@ -374,11 +374,11 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		}
 	}
 	if len(waiting) > 0 {
-		v.set(ConditionNodesReady, metav1.ConditionFalse, ReasonNodesNotReady,
+		v.set(v1alpha1.ClusterConditionNodesReady, metav1.ConditionFalse, v1alpha1.ClusterReasonNodesNotReady,
 			"%d of %d machines have a Ready Node; waiting for %s", len(v.machines)-len(waiting), len(v.machines), strings.Join(waiting, ", "))
 		return
 	}
-	v.set(ConditionNodesReady, metav1.ConditionTrue, ReasonNodesReady, "every machine's Node is Ready")
+	v.set(v1alpha1.ClusterConditionNodesReady, metav1.ConditionTrue, v1alpha1.ClusterReasonNodesReady, "every machine's Node is Ready")
 }
 
 // errAccessInstall wraps a failure to install the controller's access.
@@ -413,17 +413,17 @@ func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kub
 	})
 	switch {
 	case errors.Is(err, workload.ErrTokenSecretMissing):
-		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionUnknown, ReasonTokenSecretMissing,
+		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionUnknown, v1alpha1.ClusterReasonTokenSecretMissing,
 			"%v: a control plane creates it when it boots; until then no kubelet can join", err)
 		return
 	case err != nil:
-		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionUnknown, ReasonTokenUpdateFailed, "set the bootstrap token's usage: %v", err)
+		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionUnknown, v1alpha1.ClusterReasonTokenUpdateFailed, "set the bootstrap token's usage: %v", err)
 		return
 	case enable:
-		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionTrue, ReasonMachinesJoining,
+		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonMachinesJoining,
 			"the bootstrap token authenticates while %s join", strings.Join(joining, ", "))
 	default:
-		v.set(ConditionBootstrapTokenEnabled, metav1.ConditionFalse, ReasonAllMachinesJoined,
+		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined,
 			"every machine has a Node; the bootstrap token authenticates nobody")
 	}
 	if !changed {
@@ -490,18 +490,18 @@ func (r *Reconciler) summarize(v *view) {
 	}
 	switch {
 	case s.Machines.ControlPlanes == 0:
-		v.set(ConditionMachinesReady, metav1.ConditionFalse, ReasonNoControlPlane, "no approved control plane")
+		v.set(v1alpha1.ClusterConditionMachinesReady, metav1.ConditionFalse, v1alpha1.ClusterReasonNoControlPlane, "no approved control plane")
 	case len(notReady) > 0:
-		v.set(ConditionMachinesReady, metav1.ConditionFalse, ReasonMachinesNotReady,
+		v.set(v1alpha1.ClusterConditionMachinesReady, metav1.ConditionFalse, v1alpha1.ClusterReasonMachinesNotReady,
 			"%d of %d machines Ready; waiting for %s", s.Machines.Ready, len(v.machines), strings.Join(notReady, ", "))
 	default:
-		v.set(ConditionMachinesReady, metav1.ConditionTrue, ReasonAllReady,
+		v.set(v1alpha1.ClusterConditionMachinesReady, metav1.ConditionTrue, v1alpha1.ClusterReasonAllReady,
 			"%d control planes and %d workers Ready", s.Machines.ControlPlanes, s.Machines.Workers)
 	}
 
 	var pending []string
-	for _, t := range []string{clustersecrets.ConditionSecretsReady, ConditionMachinesReady, ConditionBootstrapped,
-		ConditionEtcdHealthy, ConditionKubernetesAPIReachable, ConditionNodesReady} {
+	for _, t := range []string{v1alpha1.ClusterConditionSecretsReady, v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionBootstrapped,
+		v1alpha1.ClusterConditionEtcdHealthy, v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionNodesReady} {
 		if !meta.IsStatusConditionTrue(s.Conditions, t) {
 			pending = append(pending, t)
 		}
@@ -509,10 +509,10 @@ func (r *Reconciler) summarize(v *view) {
 	wasReady := s.Phase == v1alpha1.ClusterPhaseReady || s.Phase == v1alpha1.ClusterPhaseDegraded
 	switch {
 	case len(pending) == 0:
-		v.set(ConditionReady, metav1.ConditionTrue, ReasonReady, "the cluster is bootstrapped; its machines, Kubernetes API and Nodes are ready")
+		v.set(v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady, "the cluster is bootstrapped; its machines, Kubernetes API and Nodes are ready")
 		s.Phase = v1alpha1.ClusterPhaseReady
 	default:
-		v.set(ConditionReady, metav1.ConditionFalse, ReasonNotReady, "not yet: %s", strings.Join(pending, ", "))
+		v.set(v1alpha1.ClusterConditionReady, metav1.ConditionFalse, v1alpha1.ClusterReasonNotReady, "not yet: %s", strings.Join(pending, ", "))
 		switch {
 		case wasReady:
 			s.Phase = v1alpha1.ClusterPhaseDegraded
@@ -535,6 +535,6 @@ func (r *Reconciler) announce(before *v1alpha1.TalosClusterStatus, cluster *v1al
 			"Cluster is Ready: %d control planes, %d workers", cluster.Status.Machines.ControlPlanes, cluster.Status.Machines.Workers)
 	case v1alpha1.ClusterPhaseDegraded:
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventClusterDegraded, "CheckHealth",
-			"Cluster is no longer Ready: %s", meta.FindStatusCondition(cluster.Status.Conditions, ConditionReady).Message)
+			"Cluster is no longer Ready: %s", meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ClusterConditionReady).Message)
 	}
 }

@@ -132,12 +132,6 @@ type KubeletServingCertificates struct {
 // +enum
 type ClusterPhase string
 
-// ClusterConditionKubeletServingVerified is the TalosCluster condition that,
-// while True, has control planes rendered with kube-apiserver verifying
-// kubelets against the cluster CA. The kubelet serving approver sets it once
-// every machine had a CA-signed serving certificate, and keeps it (a latch).
-const ClusterConditionKubeletServingVerified = "KubeletServingVerified"
-
 const (
 	ClusterPhasePending      ClusterPhase = "Pending"
 	ClusterPhaseProvisioning ClusterPhase = "Provisioning"

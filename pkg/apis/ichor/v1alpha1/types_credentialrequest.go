@@ -27,14 +27,6 @@ const (
 	PurposePacketCapture     CredentialPurpose = "packet-capture"
 )
 
-// Condition types of a TalosCredentialRequest's answer: exactly one becomes True.
-const (
-	// CredentialRequestIssued is True once status holds the certificate.
-	CredentialRequestIssued = "Issued"
-	// CredentialRequestDenied is True when the request will not be answered, with the reason.
-	CredentialRequestDenied = "Denied"
-)
-
 // TalosCredentialRequestSpec is the request. username, uid and groups are
 // set by the server from the authenticated caller; values sent are ignored.
 type TalosCredentialRequestSpec struct {

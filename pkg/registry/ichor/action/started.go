@@ -5,6 +5,7 @@ package action
 import (
 	"context"
 	"fmt"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,12 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-)
-
-// ConditionStarted is set by a start or reclaim action.
-const (
-	ConditionStarted = "Started"
-	ReasonStarted    = "StartedByUser"
 )
 
 // Started records that the user of ctx started the object: by and at are its
@@ -35,7 +30,7 @@ func Started(ctx context.Context, resource schema.GroupResource, name string, ge
 	now := metav1.Now()
 	*by, *at = user.GetName(), &now
 	meta.SetStatusCondition(conditions, metav1.Condition{
-		Type: ConditionStarted, Status: metav1.ConditionTrue, Reason: ReasonStarted,
+		Type: v1alpha1.ConditionStarted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonStartedByUser,
 		Message: "started by " + user.GetName(), ObservedGeneration: generation, LastTransitionTime: now,
 	})
 	return nil

@@ -1,0 +1,190 @@
+package v1alpha1
+
+// Condition types and reasons of every kind, defined once for the server,
+// the controllers and the clients (CLI, UI, tests) that read them. Each
+// condition type has one writer; the field managers of the controllers'
+// server-side applies say which.
+
+// Condition types of a TalosMachine.
+const (
+	// MachineConditionReachable says whether the node's Talos API answered at the
+	// last contact, presenting the certificate it should.
+	MachineConditionReachable = "Reachable"
+	// MachineConditionCertificateVerified says whether the node presents the
+	// pinned maintenance certificate. Configuration is only ever sent when
+	// it is True.
+	MachineConditionCertificateVerified = "CertificateVerified"
+	// MachineConditionApproved mirrors status.approval: an operator's decision to
+	// admit the machine into its cluster.
+	MachineConditionApproved = "Approved"
+	// MachineConditionConfigApplied says whether the node was sent the config
+	// rendered from the current cluster, machine and patches.
+	MachineConditionConfigApplied = "ConfigApplied"
+	// MachineConditionReady says whether the node runs that config and reports
+	// itself ready.
+	MachineConditionReady = "Ready"
+)
+
+// Reasons of the conditions of a TalosMachine.
+const (
+	MachineReasonContacted            = "Contacted"
+	MachineReasonConnectionFailed     = "ConnectionFailed"
+	MachineReasonCertificateMismatch  = "CertificateMismatch"
+	MachineReasonPinnedOnFirstContact = "PinnedOnFirstContact"
+	MachineReasonMatchesPin           = "MatchesPin"
+	// MachineReasonLeftMaintenance: the node was installed and answers with its
+	// cluster's certificate.
+	MachineReasonLeftMaintenance = "LeftMaintenance"
+	// MachineReasonMatchesExpectedFingerprint: the pin is the certificate the user
+	// expected (spec.expectedFingerprint), not trust on first use.
+	MachineReasonMatchesExpectedFingerprint = "MatchesExpectedFingerprint"
+	MachineReasonNotContacted               = "NotContacted"
+	MachineReasonAwaitingApproval           = "AwaitingApproval"
+	MachineReasonApproved                   = "Approved"
+	MachineReasonRejected                   = "Rejected"
+	MachineReasonInstalled                  = "Installed"
+	MachineReasonApplied                    = "Applied"
+	MachineReasonUpToDate                   = "UpToDate"
+	MachineReasonClusterNotFound            = "ClusterNotFound"
+	MachineReasonSecretsNotReady            = "SecretsNotReady"
+	MachineReasonRenderFailed               = "RenderFailed"
+	MachineReasonApplyFailed                = "ApplyFailed"
+	MachineReasonWaitingForRollout          = "WaitingForRollout"
+	MachineReasonRunning                    = "Running"
+	MachineReasonBooting                    = "Booting"
+	MachineReasonRebooting                  = "Rebooting"
+	MachineReasonNotReachable               = "NotReachable"
+	MachineReasonResetting                  = "Resetting"
+	MachineReasonWaitingForDisruptionBudget = "WaitingForDisruptionBudget"
+	MachineReasonQuorumAtRisk               = "QuorumAtRisk"
+)
+
+// Condition types of a TalosCluster.
+const (
+	// ClusterConditionMachinesReady: every approved machine runs its config and is ready.
+	ClusterConditionMachinesReady = "MachinesReady"
+	// ClusterConditionBootstrapped: etcd was bootstrapped on the first control plane.
+	ClusterConditionBootstrapped = "Bootstrapped"
+	// ClusterConditionEtcdHealthy: every control plane is a voting etcd member.
+	ClusterConditionEtcdHealthy = "EtcdHealthy"
+	// ClusterConditionKubernetesAPIReachable: the cluster's Kubernetes API answers
+	// ichor-controller's own identity.
+	ClusterConditionKubernetesAPIReachable = "KubernetesAPIReachable"
+	// ClusterConditionNodesReady: every approved machine has a Ready Node in the
+	// cluster's Kubernetes.
+	ClusterConditionNodesReady = "NodesReady"
+	// ClusterConditionBootstrapTokenEnabled: the cluster's bootstrap token
+	// authenticates, because a machine is joining; False once every machine
+	// has a Node. Not part of Ready.
+	ClusterConditionBootstrapTokenEnabled = "BootstrapTokenEnabled"
+	// ClusterConditionReady: all of the above but BootstrapTokenEnabled.
+	ClusterConditionReady = "Ready"
+	// ClusterConditionSecretsReady: the cluster's secrets bundle exists and
+	// parses, generated or named by spec.secretsRef.
+	ClusterConditionSecretsReady = "SecretsReady"
+	// ClusterConditionKubeletServingCertificates: every machine has an
+	// unexpired kubelet serving certificate recorded. Removed when the
+	// option is off.
+	ClusterConditionKubeletServingCertificates = "KubeletServingCertificates"
+	// ClusterConditionKubeletServingVerified is the condition that,
+	// while True, has control planes rendered with kube-apiserver verifying
+	// kubelets against the cluster CA. The kubelet serving approver sets it once
+	// every machine had a CA-signed serving certificate, and keeps it (a latch).
+	ClusterConditionKubeletServingVerified = "KubeletServingVerified"
+)
+
+// Reasons of the conditions of a TalosCluster.
+const (
+	ClusterReasonAllReady               = "AllReady"
+	ClusterReasonMachinesNotReady       = "MachinesNotReady"
+	ClusterReasonNoControlPlane         = "NoControlPlane"
+	ClusterReasonBootstrapped           = "Bootstrapped"
+	ClusterReasonWaitingForControlPlane = "WaitingForControlPlane"
+	ClusterReasonBootstrapFailed        = "BootstrapFailed"
+	ClusterReasonMembersHealthy         = "MembersHealthy"
+	ClusterReasonMembersMissing         = "MembersMissing"
+	ClusterReasonEtcdUnreadable         = "EtcdUnreadable"
+	ClusterReasonReachable              = "Reachable"
+	ClusterReasonUnreachable            = "Unreachable"
+	ClusterReasonNotBootstrapped        = "NotBootstrapped"
+	ClusterReasonNodesReady             = "NodesReady"
+	ClusterReasonNodesNotReady          = "NodesNotReady"
+	ClusterReasonReady                  = "Ready"
+	ClusterReasonNotReady               = "NotReady"
+	ClusterReasonSecretsNotReady        = "SecretsNotReady"
+	ClusterReasonAccessInstallFailed    = "AccessInstallFailed"
+	ClusterReasonMachinesJoining        = "MachinesJoining"
+	ClusterReasonAllMachinesJoined      = "AllMachinesJoined"
+	ClusterReasonTokenSecretMissing     = "TokenSecretMissing"
+	ClusterReasonTokenUpdateFailed      = "TokenUpdateFailed"
+	ClusterReasonGenerated              = "Generated"
+	ClusterReasonProvided               = "Provided"
+	ClusterReasonSecretNotFound         = "SecretNotFound"
+	ClusterReasonSecretConflict         = "SecretConflict"
+	ClusterReasonInvalidBundle          = "InvalidBundle"
+	// ClusterReasonSecretsForbidden: ichor-controller may not read Secrets in the
+	// cluster's namespace; an admin grants that per namespace.
+	ClusterReasonSecretsForbidden       = "SecretsForbidden"
+	ClusterReasonAllIssued              = "AllIssued"
+	ClusterReasonWaitingForCertificates = "WaitingForCertificates"
+	ClusterReasonKubernetesUnreachable  = "KubernetesUnreachable"
+)
+
+// Condition types of a TalosConfigPatch.
+const (
+	// PatchConditionValid says whether the patch renders into every machine it targets.
+	PatchConditionValid = "Valid"
+	// PatchConditionApplied says whether every targeted machine runs a config
+	// with the patch's current generation.
+	PatchConditionApplied = "Applied"
+)
+
+// Reasons of the conditions of a TalosConfigPatch.
+const (
+	PatchReasonRenders         = "Renders"
+	PatchReasonDisabled        = "Disabled"
+	PatchReasonNoTargets       = "NoTargets"
+	PatchReasonAllApplied      = "AllApplied"
+	PatchReasonRollingOut      = "RollingOut"
+	PatchReasonBlocked         = "Blocked"
+	PatchReasonClusterNotFound = "ClusterNotFound"
+	PatchReasonSecretsNotReady = "SecretsNotReady"
+)
+
+// Condition types of an IchorInstallation.
+const (
+	// InstallationConditionProvisioningNetworksScanned reports the last scan.
+	InstallationConditionProvisioningNetworksScanned = "ProvisioningNetworksScanned"
+)
+
+// Reasons of the conditions of an IchorInstallation.
+const (
+	InstallationReasonScanned      = "Scanned"
+	InstallationReasonTruncated    = "Truncated"
+	InstallationReasonCreateFailed = "CreateFailed"
+)
+
+// Condition types of a TalosCredentialRequest's answer: exactly one becomes True.
+const (
+	// CredentialRequestIssued is True once status holds the certificate.
+	CredentialRequestIssued = "Issued"
+	// CredentialRequestDenied is True when the request will not be answered, with the reason.
+	CredentialRequestDenied = "Denied"
+)
+
+// Reasons of the conditions of a TalosCredentialRequest.
+const (
+	CredentialRequestReasonIssued          = "Issued"
+	CredentialRequestReasonUnknownPurpose  = "UnknownPurpose"
+	CredentialRequestReasonNoRequester     = "NoRequester"
+	CredentialRequestReasonClusterNotFound = "ClusterNotFound"
+	CredentialRequestReasonMachineNotFound = "MachineNotFound"
+	CredentialRequestReasonBadPublicKey    = "BadPublicKey"
+)
+
+// The condition the start and reclaim actions set on a TalosOperation or a
+// MachineReclaim, and its reason.
+const (
+	ConditionStarted    = "Started"
+	ReasonStartedByUser = "StartedByUser"
+)
