@@ -7,11 +7,16 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/controller/taloscluster"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 
 // TestStatusWritersInterleave: the machine config reconciler writes its
@@ -88,5 +93,110 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	}
 	if !managers[machineconfig.FieldManager] {
 		t.Errorf("managed fields name no %s: %v", machineconfig.FieldManager, managers)
+	}
+}
+
+// TestClusterStatusWritersInterleave is the same for a TalosCluster, which
+// four writers share: the cluster reconciler, the secrets reconciler, the
+// disruption budget and an admin's override grant. Each writes from the copy
+// it has; none loses another's field, and the budget is freed only by its
+// holder.
+func TestClusterStatusWritersInterleave(t *testing.T) {
+	ctx := t.Context()
+	installControllerRBAC(ctx, t)
+	useProvisioningNetworks(ctx, t, "127.0.7.0/24")
+	ns := cp.Namespace(t)
+	mustApply(ctx, t, `
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: demo, namespace: `+ns+`}
+spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "https://127.0.7.1:6443"}, paused: true}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: m1, namespace: `+ns+`}
+spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {disk: /dev/sda}}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: m2, namespace: `+ns+`}
+spec: {clusterName: demo, role: worker, address: "127.0.7.2:50000", install: {disk: /dev/sda}}
+`)
+	scheme, err := ctrlcmd.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "demo"}
+	var stale v1alpha1.TalosCluster
+	if err := asController.Get(ctx, key, &stale); err != nil {
+		t.Fatal(err)
+	}
+	var m1, m2 v1alpha1.TalosMachine
+	for name, m := range map[string]*v1alpha1.TalosMachine{"m1": &m1, "m2": &m2} {
+		if err := asController.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Meanwhile: m1 takes the disruption budget; an admin grants an override.
+	budget := &disruption.Budget{Client: asController, Reader: asController}
+	if holder, err := budget.Acquire(ctx, &m1, v1alpha1.DisruptionReboot); err != nil || holder != nil {
+		t.Fatalf("m1 takes the budget: holder %v, %v", holder, err)
+	}
+	admins := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosClusters(ns)
+	if _, err := admins.Override(ctx, "demo", &v1alpha1.Override{Check: v1alpha1.CheckBootstrapWaitsForControlPlanes, Reason: "cp-3 is gone"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The cluster reconciler and the secrets reconciler write from the old copy.
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	stale.Status.Phase = v1alpha1.ClusterPhaseProvisioning
+	stale.Status.ObservedGeneration = stale.Generation
+	stale.Status.Machines = v1alpha1.MachineCounts{Total: 2, Workers: 2}
+	meta.SetStatusCondition(&stale.Status.Conditions, metav1.Condition{Type: v1alpha1.ClusterConditionMachinesReady, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ClusterReasonMachinesNotReady, Message: "0 of 2", LastTransitionTime: now})
+	if err := taloscluster.WriteStatus(ctx, asController, &stale); err != nil {
+		t.Fatal(err)
+	}
+	obj := ichorac.TalosCluster("demo", ns).WithStatus(ichorac.TalosClusterStatus().WithConditions(
+		metav1ac.Condition().WithType(v1alpha1.ClusterConditionSecretsReady).WithStatus(metav1.ConditionTrue).
+			WithReason(v1alpha1.ClusterReasonGenerated).WithMessage("generated").WithLastTransitionTime(now)))
+	if err := asController.Status().Apply(ctx, obj, client.FieldOwner(clustersecrets.FieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	// m2, which does not hold the budget, gives it back: nothing happens.
+	if err := budget.Release(ctx, &m2); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := admins.Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.Status.Disruption; d == nil || d.MachineUID != m1.UID {
+		t.Errorf("m1's disruption budget was lost: %+v", d)
+	}
+	if o := got.Status.Override; o == nil || o.By != "carol" {
+		t.Errorf("the admin's override grant was lost: %+v", o)
+	}
+	if got.Status.Phase != v1alpha1.ClusterPhaseProvisioning || got.Status.Machines.Total != 2 ||
+		!hasCondition(got.Status.Conditions, v1alpha1.ClusterConditionMachinesReady, metav1.ConditionFalse, v1alpha1.ClusterReasonMachinesNotReady) ||
+		!hasCondition(got.Status.Conditions, v1alpha1.ClusterConditionSecretsReady, metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated) {
+		t.Errorf("the reconcilers' own fields: phase %s, machines %+v, conditions %+v", got.Status.Phase, got.Status.Machines, got.Status.Conditions)
+	}
+
+	// Its holder gives the budget back, from a copy of m1 of its own.
+	if err := budget.Release(ctx, &m1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = admins.Get(ctx, "demo", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Disruption != nil || got.Status.Override == nil || got.Status.Phase != v1alpha1.ClusterPhaseProvisioning {
+		t.Errorf("after the release: disruption %+v, override %+v, phase %s", got.Status.Disruption, got.Status.Override, got.Status.Phase)
 	}
 }

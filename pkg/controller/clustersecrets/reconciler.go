@@ -33,6 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/statusapply"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 
 // ControllerName names the controller in logs, metrics and Events.
@@ -199,22 +201,24 @@ func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluste
 	return nil
 }
 
-// writeStatus records cond, the observed generation and, while the cluster
-// has no phase yet, Pending.
+// FieldManager owns the SecretsReady condition, the one status field this
+// reconciler writes.
+const FieldManager = "ichor-clustersecrets"
+
+// writeStatus applies cond, with server-side apply under FieldManager, when
+// it differs from what cluster shows.
 func (r *Reconciler) writeStatus(ctx context.Context, cluster *v1alpha1.TalosCluster, cond metav1.Condition) error {
 	before := cluster.Status.DeepCopy()
 	cond.ObservedGeneration = cluster.Generation
 	cond.LastTransitionTime = metav1.NewTime(r.Now())
 	meta.SetStatusCondition(&cluster.Status.Conditions, cond)
-	cluster.Status.ObservedGeneration = cluster.Generation
-	if cluster.Status.Phase == "" {
-		cluster.Status.Phase = v1alpha1.ClusterPhasePending
-	}
 	if equality.Semantic.DeepEqual(before, &cluster.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Update(ctx, cluster); err != nil {
-		return fmt.Errorf("update status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(ichorac.TalosClusterStatus().
+		WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady)...))
+	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	return nil
 }

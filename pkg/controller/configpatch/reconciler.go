@@ -27,6 +27,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/statusapply"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -85,14 +87,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	p.Status.ObservedGeneration = p.Generation
 	if !equality.Semantic.DeepEqual(before, &p.Status) {
-		if err := r.Client.Status().Update(ctx, &p); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of TalosConfigPatch %s: %w", req, err)
+		if err := writeStatus(ctx, r.Client, &p); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	return result, nil
+}
+
+// FieldManager owns the status fields this reconciler writes: all but the
+// override an admin grants through talosconfigpatches/override.
+const FieldManager = "ichor-configpatch"
+
+// writeStatus applies p's observed generation, conditions, effect and
+// applied machines with server-side apply under FieldManager.
+func writeStatus(ctx context.Context, c client.Client, p *v1alpha1.TalosConfigPatch) error {
+	st := ichorac.TalosConfigPatchStatus().WithObservedGeneration(p.Status.ObservedGeneration).
+		WithConditions(statusapply.Conditions(p.Status.Conditions, v1alpha1.PatchConditionValid, v1alpha1.PatchConditionApplied)...).
+		WithAppliedMachines(p.Status.AppliedMachines...)
+	if p.Status.Effect != "" {
+		st.WithEffect(p.Status.Effect)
+	}
+	obj := ichorac.TalosConfigPatch(p.Name, p.Namespace).WithStatus(st)
+	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosConfigPatch %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return nil
 }
 
 type setFunc func(condType string, status metav1.ConditionStatus, reason, format string, args ...any)

@@ -5,20 +5,27 @@
 // back or the action failed. The budget lives in the API, not in a process,
 // so it survives a controller restart and a leader change, and two
 // controllers (or two reconcilers of one) never both hold it: taking it is
-// a status update conditional on the resourceVersion just read.
+// a server-side apply conditional on the resourceVersion just read, and
+// giving it back a patch that first tests who holds it.
 package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
+
+// FieldManager owns status.disruption while a machine holds the budget.
+const FieldManager = "ichor-disruption"
 
 // Budget takes and gives back clusters' disruption budgets.
 type Budget struct {
@@ -57,10 +64,12 @@ func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 		if cur != nil && cur.MachineUID == m.UID && cur.Action == action {
 			return nil, nil
 		}
-		c.Status.Disruption = &v1alpha1.DisruptionStatus{
-			Machine: m.Name, MachineUID: m.UID, Action: action, Since: metav1.NewTime(b.now()),
-		}
-		err := b.Client.Status().Update(ctx, &c)
+		// Applied on the version just read: if anyone changed the cluster
+		// since, the write is refused and the budget read again.
+		obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
+			WithStatus(ichorac.TalosClusterStatus().WithDisruption(ichorac.DisruptionStatus().
+				WithMachine(m.Name).WithMachineUID(m.UID).WithAction(action).WithSince(metav1.NewTime(b.now()))))
+		err := b.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership)
 		if apierrors.IsConflict(err) {
 			continue
 		}
@@ -72,31 +81,33 @@ func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 	return nil, fmt.Errorf("take the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
 }
 
-// Release gives m's cluster's budget back if m holds it.
+// Release gives m's cluster's budget back if m holds it. The removal tests,
+// in the same patch, that m is the holder, so it never frees a budget that
+// another machine took meanwhile.
 func (b *Budget) Release(ctx context.Context, m *v1alpha1.TalosMachine) error {
-	for range maxAttempts {
-		var c v1alpha1.TalosCluster
-		err := b.Reader.Get(ctx, clusterKey(m), &c)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
-		}
-		if !HeldBy(&c, m) {
-			return nil
-		}
-		c.Status.Disruption = nil
-		err = b.Client.Status().Update(ctx, &c)
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
-		}
+	var c v1alpha1.TalosCluster
+	err := b.Reader.Get(ctx, clusterKey(m), &c)
+	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return fmt.Errorf("give back the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
+	if err != nil {
+		return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
+	}
+	if !HeldBy(&c, m) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/disruption/machineUID", "value": m.UID},
+		{"op": "remove", "path": "/status/disruption"},
+	})
+	if err != nil {
+		return err
+	}
+	err = b.Client.Status().Patch(ctx, &c, client.RawPatch(types.JSONPatchType, patch))
+	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsNotFound(err) { // Invalid: the test failed, m no longer holds it
+		return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
+	}
+	return nil
 }
 
 // HeldBy reports whether m holds c's budget, as far as this copy of c says.

@@ -28,7 +28,6 @@ import (
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -46,14 +45,16 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
 
-// FieldManager owns the status field this approver writes on machines,
-// status.kubeletServingCertificate.
+// FieldManager owns the status fields this approver writes: on machines,
+// status.kubeletServingCertificate; on clusters, the two KubeletServing
+// conditions.
 const FieldManager = "ichor-kubeletserving"
 
 // ControllerName names the controller in logs, metrics and Events.
@@ -237,14 +238,18 @@ func (r *Reconciler) machines(ctx context.Context, cluster *v1alpha1.TalosCluste
 	return out, nil
 }
 
+// writeClusterStatus applies the approver's two conditions on cluster, with
+// server-side apply under FieldManager, when they changed; a condition
+// removed from cluster is removed from the object with it.
 func (r *Reconciler) writeClusterStatus(ctx context.Context, cluster *v1alpha1.TalosCluster, before *v1alpha1.TalosClusterStatus) error {
 	if equality.Semantic.DeepEqual(before, &cluster.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Update(ctx, cluster); err != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("update status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
-	} else if err != nil {
-		return err // a conflict: controller-runtime retries with backoff
+	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(ichorac.TalosClusterStatus().
+		WithConditions(statusapply.Conditions(cluster.Status.Conditions,
+			v1alpha1.ClusterConditionKubeletServingCertificates, v1alpha1.ClusterConditionKubeletServingVerified)...))
+	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	return nil
 }

@@ -156,13 +156,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.observe(ctx, v)
 
 	r.summarize(v)
-	if !equality.Semantic.DeepEqual(before, &cluster.Status) {
+	if cluster.Status.ObservedGeneration != cluster.Generation || !equality.Semantic.DeepEqual(before, &cluster.Status) {
 		cluster.Status.ObservedGeneration = cluster.Generation
-		if err := r.Client.Status().Update(ctx, &cluster); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status of TalosCluster %s: %w", req, err)
+		if err := WriteStatus(ctx, r.Client, &cluster); err != nil {
+			return ctrl.Result{}, err
 		}
 		r.announce(before, &cluster)
 	}
@@ -271,7 +268,9 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventBootstrapped, "Bootstrap",
 			"Bootstrapped etcd on control plane %s (%s)", first.machine.Name, first.machine.Spec.Address)
 		if len(down) > 0 {
-			cluster.Status.Override = nil
+			if err := useOverride(ctx, r.Client, cluster, override); err != nil {
+				log.FromContext(ctx).Error(err, "The override stays granted")
+			}
 			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventOverrideUsed, "Bootstrap",
 				"Bootstrapped etcd without waiting for %s, past the %s check, as %s allowed: %s",
 				strings.Join(down, ", "), override.Check, override.By, override.Reason)

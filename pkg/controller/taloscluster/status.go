@@ -1,0 +1,77 @@
+package taloscluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/statusapply"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+)
+
+// FieldManager owns the status fields this reconciler writes.
+const FieldManager = "ichor-taloscluster"
+
+// ownedConditions are the condition types this reconciler writes; the
+// others on a TalosCluster are clustersecrets' and the kubelet serving
+// approver's.
+var ownedConditions = []string{
+	v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
+	v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionNodesReady,
+	v1alpha1.ClusterConditionBootstrapTokenEnabled, v1alpha1.ClusterConditionReady,
+}
+
+// WriteStatus applies the fields of cluster's status this reconciler owns —
+// phase, observed generation, machine counts, versions, bootstrap time and
+// its conditions — with server-side apply under FieldManager, so that the
+// disruption budget, an admin's override grant and the other controllers'
+// conditions are neither overwritten nor dropped, whatever copy of the
+// cluster this is.
+func WriteStatus(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster) error {
+	s := &cluster.Status
+	st := ichorac.TalosClusterStatus().WithObservedGeneration(s.ObservedGeneration).
+		WithMachines(ichorac.MachineCounts().WithTotal(s.Machines.Total).WithReady(s.Machines.Ready).
+			WithControlPlanes(s.Machines.ControlPlanes).WithWorkers(s.Machines.Workers))
+	if s.Phase != "" {
+		st.WithPhase(s.Phase)
+	}
+	if s.TalosVersion != "" {
+		st.WithTalosVersion(s.TalosVersion)
+	}
+	if s.KubernetesVersion != "" {
+		st.WithKubernetesVersion(s.KubernetesVersion)
+	}
+	if s.BootstrappedAt != nil {
+		st.WithBootstrappedAt(*s.BootstrappedAt)
+	}
+	st.WithConditions(statusapply.Conditions(s.Conditions, ownedConditions...)...)
+	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(st)
+	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	return nil
+}
+
+// useOverride removes the override grant used from cluster's status: only
+// that grant (a JSON patch tests it first), which the override action wrote
+// and which no field manager of this reconciler owns. A grant replaced
+// meanwhile stays, for the next decision.
+func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, used *v1alpha1.OverrideStatus) error {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/override", "value": used},
+		{"op": "remove", "path": "/status/override"},
+	})
+	if err != nil {
+		return err
+	}
+	// A failed test (the grant was replaced or withdrawn) is a 422 Invalid.
+	if err := c.Status().Patch(ctx, cluster, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsInvalid(err) {
+		return fmt.Errorf("clear the override used on TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	return nil
+}
