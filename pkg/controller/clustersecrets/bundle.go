@@ -26,9 +26,9 @@ const BundleKey = "secrets.yaml"
 // YAML errors quote the text they could not read, and that text is secret.
 var errNotABundle = errors.New("key " + BundleKey + " does not hold a Talos secrets bundle in YAML")
 
-// generate makes a new bundle for a cluster running talosVersion, with
+// Generate makes a new bundle for a cluster running talosVersion, with
 // machinery's secrets package, and encodes it as `talosctl gen secrets` does.
-func generate(talosVersion string, now time.Time) ([]byte, error) {
+func Generate(talosVersion string, now time.Time) ([]byte, error) {
 	contract, err := config.ParseContractFromVersion(talosVersion)
 	if err != nil {
 		return nil, fmt.Errorf("talos version %q: %w", talosVersion, err)

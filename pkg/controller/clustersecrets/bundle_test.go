@@ -7,7 +7,7 @@ import (
 )
 
 func TestGenerateThenParse(t *testing.T) {
-	data, err := generate("v1.13.0", time.Now())
+	data, err := Generate("v1.13.0", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func TestGenerateThenParse(t *testing.T) {
 		t.Fatalf("generated bundle lacks the Talos CA or a bootstrap token")
 	}
 	// Two bundles never share a CA.
-	other, err := generate("v1.13.0", time.Now())
+	other, err := Generate("v1.13.0", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestGenerateThenParse(t *testing.T) {
 }
 
 func TestGenerateRefusesBadVersion(t *testing.T) {
-	if _, err := generate("latest", time.Now()); err == nil {
+	if _, err := Generate("latest", time.Now()); err == nil {
 		t.Fatal("generated a bundle for version \"latest\"")
 	}
 }

@@ -176,7 +176,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 // generate writes a new bundle into Secret name, controlled by cluster so
 // that it goes when the cluster goes.
 func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) error {
-	data, err := generate(cluster.Spec.TalosVersion, r.Now())
+	data, err := Generate(cluster.Spec.TalosVersion, r.Now())
 	if err != nil {
 		return fmt.Errorf("TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
