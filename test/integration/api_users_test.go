@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -288,5 +291,83 @@ func TestLastAdminUnderConcurrentRemovals(t *testing.T) {
 		for _, name := range []string{a, b} {
 			remove(ctx, name)
 		}
+	}
+}
+
+// TestUserManagerOfViewers: who may manage whom is RBAC's, through the
+// grant verb on ichorusers/<role>, not group names in code. An admin
+// delegates managing viewers to hana, who holds no Ichor role: she manages
+// viewers, and cannot create an operator, promote her viewer, or set an
+// admin's password (the next-higher roles she would try).
+func TestUserManagerOfViewers(t *testing.T) {
+	ctx := apiContext(t)
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	name := "ichor-test-viewer-manager"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"ichor.dev"}, Resources: []string{"ichorusers"}, Verbs: []string{"get", "create", "update", "delete"}},
+		{APIGroups: []string{"ichor.dev"}, Resources: []string{"ichorusers/password"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"ichor.dev"}, Resources: []string{"ichorusers/viewer"}, Verbs: []string{"grant"}},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "hana"}}}
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	admin := apiClient(t).IchorV1alpha1().IchorUsers()
+	hana := apiClientFor(t, cp.ConfigFor("hana")).IchorV1alpha1().IchorUsers()
+	mk := func(c interface {
+		Create(context.Context, *v1alpha1.IchorUser, metav1.CreateOptions) (*v1alpha1.IchorUser, error)
+	}, name string, role v1alpha1.UserRole) error {
+		_, err := c.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.IchorUserSpec{Role: role, Disabled: true}}, metav1.CreateOptions{})
+		if err == nil {
+			t.Cleanup(func() { _ = admin.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		}
+		return err
+	}
+	if err := mk(admin, "boss", v1alpha1.UserRoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+
+	// RBAC rules may change after creation; poll for hana's first allowed write.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return mk(hana, "vicky", v1alpha1.UserRoleViewer) == nil, nil
+	}); err != nil {
+		t.Fatalf("hana creates a viewer: %v", err)
+	}
+	password := &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: "vicky"}, Password: "a long enough password"}
+	if _, err := hana.UpdatePassword(ctx, "vicky", password, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("hana sets her viewer's password: %v", err)
+	}
+
+	refused := func(what string, err error, role string) {
+		t.Helper()
+		want := fmt.Sprintf(`needs the "grant" verb on resource "ichorusers", subresource %q`, role)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want Forbidden: %s", what, err, want)
+		}
+	}
+	refused("hana creates an operator", mk(hana, "otto", v1alpha1.UserRoleOperator), "operator")
+	vicky, err := hana.Get(ctx, "vicky", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vicky.Spec.Role = v1alpha1.UserRoleAdmin
+	_, err = hana.Update(ctx, vicky, metav1.UpdateOptions{})
+	refused("hana promotes her viewer to admin", err, "admin")
+	password.Name = "boss"
+	_, err = hana.UpdatePassword(ctx, "boss", password, metav1.UpdateOptions{})
+	refused("hana sets an admin's password", err, "admin")
+	refused("hana deletes an admin", hana.Delete(ctx, "boss", metav1.DeleteOptions{}), "admin")
+	if err := hana.Delete(ctx, "vicky", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("hana deletes her viewer: %v", err)
 	}
 }

@@ -38,6 +38,8 @@ var allGroups = []string{"ichor:viewer", "ichor:operator", "ichor:admin", reclai
 var beyondDesign = []verbRow{
 	// Approving a control plane or a machine into a running cluster.
 	{"approve", []string{"talosmachines/privileged-approval"}, []string{"ichor:admin"}},
+	// Managing the IchorUsers of a role (IchorUserRoles, the password action).
+	{"grant", []string{"ichorusers/viewer", "ichorusers/operator", "ichorusers/admin"}, []string{"ichor:admin"}},
 }
 
 // TestVerbsTable walks every row of the verbs table for every group: the
@@ -95,7 +97,7 @@ func TestVerbsTable(t *testing.T) {
 			}
 		}
 	}
-	if want := (29 + 1) * len(allGroups); rows != want {
+	if want := (29 + 1 + 3) * len(allGroups); rows != want {
 		t.Fatalf("walked %d cells, want %d: DESIGN.md's table has changed, or a row was not read", rows, want)
 	}
 }
@@ -204,6 +206,20 @@ func (o *tableObjects) request(ctx context.Context, t *testing.T, user, group, v
 		return as.Post().Namespace(o.ns).Resource(resource).Body(p).Do(ctx).Error()
 	}
 	switch verb {
+	case "grant":
+		// Creating a user of that role: disabled, so that it is no admin
+		// that the last-admin rule would keep.
+		u := &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("grant-%s-%d-%s", sub, groupIndex, o.ns)},
+			Spec: v1alpha1.IchorUserSpec{Role: v1alpha1.UserRole(sub), Disabled: true}}
+		err := as.Post().Resource(resource).Body(u).Do(ctx).Error()
+		if err == nil {
+			t.Cleanup(func() {
+				if err := admin.Delete().Resource(resource).Name(u.Name).Do(context.Background()).Error(); err != nil {
+					t.Errorf("delete IchorUser %s: %v", u.Name, err)
+				}
+			})
+		}
+		return err
 	case "start", "reclaim":
 		kind := map[string]string{"start": "TalosOperation", "reclaim": "MachineReclaim"}[verb]
 		return as.Post().Namespace(o.ns).Resource(resource).Name(name).SubResource(map[string]string{"start": "start", "reclaim": "reclaim"}[verb]).

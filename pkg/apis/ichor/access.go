@@ -1,7 +1,5 @@
 package ichor
 
-import "fmt"
-
 // The custom RBAC verbs of Ichor's actions. Each is asked of the authorizer
 // beyond the HTTP method's verb, on the subresource the action names, so RBAC
 // rules can grant exactly one action and `kubectl auth can-i` tells the truth
@@ -23,6 +21,11 @@ const (
 	// VerbUpdate on a field subresource (talosclusters/secret-references, …)
 	// writes that field, on create as on update.
 	VerbUpdate = "update"
+	// VerbGrant on ichorusers/<role> (viewer, operator, admin) manages the
+	// IchorUsers of that role: creating one, changing or deleting one,
+	// giving a user the role, setting one's password. RBAC says who may
+	// manage whom, not group names in code; admins hold it for every role.
+	VerbGrant = "grant"
 )
 
 // PrivilegedApprovalSubresource is where the approve verb is asked, beyond
@@ -69,62 +72,4 @@ var FieldSubresources = []FieldSubresource{
 	{"talosclusters", "authentication", "spec.authentication", func(o any) any { return o.(*TalosCluster).Spec.Authentication }},
 	{"ichorinstallations", "version", "spec.version", func(o any) any { return o.(*IchorInstallation).Spec.Version }},
 	{"ichorinstallations", "settings", "spec.settings", func(o any) any { return o.(*IchorInstallation).Spec.Settings }},
-}
-
-// systemMasters is kube-apiserver's group that every authorizer allows.
-const systemMasters = "system:masters"
-
-// Rank orders the roles by what they hold (viewer ⊂ operator ⊂ admin); 0 is no role.
-func (r UserRole) Rank() int {
-	switch r {
-	case UserRoleViewer:
-		return 1
-	case UserRoleOperator:
-		return 2
-	case UserRoleAdmin:
-		return 3
-	}
-	return 0
-}
-
-// RoleOfGroups is the highest Ichor role a requester in groups holds through
-// the role groups; system:masters counts as admin. "" is none.
-func RoleOfGroups(groups []string) UserRole {
-	role := UserRole("")
-	for _, g := range groups {
-		var r UserRole
-		switch g {
-		case GroupAdmin, systemMasters:
-			r = UserRoleAdmin
-		case GroupOperator:
-			r = UserRoleOperator
-		case GroupViewer:
-			r = UserRoleViewer
-		}
-		if r.Rank() > role.Rank() {
-			role = r
-		}
-	}
-	return role
-}
-
-// MayManageUser says whether a requester holding role may create, change,
-// delete or set the password of a user of target role: only roles below its
-// own, except an admin, who may manage any.
-func MayManageUser(role, target UserRole) bool {
-	return role == UserRoleAdmin || target.Rank() < role.Rank()
-}
-
-// CheckManagesUser returns an error saying why the requester name in groups may
-// not do what (create, set the password of, …) to a user of target role, or nil.
-func CheckManagesUser(name string, groups []string, target UserRole, what string) error {
-	role := RoleOfGroups(groups)
-	if MayManageUser(role, target) {
-		return nil
-	}
-	held := "no Ichor role"
-	if role != "" {
-		held = "the " + string(role) + " role"
-	}
-	return fmt.Errorf("%s holds %s and may %s only users whose role is below it, not %s", name, held, what, target)
 }

@@ -147,8 +147,9 @@ func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}
-	msg := fmt.Sprintf("user %q cannot %s %s %q: it needs the %q verb on resource %q, subresource %q",
-		u.GetName(), r.action.Name, r.store.DefaultQualifiedResource.Resource, obj.GetName(), r.action.Verb, r.store.DefaultQualifiedResource.Resource, on)
+	resource := r.store.DefaultQualifiedResource.Resource
+	msg := fmt.Sprintf("user %q cannot use %s/%s on %q: it needs the %q verb on resource %q, subresource %q",
+		u.GetName(), resource, r.action.Name, obj.GetName(), r.action.Verb, resource, on)
 	msg = authz.Denied(msg, reason, err)
 	return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New(msg))
 }

@@ -1,8 +1,9 @@
 // Package userroles keeps IchorUsers from becoming a way around RBAC: a
-// requester grants, changes or deletes only users whose role is below its
-// own (an admin any; ichor.MayManageUser, which the password action checks
-// too), and the last enabled admin cannot be deleted, disabled or demoted,
-// so the installation always keeps someone who can manage it.
+// requester creates, changes, deletes or grants a role to a user only with
+// the grant verb on ichorusers/<role> for each role involved (the password
+// action asks it too), and the last enabled admin cannot be deleted,
+// disabled or demoted, so the installation always keeps someone who can
+// manage it.
 package userroles
 
 import (
@@ -15,10 +16,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
@@ -33,12 +38,14 @@ func Register(plugins *admission.Plugins) {
 // Plugin is the IchorUser role check.
 type Plugin struct {
 	*admission.Handler
-	client versioned.Interface
+	client     versioned.Interface
+	authorizer authorizer.Authorizer
 }
 
 var (
-	_ admission.ValidationInterface = &Plugin{}
-	_ initializer.WantsIchorClient  = &Plugin{}
+	_ admission.ValidationInterface        = &Plugin{}
+	_ initializer.WantsIchorClient         = &Plugin{}
+	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
 )
 
 // New returns the plugin; it needs the Ichor client before it is ready.
@@ -49,12 +56,36 @@ func New() *Plugin {
 // SetIchorClient implements initializer.WantsIchorClient.
 func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
 
+// SetAuthorizer receives the server's (delegated) authorizer.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
+
 // ValidateInitialization implements admission.InitializationValidator.
 func (p *Plugin) ValidateInitialization() error {
-	if p.client == nil {
-		return errors.New(PluginName + " has no Ichor client")
+	if p.client == nil || p.authorizer == nil {
+		return errors.New(PluginName + " needs an Ichor client and an authorizer")
 	}
 	return nil
+}
+
+// mayGrant refuses what the requester would do to a user of role unless it
+// holds the grant verb on ichorusers/<role>.
+func (p *Plugin) mayGrant(ctx context.Context, a admission.Attributes, role ichor.UserRole, what string) error {
+	decision, reason, err := p.authorizer.Authorize(ctx, grantAttributes(a.GetUserInfo(), role, a.GetName()))
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	msg := fmt.Sprintf("user %q cannot %s an IchorUser of role %s: it needs the %q verb on resource \"ichorusers\", subresource %q",
+		a.GetUserInfo().GetName(), what, role, ichor.VerbGrant, role)
+	return admission.NewForbidden(a, errors.New(authz.Denied(msg, reason, err)))
+}
+
+// grantAttributes is the question whether u may manage the IchorUser name of
+// role: the grant verb on ichorusers/<role>.
+func grantAttributes(u user.Info, role ichor.UserRole, name string) authorizer.Attributes {
+	return authorizer.AttributesRecord{
+		User: u, Verb: ichor.VerbGrant, APIGroup: ichor.GroupName, APIVersion: "v1alpha1",
+		Resource: "ichorusers", Subresource: string(role), Name: name, ResourceRequest: true,
+	}
 }
 
 // Validate applies the rules to a write of an IchorUser or its password.
@@ -66,30 +97,23 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		// The password action checks the rule itself, on the user it changes.
 		return nil
 	}
-	below := func(target ichor.UserRole, what string) error {
-		if err := ichor.CheckManagesUser(a.GetUserInfo().GetName(), a.GetUserInfo().GetGroups(), target, what); err != nil {
-			return admission.NewForbidden(a, err)
-		}
-		return nil
-	}
-
 	switch a.GetOperation() {
 	case admission.Create:
 		u, ok := a.GetObject().(*ichor.IchorUser)
 		if !ok {
 			return nil
 		}
-		return below(u.Spec.Role, "create")
+		return p.mayGrant(ctx, a, u.Spec.Role, "create")
 	case admission.Update:
 		u, okNew := a.GetObject().(*ichor.IchorUser)
 		old, okOld := a.GetOldObject().(*ichor.IchorUser)
 		if !okNew || !okOld {
 			return nil
 		}
-		if err := below(old.Spec.Role, "change"); err != nil {
+		if err := p.mayGrant(ctx, a, old.Spec.Role, "change"); err != nil {
 			return err
 		}
-		if err := below(u.Spec.Role, "grant a role to"); err != nil {
+		if err := p.mayGrant(ctx, a, u.Spec.Role, "grant a role to"); err != nil {
 			return err
 		}
 		if enabledAdmin(old) && !enabledAdmin(u) {
@@ -100,7 +124,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		if !ok {
 			return nil
 		}
-		if err := below(old.Spec.Role, "delete"); err != nil {
+		if err := p.mayGrant(ctx, a, old.Spec.Role, "delete"); err != nil {
 			return err
 		}
 		if enabledAdmin(old) {

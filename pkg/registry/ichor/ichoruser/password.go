@@ -21,26 +21,20 @@ const PasswordSubresource = "password"
 
 // password is PUT ichorusers/NAME/password: it stores the argon2id hash of
 // the body's password in status.passwordHash, which no response carries
-// (Definition.Decorate), and records when. A requester sets the password of
-// only users below its own role (an admin of any), as for every other write
-// of a user.
+// (Definition.Decorate), and records when. The requester needs the grant
+// verb on ichorusers/<the user's role>, as for every other write of a user.
 var password = resource.Action[*ichor.IchorUser]{
 	Name:    PasswordSubresource,
 	Replace: true,
+	// Asked of the stored user the update changes, not of a separate read
+	// that a racing create or role change could outrun.
+	Verb:    ichor.VerbGrant,
+	VerbOn:  func(u *ichor.IchorUser) string { return string(u.Spec.Role) },
 	NewBody: func() runtime.Object { return &ichor.IchorUserPassword{} },
 	Apply: func(ctx context.Context, u *ichor.IchorUser, body runtime.Object) error {
 		p, ok := body.(*ichor.IchorUserPassword)
 		if !ok {
 			return apierrors.NewBadRequest(fmt.Sprintf("expected an IchorUserPassword, got %T", body))
-		}
-		// Decided here, on the stored user the update changes, not on a
-		// separate read that a racing create or role change could outrun.
-		requester, ok := genericapirequest.UserFrom(ctx)
-		if !ok {
-			return apierrors.NewForbidden(ichor.Resource("ichorusers"), u.Name, fmt.Errorf("the request names no user"))
-		}
-		if err := ichor.CheckManagesUser(requester.GetName(), requester.GetGroups(), u.Spec.Role, "set the password of"); err != nil {
-			return apierrors.NewForbidden(ichor.Resource("ichorusers"), u.Name, err)
 		}
 		if err := passwordhash.Check(p.Password); err != nil {
 			// The value never goes into the error.
