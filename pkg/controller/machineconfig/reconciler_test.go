@@ -401,4 +401,3 @@ func TestConvergeRefusesAnotherNodeBehindTheAddress(t *testing.T) {
 		t.Errorf("the refused step still holds the budget: %+v", h)
 	}
 }
-
