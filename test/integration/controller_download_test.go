@@ -17,7 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"ichor.dev/ichor/pkg/registry/ichor/download"
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/talossim"
 )
@@ -159,7 +159,7 @@ func checkDownloadAudited(t *testing.T, user, subresource, name string) {
 		if e.User.Username != user || e.ObjectRef.Subresource != subresource || e.ObjectRef.Name != name || e.Stage != "ResponseComplete" {
 			continue
 		}
-		if e.Level != "Metadata" || !strings.Contains(e.Annotations[download.AuditAnnotation], user) {
+		if e.Level != "Metadata" || !strings.Contains(e.Annotations[ichor.AuditAnnotationDownload], user) {
 			t.Errorf("%s's download of %s/%s is audited at %s with annotations %v", user, name, subresource, e.Level, e.Annotations)
 		}
 		return

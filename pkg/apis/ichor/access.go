@@ -28,6 +28,20 @@ const (
 	VerbGrant = "grant"
 )
 
+// The audit annotations ichor-apiserver adds to the requests they describe
+// (artifacts/audit-policy.yaml keeps them at the Metadata level).
+const (
+	// AuditAnnotationOverride names the safety check a change went past, who
+	// allowed it and why: a delete past the quorum check, a patch past the
+	// secrets check.
+	AuditAnnotationOverride = "ichor.dev/override"
+	// AuditAnnotationProvisioningNetworkOverride names an admin who placed a
+	// machine outside the provisioning networks, and why.
+	AuditAnnotationProvisioningNetworkOverride = "ichor.dev/provisioning-network-override"
+	// AuditAnnotationDownload says who downloaded what.
+	AuditAnnotationDownload = "ichor.dev/download"
+)
+
 // PrivilegedApprovalSubresource is where the approve verb is asked, beyond
 // talosmachines/approval, for an approval that hands out a cluster's root of
 // trust: a control plane (its config holds every CA key), or any machine of a
@@ -60,16 +74,40 @@ type FieldSubresource struct {
 	Field string
 	// Value returns the field of obj, an internal object of Resource.
 	Value func(obj any) any
+	// Copy sets the field of dst to that of src, internal objects of Resource.
+	Copy func(dst, src any)
 }
 
 // Path is the endpoint as RBAC names it: resource/subresource.
 func (f FieldSubresource) Path() string { return f.Resource + "/" + f.Subresource }
 
-// FieldSubresources are every field subresource of the API.
+// FieldSubresources are every field subresource of the API. The registry
+// serves them, validation refuses their fields on the main endpoint, and
+// admission asks their verb on create: all from this table.
 var FieldSubresources = []FieldSubresource{
-	{"talosclusters", "cilium-values", "spec.ciliumValues", func(o any) any { return o.(*TalosCluster).Spec.CiliumValues }},
-	{"talosclusters", "secret-references", "spec.secretsRef", func(o any) any { return o.(*TalosCluster).Spec.SecretsRef }},
-	{"talosclusters", "authentication", "spec.authentication", func(o any) any { return o.(*TalosCluster).Spec.Authentication }},
-	{"ichorinstallations", "version", "spec.version", func(o any) any { return o.(*IchorInstallation).Spec.Version }},
-	{"ichorinstallations", "settings", "spec.settings", func(o any) any { return o.(*IchorInstallation).Spec.Settings }},
+	specField("talosclusters", "cilium-values", "spec.ciliumValues", func(c *TalosCluster) *string { return &c.Spec.CiliumValues }),
+	specField("talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
+	specField("talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
+	specField("ichorinstallations", "version", "spec.version", func(i *IchorInstallation) *string { return &i.Spec.Version }),
+	specField("ichorinstallations", "settings", "spec.settings", func(i *IchorInstallation) *InstallationSettings { return &i.Spec.Settings }),
+}
+
+// FieldSubresourcesOf are the field subresources of resource.
+func FieldSubresourcesOf(resource string) []FieldSubresource {
+	var out []FieldSubresource
+	for _, f := range FieldSubresources {
+		if f.Resource == resource {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// specField is a row of FieldSubresources whose field at addresses in an object of type T.
+func specField[T, F any](resource, subresource, path string, at func(*T) *F) FieldSubresource {
+	return FieldSubresource{
+		Resource: resource, Subresource: subresource, Field: path,
+		Value: func(o any) any { return *at(o.(*T)) },
+		Copy:  func(dst, src any) { *at(dst.(*T)) = *at(src.(*T)) },
+	}
 }

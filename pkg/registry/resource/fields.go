@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // ResetAllBut returns the reset fields of an endpoint that owns only the
@@ -51,22 +53,32 @@ func ResetAllBut(obj any, path ...string) []fieldpath.Path {
 	return reset
 }
 
-// SpecField returns a Subresource that writes only the spec field goField of
-// T (jsonName in versioned, the versioned object type) and keeps everything
-// else as stored. The main endpoint's validation should refuse changes to that
-// field, so that it changes only with this endpoint's RBAC.
-func SpecField[T Object](name, goField string, versioned any, jsonName string, validate func(obj, old T) field.ErrorList) Subresource[T] {
+// FieldSubresource returns the Subresource of a spec field only it writes
+// (a row of ichor.FieldSubresources): it keeps everything else as stored and
+// takes the field from the request with the row's typed Copy; versioned is
+// the versioned object type, whose field at path it leaves out of the reset
+// fields. The main endpoint's validation refuses changes to that field, so
+// that it changes only with this endpoint's RBAC.
+func FieldSubresource[T Object](f ichor.FieldSubresource, versioned any, validate func(obj, old T) field.ErrorList) Subresource[T] {
 	return Subresource[T]{
-		Name: name,
+		Name: f.Subresource,
 		PrepareForUpdate: func(_ context.Context, obj, old T) {
-			spec := specOf(obj)
-			requested := reflect.New(spec.FieldByName(goField).Type()).Elem()
-			requested.Set(spec.FieldByName(goField))
-			spec.Set(specOf(old))
-			spec.FieldByName(goField).Set(requested)
+			requested := obj.DeepCopyObject()
+			specOf(obj).Set(specOf(old))
 			statusOf(obj).Set(statusOf(old))
+			f.Copy(obj, requested)
 		},
 		ValidateUpdate: validate,
-		ResetFields:    ResetAllBut(versioned, "spec", jsonName),
+		ResetFields:    ResetAllBut(versioned, strings.Split(f.Field, ".")...),
 	}
+}
+
+// FieldSubresources are the FieldSubresource of every row of
+// ichor.FieldSubresources for resource.
+func FieldSubresources[T Object](resource string, versioned any, validate func(obj, old T) field.ErrorList) []Subresource[T] {
+	var subs []Subresource[T]
+	for _, f := range ichor.FieldSubresourcesOf(resource) {
+		subs = append(subs, FieldSubresource(f, versioned, validate))
+	}
+	return subs
 }

@@ -116,9 +116,6 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	return nil
 }
 
-// OverrideAnnotation is the audit annotation of a delete let through by an override.
-const OverrideAnnotation = "ichor.dev/override"
-
 // refuse refuses the delete with why, unless an admin granted an override of
 // the check on the machine (talosmachines/override): then the delete goes
 // through, with a warning to the client and an audit annotation naming who
@@ -131,7 +128,7 @@ func refuse(ctx context.Context, a admission.Attributes, m *ichor.TalosMachine, 
 	}
 	msg := fmt.Sprintf("deleting %s past the %s check, as %s allowed (%s): %v", m.Name, g.Check, g.By, g.Reason, why)
 	warning.AddWarning(ctx, "", msg)
-	if err := a.AddAnnotation(OverrideAnnotation, fmt.Sprintf("%s by %s: %s", g.Check, g.By, g.Reason)); err != nil {
+	if err := a.AddAnnotation(ichor.AuditAnnotationOverride, fmt.Sprintf("%s by %s: %s", g.Check, g.By, g.Reason)); err != nil {
 		return apierrors.NewInternalError(err)
 	}
 	return nil

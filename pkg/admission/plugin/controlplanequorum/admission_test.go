@@ -136,7 +136,7 @@ func TestOverride(t *testing.T) {
 	if err := p.Validate(context.Background(), attrs, nil); err != nil {
 		t.Fatalf("with an override: %v", err)
 	}
-	if got := attrs.annotations[OverrideAnnotation]; got != "ControlPlaneQuorum by carol: cp-3 is gone for good" {
+	if got := attrs.annotations[ichor.AuditAnnotationOverride]; got != "ControlPlaneQuorum by carol: cp-3 is gone for good" {
 		t.Errorf("audit annotation %q", got)
 	}
 }

@@ -110,7 +110,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		g := old.Status.Override
 		warning.AddWarning(ctx, "", fmt.Sprintf("TalosConfigPatch %s touches the cluster's secrets bundle (%s), as %s allowed (%s)",
 			patch.Name, strings.Join(touched, ", "), g.By, g.Reason))
-		if err := a.AddAnnotation(OverrideAnnotation, fmt.Sprintf("%s by %s: %s", g.Check, g.By, g.Reason)); err != nil {
+		if err := a.AddAnnotation(ichor.AuditAnnotationOverride, fmt.Sprintf("%s by %s: %s", g.Check, g.By, g.Reason)); err != nil {
 			return apierrors.NewInternalError(err)
 		}
 		return nil
@@ -122,9 +122,6 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	}
 	return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), errs)
 }
-
-// OverrideAnnotation is the audit annotation of a change let through by an override.
-const OverrideAnnotation = "ichor.dev/override"
 
 // checkPrivileged asks for the privileged verb when patch, the patch as
 // written (or, for a delete, as stored), writes a field of the privileged class.

@@ -36,9 +36,6 @@ import (
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorProvisioningNetworks"
 
-// OverrideAnnotation is the audit annotation of an address let through by the override verb.
-const OverrideAnnotation = "ichor.dev/provisioning-network-override"
-
 // Register adds the plugin to plugins.
 func Register(plugins *admission.Plugins) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return New(), nil })
@@ -118,7 +115,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if decision == authorizer.DecisionAllow {
 		warning.AddWarning(ctx, "", fmt.Sprintf("TalosMachine %s: %s; let through because %s holds the override verb on talosmachines",
 			a.GetName(), why, a.GetUserInfo().GetName()))
-		if err := a.AddAnnotation(OverrideAnnotation, fmt.Sprintf("%s by %s: %s", ichor.CheckProvisioningNetwork, a.GetUserInfo().GetName(), why)); err != nil {
+		if err := a.AddAnnotation(ichor.AuditAnnotationProvisioningNetworkOverride, fmt.Sprintf("%s by %s: %s", ichor.CheckProvisioningNetwork, a.GetUserInfo().GetName(), why)); err != nil {
 			return apierrors.NewInternalError(err)
 		}
 		return nil

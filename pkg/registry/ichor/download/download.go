@@ -39,9 +39,6 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// AuditAnnotation is the audit annotation naming what was downloaded.
-const AuditAnnotation = "ichor.dev/download"
-
 // EventReason is the reason of the Event every download leaves.
 const EventReason = "Downloaded"
 
@@ -189,7 +186,7 @@ func (d *download) InputStream(ctx context.Context, _, _ string) (io.ReadCloser,
 // record leaves the Event naming the user and the audit annotation.
 func (d *download) record(ctx context.Context, credential *corev1.ObjectReference) {
 	msg := fmt.Sprintf("%s downloaded %s", d.user, d.what)
-	audit.AddAuditAnnotation(ctx, AuditAnnotation, msg)
+	audit.AddAuditAnnotation(ctx, ichor.AuditAnnotationDownload, msg)
 	if d.deps.Recorder != nil {
 		d.deps.Recorder.Eventf(d.object, credential, corev1.EventTypeNormal, EventReason, "Download", "%s", msg)
 	}

@@ -22,12 +22,9 @@ var Definition = &resource.Definition[*ichor.IchorInstallation]{
 	New:     func() *ichor.IchorInstallation { return &ichor.IchorInstallation{} },
 	NewList: func() runtime.Object { return &ichor.IchorInstallationList{} },
 
-	Subresources: []resource.Subresource[*ichor.IchorInstallation]{
-		// Upgrades and run-time settings, each with its own RBAC; the main
-		// endpoint refuses changes to these fields.
-		specField("version", "Version", "version"),
-		specField("settings", "Settings", "settings"),
-	},
+	// Upgrades and run-time settings, each with its own RBAC; the main
+	// endpoint refuses changes to these fields.
+	Subresources: resource.FieldSubresources[*ichor.IchorInstallation]("ichorinstallations", v1alpha1.IchorInstallation{}, validation.ValidateIchorInstallationFieldUpdate),
 
 	Validate:             validation.ValidateIchorInstallation,
 	ValidateUpdate:       validation.ValidateIchorInstallationUpdate,
@@ -45,8 +42,4 @@ var Definition = &resource.Definition[*ichor.IchorInstallation]{
 		}
 		return []any{in.Spec.Version, strings.Join(in.Spec.Settings.ProvisioningNetworks, ","), interval}
 	},
-}
-
-func specField(name, goField, jsonName string) resource.Subresource[*ichor.IchorInstallation] {
-	return resource.SpecField(name, goField, v1alpha1.IchorInstallation{}, jsonName, validation.ValidateIchorInstallationFieldUpdate)
 }

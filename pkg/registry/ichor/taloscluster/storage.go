@@ -27,13 +27,9 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 	New:     func() *ichor.TalosCluster { return &ichor.TalosCluster{} },
 	NewList: func() runtime.Object { return &ichor.TalosClusterList{} },
 
-	Subresources: []resource.Subresource[*ichor.TalosCluster]{
-		// What the cluster trusts and runs, each with its own RBAC; the main
-		// endpoint refuses changes to these fields.
-		specField("cilium-values", "CiliumValues", "ciliumValues"),
-		specField("secret-references", "SecretsRef", "secretsRef"),
-		specField("authentication", "Authentication", "authentication"),
-	},
+	// What the cluster trusts and runs, each with its own RBAC; the main
+	// endpoint refuses changes to these fields.
+	Subresources: resource.FieldSubresources[*ichor.TalosCluster]("talosclusters", v1alpha1.TalosCluster{}, validation.ValidateTalosClusterFieldUpdate),
 	// The controller clears a bootstrap override once it used it.
 	PrepareForStatusUpdate: func(_ context.Context, c, old *ichor.TalosCluster) {
 		override.KeepGranted(&c.Status.Override, old.Status.Override)
@@ -72,8 +68,4 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 			string(c.Status.Phase), disruption, string(c.Spec.Network.CNI.Name),
 		}
 	},
-}
-
-func specField(name, goField, jsonName string) resource.Subresource[*ichor.TalosCluster] {
-	return resource.SpecField(name, goField, v1alpha1.TalosCluster{}, jsonName, validation.ValidateTalosClusterFieldUpdate)
 }

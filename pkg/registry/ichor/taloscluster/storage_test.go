@@ -1,9 +1,13 @@
 package taloscluster
 
 import (
+	"context"
 	"testing"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // TestFieldSubresourcesOwnOnlyTheirField checks the reset fields derived from
@@ -37,6 +41,42 @@ func TestFieldSubresourcesOwnOnlyTheirField(t *testing.T) {
 			if f := owned[other]; f != field && !reset.Has(fieldpath.MakePathOrDie("spec", f)) {
 				t.Errorf("%s does not reset spec.%s, which %s owns", sub.Name, f, other)
 			}
+		}
+	}
+}
+
+// TestFieldSubresourcesWriteOnlyTheirField: a write through a field
+// subresource takes that field from the request and keeps the rest of the
+// spec and the status as stored, whatever else the request says.
+func TestFieldSubresourcesWriteOnlyTheirField(t *testing.T) {
+	stored := func() *ichor.TalosCluster {
+		return &ichor.TalosCluster{
+			Spec: ichor.TalosClusterSpec{TalosVersion: "v1.13.0", CiliumValues: "a: 1",
+				SecretsRef: &ichor.LocalSecretReference{Name: "bundle"}, Authentication: &ichor.ClusterAuthentication{}},
+			Status: ichor.TalosClusterStatus{Phase: ichor.ClusterPhaseReady},
+		}
+	}
+	request := func() *ichor.TalosCluster {
+		return &ichor.TalosCluster{
+			Spec: ichor.TalosClusterSpec{TalosVersion: "v1.99.0", CiliumValues: "b: 2",
+				SecretsRef: &ichor.LocalSecretReference{Name: "other"}},
+			Status: ichor.TalosClusterStatus{Phase: ichor.ClusterPhaseDegraded},
+		}
+	}
+	for _, sub := range Definition.Subresources {
+		obj, old := request(), stored()
+		sub.PrepareForUpdate(context.Background(), obj, old)
+		want := stored()
+		switch sub.Name {
+		case "cilium-values":
+			want.Spec.CiliumValues = "b: 2"
+		case "secret-references":
+			want.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "other"}
+		case "authentication":
+			want.Spec.Authentication = nil
+		}
+		if !apiequality.Semantic.DeepEqual(obj, want) {
+			t.Errorf("%s wrote %+v, want %+v", sub.Name, obj, want)
 		}
 	}
 }
