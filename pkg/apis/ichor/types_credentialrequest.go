@@ -25,6 +25,49 @@ const (
 	PurposePacketCapture     CredentialPurpose = "packet-capture"
 )
 
+// PurposeRight is an Ichor right, verb on resource/subresource, that the
+// requester of a credential must hold.
+// +k8s:deepcopy-gen=false
+type PurposeRight struct {
+	Verb, Resource, Subresource string
+	// EveryMachine asks on every machine of the namespace rather than on
+	// the machines the request names: a Talos certificate is valid on every
+	// node of its cluster.
+	EveryMachine bool
+}
+
+// PurposeRule is what a credential purpose stands for.
+// +k8s:deepcopy-gen=false
+type PurposeRule struct {
+	// TalosRole is the least Talos role that does it: the certificate's
+	// organization.
+	TalosRole string
+	// Rights are what its requester must hold through Ichor (admission
+	// asks them): nobody gets a Talos certificate for more than they could
+	// do through Ichor.
+	Rights []PurposeRight
+}
+
+// CredentialPurposes are every purpose a Talos credential can be requested
+// for. Reading configs and logs (talosconfig-reader, support-bundle) needs
+// os:reader, which reads no secret; an etcd snapshot os:etcd:backup, the
+// same data on every member; a packet capture os:operator (machined's table
+// allows PacketCapture to operators and admins only), which also reboots,
+// shuts down and upgrades any node of the cluster and snapshots its etcd,
+// so its requester must hold those too (admins do).
+var CredentialPurposes = map[CredentialPurpose]PurposeRule{
+	PurposeTalosconfigReader: {"os:reader", []PurposeRight{{VerbDownload, "talosclusters", "talosconfig-reader", false}}},
+	PurposeSupportBundle:     {"os:reader", []PurposeRight{{VerbDownload, "talosmachines", "support-bundle", false}}},
+	PurposeEtcdSnapshot:      {"os:etcd:backup", []PurposeRight{{VerbDownload, "talosmachines", "etcd-snapshot", false}}},
+	PurposePacketCapture: {"os:operator", []PurposeRight{
+		{VerbDownload, "talosmachines", "packet-capture", false},
+		{VerbDownload, "talosmachines", "etcd-snapshot", true},
+		{VerbStart, "talosoperations", string(OperationReboot), true},
+		{VerbStart, "talosoperations", string(OperationNodeShutdown), true},
+		{VerbStart, "talosoperations", string(OperationTalosUpgrade), true},
+	}},
+}
+
 // TalosCredentialRequestSpec is the request. username, uid and groups are
 // set by the server from the authenticated caller; values sent are ignored.
 type TalosCredentialRequestSpec struct {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
@@ -47,17 +48,6 @@ const DefaultRetention = 2 * time.Minute
 
 // retryInterval paces a request whose cluster's secrets are not ready yet.
 const retryInterval = 10 * time.Second
-
-// Roles maps each purpose to the least Talos role that does it: reading
-// configs and logs (talosconfig-reader, support-bundle) needs os:reader, an
-// etcd snapshot os:etcd:backup, a packet capture os:operator (machined's
-// table allows PacketCapture to operators and admins only).
-var Roles = map[v1alpha1.CredentialPurpose]role.Role{
-	v1alpha1.PurposeTalosconfigReader: role.Reader,
-	v1alpha1.PurposeSupportBundle:     role.Reader,
-	v1alpha1.PurposeEtcdSnapshot:      role.EtcdBackup,
-	v1alpha1.PurposePacketCapture:     role.Operator,
-}
 
 // Options tune the reconciler.
 type Options struct {
@@ -133,7 +123,8 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 		return metav1.Condition{Type: v1alpha1.CredentialRequestDenied, Status: metav1.ConditionTrue, Reason: reason, Message: fmt.Sprintf(format, args...)}, 0, nil
 	}
 	spec := &cr.Spec
-	talosRole, ok := Roles[spec.Purpose]
+	rule, ok := ichor.CredentialPurposes[ichor.CredentialPurpose(spec.Purpose)]
+	talosRole := role.Role(rule.TalosRole)
 	if !ok {
 		return deny(v1alpha1.CredentialRequestReasonUnknownPurpose, "purpose %q grants no Talos role", spec.Purpose)
 	}

@@ -39,37 +39,6 @@ import (
 // PluginName names the plugin in --enable-admission-plugins and friends.
 const PluginName = "IchorCustomVerbs"
 
-// right is one thing a credential's holder could do, as the verb on a
-// subresource of Ichor's API that does the same.
-type right struct {
-	verb, resource, subresource string
-	// everyMachine asks on every machine of the namespace rather than on
-	// the machines the request names: a Talos certificate is valid on every
-	// node of its cluster.
-	everyMachine bool
-}
-
-// purposeRights says what each TalosCredentialRequest purpose lets its
-// holder do with the certificate's Talos role, as Ichor rights: nobody gets
-// a Talos certificate for more than they could do through Ichor. The
-// os:reader of talosconfig-reader and support-bundle reads (no secret);
-// os:etcd:backup takes etcd snapshots, the same data on every member. The
-// os:operator a packet capture needs also reboots, shuts down and upgrades
-// any node of the cluster and snapshots its etcd, so its requester must hold
-// those too (admins do).
-var purposeRights = map[ichor.CredentialPurpose][]right{
-	ichor.PurposeTalosconfigReader: {{ichor.VerbDownload, "talosclusters", "talosconfig-reader", false}},
-	ichor.PurposeSupportBundle:     {{ichor.VerbDownload, "talosmachines", "support-bundle", false}},
-	ichor.PurposeEtcdSnapshot:      {{ichor.VerbDownload, "talosmachines", "etcd-snapshot", false}},
-	ichor.PurposePacketCapture: {
-		{ichor.VerbDownload, "talosmachines", "packet-capture", false},
-		{ichor.VerbDownload, "talosmachines", "etcd-snapshot", true},
-		{ichor.VerbStart, "talosoperations", string(ichor.OperationReboot), true},
-		{ichor.VerbStart, "talosoperations", string(ichor.OperationNodeShutdown), true},
-		{ichor.VerbStart, "talosoperations", string(ichor.OperationTalosUpgrade), true},
-	},
-}
-
 // action is one subresource write that needs a custom verb.
 type action struct {
 	resource, subresource string
@@ -303,38 +272,38 @@ func (p *Plugin) validatePurpose(ctx context.Context, a admission.Attributes) er
 	if !ok {
 		return apierrors.NewBadRequest(fmt.Sprintf("%s expected a TalosCredentialRequest, got %T", PluginName, a.GetObject()))
 	}
-	rights, ok := purposeRights[req.Spec.Purpose]
+	rule, ok := ichor.CredentialPurposes[req.Spec.Purpose]
 	if !ok {
 		return admission.NewForbidden(a, fmt.Errorf("purpose %q grants no credential", req.Spec.Purpose))
 	}
-	for _, r := range rights {
+	for _, r := range rule.Rights {
 		names := req.Spec.Machines
 		switch {
-		case r.resource == "talosclusters":
+		case r.Resource == "talosclusters":
 			names = []string{req.Spec.ClusterName}
-		case r.everyMachine || len(names) == 0:
+		case r.EveryMachine || len(names) == 0:
 			names = []string{""} // every object of the resource in the namespace
 		}
 		for _, name := range names {
 			decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 				User:            a.GetUserInfo(),
-				Verb:            r.verb,
+				Verb:            r.Verb,
 				Namespace:       a.GetNamespace(),
 				APIGroup:        ichor.GroupName,
 				APIVersion:      a.GetResource().Version,
-				Resource:        r.resource,
-				Subresource:     r.subresource,
+				Resource:        r.Resource,
+				Subresource:     r.Subresource,
 				Name:            name,
 				ResourceRequest: true,
 			})
 			if decision == authorizer.DecisionAllow {
 				continue
 			}
-			target := fmt.Sprintf("%s/%s %q", r.resource, r.subresource, name)
+			target := fmt.Sprintf("%s/%s %q", r.Resource, r.Subresource, name)
 			if name == "" {
-				target = fmt.Sprintf("%s/%s of every %s in the namespace", r.resource, r.subresource, strings.TrimSuffix(r.resource, "s"))
+				target = fmt.Sprintf("%s/%s of every %s in the namespace", r.Resource, r.Subresource, strings.TrimSuffix(r.Resource, "s"))
 			}
-			msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, r.verb, target)
+			msg := fmt.Sprintf("user %q cannot request a %s credential: it needs the %q verb on %s", a.GetUserInfo().GetName(), req.Spec.Purpose, r.Verb, target)
 			msg = authz.Denied(msg, reason, err)
 			return admission.NewForbidden(a, errors.New(msg))
 		}

@@ -7,6 +7,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"maps"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -16,11 +18,6 @@ import (
 // minRSABits is the smallest RSA key Ichor certifies.
 const minRSABits = 2048
 
-// CredentialPurposes lists every purpose a Talos credential can be requested for.
-var CredentialPurposes = []ichor.CredentialPurpose{
-	ichor.PurposeTalosconfigReader, ichor.PurposeSupportBundle, ichor.PurposeEtcdSnapshot, ichor.PurposePacketCapture,
-}
-
 // ValidateTalosCredentialRequest checks a TalosCredentialRequest on create,
 // after the server has filled in the requester.
 func ValidateTalosCredentialRequest(r *ichor.TalosCredentialRequest) field.ErrorList {
@@ -29,7 +26,7 @@ func ValidateTalosCredentialRequest(r *ichor.TalosCredentialRequest) field.Error
 	s := &r.Spec
 	errs = append(errs, validateRequiredName(s.ClusterName, spec.Child("clusterName"))...)
 	errs = append(errs, validateNameList(s.Machines, spec.Child("machines"))...)
-	errs = append(errs, validateEnum(s.Purpose, spec.Child("purpose"), CredentialPurposes...)...)
+	errs = append(errs, validateEnum(s.Purpose, spec.Child("purpose"), slices.Sorted(maps.Keys(ichor.CredentialPurposes))...)...)
 	if s.PublicKey == "" {
 		errs = append(errs, field.Required(spec.Child("publicKey"), "a PEM-encoded PKIX public key"))
 	} else if err := checkPublicKey(s.PublicKey); err != nil {
