@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
@@ -253,4 +254,53 @@ func (o *tableObjects) request(ctx context.Context, t *testing.T, user, group, v
 	}
 	t.Fatalf("no request for %s %s", verb, on)
 	return nil
+}
+
+// TestEveryServedPathIsGranted: every resource and subresource ichor-apiserver
+// serves (as discovery lists them) is granted to some role of
+// artifacts/roles.yaml or, for the parts only the controller writes (status,
+// finalizers), by artifacts/controller-rbac.yaml. A subresource served that
+// nobody may use, or that a role reaches only through a wildcard, fails
+// here; an action without its custom verb does not build (resource.Definition).
+func TestEveryServedPathIsGranted(t *testing.T) {
+	_, _, docs := readArtifacts(t)
+	granted := map[string]map[string]bool{} // resource path -> verbs
+	for _, d := range docs {
+		if d.meta.Kind != "ClusterRole" && d.meta.Kind != "Role" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := yaml.Unmarshal(d.data, &role); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range role.Rules {
+			if !slices.Contains(rule.APIGroups, v1alpha1.GroupName) {
+				continue
+			}
+			for _, res := range rule.Resources {
+				if granted[res] == nil {
+					granted[res] = map[string]bool{}
+				}
+				for _, v := range rule.Verbs {
+					granted[res][v] = true
+				}
+			}
+		}
+	}
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	list, err := kube.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list.APIResources {
+		if len(granted[r.Name]) == 0 {
+			t.Errorf("%s is served (%v) but no role in artifacts/ grants anything on it", r.Name, r.Verbs)
+		}
+	}
+	// An action's own verb is granted to the role that uses it.
+	for _, path := range []string{"talosoperations/start", "machinereclaims/reclaim", "talosclusters/override", "talosmachines/override", "talosconfigpatches/override"} {
+		if !granted[path]["create"] {
+			t.Errorf("nobody may create %s", path)
+		}
+	}
 }

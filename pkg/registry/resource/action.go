@@ -41,12 +41,14 @@ type Action[T Object] struct {
 	// Replace serves the action as PUT (RBAC verb update) rather than POST
 	// (verb create): for actions that set a value, like a password.
 	Replace bool
-	// Verb, when set, is a custom verb the requester must hold on the
-	// subresource VerbOn names for the stored object (start on
-	// talosoperations/<type>). It is asked inside the storage update, of the
-	// very object the action changes, so a create or a change racing the
-	// request cannot make it decide on another object; any answer but an
-	// allow refuses (Forbidden).
+	// Verb is the custom verb the requester must hold, beyond create (or
+	// update) on the action's own path, so that RBAC can grant exactly this
+	// action: on the resource, or on the subresource VerbOn names for the
+	// stored object (start on talosoperations/<type>). It is asked inside
+	// the storage update, of the very object the action changes, so a create
+	// or a change racing the request cannot make it decide on another
+	// object; any answer but an allow refuses (Forbidden). Every action has
+	// one: a definition without it does not build.
 	Verb   string
 	VerbOn func(obj T) string
 }
@@ -127,9 +129,6 @@ func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Objec
 // authorize asks the action's custom verb for obj, the stored object the
 // update is about to change.
 func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
-	if r.action.Verb == "" {
-		return nil
-	}
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New("the request names no user"))
@@ -139,7 +138,10 @@ func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
 	if info != nil && info.APIVersion != "" {
 		version = info.APIVersion
 	}
-	on := r.action.VerbOn(obj)
+	on := ""
+	if r.action.VerbOn != nil {
+		on = r.action.VerbOn(obj)
+	}
 	decision, reason, err := r.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 		User: u, Verb: r.action.Verb, Namespace: obj.GetNamespace(), APIGroup: r.kind.Group, APIVersion: version,
 		Resource: r.store.DefaultQualifiedResource.Resource, Subresource: on, Name: obj.GetName(), ResourceRequest: true,
@@ -148,8 +150,11 @@ func (r *ActionREST[T]) authorize(ctx context.Context, obj T) error {
 		return nil
 	}
 	resource := r.store.DefaultQualifiedResource.Resource
-	msg := fmt.Sprintf("user %q cannot use %s/%s on %q: it needs the %q verb on resource %q, subresource %q",
-		u.GetName(), resource, r.action.Name, obj.GetName(), r.action.Verb, resource, on)
+	msg := fmt.Sprintf("user %q cannot use %s/%s on %q: it needs the %q verb on resource %q",
+		u.GetName(), resource, r.action.Name, obj.GetName(), r.action.Verb, resource)
+	if on != "" {
+		msg += fmt.Sprintf(", subresource %q", on)
+	}
 	msg = authz.Denied(msg, reason, err)
 	return apierrors.NewForbidden(r.store.DefaultQualifiedResource, obj.GetName(), errors.New(msg))
 }

@@ -151,6 +151,9 @@ func (d *Definition[T]) check() {
 		if a.Name == "" || a.NewBody == nil || a.Apply == nil {
 			missing("a complete action " + a.Name)
 		}
+		if a.Verb == "" {
+			missing("the custom verb of action " + a.Name + " (Action.Verb), which RBAC grants")
+		}
 	}
 	t := reflect.TypeOf(d.New()).Elem()
 	for _, f := range []string{"Spec", "Status"} {

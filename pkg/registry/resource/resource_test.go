@@ -2,8 +2,11 @@ package resource_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -192,4 +195,19 @@ func hasError(errs field.ErrorList, path string) bool {
 		}
 	}
 	return false
+}
+
+// TestAnActionWithoutItsVerbDoesNotBuild: every action asks a custom verb of
+// its own, so RBAC can grant exactly it; a definition whose action has none
+// fails when its storage is built, before the server serves anything.
+func TestAnActionWithoutItsVerbDoesNotBuild(t *testing.T) {
+	def := *machinereclaim.Definition
+	def.Actions = slices.Clone(def.Actions)
+	def.Actions[0].Verb = ""
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "custom verb of action reclaim") {
+			t.Errorf("building a definition whose action has no verb: %v", r)
+		}
+	}()
+	resource.Strategies(&def, apiserver.Scheme, v1alpha1.SchemeGroupVersion)
 }

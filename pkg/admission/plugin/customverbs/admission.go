@@ -44,20 +44,15 @@ type action struct {
 	resource, subresource string
 	operation             admission.Operation
 	verb                  string
-	// onResource asks the verb on the resource itself rather than on the
-	// request's subresource.
-	onResource bool
 }
 
-// actions are every subresource write this plugin guards. None depends on
-// the stored object: a verb that does (start, on the operation's type) is
-// asked by the storage inside its update (resource.Action.Verb).
+// actions are the subresource writes this plugin guards with a custom verb:
+// the approval, a subresource (its privileged half depends on the cluster,
+// which admission reads). The verbs of actions (start, reclaim, override,
+// the password's grant) are asked by the storage inside its update, of the
+// object it changes (resource.Action.Verb).
 var actions = []action{
 	{resource: "talosmachines", subresource: "approval", operation: admission.Update, verb: ichor.VerbApprove},
-	{resource: "machinereclaims", subresource: "reclaim", operation: admission.Create, verb: ichor.VerbReclaim, onResource: true},
-	{resource: "talosclusters", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
-	{resource: "talosmachines", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
-	{resource: "talosconfigpatches", subresource: "override", operation: admission.Create, verb: ichor.VerbOverride, onResource: true},
 }
 
 // Register adds the plugin to plugins.
@@ -118,11 +113,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
 			continue
 		}
-		on := act.subresource
-		if act.onResource {
-			on = ""
-		}
-		if err := p.authorize(ctx, a, act.verb, on, fmt.Sprintf("%s %s/%s %q", act.verb, act.resource, act.subresource, a.GetName())); err != nil {
+		if err := p.authorize(ctx, a, act.verb, act.subresource, fmt.Sprintf("%s %s/%s %q", act.verb, act.resource, act.subresource, a.GetName())); err != nil {
 			return err
 		}
 		if act.subresource == "approval" {

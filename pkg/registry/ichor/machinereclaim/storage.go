@@ -64,10 +64,11 @@ var Definition = &resource.Definition[*ichor.MachineReclaim]{
 const ReclaimSubresource = "reclaim"
 
 // reclaim is POST machinereclaims/NAME/reclaim: it records who started a
-// pending reclaim and when; admission has checked the reclaim verb. The body
-// is a MachineReclaim whose content is ignored.
+// pending reclaim and when, for a requester holding the reclaim verb on
+// machinereclaims. The body is a MachineReclaim whose content is ignored.
 var reclaim = resource.Action[*ichor.MachineReclaim]{
 	Name:    ReclaimSubresource,
+	Verb:    ichor.VerbReclaim,
 	NewBody: func() runtime.Object { return &ichor.MachineReclaim{} },
 	Apply: func(ctx context.Context, r *ichor.MachineReclaim, _ runtime.Object) error {
 		return action.Started(ctx, ichor.Resource("machinereclaims"), r.Name, r.Generation, &r.Status.ReclaimedBy, &r.Status.StartedAt, &r.Status.Conditions)

@@ -33,6 +33,7 @@ const maxReasonLength = 1024
 func Action[T resource.Object](kind string, checks []ichor.SafetyCheck, field func(T) **ichor.OverrideStatus) resource.Action[T] {
 	return resource.Action[T]{
 		Name:    Subresource,
+		Verb:    ichor.VerbOverride, // on the kind itself
 		NewBody: func() runtime.Object { return &ichor.Override{} },
 		Apply: func(ctx context.Context, obj T, body runtime.Object) error {
 			o, ok := body.(*ichor.Override)
