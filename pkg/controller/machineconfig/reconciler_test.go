@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,6 +43,7 @@ type fakeNode struct {
 	installed bool   // out of maintenance mode, serving its cluster's certificate
 	config    []byte // the config it runs
 	stage     string
+	etcd      bool // a control plane: an etcd member
 	// calls logs what was asked of the node, as "maintenance-apply",
 	// "apply " and the mode.
 	calls []string
@@ -82,8 +84,12 @@ type session struct {
 }
 
 // refused is what a session of the wrong kind meets: a maintenance session
-// the installed node's certificate, a configured one the maintenance API.
+// the installed node's certificate, a configured one the maintenance API;
+// and any session a node that resets.
 func (s *session) refused() error {
+	if s.n.stage == "resetting" {
+		return fmt.Errorf("dial %s: connection refused", s.address)
+	}
 	if s.maintenance && s.n.installed {
 		return &talos.FingerprintMismatchError{Address: s.address, Pinned: fingerprint, Presented: "ypeBEsobvcr6wjGzmiPcTaeG7/gUfE5yuYB3ha/uSLs="}
 	}
@@ -138,6 +144,34 @@ func (s *session) Config(context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return slices.Clone(s.n.config), nil
+}
+
+func (s *session) Reset(_ context.Context, graceful bool) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.calls = append(s.n.calls, fmt.Sprintf("reset graceful=%v", graceful))
+	s.n.stage = "resetting"
+	return nil
+}
+
+// EtcdMembers lists every node of the dialer that runs etcd (etcd true), as
+// a member named for its node.
+func (s *session) EtcdMembers(context.Context) ([]talos.EtcdMember, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	var members []talos.EtcdMember
+	for _, n := range s.d.nodes {
+		if n.etcd {
+			members = append(members, talos.EtcdMember{ID: n.uuid, Hostname: "node-" + n.uuid})
+		}
+	}
+	return members, nil
 }
 
 func (s *session) Close() error { return nil }
@@ -243,15 +277,46 @@ func reason(m *v1alpha1.TalosMachine, condType string) string {
 	return ""
 }
 
-// boot makes every installing or rebooting node run its config.
+// boot makes every installing or rebooting node run its config, and every
+// resetting one come back in maintenance mode.
 func (f *fixture) boot() {
 	f.dialer.mu.Lock()
 	defer f.dialer.mu.Unlock()
 	for _, n := range f.dialer.nodes {
-		if n.stage == "installing" || n.stage == "rebooting" {
+		switch n.stage {
+		case "installing", "rebooting":
 			n.stage = "running"
+		case "resetting":
+			n.stage, n.installed, n.config, n.etcd = "maintenance", false, nil, false
 		}
 	}
+}
+
+// configured is machine m of role, recorded as configured on node-<uuid>,
+// and its node, running.
+func configured(name, address, uuid string, role v1alpha1.MachineRole) (*v1alpha1.TalosMachine, *fakeNode) {
+	m := machine(name, address, uuid)
+	m.Spec.Role = role
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: "00", Effect: v1alpha1.ConfigEffectReboot, AppliedAt: metav1.Now()}
+	m.Status.Phase, m.Status.NodeName = v1alpha1.MachinePhaseReady, "node-"+uuid
+	return m, &fakeNode{uuid: uuid, installed: true, stage: "running", etcd: role == v1alpha1.MachineRoleControlPlane}
+}
+
+func (f *fixture) delete(name string) {
+	f.t.Helper()
+	if err := f.client.Delete(context.Background(), f.get(name)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) gone(name string) bool {
+	f.t.Helper()
+	var m v1alpha1.TalosMachine
+	err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &m)
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatal(err)
+	}
+	return apierrors.IsNotFound(err)
 }
 
 func TestInstallOnceThenFollow(t *testing.T) {
@@ -399,5 +464,71 @@ func TestConvergeRefusesAnotherNodeBehindTheAddress(t *testing.T) {
 	}
 	if h := f.holder(); h != nil {
 		t.Errorf("the refused step still holds the budget: %+v", h)
+	}
+}
+
+// A deleted machine's node is reset once, gracefully, holding the budget;
+// a look while it resets sends nothing again; once the node is back in
+// maintenance mode the machine goes and the budget is free.
+func TestDeletionResetsOnceThenReleases(t *testing.T) {
+	m, node := configured("w1", "10.5.0.11:50000", "uuid-1", v1alpha1.MachineRoleWorker)
+	f := newFixture(t, m)
+	f.dialer.nodes["10.5.0.11:50000"] = node
+	f.delete("w1")
+
+	f.reconcile("w1")
+	if h := f.holder(); h == nil || h.Machine != "w1" || h.Action != v1alpha1.DisruptionReset {
+		t.Fatalf("the reset holds no budget: %+v", h)
+	}
+	if got := f.get("w1"); got.Status.Phase != v1alpha1.MachinePhaseResetting || reason(got, v1alpha1.MachineConditionReady) != v1alpha1.MachineReasonResetting {
+		t.Errorf("while resetting: phase %s, conditions %+v", got.Status.Phase, got.Status.Conditions)
+	}
+	f.reconcile("w1") // the node resets: it does not answer
+	if !slices.Equal(node.calls, []string{"reset graceful=true"}) {
+		t.Fatalf("the node was asked %v; want one graceful reset", node.calls)
+	}
+	if f.holder() == nil {
+		t.Fatal("the budget went back while the node was away")
+	}
+	f.boot()
+	f.reconcile("w1")
+	if !f.gone("w1") {
+		t.Error("the machine stays after its node is back in maintenance mode")
+	}
+	if h := f.holder(); h != nil {
+		t.Errorf("the budget is still held: %+v", h)
+	}
+}
+
+// A control plane whose reset would cost etcd its quorum is not reset: the
+// decision is read from etcd through another control plane at the moment
+// of the reset, and the budget goes back.
+func TestControlPlaneDeletionWaitsForQuorum(t *testing.T) {
+	cp1, n1 := configured("cp-1", "10.5.0.2:50000", "uuid-1", v1alpha1.MachineRoleControlPlane)
+	cp2, n2 := configured("cp-2", "10.5.0.3:50000", "uuid-2", v1alpha1.MachineRoleControlPlane)
+	cp3, n3 := configured("cp-3", "10.5.0.4:50000", "uuid-3", v1alpha1.MachineRoleControlPlane)
+	f := newFixture(t, cp1, cp2, cp3)
+	f.dialer.nodes["10.5.0.2:50000"], f.dialer.nodes["10.5.0.3:50000"], f.dialer.nodes["10.5.0.4:50000"] = n1, n2, n3
+	n3.stage = "booting" // cp-3's etcd member is down
+	f.delete("cp-1")
+
+	f.reconcile("cp-1")
+	got := f.get("cp-1")
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.MachineConditionReady)
+	if c == nil || c.Reason != v1alpha1.MachineReasonQuorumAtRisk || !strings.Contains(c.Message, "node-uuid-3") {
+		t.Fatalf("Ready: %+v", c)
+	}
+	if len(n1.calls) != 0 {
+		t.Errorf("cp-1 was asked %v", n1.calls)
+	}
+	if h := f.holder(); h != nil {
+		t.Errorf("a reset that did not happen holds the budget: %+v", h)
+	}
+
+	// cp-3 is back: now cp-1 goes.
+	n3.stage = "running"
+	f.reconcile("cp-1")
+	if !slices.Equal(n1.calls, []string{"reset graceful=true"}) {
+		t.Errorf("cp-1 was asked %v; want one graceful reset", n1.calls)
 	}
 }
