@@ -2,11 +2,8 @@ package machineconfig
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/talos/talostest"
 )
 
 // The decisions of the reconciler — install or converge, a rollout step by
@@ -37,150 +35,11 @@ const (
 	fingerprint = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
 )
 
-// fakeNode is one node's state, as Talos would keep it.
-type fakeNode struct {
-	uuid      string
-	installed bool   // out of maintenance mode, serving its cluster's certificate
-	config    []byte // the config it runs
-	stage     string
-	etcd      bool // a control plane: an etcd member
-	// calls logs what was asked of the node, as "maintenance-apply",
-	// "apply " and the mode.
-	calls []string
-}
-
-// fakeDialer hands out sessions with the fake nodes by address.
-type fakeDialer struct {
-	mu    sync.Mutex
-	nodes map[string]*fakeNode
-}
-
-func (d *fakeDialer) node(address string) (*fakeNode, error) {
-	n, ok := d.nodes[address]
-	if !ok {
-		return nil, fmt.Errorf("dial %s: connection refused", address)
-	}
-	return n, nil
-}
-
-func (d *fakeDialer) Maintenance(_ context.Context, address string, _ talos.Pin) (talos.Node, error) {
-	n, err := d.node(address)
-	return &session{d: d, n: n, maintenance: true, address: address}, err
-}
-
-func (d *fakeDialer) Configured(_ context.Context, address string, _ talos.Credentials) (talos.Node, error) {
-	n, err := d.node(address)
-	return &session{d: d, n: n, address: address}, err
-}
-
-// session is a session with a fake node; calls it does not fake panic
-// (the embedded nil Node), so a test notices a call it did not expect.
-type session struct {
-	talos.Node
-	d           *fakeDialer
-	n           *fakeNode
-	maintenance bool
-	address     string
-}
-
-// refused is what a session of the wrong kind meets: a maintenance session
-// the installed node's certificate, a configured one the maintenance API;
-// and any session a node that resets.
-func (s *session) refused() error {
-	if s.n.stage == "resetting" {
-		return fmt.Errorf("dial %s: connection refused", s.address)
-	}
-	if s.maintenance && s.n.installed {
-		return &talos.FingerprintMismatchError{Address: s.address, Pinned: fingerprint, Presented: "ypeBEsobvcr6wjGzmiPcTaeG7/gUfE5yuYB3ha/uSLs="}
-	}
-	if !s.maintenance && !s.n.installed {
-		return errors.New("tls: the node asks for no client certificate (maintenance mode)")
-	}
-	return nil
-}
-
-func (s *session) Facts(context.Context) (*talos.Facts, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return nil, err
-	}
-	return &talos.Facts{TalosVersion: "v1.13.0", UUID: s.n.uuid}, nil
-}
-
-func (s *session) ApplyConfiguration(_ context.Context, config []byte, mode talos.ApplyMode) (*talos.ApplyResult, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return nil, err
-	}
-	if s.maintenance {
-		s.n.calls = append(s.n.calls, "maintenance-apply")
-		s.n.installed, s.n.config, s.n.stage = true, config, "installing"
-		return &talos.ApplyResult{Rebooting: true, Details: "installing"}, nil
-	}
-	s.n.calls = append(s.n.calls, "apply "+mode.String())
-	s.n.config = config
-	if mode == talos.ApplyReboot {
-		s.n.stage = "rebooting"
-		return &talos.ApplyResult{Rebooting: true, Details: "rebooting"}, nil
-	}
-	return &talos.ApplyResult{Details: "applied"}, nil
-}
-
-func (s *session) Status(context.Context) (*talos.Status, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return nil, err
-	}
-	return &talos.Status{Stage: s.n.stage, Ready: s.n.stage == "running", Nodename: "node-" + s.n.uuid}, nil
-}
-
-func (s *session) Config(context.Context) ([]byte, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return nil, err
-	}
-	return slices.Clone(s.n.config), nil
-}
-
-func (s *session) Reset(_ context.Context, graceful bool) error {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return err
-	}
-	s.n.calls = append(s.n.calls, fmt.Sprintf("reset graceful=%v", graceful))
-	s.n.stage = "resetting"
-	return nil
-}
-
-// EtcdMembers lists every node of the dialer that runs etcd (etcd true), as
-// a member named for its node.
-func (s *session) EtcdMembers(context.Context) ([]talos.EtcdMember, error) {
-	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
-	if err := s.refused(); err != nil {
-		return nil, err
-	}
-	var members []talos.EtcdMember
-	for _, n := range s.d.nodes {
-		if n.etcd {
-			members = append(members, talos.EtcdMember{ID: n.uuid, Hostname: "node-" + n.uuid})
-		}
-	}
-	return members, nil
-}
-
-func (s *session) Close() error { return nil }
-
 // fixture is a cluster with its bundle and the reconciler under test.
 type fixture struct {
 	t      *testing.T
 	client client.Client
-	dialer *fakeDialer
+	dialer *talostest.Dialer
 	r      *Reconciler
 	now    time.Time
 }
@@ -217,7 +76,7 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		WithIndex(&v1alpha1.TalosMachine{}, clusterindex.Field, byCluster).
 		WithIndex(&v1alpha1.TalosConfigPatch{}, clusterindex.Field, byCluster).
 		Build()
-	f := &fixture{t: t, client: c, dialer: &fakeDialer{nodes: map[string]*fakeNode{}}, now: now}
+	f := &fixture{t: t, client: c, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}, now: now}
 	f.r = &Reconciler{
 		Client: c, APIReader: c, Secrets: c, Dialer: f.dialer,
 		Recorder: events.NewFakeRecorder(100), Options: Options{}.withDefaults(),
@@ -277,29 +136,14 @@ func reason(m *v1alpha1.TalosMachine, condType string) string {
 	return ""
 }
 
-// boot makes every installing or rebooting node run its config, and every
-// resetting one come back in maintenance mode.
-func (f *fixture) boot() {
-	f.dialer.mu.Lock()
-	defer f.dialer.mu.Unlock()
-	for _, n := range f.dialer.nodes {
-		switch n.stage {
-		case "installing", "rebooting":
-			n.stage = "running"
-		case "resetting":
-			n.stage, n.installed, n.config, n.etcd = "maintenance", false, nil, false
-		}
-	}
-}
-
 // configured is machine m of role, recorded as configured on node-<uuid>,
 // and its node, running.
-func configured(name, address, uuid string, role v1alpha1.MachineRole) (*v1alpha1.TalosMachine, *fakeNode) {
+func configured(name, address, uuid string, role v1alpha1.MachineRole) (*v1alpha1.TalosMachine, *talostest.Node) {
 	m := machine(name, address, uuid)
 	m.Spec.Role = role
 	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: "00", Effect: v1alpha1.ConfigEffectReboot, AppliedAt: metav1.Now()}
 	m.Status.Phase, m.Status.NodeName = v1alpha1.MachinePhaseReady, "node-"+uuid
-	return m, &fakeNode{uuid: uuid, installed: true, stage: "running", etcd: role == v1alpha1.MachineRoleControlPlane}
+	return m, &talostest.Node{UUID: uuid, Installed: true, Stage: "running", Etcd: role == v1alpha1.MachineRoleControlPlane}
 }
 
 func (f *fixture) delete(name string) {
@@ -321,8 +165,8 @@ func (f *fixture) gone(name string) bool {
 
 func TestInstallOnceThenFollow(t *testing.T) {
 	f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"))
-	node := &fakeNode{uuid: "uuid-1", stage: "maintenance"}
-	f.dialer.nodes["10.5.0.11:50000"] = node
+	node := &talostest.Node{UUID: "uuid-1", Stage: "maintenance"}
+	f.dialer.Nodes["10.5.0.11:50000"] = node
 
 	f.reconcile("w1")
 	m := f.get("w1")
@@ -335,7 +179,7 @@ func TestInstallOnceThenFollow(t *testing.T) {
 	if m := f.get("w1"); reason(m, v1alpha1.MachineConditionReady) == v1alpha1.MachineReasonRunning {
 		t.Fatalf("Ready while the node installs: %+v", m.Status.Conditions)
 	}
-	f.boot()
+	f.dialer.Boot()
 	f.reconcile("w1")
 	m = f.get("w1")
 	if m.Status.Phase != v1alpha1.MachinePhaseReady || reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonUpToDate ||
@@ -343,8 +187,8 @@ func TestInstallOnceThenFollow(t *testing.T) {
 		t.Fatalf("after the boot: phase %s, node %q, conditions %+v", m.Status.Phase, m.Status.NodeName, m.Status.Conditions)
 	}
 	f.reconcile("w1")
-	if !slices.Equal(node.calls, []string{"maintenance-apply"}) {
-		t.Errorf("the node was asked %v; want one install and nothing since", node.calls)
+	if !slices.Equal(node.Calls, []string{"maintenance-apply"}) {
+		t.Errorf("the node was asked %v; want one install and nothing since", node.Calls)
 	}
 }
 
@@ -353,8 +197,8 @@ func TestInstallOnceThenFollow(t *testing.T) {
 // certificate mismatch forever.
 func TestInstallWhoseRecordWasLost(t *testing.T) {
 	f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"))
-	node := &fakeNode{uuid: "uuid-1", stage: "maintenance"}
-	f.dialer.nodes["10.5.0.11:50000"] = node
+	node := &talostest.Node{UUID: "uuid-1", Stage: "maintenance"}
+	f.dialer.Nodes["10.5.0.11:50000"] = node
 	f.reconcile("w1")
 	// Forget the record, as a crash before the write would have.
 	m := f.get("w1")
@@ -371,13 +215,13 @@ func TestInstallWhoseRecordWasLost(t *testing.T) {
 	if r := reason(m, v1alpha1.MachineConditionCertificateVerified); r != v1alpha1.MachineReasonLeftMaintenance {
 		t.Errorf("CertificateVerified is %q, want %s", r, v1alpha1.MachineReasonLeftMaintenance)
 	}
-	if !slices.Equal(node.calls, []string{"maintenance-apply"}) {
-		t.Errorf("the node was asked %v; want the one install", node.calls)
+	if !slices.Equal(node.Calls, []string{"maintenance-apply"}) {
+		t.Errorf("the node was asked %v; want the one install", node.Calls)
 	}
 
 	// A node that only refuses the pin, but is not this machine, is not taken for it.
 	g := newFixture(t, machine("w2", "10.5.0.12:50000", "uuid-2"))
-	g.dialer.nodes["10.5.0.12:50000"] = &fakeNode{uuid: "uuid-other", installed: true, stage: "running"}
+	g.dialer.Nodes["10.5.0.12:50000"] = &talostest.Node{UUID: "uuid-other", Installed: true, Stage: "running"}
 	g.reconcile("w2")
 	if m := g.get("w2"); m.Status.AppliedConfig != nil || reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonCertificateMismatch {
 		t.Errorf("another node behind the address: applied %+v, conditions %+v", m.Status.AppliedConfig, m.Status.Conditions)
@@ -389,12 +233,12 @@ func TestInstallWhoseRecordWasLost(t *testing.T) {
 // back and gave the budget back.
 func TestRebootRolloutOneAtATime(t *testing.T) {
 	f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"), machine("w2", "10.5.0.12:50000", "uuid-2"))
-	nodes := map[string]*fakeNode{"w1": {uuid: "uuid-1", stage: "maintenance"}, "w2": {uuid: "uuid-2", stage: "maintenance"}}
-	f.dialer.nodes["10.5.0.11:50000"], f.dialer.nodes["10.5.0.12:50000"] = nodes["w1"], nodes["w2"]
+	nodes := map[string]*talostest.Node{"w1": {UUID: "uuid-1", Stage: "maintenance"}, "w2": {UUID: "uuid-2", Stage: "maintenance"}}
+	f.dialer.Nodes["10.5.0.11:50000"], f.dialer.Nodes["10.5.0.12:50000"] = nodes["w1"], nodes["w2"]
 	for _, name := range []string{"w1", "w2"} {
 		f.reconcile(name)
 	}
-	f.boot()
+	f.dialer.Boot()
 	for _, name := range []string{"w1", "w2"} {
 		f.reconcile(name)
 		if m := f.get(name); m.Status.Phase != v1alpha1.MachinePhaseReady {
@@ -418,12 +262,12 @@ func TestRebootRolloutOneAtATime(t *testing.T) {
 	if m := f.get("w2"); reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonWaitingForRollout {
 		t.Errorf("w2 while w1 reboots: %+v", m.Status.Conditions)
 	}
-	if got := nodes["w2"].calls; len(got) != 1 {
+	if got := nodes["w2"].Calls; len(got) != 1 {
 		t.Fatalf("w2 was sent %v while w1 was away", got)
 	}
 	// A second look at w1 while it reboots sends nothing again.
 	f.reconcile("w1")
-	f.boot()
+	f.dialer.Boot()
 	f.reconcile("w1")
 	if h := f.holder(); h != nil {
 		t.Fatalf("w1 is back and still holds the budget: %+v", h)
@@ -432,14 +276,14 @@ func TestRebootRolloutOneAtATime(t *testing.T) {
 	if h := f.holder(); h == nil || h.Machine != "w2" {
 		t.Fatalf("w2's turn holds no budget: %+v", h)
 	}
-	f.boot()
+	f.dialer.Boot()
 	f.reconcile("w2")
 	if h := f.holder(); h != nil {
 		t.Fatalf("w2 is back and still holds the budget: %+v", h)
 	}
 	for name, n := range nodes {
-		if !slices.Equal(n.calls, []string{"maintenance-apply", "apply " + talos.ApplyReboot.String()}) {
-			t.Errorf("%s was asked %v; want the install and one reboot apply", name, n.calls)
+		if !slices.Equal(n.Calls, []string{"maintenance-apply", "apply " + talos.ApplyReboot.String()}) {
+			t.Errorf("%s was asked %v; want the install and one reboot apply", name, n.Calls)
 		}
 	}
 }
@@ -450,8 +294,8 @@ func TestConvergeRefusesAnotherNodeBehindTheAddress(t *testing.T) {
 	m := machine("w1", "10.5.0.11:50000", "uuid-1")
 	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: "0000", Effect: v1alpha1.ConfigEffectReboot, AppliedAt: metav1.Now()}
 	f := newFixture(t, m)
-	other := &fakeNode{uuid: "uuid-9", installed: true, stage: "running", config: []byte("version: v1alpha1\nmachine:\n  type: worker\n")}
-	f.dialer.nodes["10.5.0.11:50000"] = other
+	other := &talostest.Node{UUID: "uuid-9", Installed: true, Stage: "running", Config: []byte("version: v1alpha1\nmachine:\n  type: worker\n")}
+	f.dialer.Nodes["10.5.0.11:50000"] = other
 
 	f.reconcile("w1")
 	got := f.get("w1")
@@ -459,8 +303,8 @@ func TestConvergeRefusesAnotherNodeBehindTheAddress(t *testing.T) {
 		c.Reason != v1alpha1.MachineReasonApplyFailed || !strings.Contains(c.Message, "uuid-9") || !strings.Contains(c.Message, "uuid-1") {
 		t.Fatalf("ConfigApplied: %+v", c)
 	}
-	if len(other.calls) != 0 {
-		t.Errorf("the other node was sent %v", other.calls)
+	if len(other.Calls) != 0 {
+		t.Errorf("the other node was sent %v", other.Calls)
 	}
 	if h := f.holder(); h != nil {
 		t.Errorf("the refused step still holds the budget: %+v", h)
@@ -473,7 +317,7 @@ func TestConvergeRefusesAnotherNodeBehindTheAddress(t *testing.T) {
 func TestDeletionResetsOnceThenReleases(t *testing.T) {
 	m, node := configured("w1", "10.5.0.11:50000", "uuid-1", v1alpha1.MachineRoleWorker)
 	f := newFixture(t, m)
-	f.dialer.nodes["10.5.0.11:50000"] = node
+	f.dialer.Nodes["10.5.0.11:50000"] = node
 	f.delete("w1")
 
 	f.reconcile("w1")
@@ -484,13 +328,13 @@ func TestDeletionResetsOnceThenReleases(t *testing.T) {
 		t.Errorf("while resetting: phase %s, conditions %+v", got.Status.Phase, got.Status.Conditions)
 	}
 	f.reconcile("w1") // the node resets: it does not answer
-	if !slices.Equal(node.calls, []string{"reset graceful=true"}) {
-		t.Fatalf("the node was asked %v; want one graceful reset", node.calls)
+	if !slices.Equal(node.Calls, []string{"reset graceful=true"}) {
+		t.Fatalf("the node was asked %v; want one graceful reset", node.Calls)
 	}
 	if f.holder() == nil {
 		t.Fatal("the budget went back while the node was away")
 	}
-	f.boot()
+	f.dialer.Boot()
 	f.reconcile("w1")
 	if !f.gone("w1") {
 		t.Error("the machine stays after its node is back in maintenance mode")
@@ -508,8 +352,8 @@ func TestControlPlaneDeletionWaitsForQuorum(t *testing.T) {
 	cp2, n2 := configured("cp-2", "10.5.0.3:50000", "uuid-2", v1alpha1.MachineRoleControlPlane)
 	cp3, n3 := configured("cp-3", "10.5.0.4:50000", "uuid-3", v1alpha1.MachineRoleControlPlane)
 	f := newFixture(t, cp1, cp2, cp3)
-	f.dialer.nodes["10.5.0.2:50000"], f.dialer.nodes["10.5.0.3:50000"], f.dialer.nodes["10.5.0.4:50000"] = n1, n2, n3
-	n3.stage = "booting" // cp-3's etcd member is down
+	f.dialer.Nodes["10.5.0.2:50000"], f.dialer.Nodes["10.5.0.3:50000"], f.dialer.Nodes["10.5.0.4:50000"] = n1, n2, n3
+	n3.Stage = "booting" // cp-3's etcd member is down
 	f.delete("cp-1")
 
 	f.reconcile("cp-1")
@@ -518,17 +362,17 @@ func TestControlPlaneDeletionWaitsForQuorum(t *testing.T) {
 	if c == nil || c.Reason != v1alpha1.MachineReasonQuorumAtRisk || !strings.Contains(c.Message, "node-uuid-3") {
 		t.Fatalf("Ready: %+v", c)
 	}
-	if len(n1.calls) != 0 {
-		t.Errorf("cp-1 was asked %v", n1.calls)
+	if len(n1.Calls) != 0 {
+		t.Errorf("cp-1 was asked %v", n1.Calls)
 	}
 	if h := f.holder(); h != nil {
 		t.Errorf("a reset that did not happen holds the budget: %+v", h)
 	}
 
 	// cp-3 is back: now cp-1 goes.
-	n3.stage = "running"
+	n3.Stage = "running"
 	f.reconcile("cp-1")
-	if !slices.Equal(n1.calls, []string{"reset graceful=true"}) {
-		t.Errorf("cp-1 was asked %v; want one graceful reset", n1.calls)
+	if !slices.Equal(n1.Calls, []string{"reset graceful=true"}) {
+		t.Errorf("cp-1 was asked %v; want one graceful reset", n1.Calls)
 	}
 }

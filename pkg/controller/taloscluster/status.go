@@ -70,7 +70,9 @@ func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 		return err
 	}
 	// A failed test (the grant was replaced or withdrawn) is a 422 Invalid.
-	if err := c.Status().Patch(ctx, cluster, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsInvalid(err) {
+	// A copy: the patch's answer must not replace the status this
+	// reconcile is building (the bootstrap it just recorded).
+	if err := c.Status().Patch(ctx, cluster.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsInvalid(err) {
 		return fmt.Errorf("clear the override used on TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	return nil

@@ -1,0 +1,189 @@
+// Package talostest is a fake talos.Dialer for reconciler unit tests: nodes
+// whose state a test sets and reads, and sessions that refuse what a real
+// node refuses (a maintenance session meets an installed node's
+// certificate, a configured one a node in maintenance mode, and every one a
+// node that resets). Calls a fake session does not implement panic, so a
+// test notices a call it did not expect.
+package talostest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// Node is one node's state, as Talos keeps it. Its Nodename is
+// "node-" + UUID. Change it only while no session is in use (between
+// reconciles), or under the Dialer's lock.
+type Node struct {
+	UUID      string
+	Installed bool   // out of maintenance mode, serving its cluster's certificate
+	Config    []byte // the config it runs
+	// Stage is maintenance, installing, running, booting, rebooting or resetting.
+	Stage string
+	Etcd  bool // a control plane that runs an etcd member
+	// Calls logs what was asked of the node: "maintenance-apply",
+	// "apply <mode>", "reset graceful=<bool>", "bootstrap".
+	Calls []string
+}
+
+// Dialer hands out sessions with its Nodes by address, as talos.Machinery
+// does with real nodes.
+type Dialer struct {
+	mu    sync.Mutex
+	Nodes map[string]*Node
+}
+
+func (d *Dialer) node(address string) (*Node, error) {
+	n, ok := d.Nodes[address]
+	if !ok {
+		return nil, fmt.Errorf("dial %s: connection refused", address)
+	}
+	return n, nil
+}
+
+func (d *Dialer) Maintenance(_ context.Context, address string, _ talos.Pin) (talos.Node, error) {
+	n, err := d.node(address)
+	return &session{d: d, n: n, maintenance: true, address: address}, err
+}
+
+func (d *Dialer) Configured(_ context.Context, address string, _ talos.Credentials) (talos.Node, error) {
+	n, err := d.node(address)
+	return &session{d: d, n: n, address: address}, err
+}
+
+// session is a session with a fake node; calls it does not fake panic
+// (the embedded nil Node), so a test notices a call it did not expect.
+type session struct {
+	talos.Node
+	d           *Dialer
+	n           *Node
+	maintenance bool
+	address     string
+}
+
+// refused is what a session of the wrong kind meets: a maintenance session
+// the installed node's certificate, a configured one the maintenance API;
+// and any session a node that resets.
+func (s *session) refused() error {
+	if s.n.Stage == "resetting" {
+		return fmt.Errorf("dial %s: connection refused", s.address)
+	}
+	if s.maintenance && s.n.Installed {
+		return &talos.FingerprintMismatchError{Address: s.address, Pinned: "(pinned)", Presented: "ypeBEsobvcr6wjGzmiPcTaeG7/gUfE5yuYB3ha/uSLs="}
+	}
+	if !s.maintenance && !s.n.Installed {
+		return errors.New("tls: the node asks for no client certificate (maintenance mode)")
+	}
+	return nil
+}
+
+func (s *session) Facts(context.Context) (*talos.Facts, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	return &talos.Facts{TalosVersion: "v1.13.0", UUID: s.n.UUID}, nil
+}
+
+func (s *session) ApplyConfiguration(_ context.Context, config []byte, mode talos.ApplyMode) (*talos.ApplyResult, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	if s.maintenance {
+		s.n.Calls = append(s.n.Calls, "maintenance-apply")
+		s.n.Installed, s.n.Config, s.n.Stage = true, config, "installing"
+		return &talos.ApplyResult{Rebooting: true, Details: "installing"}, nil
+	}
+	s.n.Calls = append(s.n.Calls, "apply "+mode.String())
+	s.n.Config = config
+	if mode == talos.ApplyReboot {
+		s.n.Stage = "rebooting"
+		return &talos.ApplyResult{Rebooting: true, Details: "rebooting"}, nil
+	}
+	return &talos.ApplyResult{Details: "applied"}, nil
+}
+
+func (s *session) Status(context.Context) (*talos.Status, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	return &talos.Status{Stage: s.n.Stage, Ready: s.n.Stage == "running", Nodename: "node-" + s.n.UUID}, nil
+}
+
+func (s *session) Config(context.Context) ([]byte, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	return slices.Clone(s.n.Config), nil
+}
+
+func (s *session) Reset(_ context.Context, graceful bool) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reset graceful=%v", graceful))
+	s.n.Stage = "resetting"
+	return nil
+}
+
+// EtcdMembers lists every node of the dialer that runs etcd (etcd true), as
+// a member named for its node.
+func (s *session) EtcdMembers(context.Context) ([]talos.EtcdMember, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	var members []talos.EtcdMember
+	for _, n := range s.d.Nodes {
+		if n.Etcd {
+			members = append(members, talos.EtcdMember{ID: n.UUID, Hostname: "node-" + n.UUID})
+		}
+	}
+	return members, nil
+}
+
+func (s *session) Close() error { return nil }
+
+func (s *session) Bootstrap(context.Context) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, "bootstrap")
+	if s.n.Etcd {
+		return talos.ErrAlreadyBootstrapped
+	}
+	s.n.Etcd = true
+	return nil
+}
+
+// Boot makes every installing or rebooting node run its config, and every
+// resetting one come back in maintenance mode.
+func (d *Dialer) Boot() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, n := range d.Nodes {
+		switch n.Stage {
+		case "installing", "rebooting":
+			n.Stage = "running"
+		case "resetting":
+			n.Stage, n.Installed, n.Config, n.Etcd = "maintenance", false, nil, false
+		}
+	}
+}
