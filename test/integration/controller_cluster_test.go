@@ -38,6 +38,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
+	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	ksdecide "ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/test/harness"
@@ -60,10 +61,62 @@ var admin = []string{"--as=carol", "--as-group=ichor:admin"}
 // controller and the real machinery client to simulated nodes that start a
 // real Kubernetes control plane when bootstrapped. Beside it, a rejected
 // machine is never configured and an impostor at an approved machine's
-// pinned address is sent nothing.
+// pinned address is sent nothing. The steps run in this order and build on
+// each other; each is a method of demoCluster.
 func TestControllerBuildsACluster(t *testing.T) {
+	d := newDemoCluster(t)
+	t.Run("three control planes and two workers become Ready", d.becomesReady)
+	t.Run("a no-reboot patch applies everywhere without a reboot", d.noRebootPatch)
+	t.Run("a reboot-required patch reboots one node at a time", d.rebootPatch)
+	t.Run("a bad patch reports its error and changes nothing", d.badPatch)
+	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", d.restartMidRollout)
+	t.Run("kubelet serving certificates are approved after checking each node's Talos API", d.kubeletServing)
+	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", d.credentialRequests)
+	t.Run("an etcd snapshot streams through kube-apiserver and ichor-apiserver", d.etcdSnapshot)
+	t.Run("a support bundle streams as a zip archive", d.supportBundle)
+	t.Run("a packet capture streams as a pcap file for its duration", d.packetCapture)
+	t.Run("a packet capture the node cuts fails for the client instead of ending short", d.packetCaptureCut)
+	t.Run("a reader talosconfig works with talosctl and reads only", d.readerTalosconfig)
+	t.Run("deleting a control plane that would cost etcd its quorum is refused", d.quorumKeepsControlPlanes)
+	t.Run("the bootstrap token authenticates nobody once every machine joined", d.bootstrapTokenClosed)
+	t.Run("deleting a machine resets its node first", d.deleteResetsNode)
+	t.Run("the bootstrap token authenticates only while a machine joins", d.bootstrapTokenWhileJoining)
+	t.Run("a reboot-required patch and a control plane's deletion at once take one node away at a time", d.rebootAndDeleteAtOnce)
+	t.Run("a rejected machine is never configured", d.rejectedNeverConfigured)
+	t.Run("an impostor at a pinned address is sent nothing", d.impostorSentNothing)
+}
+
+// demoCluster is the cluster TestControllerBuildsACluster builds, and what
+// its steps share: three control planes and two workers on simulated Talos
+// nodes with a real Kubernetes control plane, approved with kubectl as the
+// README shows; a rejected machine and an impostor of another cluster; the
+// controller that manages them (a step restarts it); and the helpers the
+// patch steps use.
+type demoCluster struct {
+	parent     *testing.T
+	ctx        context.Context
+	ns         string
+	tune       func(*ctrlcmd.Options)
+	controller *runningController
+	kube       *talossim.Kubernetes
+	endpoint   string
+	etcd       *talossim.EtcdCluster
+	trustd     *talossim.Trustd
+	roles      map[string]v1alpha1.MachineRole
+	nodes      map[string]*talossim.Node
+	names      []string // demo's machines, workers first
+	rejected   *talossim.Node
+	impostor   *talossim.Node
+	machines   ichorv1.TalosMachineInterface
+	patches    ichorv1.TalosConfigPatchInterface
+	// rejoining is the node a deleted machine left, which a later step adds again.
+	rejoining *talossim.Node
+}
+
+// newDemoCluster builds demo: every machine pinned and decided.
+func newDemoCluster(t *testing.T) *demoCluster {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	installControllerRBAC(ctx, t)
 	// The operator places machines on the loopback addresses below; an admin
 	// made them a provisioning network.
@@ -151,135 +204,69 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 		t.Fatalf("kubectl apply as an operator: %v\n%s", err, out)
 	}
 
-	// What the controller pinned is approved with kubectl and the approval
-	// subresource, as the README shows: workers by the operator, control
-	// planes (whose configs hold every CA key) by an admin.
-	approval := func(name string, decision v1alpha1.ApprovalDecision, reason string) []string {
-		t.Helper()
-		body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []string{"-n", ns, "patch", "talosmachine", name, "--subresource=approval", "--type=merge", "-p", string(body)}
-	}
-	decideAs := func(who []string, by, name string, decision v1alpha1.ApprovalDecision, reason string) {
-		t.Helper()
-		mustKubectl(ctx, t, append(who, approval(name, decision, reason)...)...)
-		m := waitMachine(ctx, t, ns, name, "decided", func(m *v1alpha1.TalosMachine) bool { return m.Status.Approval != nil })
-		if a := m.Status.Approval; a.Decision != decision || a.By != by || a.Reason != reason {
-			t.Fatalf("%s: approval %+v", name, a)
-		}
-	}
-	decide := func(name string, decision v1alpha1.ApprovalDecision, reason string) {
-		t.Helper()
-		decideAs(operator, "olivia", name, decision, reason)
-	}
 	machines := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosMachines(ns)
+	patches := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosConfigPatches(ns)
 	// Workers first: once the cluster is bootstrapped, approving any machine is an admin's.
 	names := slices.Sorted(maps.Keys(nodes))
 	slices.SortStableFunc(names, func(a, b string) int { return strings.Compare(string(roles[b]), string(roles[a])) })
+	d := &demoCluster{
+		parent: parent, ctx: ctx, ns: ns, tune: tune, controller: controller, kube: kube, endpoint: endpoint,
+		etcd: etcd, trustd: trustd, roles: roles, nodes: nodes, names: names, rejected: rejected, impostor: impostor,
+		machines: machines, patches: patches,
+	}
+
+	// What the controller pinned is approved with kubectl and the approval
+	// subresource, as the README shows: workers by the operator, control
+	// planes (whose configs hold every CA key) by an admin.
 	for _, name := range names {
 		n := nodes[name]
 		waitMachine(ctx, t, ns, name, "pinned", pinnedTo(n.MaintenanceFingerprint()))
 		if roles[name] != v1alpha1.MachineRoleControlPlane {
-			decide(name, v1alpha1.ApprovalApproved, "")
+			d.decideAs(t, operator, "olivia", name, v1alpha1.ApprovalApproved, "")
 			continue
 		}
-		out, err := cp.Kubectl(ctx, append(operator, approval(name, v1alpha1.ApprovalApproved, "")...)...)
+		out, err := cp.Kubectl(ctx, append(operator, d.approval(t, name, v1alpha1.ApprovalApproved, "")...)...)
 		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "talosmachines/privileged-approval") && !strings.Contains(msg, `subresource "privileged-approval"`) {
 			t.Fatalf("an operator's approval of control plane %s: %v\n%s", name, err, out)
 		}
-		decideAs(admin, "carol", name, v1alpha1.ApprovalApproved, "")
+		d.decideAs(t, admin, "carol", name, v1alpha1.ApprovalApproved, "")
 	}
 	waitMachine(ctx, t, ns, "rejected", "pinned", pinnedTo(rejected.MaintenanceFingerprint()))
-	decide("rejected", v1alpha1.ApprovalRejected, "not ours")
+	d.decideAs(t, operator, "olivia", "rejected", v1alpha1.ApprovalRejected, "not ours")
 	// An impostor takes the pinned machine's address before it is approved:
 	// the controller must send it nothing.
 	waitMachine(ctx, t, ns, "impostor", "pinned", pinnedTo(impostor.MaintenanceFingerprint()))
 	if err := impostor.SetFaults(talossim.Faults{Impostor: true}); err != nil {
 		t.Fatal(err)
 	}
-	decideAs(admin, "carol", "impostor", v1alpha1.ApprovalApproved, "")
+	d.decideAs(t, admin, "carol", "impostor", v1alpha1.ApprovalApproved, "")
+	return d
+}
 
-	t.Run("three control planes and two workers become Ready", func(t *testing.T) {
-		c := waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-		if got, want := c.Status.Machines, (v1alpha1.MachineCounts{Total: 5, Ready: 5, ControlPlanes: 3, Workers: 2}); got != want {
-			t.Errorf("machine counts %+v, want %+v", got, want)
-		}
-		if c.Status.Phase != v1alpha1.ClusterPhaseReady || c.Status.BootstrappedAt == nil || c.Status.TalosVersion != talossim.DefaultVersion ||
-			c.Status.KubernetesVersion == "" || c.Status.ObservedGeneration != c.Generation {
-			t.Errorf("status %+v", c.Status)
-		}
-		for _, typ := range []string{v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
-			v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionNodesReady} {
-			if !meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
-				t.Errorf("condition %s not True: %+v", typ, meta.FindStatusCondition(c.Status.Conditions, typ))
-			}
-		}
-		// Exactly one bootstrap: one etcd cluster with three voting members.
-		members := etcd.Members()
-		if len(members) != 3 {
-			t.Errorf("etcd members %+v, want the three control planes", members)
-		}
-		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapped)
-		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventClusterReady)
+// approval is the kubectl arguments that decide a machine through its approval subresource.
+func (d *demoCluster) approval(t *testing.T, name string, decision v1alpha1.ApprovalDecision, reason string) []string {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"-n", d.ns, "patch", "talosmachine", name, "--subresource=approval", "--type=merge", "-p", string(body)}
+}
 
-		for name, n := range nodes {
-			m, err := machines.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Status.Phase != v1alpha1.MachinePhaseReady || m.Status.NodeName != name || m.Status.AppliedConfig == nil ||
-				!hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) {
-				t.Errorf("%s: %+v", name, describeStatus(m))
-			}
-			if n.Phase() != talossim.PhaseRunning {
-				t.Errorf("%s: node phase %s", name, n.Phase())
-			}
-			e := waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, machineconfig.EventConfigApplied)
-			if !strings.Contains(e.Message, "pinned certificate") {
-				t.Errorf("%s: install Event %q", name, e.Message)
-			}
-		}
+// decideAs decides a machine as who, and checks the decision is recorded as by's.
+func (d *demoCluster) decideAs(t *testing.T, who []string, by, name string, decision v1alpha1.ApprovalDecision, reason string) {
+	t.Helper()
+	mustKubectl(d.ctx, t, append(who, d.approval(t, name, decision, reason)...)...)
+	m := waitMachine(d.ctx, t, d.ns, name, "decided", func(m *v1alpha1.TalosMachine) bool { return m.Status.Approval != nil })
+	if a := m.Status.Approval; a.Decision != decision || a.By != by || a.Reason != reason {
+		t.Fatalf("%s: approval %+v", name, a)
+	}
+}
 
-		// The workload cluster: every kubelet registered, and the controller's
-		// identity there holds its own role and not more.
-		rc, err := kube.WaitReady(ctx, endpoint)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wl := kubernetes.NewForConfigOrDie(rc)
-		var nodeNames []string
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			list, err := wl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, nil
-			}
-			nodeNames = nodeNames[:0]
-			for _, n := range list.Items {
-				nodeNames = append(nodeNames, n.Name)
-			}
-			return len(nodeNames) == 5, nil
-		})
-		if err != nil {
-			t.Errorf("workload nodes %v: %v", nodeNames, err)
-		}
-		binding, err := wl.RbacV1().ClusterRoleBindings().Get(ctx, "ichor:controller", metav1.GetOptions{})
-		if err != nil || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "ichor:controller" {
-			t.Errorf("controller binding in the workload cluster: %+v, %v", binding, err)
-		}
-
-		// kubectl shows it as users see it.
-		out := mustKubectl(ctx, t, append(operator, "get", "talosclusters", "-n", ns, "demo")...)
-		if !strings.Contains(out, "Ready") {
-			t.Errorf("kubectl get talosclusters:\n%s", out)
-		}
-	})
-
-	patches := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().TalosConfigPatches(ns)
-	applyPatch := func(t *testing.T, name, patch string) {
-		t.Helper()
-		mustApply(ctx, t, fmt.Sprintf(`
+// applyPatch applies a TalosConfigPatch of demo as the operator.
+func (d *demoCluster) applyPatch(t *testing.T, name, patch string) {
+	t.Helper()
+	mustApply(d.ctx, t, fmt.Sprintf(`
 apiVersion: ichor.dev/v1alpha1
 kind: TalosConfigPatch
 metadata: {name: %s, namespace: %s}
@@ -287,593 +274,718 @@ spec:
   clusterName: demo
   patch: |
 %s
-`, name, ns, indent(patch, "    ")))
-	}
-	// rolledOut waits until every machine applied a config other than
-	// before's and is Ready again, and returns the new hashes.
-	rolledOut := func(t *testing.T, before map[string]string) map[string]string {
-		t.Helper()
-		after := map[string]string{}
-		for name := range nodes {
-			m := waitMachineFor(ctx, t, ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
-				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] &&
-					hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) &&
-					m.Status.Phase == v1alpha1.MachinePhaseReady
-			})
-			after[name] = m.Status.AppliedConfig.Hash
-		}
-		return after
-	}
-	appliedHashes := func(t *testing.T) map[string]string {
-		t.Helper()
-		hashes := map[string]string{}
-		for name := range nodes {
-			m, err := machines.Get(ctx, name, metav1.GetOptions{})
-			if err != nil || m.Status.AppliedConfig == nil {
-				t.Fatalf("%s: %+v, %v", name, m, err)
-			}
-			hashes[name] = m.Status.AppliedConfig.Hash
-		}
-		return hashes
-	}
-	// patchSettles waits until a patch's status says it is applied on all five machines with effect.
-	patchSettles := func(t *testing.T, name string, effect v1alpha1.ConfigEffect) {
-		t.Helper()
-		var last *v1alpha1.TalosConfigPatch
-		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			p, err := patches.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			last = p
-			return hasCondition(p.Status.Conditions, v1alpha1.PatchConditionApplied, metav1.ConditionTrue, v1alpha1.PatchReasonAllApplied) &&
-				p.Status.ObservedGeneration == p.Generation, nil
+`, name, d.ns, indent(patch, "    ")))
+}
+
+// rolledOut waits until every machine applied a config other than
+// before's and is Ready again, and returns the new hashes.
+func (d *demoCluster) rolledOut(t *testing.T, before map[string]string) map[string]string {
+	t.Helper()
+	after := map[string]string{}
+	for name := range d.nodes {
+		m := waitMachineFor(d.ctx, t, d.ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] &&
+				hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) &&
+				m.Status.Phase == v1alpha1.MachinePhaseReady
 		})
-		if err != nil {
-			t.Fatalf("patch %s never applied everywhere: %v; status %+v", name, err, last.Status)
-		}
-		if last.Status.Effect != effect || len(last.Status.AppliedMachines) != len(nodes) ||
-			!hasCondition(last.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionTrue, v1alpha1.PatchReasonRenders) {
-			t.Errorf("patch %s status %+v, want effect %s on all machines", name, last.Status, effect)
-		}
+		after[name] = m.Status.AppliedConfig.Hash
 	}
-	reboots := func() map[string]int {
-		counts := map[string]int{}
-		for name, n := range nodes {
-			counts[name] = timesEntered(n, talossim.PhaseRebooting)
+	return after
+}
+
+// appliedHashes is the hash of the config each machine runs.
+func (d *demoCluster) appliedHashes(t *testing.T) map[string]string {
+	t.Helper()
+	hashes := map[string]string{}
+	for name := range d.nodes {
+		m, err := d.machines.Get(d.ctx, name, metav1.GetOptions{})
+		if err != nil || m.Status.AppliedConfig == nil {
+			t.Fatalf("%s: %+v, %v", name, m, err)
 		}
-		return counts
+		hashes[name] = m.Status.AppliedConfig.Hash
 	}
+	return hashes
+}
 
-	t.Run("a no-reboot patch applies everywhere without a reboot", func(t *testing.T) {
-		before, rebootsBefore := appliedHashes(t), reboots()
-		applyPatch(t, "sysctls", "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"")
-		after := rolledOut(t, before)
-		patchSettles(t, "sysctls", v1alpha1.ConfigEffectNoReboot)
-		if got := reboots(); fmt.Sprint(got) != fmt.Sprint(rebootsBefore) {
-			t.Errorf("reboots went from %v to %v", rebootsBefore, got)
-		}
-		for name := range nodes {
-			m, _ := machines.Get(ctx, name, metav1.GetOptions{})
-			if m.Status.AppliedConfig.Hash != after[name] || m.Status.AppliedConfig.Effect != v1alpha1.ConfigEffectNoReboot {
-				t.Errorf("%s: applied %+v", name, m.Status.AppliedConfig)
-			}
-		}
-	})
-
-	t.Run("a reboot-required patch reboots one node at a time", func(t *testing.T) {
-		before, rebootsBefore, since := appliedHashes(t), reboots(), time.Now()
-		applyPatch(t, "env", "machine:\n  env:\n    ICHOR_TEST: \"1\"")
-		rolledOut(t, before)
-		if most, when := mostAwayAtOnce(nodes, since); most != 1 {
-			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
-		}
-		rebootedOnce(t, rebootsBefore, reboots())
-		patchSettles(t, "env", v1alpha1.ConfigEffectReboot)
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-	})
-
-	t.Run("a bad patch reports its error and changes nothing", func(t *testing.T) {
-		before := appliedHashes(t)
-		applyPatch(t, "broken", "machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [not-a-cidr]")
-		for name := range nodes {
-			m := waitMachine(ctx, t, ns, name, "the render error is reported", func(m *v1alpha1.TalosMachine) bool {
-				return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonRenderFailed)
-			})
-			if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); !strings.Contains(c.Message, "broken") {
-				t.Errorf("%s: the error does not name the patch: %s", name, c.Message)
-			}
-		}
-		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
-		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			p, err := patches.Get(ctx, "broken", metav1.GetOptions{})
-			return err == nil && hasCondition(p.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
-				len(p.Status.AppliedMachines) == 0, nil
-		})
+// patchSettles waits until a patch's status says it is applied on all five machines with effect.
+func (d *demoCluster) patchSettles(t *testing.T, name string, effect v1alpha1.ConfigEffect) {
+	t.Helper()
+	var last *v1alpha1.TalosConfigPatch
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		p, err := d.patches.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("the broken patch's status does not report it: %v", err)
-		}
-		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
-			t.Errorf("applied configs changed: %v -> %v", before, got)
-		}
-		if err := patches.Delete(ctx, "broken", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for name := range nodes {
-			waitMachine(ctx, t, ns, name, "up to date again", func(m *v1alpha1.TalosMachine) bool {
-				return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate)
-			})
-		}
-		if got := appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
-			t.Errorf("removing the bad patch changed configs: %v -> %v", before, got)
-		}
-	})
-
-	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", func(t *testing.T) {
-		before, rebootsBefore, since := appliedHashes(t), reboots(), time.Now()
-		applyPatch(t, "env-restart", "machine:\n  env:\n    ICHOR_RESTART: \"1\"")
-		// Stop the controller in the middle of a step: a machine holds the
-		// disruption budget and its node is away.
-		var holder *v1alpha1.DisruptionStatus
-		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
-			c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			holder = c.Status.Disruption
-			return holder != nil && nodes[holder.Machine] != nil && nodes[holder.Machine].Phase() != talossim.PhaseRunning, nil
-		})
-		if err != nil {
-			t.Fatalf("no machine was seen away holding the budget: %v", err)
-		}
-		controller.stop()
-		t.Logf("stopped the controller while %s holds the budget for %s", holder.Machine, holder.Action)
-		c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
-		if err != nil || c.Status.Disruption == nil || c.Status.Disruption.MachineUID != holder.MachineUID {
-			t.Fatalf("the budget with the controller stopped: %+v, %v; want %s's", c.Status.Disruption, err, holder.Machine)
-		}
-		if out := mustKubectl(ctx, t, append(operator, "get", "taloscluster", "-n", ns, "demo")...); !strings.Contains(out, holder.Machine+" ("+string(holder.Action)+")") {
-			t.Errorf("kubectl get does not show the budget's holder:\n%s", out)
-		}
-		controller = runController(parent, tune) // it outlives this subtest
-		rolledOut(t, before)
-		if most, when := mostAwayAtOnce(nodes, since); most != 1 {
-			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
-		}
-		rebootedOnce(t, rebootsBefore, reboots())
-		waitBudgetFree(ctx, t, ns, "demo")
-	})
-
-	t.Run("kubelet serving certificates are approved after checking each node's Talos API", func(t *testing.T) {
-		mustKubectl(ctx, t, append(operator, "-n", ns, "patch", "taloscluster", "demo", "--type=merge", "-p",
-			`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true,"verifyFromAPIServer":true}}}}`)...)
-		for name := range nodes {
-			waitMachineFor(ctx, t, ns, name, clusterWait, "its serving certificate is recorded", func(m *v1alpha1.TalosMachine) bool {
-				c := m.Status.KubeletServingCertificate
-				return c != nil && c.Request != "" && c.NotAfter != nil && c.NotAfter.After(time.Now())
-			})
-		}
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingVerified, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
-		// The latch has the control planes' kube-apiservers verify kubelets: an
-		// API server restart, rolled one control plane at a time.
-		for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-			waitMachineFor(ctx, t, ns, name, clusterWait, "its kube-apiserver verifies kubelets", func(m *v1alpha1.TalosMachine) bool {
-				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Effect == v1alpha1.ConfigEffectAPIServerRestart &&
-					m.Status.Phase == v1alpha1.MachinePhaseReady
-			})
-		}
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-
-		rc, err := kube.WaitReady(ctx, endpoint)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wl := kubernetes.NewForConfigOrDie(rc)
-		csrs, err := wl.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		approved := map[string]bool{}
-		for _, csr := range csrs.Items {
-			for _, c := range csr.Status.Conditions {
-				if csr.Spec.SignerName == certv1.KubeletServingSignerName && c.Type == certv1.CertificateApproved {
-					if c.Reason != ksdecide.ReasonApproved {
-						t.Errorf("%s approved with reason %q", csr.Name, c.Reason)
-					}
-					approved[csr.Spec.Username] = true
-				}
-			}
-		}
-		if len(approved) != len(nodes) {
-			t.Errorf("approved serving requests of %v, want one per node", approved)
-		}
-
-		// The kubelet now serves a certificate the cluster CA vouches for, for its own address.
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(rc.CAData)
-		node, err := wl.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip := hostOf(nodes["cp-1"])
-		conn, err := tls.Dial("tcp", fmt.Sprintf("%s:%d", ip, node.Status.DaemonEndpoints.KubeletEndpoint.Port),
-			&tls.Config{RootCAs: pool, ServerName: ip, MinVersion: tls.VersionTLS12})
-		if err != nil {
-			t.Errorf("the kubelet's serving certificate does not verify against the cluster CA: %v", err)
-		} else {
-			_ = conn.Close()
-		}
-
-		// Requests a kubelet should not make: as node cp-1 asking for a
-		// neighbour's address (denied), as a node Ichor does not manage (left
-		// pending), and to another signer (untouched).
-		asNode := func(name string) kubernetes.Interface {
-			cfg := rest.CopyConfig(rc)
-			cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
-			return kubernetes.NewForConfigOrDie(cfg)
-		}
-		create := func(as kubernetes.Interface, name, node, signer string, ips ...string) {
-			t.Helper()
-			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
-			for _, ip := range ips {
-				tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-			}
-			der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = as.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: certv1.CertificateSigningRequestSpec{
-					Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
-					Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-				},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatalf("create CSR %s: %v", name, err)
-			}
-		}
-		neighbour := hostOf(nodes["cp-2"])
-		// cp-3's Talos API does not answer: its (good) request must wait.
-		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
-			t.Fatal(err)
-		}
-		cp3 := hostOf(nodes["cp-3"])
-		create(asNode("cp-3"), "unreadable", "cp-3", certv1.KubeletServingSignerName, cp3)
-		create(asNode("ghost"), "ghost", "ghost", certv1.KubeletServingSignerName, "127.0.3.99")
-		create(asNode("cp-1"), "other-signer", "cp-1", "example.com/serving", ip)
-		create(asNode("cp-1"), "neighbour-ip", "cp-1", certv1.KubeletServingSignerName, ip, neighbour)
-		var denied *certv1.CertificateSigningRequestCondition
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "neighbour-ip", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certv1.CertificateDenied {
-					denied = &c
-				}
-			}
-			return denied != nil, nil
-		})
-		if err != nil || denied.Reason != ksdecide.ReasonUnknownIPAddress || !strings.Contains(denied.Message, neighbour) {
-			t.Errorf("the request for a neighbour's IP: %+v, %v", denied, err)
-		}
-		waitEvent(ctx, t, ns, "cp-1", corev1.EventTypeWarning, kubeletserving.EventDenied)
-		for _, name := range []string{"ghost", "other-signer", "unreadable"} {
-			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
-			if err != nil || len(csr.Status.Conditions) != 0 {
-				t.Errorf("%s was decided: %+v, %v", name, csr.Status.Conditions, err)
-			}
-		}
-		// Once cp-3 answers again its request is checked and approved.
-		nodes["cp-3"].ClearFaults()
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "unreadable", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certv1.CertificateApproved && c.Reason == ksdecide.ReasonApproved {
-					return true, nil
-				}
-			}
 			return false, nil
-		})
-		if err != nil {
-			t.Errorf("cp-3's request once its Talos API answers: %v", err)
 		}
-		waitMachine(ctx, t, ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
-			return m.Status.Phase == v1alpha1.MachinePhaseReady
-		})
-
-		// In the workload cluster the controller may approve kubelet serving
-		// requests and nothing else on certificates.k8s.io.
-		for _, c := range []struct {
-			attrs authv1.ResourceAttributes
-			want  bool
-		}{
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "approve"}, true},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, true},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: "example.com/serving", Verb: "approve"}, false},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "sign"}, false},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "create"}, false},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "delete"}, false},
-			{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
-			{authv1.ResourceAttributes{Resource: "secrets", Verb: "get"}, false},
-		} {
-			sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
-				User: "ichor:controller", ResourceAttributes: &c.attrs,
-			}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sar.Status.Allowed != c.want {
-				t.Errorf("ichor:controller %s %s/%s %s: allowed %t, want %t", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.attrs.Name, sar.Status.Allowed, c.want)
-			}
-		}
+		last = p
+		return hasCondition(p.Status.Conditions, v1alpha1.PatchConditionApplied, metav1.ConditionTrue, v1alpha1.PatchReasonAllApplied) &&
+			p.Status.ObservedGeneration == p.Generation, nil
 	})
+	if err != nil {
+		t.Fatalf("patch %s never applied everywhere: %v; status %+v", name, err, last.Status)
+	}
+	if last.Status.Effect != effect || len(last.Status.AppliedMachines) != len(d.nodes) ||
+		!hasCondition(last.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionTrue, v1alpha1.PatchReasonRenders) {
+		t.Errorf("patch %s status %+v, want effect %s on all machines", name, last.Status, effect)
+	}
+}
 
-	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", func(t *testing.T) {
-		checkCredentialRequests(ctx, t, ns, nodes["worker-1"])
-	})
+// reboots is how many times each of demo's nodes rebooted.
+func (d *demoCluster) reboots() map[string]int {
+	counts := map[string]int{}
+	for name, n := range d.nodes {
+		counts[name] = timesEntered(n, talossim.PhaseRebooting)
+	}
+	return counts
+}
 
-	t.Run("an etcd snapshot streams through kube-apiserver and ichor-apiserver", func(t *testing.T) {
-		checkEtcdSnapshotDownload(ctx, t, ns, etcd)
-	})
-
-	t.Run("a support bundle streams as a zip archive", func(t *testing.T) {
-		checkSupportBundleDownload(ctx, t, ns)
-	})
-
-	t.Run("a packet capture streams as a pcap file for its duration", func(t *testing.T) {
-		checkPacketCaptureDownload(ctx, t, ns)
-	})
-
-	t.Run("a packet capture the node cuts fails for the client instead of ending short", func(t *testing.T) {
-		checkCutPacketCapture(ctx, t, ns, nodes["worker-1"])
-	})
-
-	t.Run("a reader talosconfig works with talosctl and reads only", func(t *testing.T) {
-		checkTalosconfigReaderDownload(ctx, t, ns, nodes)
-	})
-
-	t.Run("deleting a control plane that would cost etcd its quorum is refused", func(t *testing.T) {
-		if err := nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
-			t.Fatal(err)
-		}
-		waitMachine(ctx, t, ns, "cp-3", "noticed down", func(m *v1alpha1.TalosMachine) bool {
-			return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
-		})
-		out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", ns, "cp-1", "--wait=false")...)
-		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") ||
-			!strings.Contains(msg, "quorum needs 2") || !strings.Contains(msg, "cp-3 (Unreachable)") {
-			t.Errorf("kubectl delete of cp-1 with cp-3 down: %v\n%s", err, out)
-		}
-		if _, err := machines.Get(ctx, "cp-1", metav1.GetOptions{}); err != nil {
-			t.Errorf("cp-1 after the refused delete: %v", err)
-		}
-		nodes["cp-3"].ClearFaults()
-		waitMachine(ctx, t, ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
-			return m.Status.Phase == v1alpha1.MachinePhaseReady
-		})
-	})
-
-	// The bootstrap token is in every worker config; whoever holds one must
-	// not get a kubelet certificate for another node's name once the machines
-	// joined (README, "Trust model").
-	rc, err := kube.WaitReady(ctx, endpoint)
+// bootstrapAccess is the workload cluster's admin configuration and demo's
+// bootstrap token, for the bootstrap token steps.
+// The bootstrap token is in every worker config; whoever holds one must
+// not get a kubelet certificate for another node's name once the machines
+// joined (README, "Trust model").
+func (d *demoCluster) bootstrapAccess(t *testing.T) (*rest.Config, string) {
+	t.Helper()
+	rc, err := d.kube.WaitReady(d.ctx, d.endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := bootstrapTokenOf(ctx, t, ns, "demo")
-	t.Run("the bootstrap token authenticates nobody once every machine joined", func(t *testing.T) {
-		// A kubelet's first request at TLS bootstrap, for a control plane's name.
-		_, err := requestKubeletClientCertificate(ctx, rc, token, "cp-1")
-		if !apierrors.IsUnauthorized(err) {
-			t.Errorf("a client certificate request for cp-1 with the bootstrap token: %v, want Unauthorized", err)
-		}
-		waitCluster(ctx, t, ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
-		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenDisabled)
+	return rc, bootstrapTokenOf(d.ctx, t, d.ns, "demo")
+}
 
-		// What that takes in the cluster: the token's Secret alone, read and
-		// patched, never created, listed or deleted.
-		id, _, _ := strings.Cut(token, ".")
-		wl := kubernetes.NewForConfigOrDie(rc)
-		for _, c := range []struct {
-			attrs authv1.ResourceAttributes
-			want  bool
-		}{
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, true},
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "patch"}, true},
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "delete"}, false},
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-abcdef", Verb: "get"}, false},
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "create"}, false},
-			{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "list"}, false},
-			{authv1.ResourceAttributes{Namespace: "default", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, false},
-		} {
-			sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
-				User: "ichor:controller", ResourceAttributes: &c.attrs,
-			}}, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sar.Status.Allowed != c.want {
-				t.Errorf("ichor:controller %s secrets %s/%s: allowed %t, want %t", c.attrs.Verb, c.attrs.Namespace, c.attrs.Name, sar.Status.Allowed, c.want)
+// becomesReady: three control planes and two workers become Ready.
+func (d *demoCluster) becomesReady(t *testing.T) {
+	ctx := d.ctx
+	c := waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	if got, want := c.Status.Machines, (v1alpha1.MachineCounts{Total: 5, Ready: 5, ControlPlanes: 3, Workers: 2}); got != want {
+		t.Errorf("machine counts %+v, want %+v", got, want)
+	}
+	if c.Status.Phase != v1alpha1.ClusterPhaseReady || c.Status.BootstrappedAt == nil || c.Status.TalosVersion != talossim.DefaultVersion ||
+		c.Status.KubernetesVersion == "" || c.Status.ObservedGeneration != c.Generation {
+		t.Errorf("status %+v", c.Status)
+	}
+	for _, typ := range []string{v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
+		v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionNodesReady} {
+		if !meta.IsStatusConditionTrue(c.Status.Conditions, typ) {
+			t.Errorf("condition %s not True: %+v", typ, meta.FindStatusCondition(c.Status.Conditions, typ))
+		}
+	}
+	// Exactly one bootstrap: one etcd cluster with three voting members.
+	members := d.etcd.Members()
+	if len(members) != 3 {
+		t.Errorf("etcd members %+v, want the three control planes", members)
+	}
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapped)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventClusterReady)
+
+	for name, n := range d.nodes {
+		m, err := d.machines.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status.Phase != v1alpha1.MachinePhaseReady || m.Status.NodeName != name || m.Status.AppliedConfig == nil ||
+			!hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate) {
+			t.Errorf("%s: %+v", name, describeStatus(m))
+		}
+		if n.Phase() != talossim.PhaseRunning {
+			t.Errorf("%s: node phase %s", name, n.Phase())
+		}
+		e := waitEvent(ctx, t, d.ns, name, corev1.EventTypeNormal, machineconfig.EventConfigApplied)
+		if !strings.Contains(e.Message, "pinned certificate") {
+			t.Errorf("%s: install Event %q", name, e.Message)
+		}
+	}
+
+	// The workload cluster: every kubelet registered, and the controller's
+	// identity there holds its own role and not more.
+	rc, err := d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := kubernetes.NewForConfigOrDie(rc)
+	var nodeNames []string
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		list, err := wl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		nodeNames = nodeNames[:0]
+		for _, n := range list.Items {
+			nodeNames = append(nodeNames, n.Name)
+		}
+		return len(nodeNames) == 5, nil
+	})
+	if err != nil {
+		t.Errorf("workload nodes %v: %v", nodeNames, err)
+	}
+	binding, err := wl.RbacV1().ClusterRoleBindings().Get(ctx, "ichor:controller", metav1.GetOptions{})
+	if err != nil || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "ichor:controller" {
+		t.Errorf("controller binding in the workload cluster: %+v, %v", binding, err)
+	}
+
+	// kubectl shows it as users see it.
+	out := mustKubectl(ctx, t, append(operator, "get", "talosclusters", "-n", d.ns, "demo")...)
+	if !strings.Contains(out, "Ready") {
+		t.Errorf("kubectl get talosclusters:\n%s", out)
+	}
+}
+
+// noRebootPatch: a no-reboot patch applies everywhere without a reboot.
+func (d *demoCluster) noRebootPatch(t *testing.T) {
+	ctx := d.ctx
+	before, rebootsBefore := d.appliedHashes(t), d.reboots()
+	d.applyPatch(t, "sysctls", "machine:\n  sysctls:\n    net.core.somaxconn: \"65535\"")
+	after := d.rolledOut(t, before)
+	d.patchSettles(t, "sysctls", v1alpha1.ConfigEffectNoReboot)
+	if got := d.reboots(); fmt.Sprint(got) != fmt.Sprint(rebootsBefore) {
+		t.Errorf("reboots went from %v to %v", rebootsBefore, got)
+	}
+	for name := range d.nodes {
+		m, _ := d.machines.Get(ctx, name, metav1.GetOptions{})
+		if m.Status.AppliedConfig.Hash != after[name] || m.Status.AppliedConfig.Effect != v1alpha1.ConfigEffectNoReboot {
+			t.Errorf("%s: applied %+v", name, m.Status.AppliedConfig)
+		}
+	}
+}
+
+// rebootPatch: a reboot-required patch reboots one node at a time.
+func (d *demoCluster) rebootPatch(t *testing.T) {
+	ctx := d.ctx
+	before, rebootsBefore, since := d.appliedHashes(t), d.reboots(), time.Now()
+	d.applyPatch(t, "env", "machine:\n  env:\n    ICHOR_TEST: \"1\"")
+	d.rolledOut(t, before)
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+	}
+	rebootedOnce(t, rebootsBefore, d.reboots())
+	d.patchSettles(t, "env", v1alpha1.ConfigEffectReboot)
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+}
+
+// badPatch: a bad patch reports its error and changes nothing.
+func (d *demoCluster) badPatch(t *testing.T) {
+	ctx := d.ctx
+	before := d.appliedHashes(t)
+	d.applyPatch(t, "broken", "machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [not-a-cidr]")
+	for name := range d.nodes {
+		m := waitMachine(ctx, t, d.ns, name, "the render error is reported", func(m *v1alpha1.TalosMachine) bool {
+			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonRenderFailed)
+		})
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); !strings.Contains(c.Message, "broken") {
+			t.Errorf("%s: the error does not name the patch: %s", name, c.Message)
+		}
+	}
+	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		p, err := d.patches.Get(ctx, "broken", metav1.GetOptions{})
+		return err == nil && hasCondition(p.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
+			len(p.Status.AppliedMachines) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("the broken patch's status does not report it: %v", err)
+	}
+	if got := d.appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("applied configs changed: %v -> %v", before, got)
+	}
+	if err := d.patches.Delete(ctx, "broken", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range d.nodes {
+		waitMachine(ctx, t, d.ns, name, "up to date again", func(m *v1alpha1.TalosMachine) bool {
+			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate)
+		})
+	}
+	if got := d.appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("removing the bad patch changed configs: %v -> %v", before, got)
+	}
+}
+
+// restartMidRollout: a controller restarted mid-rollout resumes without repeating or skipping a step.
+func (d *demoCluster) restartMidRollout(t *testing.T) {
+	ctx := d.ctx
+	before, rebootsBefore, since := d.appliedHashes(t), d.reboots(), time.Now()
+	d.applyPatch(t, "env-restart", "machine:\n  env:\n    ICHOR_RESTART: \"1\"")
+	// Stop the controller in the middle of a step: a machine holds the
+	// disruption budget and its node is away.
+	var holder *v1alpha1.DisruptionStatus
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
+		c, err := apiClient(t).IchorV1alpha1().TalosClusters(d.ns).Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		holder = c.Status.Disruption
+		return holder != nil && d.nodes[holder.Machine] != nil && d.nodes[holder.Machine].Phase() != talossim.PhaseRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("no machine was seen away holding the budget: %v", err)
+	}
+	d.controller.stop()
+	t.Logf("stopped the controller while %s holds the budget for %s", holder.Machine, holder.Action)
+	c, err := apiClient(t).IchorV1alpha1().TalosClusters(d.ns).Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil || c.Status.Disruption == nil || c.Status.Disruption.MachineUID != holder.MachineUID {
+		t.Fatalf("the budget with the controller stopped: %+v, %v; want %s's", c.Status.Disruption, err, holder.Machine)
+	}
+	if out := mustKubectl(ctx, t, append(operator, "get", "taloscluster", "-n", d.ns, "demo")...); !strings.Contains(out, holder.Machine+" ("+string(holder.Action)+")") {
+		t.Errorf("kubectl get does not show the budget's holder:\n%s", out)
+	}
+	d.controller = runController(d.parent, d.tune) // it outlives this subtest
+	d.rolledOut(t, before)
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+	}
+	rebootedOnce(t, rebootsBefore, d.reboots())
+	waitBudgetFree(ctx, t, d.ns, "demo")
+}
+
+// kubeletServing: kubelet serving certificates are approved after checking each node's Talos API.
+func (d *demoCluster) kubeletServing(t *testing.T) {
+	ctx := d.ctx
+	mustKubectl(ctx, t, append(operator, "-n", d.ns, "patch", "taloscluster", "demo", "--type=merge", "-p",
+		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true,"verifyFromAPIServer":true}}}}`)...)
+	for name := range d.nodes {
+		waitMachineFor(ctx, t, d.ns, name, clusterWait, "its serving certificate is recorded", func(m *v1alpha1.TalosMachine) bool {
+			c := m.Status.KubeletServingCertificate
+			return c != nil && c.Request != "" && c.NotAfter != nil && c.NotAfter.After(time.Now())
+		})
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionKubeletServingVerified, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
+	// The latch has the control planes' kube-apiservers verify kubelets: an
+	// API server restart, rolled one control plane at a time.
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		waitMachineFor(ctx, t, d.ns, name, clusterWait, "its kube-apiserver verifies kubelets", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Effect == v1alpha1.ConfigEffectAPIServerRestart &&
+				m.Status.Phase == v1alpha1.MachinePhaseReady
+		})
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+
+	rc, err := d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := kubernetes.NewForConfigOrDie(rc)
+	csrs, err := wl.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approved := map[string]bool{}
+	for _, csr := range csrs.Items {
+		for _, c := range csr.Status.Conditions {
+			if csr.Spec.SignerName == certv1.KubeletServingSignerName && c.Type == certv1.CertificateApproved {
+				if c.Reason != ksdecide.ReasonApproved {
+					t.Errorf("%s approved with reason %q", csr.Name, c.Reason)
+				}
+				approved[csr.Spec.Username] = true
 			}
 		}
+	}
+	if len(approved) != len(d.nodes) {
+		t.Errorf("approved serving requests of %v, want one per node", approved)
+	}
+
+	// The kubelet now serves a certificate the cluster CA vouches for, for its own address.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(rc.CAData)
+	node, err := wl.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := hostOf(d.nodes["cp-1"])
+	conn, err := tls.Dial("tcp", fmt.Sprintf("%s:%d", ip, node.Status.DaemonEndpoints.KubeletEndpoint.Port),
+		&tls.Config{RootCAs: pool, ServerName: ip, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Errorf("the kubelet's serving certificate does not verify against the cluster CA: %v", err)
+	} else {
+		_ = conn.Close()
+	}
+
+	// Requests a kubelet should not make: as node cp-1 asking for a
+	// neighbour's address (denied), as a node Ichor does not manage (left
+	// pending), and to another signer (untouched).
+	asNode := func(name string) kubernetes.Interface {
+		cfg := rest.CopyConfig(rc)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	create := func(as kubernetes.Interface, name, node, signer string, ips ...string) {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
+		for _, ip := range ips {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		}
+		der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = as.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certv1.CertificateSigningRequestSpec{
+				Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+				Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create CSR %s: %v", name, err)
+		}
+	}
+	neighbour := hostOf(d.nodes["cp-2"])
+	// cp-3's Talos API does not answer: its (good) request must wait.
+	if err := d.nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	cp3 := hostOf(d.nodes["cp-3"])
+	create(asNode("cp-3"), "unreadable", "cp-3", certv1.KubeletServingSignerName, cp3)
+	create(asNode("ghost"), "ghost", "ghost", certv1.KubeletServingSignerName, "127.0.3.99")
+	create(asNode("cp-1"), "other-signer", "cp-1", "example.com/serving", ip)
+	create(asNode("cp-1"), "neighbour-ip", "cp-1", certv1.KubeletServingSignerName, ip, neighbour)
+	var denied *certv1.CertificateSigningRequestCondition
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "neighbour-ip", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range csr.Status.Conditions {
+			if c.Type == certv1.CertificateDenied {
+				denied = &c
+			}
+		}
+		return denied != nil, nil
+	})
+	if err != nil || denied.Reason != ksdecide.ReasonUnknownIPAddress || !strings.Contains(denied.Message, neighbour) {
+		t.Errorf("the request for a neighbour's IP: %+v, %v", denied, err)
+	}
+	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, kubeletserving.EventDenied)
+	for _, name := range []string{"ghost", "other-signer", "unreadable"} {
+		csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(csr.Status.Conditions) != 0 {
+			t.Errorf("%s was decided: %+v, %v", name, csr.Status.Conditions, err)
+		}
+	}
+	// Once cp-3 answers again its request is checked and approved.
+	d.nodes["cp-3"].ClearFaults()
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, "unreadable", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range csr.Status.Conditions {
+			if c.Type == certv1.CertificateApproved && c.Reason == ksdecide.ReasonApproved {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("cp-3's request once its Talos API answers: %v", err)
+	}
+	waitMachine(ctx, t, d.ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseReady
 	})
 
-	var rejoining *talossim.Node
-	t.Run("deleting a machine resets its node first", func(t *testing.T) {
-		node := nodes["worker-2"]
-		rejoining = node
-		// Deleting resets the node, as node-reset does: an operator may not.
-		out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
-		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") || !strings.Contains(msg, `cannot delete resource "talosmachines"`) {
-			t.Fatalf("an operator's delete of worker-2: %v\n%s", err, out)
-		}
-		mustKubectl(ctx, t, append(admin, "delete", "talosmachine", "-n", ns, "worker-2", "--wait=false")...)
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			_, err := machines.Get(ctx, "worker-2", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
+	// In the workload cluster the controller may approve kubelet serving
+	// requests and nothing else on certificates.k8s.io.
+	for _, c := range []struct {
+		attrs authv1.ResourceAttributes
+		want  bool
+	}{
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "approve"}, true},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "approval", Verb: "update"}, true},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: "example.com/serving", Verb: "approve"}, false},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: certv1.KubeletServingSignerName, Verb: "sign"}, false},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "create"}, false},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Verb: "delete"}, false},
+		{authv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: "status", Verb: "update"}, false},
+		{authv1.ResourceAttributes{Resource: "secrets", Verb: "get"}, false},
+	} {
+		sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+			User: "ichor:controller", ResourceAttributes: &c.attrs,
+		}}, metav1.CreateOptions{})
 		if err != nil {
-			t.Fatalf("worker-2 was not released: %v", err)
+			t.Fatal(err)
 		}
-		if node.Phase() != talossim.PhaseMaintenance {
-			t.Errorf("worker-2's node is %s, want maintenance", node.Phase())
+		if sar.Status.Allowed != c.want {
+			t.Errorf("ichor:controller %s %s/%s %s: allowed %t, want %t", c.attrs.Verb, c.attrs.Resource, c.attrs.Subresource, c.attrs.Name, sar.Status.Allowed, c.want)
 		}
-		if r := node.LastReset(); r == nil || !r.GetGraceful() || !r.GetReboot() {
-			t.Errorf("reset request %v, want graceful with reboot", r)
-		}
-		waitEvent(ctx, t, ns, "worker-2", corev1.EventTypeNormal, machineconfig.EventNodeReset)
-		delete(nodes, "worker-2")
-		var last v1alpha1.MachineCounts
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			last = c.Status.Machines
-			return last == v1alpha1.MachineCounts{Total: 4, Ready: 4, ControlPlanes: 3, Workers: 1} &&
-				meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ClusterConditionReady), nil
-		})
-		if err != nil {
-			t.Errorf("counts after the deletion: %+v (%v)", last, err)
-		}
-	})
+	}
+}
 
-	t.Run("the bootstrap token authenticates only while a machine joins", func(t *testing.T) {
-		if rejoining == nil || rejoining.Phase() != talossim.PhaseMaintenance {
-			t.Skip("needs worker-2's node back in maintenance")
+// credentialRequests: Talos credential requests are signed for the least role, or denied, and deleted.
+func (d *demoCluster) credentialRequests(t *testing.T) {
+	ctx := d.ctx
+	checkCredentialRequests(ctx, t, d.ns, d.nodes["worker-1"])
+}
+
+// etcdSnapshot: an etcd snapshot streams through kube-apiserver and ichor-apiserver.
+func (d *demoCluster) etcdSnapshot(t *testing.T) {
+	ctx := d.ctx
+	checkEtcdSnapshotDownload(ctx, t, d.ns, d.etcd)
+}
+
+// supportBundle: a support bundle streams as a zip archive.
+func (d *demoCluster) supportBundle(t *testing.T) {
+	ctx := d.ctx
+	checkSupportBundleDownload(ctx, t, d.ns)
+}
+
+// packetCapture: a packet capture streams as a pcap file for its duration.
+func (d *demoCluster) packetCapture(t *testing.T) {
+	ctx := d.ctx
+	checkPacketCaptureDownload(ctx, t, d.ns)
+}
+
+// packetCaptureCut: a packet capture the node cuts fails for the client instead of ending short.
+func (d *demoCluster) packetCaptureCut(t *testing.T) {
+	ctx := d.ctx
+	checkCutPacketCapture(ctx, t, d.ns, d.nodes["worker-1"])
+}
+
+// readerTalosconfig: a reader talosconfig works with talosctl and reads only.
+func (d *demoCluster) readerTalosconfig(t *testing.T) {
+	ctx := d.ctx
+	checkTalosconfigReaderDownload(ctx, t, d.ns, d.nodes)
+}
+
+// quorumKeepsControlPlanes: deleting a control plane that would cost etcd its quorum is refused.
+func (d *demoCluster) quorumKeepsControlPlanes(t *testing.T) {
+	ctx := d.ctx
+	if err := d.nodes["cp-3"].SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitMachine(ctx, t, d.ns, "cp-3", "noticed down", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
+	})
+	out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", d.ns, "cp-1", "--wait=false")...)
+	if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") ||
+		!strings.Contains(msg, "quorum needs 2") || !strings.Contains(msg, "cp-3 (Unreachable)") {
+		t.Errorf("kubectl delete of cp-1 with cp-3 down: %v\n%s", err, out)
+	}
+	if _, err := d.machines.Get(ctx, "cp-1", metav1.GetOptions{}); err != nil {
+		t.Errorf("cp-1 after the refused delete: %v", err)
+	}
+	d.nodes["cp-3"].ClearFaults()
+	waitMachine(ctx, t, d.ns, "cp-3", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseReady
+	})
+}
+
+// bootstrapTokenClosed: the bootstrap token authenticates nobody once every machine joined.
+func (d *demoCluster) bootstrapTokenClosed(t *testing.T) {
+	ctx := d.ctx
+	rc, token := d.bootstrapAccess(t)
+	// A kubelet's first request at TLS bootstrap, for a control plane's name.
+	_, err := requestKubeletClientCertificate(ctx, rc, token, "cp-1")
+	if !apierrors.IsUnauthorized(err) {
+		t.Errorf("a client certificate request for cp-1 with the bootstrap token: %v, want Unauthorized", err)
+	}
+	waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenDisabled)
+
+	// What that takes in the cluster: the token's Secret alone, read and
+	// patched, never created, listed or deleted.
+	id, _, _ := strings.Cut(token, ".")
+	wl := kubernetes.NewForConfigOrDie(rc)
+	for _, c := range []struct {
+		attrs authv1.ResourceAttributes
+		want  bool
+	}{
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, true},
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "patch"}, true},
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "delete"}, false},
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Name: "bootstrap-token-abcdef", Verb: "get"}, false},
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "create"}, false},
+		{authv1.ResourceAttributes{Namespace: "kube-system", Resource: "secrets", Verb: "list"}, false},
+		{authv1.ResourceAttributes{Namespace: "default", Resource: "secrets", Name: "bootstrap-token-" + id, Verb: "get"}, false},
+	} {
+		sar, err := wl.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{
+			User: "ichor:controller", ResourceAttributes: &c.attrs,
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		// worker-2's node comes back as worker-3. While it cannot be reached,
-		// it is joining: the token authenticates, as a kubelet needs.
-		manifest := fmt.Sprintf(`
+		if sar.Status.Allowed != c.want {
+			t.Errorf("ichor:controller %s secrets %s/%s: allowed %t, want %t", c.attrs.Verb, c.attrs.Namespace, c.attrs.Name, sar.Status.Allowed, c.want)
+		}
+	}
+}
+
+// deleteResetsNode: deleting a machine resets its node first.
+func (d *demoCluster) deleteResetsNode(t *testing.T) {
+	ctx := d.ctx
+	node := d.nodes["worker-2"]
+	d.rejoining = node
+	// Deleting resets the node, as node-reset does: an operator may not.
+	out, err := cp.Kubectl(ctx, append(operator, "delete", "talosmachine", "-n", d.ns, "worker-2", "--wait=false")...)
+	if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "Forbidden") || !strings.Contains(msg, `cannot delete resource "talosmachines"`) {
+		t.Fatalf("an operator's delete of worker-2: %v\n%s", err, out)
+	}
+	mustKubectl(ctx, t, append(admin, "delete", "talosmachine", "-n", d.ns, "worker-2", "--wait=false")...)
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		_, err := d.machines.Get(ctx, "worker-2", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("worker-2 was not released: %v", err)
+	}
+	if node.Phase() != talossim.PhaseMaintenance {
+		t.Errorf("worker-2's node is %s, want maintenance", node.Phase())
+	}
+	if r := node.LastReset(); r == nil || !r.GetGraceful() || !r.GetReboot() {
+		t.Errorf("reset request %v, want graceful with reboot", r)
+	}
+	waitEvent(ctx, t, d.ns, "worker-2", corev1.EventTypeNormal, machineconfig.EventNodeReset)
+	delete(d.nodes, "worker-2")
+	var last v1alpha1.MachineCounts
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		c, err := apiClient(t).IchorV1alpha1().TalosClusters(d.ns).Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = c.Status.Machines
+		return last == v1alpha1.MachineCounts{Total: 4, Ready: 4, ControlPlanes: 3, Workers: 1} &&
+			meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ClusterConditionReady), nil
+	})
+	if err != nil {
+		t.Errorf("counts after the deletion: %+v (%v)", last, err)
+	}
+}
+
+// bootstrapTokenWhileJoining: the bootstrap token authenticates only while a machine joins.
+func (d *demoCluster) bootstrapTokenWhileJoining(t *testing.T) {
+	ctx := d.ctx
+	rc, token := d.bootstrapAccess(t)
+	if d.rejoining == nil || d.rejoining.Phase() != talossim.PhaseMaintenance {
+		t.Skip("needs worker-2's node back in maintenance")
+	}
+	// worker-2's node comes back as worker-3. While it cannot be reached,
+	// it is joining: the token authenticates, as a kubelet needs.
+	manifest := fmt.Sprintf(`
 apiVersion: ichor.dev/v1alpha1
 kind: TalosMachine
 metadata: {name: worker-3, namespace: %s}
 spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, install: {disk: /dev/sda}}
-`, ns, rejoining.Addr())
-		if out, err := cp.KubectlWithInput(ctx, []byte(manifest), append(operator, "apply", "-f", "-")...); err != nil {
-			t.Fatalf("kubectl apply worker-3 as an operator: %v\n%s", err, out)
-		}
-		waitMachine(ctx, t, ns, "worker-3", "pinned", pinnedTo(rejoining.MaintenanceFingerprint()))
-		if err := rejoining.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
-			t.Fatal(err)
-		}
-		decideAs(admin, "carol", "worker-3", v1alpha1.ApprovalApproved, "")
-		c := waitCluster(ctx, t, ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonMachinesJoining)
-		if msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
-			t.Errorf("BootstrapTokenEnabled says %q, want worker-3 named", msg)
-		}
-		waitEvent(ctx, t, ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenEnabled)
-		var last error
-		err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			last = selfReview(ctx, rc, token)
-			return last == nil, nil
-		})
-		if err != nil {
-			t.Errorf("the bootstrap token while worker-3 joins: %v", last)
-		}
-
-		// It joins, and the token stops authenticating.
-		rejoining.ClearFaults()
-		waitMachineFor(ctx, t, ns, "worker-3", clusterWait, "Ready", func(m *v1alpha1.TalosMachine) bool {
-			return m.Status.Phase == v1alpha1.MachinePhaseReady
-		})
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
-		err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
-			last = selfReview(ctx, rc, token)
-			return apierrors.IsUnauthorized(last), nil
-		})
-		if err != nil {
-			t.Errorf("the bootstrap token after worker-3 joined: %v, want Unauthorized", last)
-		}
-		nodes["worker-3"] = rejoining
+`, d.ns, d.rejoining.Addr())
+	if out, err := cp.KubectlWithInput(ctx, []byte(manifest), append(operator, "apply", "-f", "-")...); err != nil {
+		t.Fatalf("kubectl apply worker-3 as an operator: %v\n%s", err, out)
+	}
+	waitMachine(ctx, t, d.ns, "worker-3", "pinned", pinnedTo(d.rejoining.MaintenanceFingerprint()))
+	if err := d.rejoining.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	d.decideAs(t, admin, "carol", "worker-3", v1alpha1.ApprovalApproved, "")
+	c := waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonMachinesJoining)
+	if msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
+		t.Errorf("BootstrapTokenEnabled says %q, want worker-3 named", msg)
+	}
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenEnabled)
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		last = selfReview(ctx, rc, token)
+		return last == nil, nil
 	})
+	if err != nil {
+		t.Errorf("the bootstrap token while worker-3 joins: %v", last)
+	}
 
-	t.Run("a reboot-required patch and a control plane's deletion at once take one node away at a time", func(t *testing.T) {
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-		rest := maps.Clone(nodes)
-		delete(rest, "cp-3")
-		before, since := appliedHashes(t), time.Now()
-		if _, err := machines.Get(ctx, "cp-3", metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() {
-			out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", ns, "cp-3", "--wait=false")...)
-			if err != nil {
-				err = fmt.Errorf("%w: %s", err, out)
-			}
-			done <- err
-		}()
-		applyPatch(t, "env-and-delete", "machine:\n  env:\n    ICHOR_BOTH: \"1\"")
-		if err := <-done; err != nil {
-			t.Fatalf("an admin's delete of cp-3: %v", err)
-		}
-		err := wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
-			_, err := machines.Get(ctx, "cp-3", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
+	// It joins, and the token stops authenticating.
+	d.rejoining.ClearFaults()
+	waitMachineFor(ctx, t, d.ns, "worker-3", clusterWait, "Ready", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseReady
+	})
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		last = selfReview(ctx, rc, token)
+		return apierrors.IsUnauthorized(last), nil
+	})
+	if err != nil {
+		t.Errorf("the bootstrap token after worker-3 joined: %v, want Unauthorized", last)
+	}
+	d.nodes["worker-3"] = d.rejoining
+}
+
+// rebootAndDeleteAtOnce: a reboot-required patch and a control plane's deletion at once take one node away at a time.
+func (d *demoCluster) rebootAndDeleteAtOnce(t *testing.T) {
+	ctx := d.ctx
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	rest := maps.Clone(d.nodes)
+	delete(rest, "cp-3")
+	before, since := d.appliedHashes(t), time.Now()
+	if _, err := d.machines.Get(ctx, "cp-3", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		out, err := cp.Kubectl(ctx, append(admin, "delete", "talosmachine", "-n", d.ns, "cp-3", "--wait=false")...)
 		if err != nil {
-			t.Fatalf("cp-3 was not reset and released: %v", err)
+			err = fmt.Errorf("%w: %s", err, out)
 		}
-		cp3 := nodes["cp-3"]
-		delete(nodes, "cp-3")
-		for name := range rest {
-			waitMachineFor(ctx, t, ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
-				return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] && m.Status.Phase == v1alpha1.MachinePhaseReady
-			})
-		}
-		all := maps.Clone(rest)
-		all["cp-3"] = cp3
-		if most, when := mostAwayAtOnce(all, since); most != 1 {
-			t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
-			for name, n := range all {
-				for _, c := range n.PhaseChanges() {
-					if !c.At.Before(since) {
-						t.Logf("%s: %s at %s", name, c.Phase, c.At.Format(time.StampMilli))
-					}
+		done <- err
+	}()
+	d.applyPatch(t, "env-and-delete", "machine:\n  env:\n    ICHOR_BOTH: \"1\"")
+	if err := <-done; err != nil {
+		t.Fatalf("an admin's delete of cp-3: %v", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		_, err := d.machines.Get(ctx, "cp-3", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("cp-3 was not reset and released: %v", err)
+	}
+	cp3 := d.nodes["cp-3"]
+	delete(d.nodes, "cp-3")
+	for name := range rest {
+		waitMachineFor(ctx, t, d.ns, name, clusterWait, "the patch is rolled out", func(m *v1alpha1.TalosMachine) bool {
+			return m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash != before[name] && m.Status.Phase == v1alpha1.MachinePhaseReady
+		})
+	}
+	all := maps.Clone(rest)
+	all["cp-3"] = cp3
+	if most, when := mostAwayAtOnce(all, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+		for name, n := range all {
+			for _, c := range n.PhaseChanges() {
+				if !c.At.Before(since) {
+					t.Logf("%s: %s at %s", name, c.Phase, c.At.Format(time.StampMilli))
 				}
 			}
 		}
-		if cp3.Phase() != talossim.PhaseMaintenance {
-			t.Errorf("cp-3's node is %s, want maintenance", cp3.Phase())
-		}
-		if members := etcd.Members(); len(members) != 2 {
-			t.Errorf("etcd members %+v, want cp-1 and cp-2", members)
-		}
-		waitBudgetFree(ctx, t, ns, "demo")
-		waitClusterFor(ctx, t, ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-	})
+	}
+	if cp3.Phase() != talossim.PhaseMaintenance {
+		t.Errorf("cp-3's node is %s, want maintenance", cp3.Phase())
+	}
+	if members := d.etcd.Members(); len(members) != 2 {
+		t.Errorf("etcd members %+v, want cp-1 and cp-2", members)
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+}
 
-	t.Run("a rejected machine is never configured", func(t *testing.T) {
-		m, err := machines.Get(ctx, "rejected", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status.Phase != v1alpha1.MachinePhaseRejected || m.Status.AppliedConfig != nil || rejected.Phase() != talossim.PhaseMaintenance {
-			t.Errorf("rejected machine: phase %s, applied %+v, node %s", m.Status.Phase, m.Status.AppliedConfig, rejected.Phase())
-		}
-	})
+// rejectedNeverConfigured: a rejected machine is never configured.
+func (d *demoCluster) rejectedNeverConfigured(t *testing.T) {
+	ctx := d.ctx
+	m, err := d.machines.Get(ctx, "rejected", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status.Phase != v1alpha1.MachinePhaseRejected || m.Status.AppliedConfig != nil || d.rejected.Phase() != talossim.PhaseMaintenance {
+		t.Errorf("rejected machine: phase %s, applied %+v, node %s", m.Status.Phase, m.Status.AppliedConfig, d.rejected.Phase())
+	}
+}
 
-	t.Run("an impostor at a pinned address is sent nothing", func(t *testing.T) {
-		m := waitMachine(ctx, t, ns, "impostor", "the config is held back", func(m *v1alpha1.TalosMachine) bool {
-			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch)
-		})
-		if m.Status.AppliedConfig != nil || len(impostor.ImpostorConfigs()) != 0 || impostor.Phase() != talossim.PhaseMaintenance {
-			t.Errorf("impostor: applied %+v, %d configs delivered, node %s", m.Status.AppliedConfig, len(impostor.ImpostorConfigs()), impostor.Phase())
-		}
-		waitEvent(ctx, t, ns, "impostor", corev1.EventTypeWarning, machineconfig.EventCertificateMismatch)
+// impostorSentNothing: an impostor at a pinned address is sent nothing.
+func (d *demoCluster) impostorSentNothing(t *testing.T) {
+	ctx := d.ctx
+	m := waitMachine(ctx, t, d.ns, "impostor", "the config is held back", func(m *v1alpha1.TalosMachine) bool {
+		return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch)
 	})
+	if m.Status.AppliedConfig != nil || len(d.impostor.ImpostorConfigs()) != 0 || d.impostor.Phase() != talossim.PhaseMaintenance {
+		t.Errorf("impostor: applied %+v, %d configs delivered, node %s", m.Status.AppliedConfig, len(d.impostor.ImpostorConfigs()), d.impostor.Phase())
+	}
+	waitEvent(ctx, t, d.ns, "impostor", corev1.EventTypeWarning, machineconfig.EventCertificateMismatch)
 }
 
 // waitClusterFor is waitCluster with its own deadline.
