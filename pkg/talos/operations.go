@@ -2,15 +2,18 @@ package talos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -158,6 +161,66 @@ func (n *machineryNode) Reset(ctx context.Context, graceful bool) error {
 	})
 	if err != nil {
 		return n.v.explain(fmt.Sprintf("reset (graceful=%t)", graceful), err)
+	}
+	return nil
+}
+
+// bootIDPath is the file that holds the kernel's boot ID.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// BootID implements Node with the read `talosctl reboot --wait` makes.
+func (n *machineryNode) BootID(ctx context.Context) (string, error) {
+	r, err := n.c.Read(ctx, bootIDPath)
+	if err != nil {
+		return "", n.v.explain("read the boot ID", err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, 128))
+	if err != nil {
+		return "", n.v.explain("read the boot ID", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("the node's %s is empty", bootIDPath)
+	}
+	return id, nil
+}
+
+// Reboot implements Node with the call `talosctl reboot [--mode force]` makes.
+func (n *machineryNode) Reboot(ctx context.Context, force bool) error {
+	mode := machineapi.RebootRequest_DEFAULT
+	if force {
+		mode = machineapi.RebootRequest_FORCE
+	}
+	if err := n.c.Reboot(ctx, client.WithRebootMode(mode)); err != nil {
+		return n.v.explain(fmt.Sprintf("reboot (force=%t)", force), err)
+	}
+	return nil
+}
+
+// EtcdStatus implements Node with the call `talosctl etcd status` makes.
+func (n *machineryNode) EtcdStatus(ctx context.Context) (*EtcdStatus, error) {
+	resp, err := n.c.EtcdStatus(ctx)
+	if err != nil {
+		return nil, n.v.explain("read etcd status", err)
+	}
+	for _, msg := range resp.GetMessages() {
+		if st := msg.GetMemberStatus(); st != nil {
+			return &EtcdStatus{
+				MemberID: strconv.FormatUint(st.GetMemberId(), 16),
+				DBSize:   st.GetDbSize(), DBSizeInUse: st.GetDbSizeInUse(),
+				Leader: strconv.FormatUint(st.GetLeader(), 16),
+				Errors: slices.Clone(st.GetErrors()),
+			}, nil
+		}
+	}
+	return nil, errors.New("the node answered etcd status without a member status")
+}
+
+// EtcdDefragment implements Node with the call `talosctl etcd defrag` makes.
+func (n *machineryNode) EtcdDefragment(ctx context.Context) error {
+	if _, err := n.c.EtcdDefragment(ctx); err != nil {
+		return n.v.explain("defragment etcd", err)
 	}
 	return nil
 }

@@ -78,6 +78,18 @@ type Node interface {
 	// link the node does not have is ErrNoSuchLink. The caller closes the
 	// stream; the session must stay open until then.
 	PacketCapture(ctx context.Context, pc PacketCapture) (io.ReadCloser, error)
+	// BootID reads the kernel's boot ID, which changes at every boot: how
+	// `talosctl reboot --wait` tells that a node rebooted.
+	BootID(ctx context.Context) (string, error)
+	// Reboot asks the node to reboot; force skips draining Kubernetes and
+	// stopping services gracefully. A node already in a reboot or another
+	// sequence drops the request, so asking twice reboots once.
+	Reboot(ctx context.Context, force bool) error
+	// EtcdStatus reads the status of the node's own etcd member.
+	EtcdStatus(ctx context.Context) (*EtcdStatus, error)
+	// EtcdDefragment defragments the node's own etcd member, which answers
+	// nothing else meanwhile.
+	EtcdDefragment(ctx context.Context) error
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error
@@ -178,6 +190,19 @@ type EtcdMember struct {
 	Hostname string
 	// Learner is true for a member that does not vote yet.
 	Learner bool
+}
+
+// EtcdStatus is what one etcd member reports about itself.
+type EtcdStatus struct {
+	// MemberID is the member's ID, as talosctl prints it (hex).
+	MemberID string
+	// DBSize is the size of the member's database file, and DBSizeInUse
+	// the part of it that holds data; defragmenting frees the rest.
+	DBSize, DBSizeInUse int64
+	// Leader is the ID (hex) of the member this one follows as leader.
+	Leader string
+	// Errors are the member's alarms and errors, as etcd words them.
+	Errors []string
 }
 
 // ErrAlreadyBootstrapped is Bootstrap's answer for a node or cluster whose

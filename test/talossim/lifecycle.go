@@ -161,6 +161,12 @@ func (n *Node) bootLocked() {
 	n.events.reset()
 	n.bootTime = time.Now()
 
+	if id, err := randomUUID(); err == nil {
+		n.bootID = id
+	} else {
+		log.Printf("talossim: new boot ID: %v", err)
+	}
+
 	if !n.installed {
 		n.persisted = nil // nothing was written to disk
 	}

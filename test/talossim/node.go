@@ -85,6 +85,7 @@ type Node struct {
 	stopped   bool
 	maint     *maintenanceIdentity // replaced when a Reset wipes the config
 	bootTime  time.Time
+	bootID    string // the kernel's boot ID, new at every boot
 	sw        software
 	etcdLocal etcdLocal
 	lastReset *machine.ResetRequest
@@ -145,7 +146,13 @@ func newNode(ctx context.Context, ln net.Listener, opts Options) (*Node, error) 
 		return nil, err
 	}
 
+	bootID, err := randomUUID()
+	if err != nil {
+		return nil, err
+	}
+
 	n := &Node{
+		bootID:   bootID,
 		opts:     opts,
 		ln:       ln,
 		listenIP: listenIP,

@@ -287,3 +287,43 @@ func TestTalosctlConfigured(t *testing.T) {
 	r = runTalosctl(t, bin, "", "--talosconfig", readerCfg, "--nodes", nodeIP, "get", "nodeip").mustSucceed(t)
 	wantLine(t, r, r.stdout, `^10\.5\.0\.7\s+k8s\s+NodeIP\s+kubelet`)
 }
+
+// TestTalosctlRebootWait: `talosctl reboot` waits, as it does against Talos, for the node's events to
+// say it is ready again and for its boot ID (read with `talosctl read`) to have changed.
+func TestTalosctlRebootWait(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl := newCluster(t)
+	n, _ := bootstrappedNode(t, cl, Options{
+		Hostname:    "cp-reboot",
+		Addresses:   []netip.Prefix{netip.MustParsePrefix("10.5.0.8/24")},
+		Etcd:        &EtcdCluster{Name: "talosctl-reboot"},
+		RebootDelay: 300 * time.Millisecond,
+	})
+
+	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
+	readerCfg := writeTalosconfig(t, n, cl, role.Reader)
+	nodeIP := "10.5.0.8"
+
+	before := n.BootID()
+	r := runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "read", bootIDPath).mustSucceed(t)
+	if got := strings.TrimSpace(r.stdout); got != before {
+		t.Fatalf("talosctl read %s = %q, want %q\n%v", bootIDPath, got, before, r)
+	}
+
+	runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "read", "/etc/shadow").
+		mustFail(t, "NotFound", "no such file or directory")
+	// Reading files is os:admin's alone.
+	runTalosctl(t, bin, "", "--talosconfig", readerCfg, "--nodes", nodeIP, "read", bootIDPath).
+		mustFail(t, "PermissionDenied")
+
+	runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "reboot", "--wait", "--progress=plain").mustSucceed(t)
+
+	after := n.BootID()
+	if after == before || n.Phase() != PhaseRunning {
+		t.Fatalf("after talosctl reboot --wait: boot ID %s (was %s), phase %s", after, before, n.Phase())
+	}
+
+	wantHistory(t, n, PhaseMaintenance, PhaseInstalling, PhaseRebooting, PhaseRunning, PhaseRebooting, PhaseRunning)
+}

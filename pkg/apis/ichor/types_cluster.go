@@ -146,6 +146,9 @@ const (
 	DisruptionAPIServerRestart DisruptionAction = "APIServerRestart"
 	// DisruptionReset: the node is reset (a control plane leaves etcd).
 	DisruptionReset DisruptionAction = "Reset"
+	// DisruptionEtcdDefrag: a control plane's etcd member defragments its
+	// database, and answers nothing else meanwhile.
+	DisruptionEtcdDefrag DisruptionAction = "EtcdDefrag"
 )
 
 // DisruptionStatus is the cluster's disruption budget, held by the one
@@ -160,6 +163,9 @@ type DisruptionStatus struct {
 	Action DisruptionAction
 	// since when it holds the budget.
 	Since metav1.Time
+	// operation is the TalosOperation whose step holds the budget; empty
+	// when the machine's own config rollout or deletion holds it.
+	Operation string
 }
 
 // MachineCounts counts a cluster's machines.

@@ -119,6 +119,9 @@ type OperationStep struct {
 	StartedAt *metav1.Time
 	// completedAt is when the step ended.
 	CompletedAt *metav1.Time
+	// bootID is the node's boot ID before the step rebooted it: a node that
+	// answers with another one has rebooted.
+	BootID string
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -41,18 +41,30 @@ type Budget struct {
 // maxAttempts bounds the retries on a conflict with another status writer.
 const maxAttempts = 5
 
-// Acquire takes m's cluster's budget for action, or keeps it if m holds it
-// already. It returns nil when m holds the budget, and the holder when
-// another machine does. A holder whose machine is gone (another UID, or no
-// machine of that name) no longer holds it.
+// Acquire takes m's cluster's budget for action, for m's own config rollout
+// or deletion, or keeps it if m holds it for that already. It returns nil
+// when m holds the budget, and the holder when another machine does, or an
+// operation's step holds it for m. A holder whose machine or operation is
+// gone (another UID, or none of that name) no longer holds it.
 func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction) (*v1alpha1.DisruptionStatus, error) {
+	return b.acquire(ctx, m, action, "")
+}
+
+// AcquireForOperation is Acquire for a step of the TalosOperation named
+// operation (in m's namespace), which takes m away as action.
+func (b *Budget) AcquireForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction) (*v1alpha1.DisruptionStatus, error) {
+	return b.acquire(ctx, m, action, operation)
+}
+
+func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, operation string) (*v1alpha1.DisruptionStatus, error) {
 	for range maxAttempts {
 		var c v1alpha1.TalosCluster
 		if err := b.Reader.Get(ctx, clusterKey(m), &c); err != nil {
 			return nil, fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
 		}
 		cur := c.Status.Disruption
-		if cur != nil && cur.MachineUID != m.UID {
+		mine := cur != nil && cur.MachineUID == m.UID && cur.Operation == operation
+		if cur != nil && !mine {
 			gone, err := b.holderGone(ctx, c.Namespace, cur)
 			if err != nil {
 				return nil, err
@@ -61,14 +73,17 @@ func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 				return cur.DeepCopy(), nil
 			}
 		}
-		if cur != nil && cur.MachineUID == m.UID && cur.Action == action {
+		if mine && cur.Action == action {
 			return nil, nil
 		}
 		// Applied on the version just read: if anyone changed the cluster
 		// since, the write is refused and the budget read again.
+		d := ichorac.DisruptionStatus().WithMachine(m.Name).WithMachineUID(m.UID).WithAction(action).WithSince(metav1.NewTime(b.now()))
+		if operation != "" {
+			d = d.WithOperation(operation)
+		}
 		obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
-			WithStatus(ichorac.TalosClusterStatus().WithDisruption(ichorac.DisruptionStatus().
-				WithMachine(m.Name).WithMachineUID(m.UID).WithAction(action).WithSince(metav1.NewTime(b.now()))))
+			WithStatus(ichorac.TalosClusterStatus().WithDisruption(d))
 		err := b.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership)
 		if apierrors.IsConflict(err) {
 			continue
@@ -81,10 +96,21 @@ func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 	return nil, fmt.Errorf("take the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
 }
 
-// Release gives m's cluster's budget back if m holds it. The removal tests,
-// in the same patch, that m is the holder, so it never frees a budget that
-// another machine took meanwhile.
+// Release gives m's cluster's budget back if m holds it for its own config
+// rollout or deletion. The removal tests, in the same patch, that the record
+// is the one just read, so it never frees a budget that another machine or
+// an operation took meanwhile.
 func (b *Budget) Release(ctx context.Context, m *v1alpha1.TalosMachine) error {
+	return b.release(ctx, m, "")
+}
+
+// ReleaseForOperation gives the budget back if the TalosOperation named
+// operation holds it for m.
+func (b *Budget) ReleaseForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine) error {
+	return b.release(ctx, m, operation)
+}
+
+func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operation string) error {
 	var c v1alpha1.TalosCluster
 	err := b.Reader.Get(ctx, clusterKey(m), &c)
 	if apierrors.IsNotFound(err) {
@@ -93,31 +119,42 @@ func (b *Budget) Release(ctx context.Context, m *v1alpha1.TalosMachine) error {
 	if err != nil {
 		return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
 	}
-	if !HeldBy(&c, m) {
+	d := c.Status.Disruption
+	if d == nil || d.MachineUID != m.UID || d.Operation != operation {
 		return nil
 	}
 	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/status/disruption/machineUID", "value": m.UID},
+		{"op": "test", "path": "/status/disruption", "value": d},
 		{"op": "remove", "path": "/status/disruption"},
 	})
 	if err != nil {
 		return err
 	}
 	err = b.Client.Status().Patch(ctx, &c, client.RawPatch(types.JSONPatchType, patch))
-	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsNotFound(err) { // Invalid: the test failed, m no longer holds it
+	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsNotFound(err) { // Invalid: the test failed, the holder changed
 		return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
 	}
 	return nil
 }
 
-// HeldBy reports whether m holds c's budget, as far as this copy of c says.
+// HeldBy reports whether m holds c's budget for its own config rollout or
+// deletion, as far as this copy of c says.
 func HeldBy(c *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine) bool {
+	return HeldForOperation(c, "", m)
+}
+
+// HeldForOperation reports whether the TalosOperation named operation holds
+// c's budget for m, as far as this copy of c says.
+func HeldForOperation(c *v1alpha1.TalosCluster, operation string, m *v1alpha1.TalosMachine) bool {
 	d := c.Status.Disruption
-	return d != nil && d.MachineUID == m.UID
+	return d != nil && d.MachineUID == m.UID && d.Operation == operation
 }
 
 // Describe is a holder as people read it in a condition.
 func Describe(d *v1alpha1.DisruptionStatus) string {
+	if d.Operation != "" {
+		return fmt.Sprintf("%s (%s for operation %s since %s)", d.Machine, d.Action, d.Operation, d.Since.UTC().Format(time.RFC3339))
+	}
 	return fmt.Sprintf("%s (%s since %s)", d.Machine, d.Action, d.Since.UTC().Format(time.RFC3339))
 }
 
@@ -130,7 +167,21 @@ func (b *Budget) holderGone(ctx context.Context, ns string, d *v1alpha1.Disrupti
 	if err != nil {
 		return false, fmt.Errorf("read TalosMachine %s, which holds the disruption budget: %w", d.Machine, err)
 	}
-	return holder.UID != d.MachineUID, nil
+	if holder.UID != d.MachineUID {
+		return true, nil
+	}
+	if d.Operation == "" {
+		return false, nil
+	}
+	var op v1alpha1.TalosOperation
+	err = b.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: d.Operation}, &op)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read TalosOperation %s, which holds the disruption budget: %w", d.Operation, err)
+	}
+	return false, nil
 }
 
 func (b *Budget) now() time.Time {

@@ -141,3 +141,43 @@ func TestBudgetRace(t *testing.T) {
 		t.Errorf("winners %v, holder %+v", winners, holder(t, c))
 	}
 }
+
+// TestOperationHoldIsNotTheMachines: a machine's own rollout neither uses
+// nor gives back the budget an operation's step holds for it, and a budget
+// whose operation is gone is free.
+func TestOperationHoldIsNotTheMachines(t *testing.T) {
+	ctx := t.Context()
+	a := machine("a")
+	op := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "reboot-all", Namespace: "ns"}}
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	budget, c := newBudget(t, cluster, a, op)
+
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+		t.Fatalf("the operation takes a free budget for a: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Operation != op.Name || h.Machine != "a" {
+		t.Fatalf("recorded holder %+v", h)
+	}
+	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReboot); err != nil || h == nil || h.Operation != op.Name {
+		t.Fatalf("a's own rollout while the operation holds it for a: holder %+v, %v", h, err)
+	}
+	if err := budget.Release(ctx, a); err != nil || holder(t, c) == nil {
+		t.Fatalf("a's own release freed the operation's hold: %v, %+v", err, holder(t, c))
+	}
+	if h, err := budget.AcquireForOperation(ctx, "other", a, v1alpha1.DisruptionReboot); err != nil || h == nil {
+		t.Fatalf("another operation while one holds it: holder %+v, %v", h, err)
+	}
+	if err := budget.ReleaseForOperation(ctx, op.Name, a); err != nil || holder(t, c) != nil {
+		t.Fatalf("the operation's release: %v, %+v", err, holder(t, c))
+	}
+
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+		t.Fatalf("again: %+v, %v", h, err)
+	}
+	if err := c.Delete(ctx, op); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReset); h != nil || err != nil {
+		t.Fatalf("a once the holding operation is gone: %+v, %v", h, err)
+	}
+}

@@ -541,17 +541,24 @@ func schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref common.ReferenceCallbac
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action the machine is taken away for.\n\nPossible enum values:\n - `\"APIServerRestart\"` : a control plane's kube-apiserver restarts.\n - `\"Reboot\"` : the node reboots into a new config.\n - `\"Reset\"` : the node is reset (a control plane leaves etcd).",
+							Description: "action the machine is taken away for.\n\nPossible enum values:\n - `\"APIServerRestart\"` : a control plane's kube-apiserver restarts.\n - `\"EtcdDefrag\"` : a control plane's etcd member defragments its database, and answers nothing else meanwhile.\n - `\"Reboot\"` : the node reboots into a new config.\n - `\"Reset\"` : the node is reset (a control plane leaves etcd).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"APIServerRestart", "Reboot", "Reset"},
+							Enum:        []interface{}{"APIServerRestart", "EtcdDefrag", "Reboot", "Reset"},
 						},
 					},
 					"since": {
 						SchemaProps: spec.SchemaProps{
 							Description: "since is when the machine took the budget.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"operation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "operation is the TalosOperation whose step holds the budget; empty when the machine's own config rollout or deletion holds it.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},
@@ -1711,6 +1718,13 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 						SchemaProps: spec.SchemaProps{
 							Description: "completedAt is when the step ended.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"bootID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "bootID is the node's boot ID before the step rebooted it: a node that answers with another one has rebooted.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

@@ -26,8 +26,13 @@ type Node struct {
 	// Stage is maintenance, installing, running, booting, rebooting or resetting.
 	Stage string
 	Etcd  bool // a control plane that runs an etcd member
+	// DBSize and DBSizeInUse are its etcd member's database sizes.
+	DBSize, DBSizeInUse int64
+	// Boots counts the boots Boot finished; the boot ID names the count.
+	Boots int
 	// Calls logs what was asked of the node: "maintenance-apply",
-	// "apply <mode>", "reset graceful=<bool>", "bootstrap".
+	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
+	// force=<bool>", "etcd-defrag".
 	Calls []string
 }
 
@@ -182,8 +187,59 @@ func (d *Dialer) Boot() {
 		switch n.Stage {
 		case "installing", "rebooting":
 			n.Stage = "running"
+			n.Boots++
 		case "resetting":
 			n.Stage, n.Installed, n.Config, n.Etcd = "maintenance", false, nil, false
 		}
 	}
+}
+
+func (s *session) BootID(context.Context) (string, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s-boot-%d", s.n.UUID, s.n.Boots), nil
+}
+
+// Reboot starts a reboot that Boot finishes; a node in another sequence
+// (not running) drops the request, as Talos's sequencer does.
+func (s *session) Reboot(_ context.Context, force bool) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reboot force=%v", force))
+	if s.n.Stage == "running" {
+		s.n.Stage = "rebooting"
+	}
+	return nil
+}
+
+func (s *session) EtcdStatus(context.Context) (*talos.EtcdStatus, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	if !s.n.Etcd {
+		return nil, errors.New("etcd is not running on this node")
+	}
+	return &talos.EtcdStatus{MemberID: s.n.UUID, DBSize: s.n.DBSize, DBSizeInUse: s.n.DBSizeInUse}, nil
+}
+
+func (s *session) EtcdDefragment(context.Context) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	if !s.n.Etcd {
+		return errors.New("etcd is not running on this node")
+	}
+	s.n.Calls = append(s.n.Calls, "etcd-defrag")
+	s.n.DBSize = s.n.DBSizeInUse
+	return nil
 }

@@ -583,6 +583,11 @@ func (m *DisruptionStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Operation)
+	copy(dAtA[i:], m.Operation)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Operation)))
+	i--
+	dAtA[i] = 0x2a
 	{
 		size, err := m.Since.MarshalToSizedBuffer(dAtA[:i])
 		if err != nil {
@@ -1824,6 +1829,11 @@ func (m *OperationStep) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.BootID)
+	copy(dAtA[i:], m.BootID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.BootID)))
+	i--
+	dAtA[i] = 0x32
 	if m.CompletedAt != nil {
 		{
 			size, err := m.CompletedAt.MarshalToSizedBuffer(dAtA[:i])
@@ -3656,6 +3666,8 @@ func (m *DisruptionStatus) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = m.Since.Size()
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Operation)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -4106,6 +4118,8 @@ func (m *OperationStep) Size() (n int) {
 		l = m.CompletedAt.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = len(m.BootID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -4814,6 +4828,7 @@ func (this *DisruptionStatus) String() string {
 		`MachineUID:` + fmt.Sprintf("%v", this.MachineUID) + `,`,
 		`Action:` + fmt.Sprintf("%v", this.Action) + `,`,
 		`Since:` + strings.Replace(strings.Replace(fmt.Sprintf("%v", this.Since), "Time", "v1.Time", 1), `&`, ``, 1) + `,`,
+		`Operation:` + fmt.Sprintf("%v", this.Operation) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5172,6 +5187,7 @@ func (this *OperationStep) String() string {
 		`Message:` + fmt.Sprintf("%v", this.Message) + `,`,
 		`StartedAt:` + strings.Replace(fmt.Sprintf("%v", this.StartedAt), "Time", "v1.Time", 1) + `,`,
 		`CompletedAt:` + strings.Replace(fmt.Sprintf("%v", this.CompletedAt), "Time", "v1.Time", 1) + `,`,
+		`BootID:` + fmt.Sprintf("%v", this.BootID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7087,6 +7103,38 @@ func (m *DisruptionStatus) Unmarshal(dAtA []byte) error {
 			if err := m.Since.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Operation", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Operation = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -10754,6 +10802,38 @@ func (m *OperationStep) Unmarshal(dAtA []byte) error {
 			if err := m.CompletedAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field BootID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.BootID = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

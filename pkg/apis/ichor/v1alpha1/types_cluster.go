@@ -188,6 +188,9 @@ const (
 	DisruptionAPIServerRestart DisruptionAction = "APIServerRestart"
 	// DisruptionReset: the node is reset (a control plane leaves etcd).
 	DisruptionReset DisruptionAction = "Reset"
+	// DisruptionEtcdDefrag: a control plane's etcd member defragments its
+	// database, and answers nothing else meanwhile.
+	DisruptionEtcdDefrag DisruptionAction = "EtcdDefrag"
 )
 
 // DisruptionStatus is the cluster's disruption budget, held by the one
@@ -201,6 +204,10 @@ type DisruptionStatus struct {
 	Action DisruptionAction `json:"action" protobuf:"bytes,3,opt,name=action,casttype=DisruptionAction"`
 	// since is when the machine took the budget.
 	Since metav1.Time `json:"since" protobuf:"bytes,4,opt,name=since"`
+	// operation is the TalosOperation whose step holds the budget; empty
+	// when the machine's own config rollout or deletion holds it.
+	// +optional
+	Operation string `json:"operation,omitempty" protobuf:"bytes,5,opt,name=operation"`
 }
 
 // MachineCounts counts a cluster's machines.

@@ -152,6 +152,10 @@ type OperationStep struct {
 	// completedAt is when the step ended.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,5,opt,name=completedAt"`
+	// bootID is the node's boot ID before the step rebooted it: a node that
+	// answers with another one has rebooted.
+	// +optional
+	BootID string `json:"bootID,omitempty" protobuf:"bytes,6,opt,name=bootID"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -65,9 +65,14 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 			errs = append(errs, field.Required(fld.Child("machineUID"), "the holding machine's UID"))
 		}
 		errs = append(errs, validateEnum(d.Action, fld.Child("action"),
-			ichor.DisruptionReboot, ichor.DisruptionAPIServerRestart, ichor.DisruptionReset)...)
+			ichor.DisruptionReboot, ichor.DisruptionAPIServerRestart, ichor.DisruptionReset, ichor.DisruptionEtcdDefrag)...)
 		if d.Since.IsZero() {
 			errs = append(errs, field.Required(fld.Child("since"), "when the machine took the budget"))
+		}
+		if d.Operation != "" {
+			for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(d.Operation, false) {
+				errs = append(errs, field.Invalid(fld.Child("operation"), d.Operation, msg))
+			}
 		}
 	}
 	return errs

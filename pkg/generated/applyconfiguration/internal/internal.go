@@ -179,6 +179,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: operation
+      type:
+        scalar: string
     - name: since
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -504,6 +507,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
   map:
     fields:
+    - name: bootID
+      type:
+        scalar: string
     - name: completedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

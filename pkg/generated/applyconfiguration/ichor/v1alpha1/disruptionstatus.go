@@ -38,6 +38,9 @@ type DisruptionStatusApplyConfiguration struct {
 	Action *ichorv1alpha1.DisruptionAction `json:"action,omitempty"`
 	// since is when the machine took the budget.
 	Since *v1.Time `json:"since,omitempty"`
+	// operation is the TalosOperation whose step holds the budget; empty
+	// when the machine's own config rollout or deletion holds it.
+	Operation *string `json:"operation,omitempty"`
 }
 
 // DisruptionStatusApplyConfiguration constructs a declarative configuration of the DisruptionStatus type for use with
@@ -75,5 +78,13 @@ func (b *DisruptionStatusApplyConfiguration) WithAction(value ichorv1alpha1.Disr
 // If called multiple times, the Since field is set to the value of the last call.
 func (b *DisruptionStatusApplyConfiguration) WithSince(value v1.Time) *DisruptionStatusApplyConfiguration {
 	b.Since = &value
+	return b
+}
+
+// WithOperation sets the Operation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Operation field is set to the value of the last call.
+func (b *DisruptionStatusApplyConfiguration) WithOperation(value string) *DisruptionStatusApplyConfiguration {
+	b.Operation = &value
 	return b
 }

@@ -38,6 +38,9 @@ type OperationStepApplyConfiguration struct {
 	StartedAt *v1.Time `json:"startedAt,omitempty"`
 	// completedAt is when the step ended.
 	CompletedAt *v1.Time `json:"completedAt,omitempty"`
+	// bootID is the node's boot ID before the step rebooted it: a node that
+	// answers with another one has rebooted.
+	BootID *string `json:"bootID,omitempty"`
 }
 
 // OperationStepApplyConfiguration constructs a declarative configuration of the OperationStep type for use with
@@ -83,5 +86,13 @@ func (b *OperationStepApplyConfiguration) WithStartedAt(value v1.Time) *Operatio
 // If called multiple times, the CompletedAt field is set to the value of the last call.
 func (b *OperationStepApplyConfiguration) WithCompletedAt(value v1.Time) *OperationStepApplyConfiguration {
 	b.CompletedAt = &value
+	return b
+}
+
+// WithBootID sets the BootID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BootID field is set to the value of the last call.
+func (b *OperationStepApplyConfiguration) WithBootID(value string) *OperationStepApplyConfiguration {
+	b.BootID = &value
 	return b
 }
