@@ -149,7 +149,7 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 		return err
 	}
 	defer func() { _ = node.Close() }()
-	if err := checkIdentity(ctx, node, m); err != nil {
+	if err := CheckIdentity(ctx, node, m); err != nil {
 		return err
 	}
 	// An admin's override of the quorum check, which let the delete through,

@@ -22,10 +22,10 @@ func (e *NotThisMachineError) Error() string {
 		e.Address, e.Got, e.Want)
 }
 
-// checkIdentity reads the system UUID of the node behind session and
+// CheckIdentity reads the system UUID of the node behind session and
 // compares it with the one intake recorded for m. A machine whose firmware
 // reported no UUID cannot be told apart this way and passes.
-func checkIdentity(ctx context.Context, node talos.Node, m *v1alpha1.TalosMachine) error {
+func CheckIdentity(ctx context.Context, node talos.Node, m *v1alpha1.TalosMachine) error {
 	if m.Status.Hardware == nil || m.Status.Hardware.UUID == "" {
 		return nil
 	}

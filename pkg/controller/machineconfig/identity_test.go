@@ -22,16 +22,16 @@ func (n factsNode) Facts(context.Context) (*talos.Facts, error) {
 func TestCheckIdentity(t *testing.T) {
 	m := &v1alpha1.TalosMachine{Spec: v1alpha1.TalosMachineSpec{Address: "10.5.0.10:50000"},
 		Status: v1alpha1.TalosMachineStatus{Hardware: &v1alpha1.HardwareStatus{UUID: "uuid-a"}}}
-	if err := checkIdentity(context.Background(), factsNode{uuid: "uuid-a"}, m); err != nil {
+	if err := CheckIdentity(context.Background(), factsNode{uuid: "uuid-a"}, m); err != nil {
 		t.Errorf("the machine itself: %v", err)
 	}
-	err := checkIdentity(context.Background(), factsNode{uuid: "uuid-b"}, m)
+	err := CheckIdentity(context.Background(), factsNode{uuid: "uuid-b"}, m)
 	var other *NotThisMachineError
 	if !errors.As(err, &other) || other.Got != "uuid-b" || other.Want != "uuid-a" {
 		t.Errorf("another machine at the address: %v", err)
 	}
 	m.Status.Hardware.UUID = ""
-	if err := checkIdentity(context.Background(), factsNode{uuid: "uuid-b"}, m); err != nil {
+	if err := CheckIdentity(context.Background(), factsNode{uuid: "uuid-b"}, m); err != nil {
 		t.Errorf("a machine that reported no UUID: %v", err)
 	}
 }

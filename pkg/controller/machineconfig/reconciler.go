@@ -364,7 +364,7 @@ func (r *Reconciler) installedAlready(ctx context.Context, m *v1alpha1.TalosMach
 	node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
 	if err == nil {
 		defer func() { _ = node.Close() }()
-		err = checkIdentity(ctx, node, m)
+		err = CheckIdentity(ctx, node, m)
 	}
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("The node is not configured already", "reason", err.Error())
@@ -444,7 +444,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	if effect == v1alpha1.ConfigEffectReboot {
 		mode = talos.ApplyReboot
 	}
-	if err := checkIdentity(ctx, node, m); err != nil {
+	if err := CheckIdentity(ctx, node, m); err != nil {
 		if disrupts {
 			if err := r.budget.Release(ctx, m); err != nil {
 				return ctrl.Result{}, err
