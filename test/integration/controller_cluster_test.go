@@ -715,38 +715,32 @@ func (d *demoCluster) kubeletServing(t *testing.T) {
 
 // credentialRequests: Talos credential requests are signed for the least role, or denied, and deleted.
 func (d *demoCluster) credentialRequests(t *testing.T) {
-	ctx := d.ctx
-	checkCredentialRequests(ctx, t, d.ns, d.nodes["worker-1"])
+	checkCredentialRequests(d.ctx, t, d.ns, d.nodes["worker-1"])
 }
 
 // etcdSnapshot: an etcd snapshot streams through kube-apiserver and ichor-apiserver.
 func (d *demoCluster) etcdSnapshot(t *testing.T) {
-	ctx := d.ctx
-	checkEtcdSnapshotDownload(ctx, t, d.ns, d.etcd)
+	checkEtcdSnapshotDownload(d.ctx, t, d.ns, d.etcd)
 }
 
 // supportBundle: a support bundle streams as a zip archive.
 func (d *demoCluster) supportBundle(t *testing.T) {
-	ctx := d.ctx
-	checkSupportBundleDownload(ctx, t, d.ns)
+	checkSupportBundleDownload(d.ctx, t, d.ns)
 }
 
 // packetCapture: a packet capture streams as a pcap file for its duration.
 func (d *demoCluster) packetCapture(t *testing.T) {
-	ctx := d.ctx
-	checkPacketCaptureDownload(ctx, t, d.ns)
+	checkPacketCaptureDownload(d.ctx, t, d.ns)
 }
 
 // packetCaptureCut: a packet capture the node cuts fails for the client instead of ending short.
 func (d *demoCluster) packetCaptureCut(t *testing.T) {
-	ctx := d.ctx
-	checkCutPacketCapture(ctx, t, d.ns, d.nodes["worker-1"])
+	checkCutPacketCapture(d.ctx, t, d.ns, d.nodes["worker-1"])
 }
 
 // readerTalosconfig: a reader talosconfig works with talosctl and reads only.
 func (d *demoCluster) readerTalosconfig(t *testing.T) {
-	ctx := d.ctx
-	checkTalosconfigReaderDownload(ctx, t, d.ns, d.nodes)
+	checkTalosconfigReaderDownload(d.ctx, t, d.ns, d.nodes)
 }
 
 // quorumKeepsControlPlanes: deleting a control plane that would cost etcd its quorum is refused.
