@@ -50,6 +50,8 @@ func (n *Node) newAPIServer(maintenance bool) *apiServer {
 	)
 
 	machine.RegisterMachineServiceServer(a.gs, &machineServer{node: n, api: a})
+	machine.RegisterImageServiceServer(a.gs, &imageServer{node: n})
+	machine.RegisterLifecycleServiceServer(a.gs, &lifecycleServer{node: n})
 	cosiapi.RegisterStateServer(a.gs, server.NewState(state.WrapCore(state.Filter(n.st, accessPolicy(n.st)))))
 
 	n.wg.Go(func() {

@@ -70,6 +70,14 @@ type Faults struct {
 	// KubeletServingExtraDNSNames are DNS SANs the simulated kubelet adds to its serving certificate
 	// requests from now on.
 	KubeletServingExtraDNSNames []string
+
+	// UpgradeFails makes the installer of every LifecycleService.Upgrade exit with code 1, saying this, as
+	// an installer that cannot write the system disk does. Nothing is installed.
+	UpgradeFails string
+
+	// NeverBoots makes the node's next reboots end powered off instead of booting, like hardware that does
+	// not come back: the API stays down until PowerOn.
+	NeverBoots bool
 }
 
 // matchesCrash reports whether a call of the full gRPC method name is subject to CrashMethod.
@@ -403,4 +411,12 @@ func (s *impostorServer) ApplyConfiguration(_ context.Context, in *machine.Apply
 		Mode:        mode,
 		ModeDetails: details,
 	}}}, nil
+}
+
+// upgradeFault is the UpgradeFails fault, or "".
+func (n *Node) upgradeFault() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.faults.set.UpgradeFails
 }

@@ -151,6 +151,14 @@ func (n *Node) finishReboot(gen uint64) {
 		return
 	}
 
+	if n.faults.set.NeverBoots {
+		if err := n.powerOffLocked(); err != nil {
+			log.Printf("talossim: powering off instead of booting: %v", err)
+		}
+
+		return
+	}
+
 	n.bootLocked()
 }
 

@@ -87,6 +87,10 @@ type Node struct {
 	bootTime  time.Time
 	bootID    string // the kernel's boot ID, new at every boot
 	sw        software
+	// images are the image references pulled into the node's containerd (ImageService.Pull).
+	images map[string]bool
+	// lifecycleBusy is true while a LifecycleService install or upgrade runs.
+	lifecycleBusy bool
 	etcdLocal etcdLocal
 	lastReset *machine.ResetRequest
 	faults    faultState // run-time fault injection (faults.go)

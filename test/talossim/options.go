@@ -53,6 +53,9 @@ type Options struct {
 	InstallDelay time.Duration
 	// UpgradeDelay is how long the node stays in PhaseUpgrading (API up) during an Upgrade.
 	UpgradeDelay time.Duration
+	// Registry is what ImageService.Pull can pull; nil serves every installer image whose tag is a Talos
+	// version.
+	Registry *Registry
 	// RebootDelay is how long the node stays in PhaseRebooting (API down), and how long it takes to boot
 	// after PowerOn.
 	RebootDelay time.Duration

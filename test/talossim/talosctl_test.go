@@ -327,3 +327,39 @@ func TestTalosctlRebootWait(t *testing.T) {
 
 	wantHistory(t, n, PhaseMaintenance, PhaseInstalling, PhaseRebooting, PhaseRunning, PhaseRebooting, PhaseRunning)
 }
+
+// TestTalosctlUpgrade runs the official talosctl v1.13 upgrade against a control plane: it takes the
+// LifecycleService path (ImageService.Pull, then LifecycleService.Upgrade with its exit code), then
+// reboots and waits for the new boot, as it does against a real node. An image the registry does not
+// serve fails at the pull and leaves the node as it was.
+func TestTalosctlUpgrade(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl := newCluster(t)
+	n, _ := bootstrappedNode(t, cl, Options{
+		Hostname:    "cp-upgrade",
+		Addresses:   []netip.Prefix{netip.MustParsePrefix("10.5.0.9/24")},
+		Etcd:        &EtcdCluster{Name: "talosctl-upgrade"},
+		RebootDelay: 300 * time.Millisecond,
+		Registry:    NewRegistry("siderolabs/installer:v1.13.1"),
+	})
+
+	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
+	nodeIP := "10.5.0.9"
+
+	runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "upgrade", "--drain=false", "--wait", "--progress=plain",
+		"--image", "siderolabs/installer:v1.13.9").mustFail(t, "error pulling upgrade image", "not found")
+
+	if v := n.Version(); v != "v1.13.0" {
+		t.Fatalf("after a failed pull the node runs %s", v)
+	}
+
+	before := n.BootID()
+	runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "upgrade", "--drain=false", "--wait", "--progress=plain",
+		"--image", "siderolabs/installer:v1.13.1").mustSucceed(t)
+
+	if after := n.BootID(); after == before || n.Version() != "v1.13.1" || n.Phase() != PhaseRunning {
+		t.Fatalf("after talosctl upgrade --wait: boot ID %s (was %s), version %s, phase %s", after, before, n.Version(), n.Phase())
+	}
+}
