@@ -91,10 +91,10 @@ type Node struct {
 	images map[string]bool
 	// lifecycleBusy is true while a LifecycleService install or upgrade runs.
 	lifecycleBusy bool
-	etcdLocal etcdLocal
-	lastReset *machine.ResetRequest
-	faults    faultState // run-time fault injection (faults.go)
-	kubelet   *kubelet   // the running simulated kubelet, nil when none runs (kubelet.go)
+	etcdLocal     etcdLocal
+	lastReset     *machine.ResetRequest
+	faults        faultState // run-time fault injection (faults.go)
+	kubelet       *kubelet   // the running simulated kubelet, nil when none runs (kubelet.go)
 	// kubeletCerts are the kubelet's certificates on the EPHEMERAL partition; nil once wiped.
 	kubeletCerts *kubeletCerts
 
