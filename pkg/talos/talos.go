@@ -93,6 +93,21 @@ type Node interface {
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error
+	// Version reads the Talos version the node runs (v1.13.0).
+	Version(ctx context.Context) (string, error)
+	// PullImage pulls an image into the node's system containerd.
+	PullImage(ctx context.Context, ref string) error
+	// Upgrade runs the installer of image, pulled first, which writes the
+	// new Talos version to the system disk; the node runs it after its next
+	// reboot. An installer that exits non-zero is an *InstallerError.
+	// Nodes before v1.13 do not serve it (codes.Unimplemented).
+	Upgrade(ctx context.Context, image string) error
+	// UpgradeLegacy is Upgrade for nodes before v1.13: the node installs
+	// image and reboots into it by itself.
+	UpgradeLegacy(ctx context.Context, image string) error
+	// ForfeitEtcdLeadership has the node's etcd member hand leadership to
+	// another member, if it leads.
+	ForfeitEtcdLeadership(ctx context.Context) error
 	// Fingerprint is the SPKI fingerprint of the certificate the node
 	// presented, in talosctl's --cert-fingerprint form; empty until a call
 	// has completed a handshake.

@@ -49,6 +49,14 @@ type TalosOperationSpec struct {
 	NodeReset *NodeResetParameters
 	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
 	EtcdRestore *EtcdRestoreParameters
+	// reboot parameters; allowed for reboot only.
+	Reboot *RebootParameters
+}
+
+// RebootParameters are the inputs of a reboot.
+type RebootParameters struct {
+	// Force skips draining and the graceful stop of services.
+	Force bool
 }
 
 // TalosUpgradeParameters are the inputs of a Talos upgrade.

@@ -9,6 +9,7 @@ const (
 	CheckControlPlaneQuorum             SafetyCheck = "ControlPlaneQuorum"
 	CheckPatchSecrets                   SafetyCheck = "PatchSecrets"
 	CheckBootstrapWaitsForControlPlanes SafetyCheck = "BootstrapWaitsForControlPlanes"
+	CheckClusterHealth                  SafetyCheck = "ClusterHealth"
 	// CheckProvisioningNetwork keeps a TalosMachine's address inside the
 	// installation's provisioning networks. It is passed by holding the
 	// override verb when the machine is created or moved, not through the

@@ -102,6 +102,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.OverrideStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PatchTarget"):
 		return &ichorv1alpha1.PatchTargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RebootParameters"):
+		return &ichorv1alpha1.RebootParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &ichorv1alpha1.SecretKeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TalosCluster"):

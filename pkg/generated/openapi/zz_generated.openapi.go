@@ -75,6 +75,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.OverrideStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref),
 		v1alpha1.PacketCaptureOptions{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_PacketCaptureOptions(ref),
 		v1alpha1.PatchTarget{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref),
+		v1alpha1.RebootParameters{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
 		v1alpha1.TalosCluster{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_TalosCluster(ref),
 		v1alpha1.TalosClusterList{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_TalosClusterList(ref),
@@ -1766,11 +1767,11 @@ func schema_pkg_apis_ichor_v1alpha1_Override(ref common.ReferenceCallback) commo
 					},
 					"check": {
 						SchemaProps: spec.SchemaProps{
-							Description: "check is the safety check to go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Description: "check is the safety check to go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ControlPlaneQuorum", "PatchSecrets"},
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets"},
 						},
 					},
 					"reason": {
@@ -1799,11 +1800,11 @@ func schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref common.ReferenceCallback)
 				Properties: map[string]spec.Schema{
 					"check": {
 						SchemaProps: spec.SchemaProps{
-							Description: "check is the safety check the next change may go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Description: "check is the safety check the next change may go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ControlPlaneQuorum", "PatchSecrets"},
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets"},
 						},
 					},
 					"reason": {
@@ -1958,6 +1959,26 @@ func schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref common.ReferenceCallback) co
 		},
 		Dependencies: []string{
 			v1.LabelSelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RebootParameters are the inputs of a reboot.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"force": {
+						SchemaProps: spec.SchemaProps{
+							Description: "force skips cordoning and draining the node and stopping its services gracefully (talosctl reboot --mode force). Default false: graceful.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -3151,12 +3172,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName()),
 						},
 					},
+					"reboot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reboot parameters; allowed for reboot only.",
+							Ref:         ref(v1alpha1.RebootParameters{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"clusterName", "type"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
+			v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
 	}
 }
 
@@ -3268,7 +3295,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosUpgradeParameters(ref common.ReferenceC
 					},
 					"stage": {
 						SchemaProps: spec.SchemaProps{
-							Description: "stage the upgrade to apply at the next reboot.",
+							Description: "stage installs the new version without rebooting: it runs from the node's next reboot on, whatever causes it. Nothing is disrupted, so a staged upgrade does not hold the disruption budget.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},

@@ -182,6 +182,34 @@ const (
 	CredentialRequestReasonBadPublicKey    = "BadPublicKey"
 )
 
+// Condition types of a TalosOperation, beside Started.
+const (
+	// OperationConditionProgressing is True while a step runs, and False
+	// while the operation waits (for another operation, the cluster's
+	// health, the disruption budget) or has ended.
+	OperationConditionProgressing = "Progressing"
+	// OperationConditionSucceeded is set when the operation ends: True when
+	// every step succeeded, False when one failed or it could not run.
+	// `kubectl wait --for=condition=Succeeded` waits for success.
+	OperationConditionSucceeded = "Succeeded"
+)
+
+// Reasons of the conditions of a TalosOperation.
+const (
+	OperationReasonStepRunning         = "StepRunning"
+	OperationReasonWaitingForOperation = "WaitingForOperation"
+	OperationReasonClusterNotHealthy   = "ClusterNotHealthy"
+	OperationReasonWaitingForBudget    = "WaitingForDisruptionBudget"
+	OperationReasonClusterNotFound     = "ClusterNotFound"
+	OperationReasonClusterPaused       = "ClusterPaused"
+	OperationReasonInvalidTarget       = "InvalidTarget"
+	OperationReasonNotSupported        = "NotSupported"
+	OperationReasonAllStepsSucceeded   = "AllStepsSucceeded"
+	OperationReasonStepFailed          = "StepFailed"
+	OperationReasonStopped             = "Stopped"
+	OperationReasonCompleted           = "Completed"
+)
+
 // The condition the start and reclaim actions set on a TalosOperation or a
 // MachineReclaim, and its reason.
 const (

@@ -117,6 +117,8 @@ func (m *PacketCaptureOptions) Reset() { *m = PacketCaptureOptions{} }
 
 func (m *PatchTarget) Reset() { *m = PatchTarget{} }
 
+func (m *RebootParameters) Reset() { *m = RebootParameters{} }
+
 func (m *SecretKeySelector) Reset() { *m = SecretKeySelector{} }
 
 func (m *TalosCluster) Reset() { *m = TalosCluster{} }
@@ -2067,6 +2069,37 @@ func (m *PatchTarget) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *RebootParameters) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *RebootParameters) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *RebootParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i--
+	if m.Force {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x8
+	return len(dAtA) - i, nil
+}
+
 func (m *SecretKeySelector) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -3256,6 +3289,18 @@ func (m *TalosOperationSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.Reboot != nil {
+		{
+			size, err := m.Reboot.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x42
+	}
 	if m.EtcdRestore != nil {
 		{
 			size, err := m.EtcdRestore.MarshalToSizedBuffer(dAtA[:i])
@@ -4196,6 +4241,16 @@ func (m *PatchTarget) Size() (n int) {
 	return n
 }
 
+func (m *RebootParameters) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	n += 2
+	return n
+}
+
 func (m *SecretKeySelector) Size() (n int) {
 	if m == nil {
 		return 0
@@ -4633,6 +4688,10 @@ func (m *TalosOperationSpec) Size() (n int) {
 	}
 	if m.EtcdRestore != nil {
 		l = m.EtcdRestore.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
+	if m.Reboot != nil {
+		l = m.Reboot.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	return n
@@ -5243,6 +5302,16 @@ func (this *PatchTarget) String() string {
 	}, "")
 	return s
 }
+func (this *RebootParameters) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&RebootParameters{`,
+		`Force:` + fmt.Sprintf("%v", this.Force) + `,`,
+		`}`,
+	}, "")
+	return s
+}
 func (this *SecretKeySelector) String() string {
 	if this == nil {
 		return "nil"
@@ -5555,6 +5624,7 @@ func (this *TalosOperationSpec) String() string {
 		`KubernetesUpgrade:` + strings.Replace(this.KubernetesUpgrade.String(), "KubernetesUpgradeParameters", "KubernetesUpgradeParameters", 1) + `,`,
 		`NodeReset:` + strings.Replace(this.NodeReset.String(), "NodeResetParameters", "NodeResetParameters", 1) + `,`,
 		`EtcdRestore:` + strings.Replace(this.EtcdRestore.String(), "EtcdRestoreParameters", "EtcdRestoreParameters", 1) + `,`,
+		`Reboot:` + strings.Replace(this.Reboot.String(), "RebootParameters", "RebootParameters", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -11504,6 +11574,76 @@ func (m *PatchTarget) Unmarshal(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *RebootParameters) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: RebootParameters: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: RebootParameters: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Force", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Force = bool(v != 0)
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *SecretKeySelector) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -15428,6 +15568,42 @@ func (m *TalosOperationSpec) Unmarshal(dAtA []byte) error {
 				m.EtcdRestore = &EtcdRestoreParameters{}
 			}
 			if err := m.EtcdRestore.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Reboot", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.Reboot == nil {
+				m.Reboot = &RebootParameters{}
+			}
+			if err := m.Reboot.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

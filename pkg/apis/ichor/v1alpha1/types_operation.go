@@ -64,13 +64,26 @@ type TalosOperationSpec struct {
 	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
 	// +optional
 	EtcdRestore *EtcdRestoreParameters `json:"etcdRestore,omitempty" protobuf:"bytes,7,opt,name=etcdRestore"`
+	// reboot parameters; allowed for reboot only.
+	// +optional
+	Reboot *RebootParameters `json:"reboot,omitempty" protobuf:"bytes,8,opt,name=reboot"`
+}
+
+// RebootParameters are the inputs of a reboot.
+type RebootParameters struct {
+	// force skips cordoning and draining the node and stopping its services
+	// gracefully (talosctl reboot --mode force). Default false: graceful.
+	// +optional
+	Force bool `json:"force,omitempty" protobuf:"varint,1,opt,name=force"`
 }
 
 // TalosUpgradeParameters are the inputs of a Talos upgrade.
 type TalosUpgradeParameters struct {
 	// version to upgrade to, as a semantic version with a leading v.
 	Version string `json:"version" protobuf:"bytes,1,opt,name=version"`
-	// stage the upgrade to apply at the next reboot.
+	// stage installs the new version without rebooting: it runs from the
+	// node's next reboot on, whatever causes it. Nothing is disrupted, so a
+	// staged upgrade does not hold the disruption budget.
 	// +optional
 	Stage bool `json:"stage,omitempty" protobuf:"varint,2,opt,name=stage"`
 }

@@ -16,6 +16,11 @@ const (
 	// CheckBootstrapWaitsForControlPlanes keeps etcd from being bootstrapped
 	// until every configured control plane runs (TalosCluster).
 	CheckBootstrapWaitsForControlPlanes SafetyCheck = "BootstrapWaitsForControlPlanes"
+	// CheckClusterHealth keeps an operation from starting, and each of its
+	// steps from taking a node away, while the cluster is not healthy: a
+	// machine not Ready, an etcd member down (TalosCluster). The operation
+	// that goes past it uses the override up.
+	CheckClusterHealth SafetyCheck = "ClusterHealth"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -232,6 +232,11 @@ func (in PatchTarget) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RebootParameters) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.RebootParameters"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretKeySelector) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector"
 }

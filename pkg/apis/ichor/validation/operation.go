@@ -104,6 +104,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		{"kubernetesUpgrade", ichor.OperationKubernetesUpgrade, s.KubernetesUpgrade != nil, true},
 		{"nodeReset", ichor.OperationNodeReset, s.NodeReset != nil, false},
 		{"etcdRestore", ichor.OperationEtcdRestore, s.EtcdRestore != nil, true},
+		{"reboot", ichor.OperationReboot, s.Reboot != nil, false},
 	} {
 		p := fldPath.Child(b.name)
 		switch {

@@ -560,6 +560,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: selector
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.RebootParameters
+  map:
+    fields:
+    - name: force
+      type:
+        scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
   map:
     fields:
@@ -936,6 +942,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nodeReset
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters
+    - name: reboot
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.RebootParameters
     - name: talosUpgrade
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosUpgradeParameters

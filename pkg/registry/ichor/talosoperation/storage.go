@@ -54,6 +54,8 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 		{Name: "Cluster", Type: "string", Description: "TalosCluster the operation acts on."},
 		{Name: "Type", Type: "string", Description: "What the operation does."},
 		{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded or Failed."},
+		{Name: "Progress", Type: "string", Description: "Steps succeeded of all steps."},
+		{Name: "Machine", Type: "string", Description: "The machine whose step runs now."},
 		{Name: "Started By", Type: "string", Description: "User who started the operation."},
 		{Name: "Machines", Type: "string", Priority: 1, Description: "Machines named by the operation."},
 	},
@@ -62,7 +64,20 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 		if len(o.Spec.Machines) > 0 {
 			machines = strings.Join(o.Spec.Machines, ",")
 		}
-		return []any{o.Spec.ClusterName, string(o.Spec.Type), string(o.Status.Phase), o.Status.StartedBy, machines}
+		progress, inFlight := "", ""
+		if n := len(o.Status.Steps); n > 0 {
+			done := 0
+			for _, step := range o.Status.Steps {
+				switch step.Phase {
+				case ichor.OperationSucceeded:
+					done++
+				case ichor.OperationRunning:
+					inFlight = step.Machine
+				}
+			}
+			progress = fmt.Sprintf("%d/%d", done, n)
+		}
+		return []any{o.Spec.ClusterName, string(o.Spec.Type), string(o.Status.Phase), progress, inFlight, o.Status.StartedBy, machines}
 	},
 }
 

@@ -42,6 +42,8 @@ type TalosOperationSpecApplyConfiguration struct {
 	NodeReset *NodeResetParametersApplyConfiguration `json:"nodeReset,omitempty"`
 	// etcdRestore parameters; required for etcd-restore, forbidden otherwise.
 	EtcdRestore *EtcdRestoreParametersApplyConfiguration `json:"etcdRestore,omitempty"`
+	// reboot parameters; allowed for reboot only.
+	Reboot *RebootParametersApplyConfiguration `json:"reboot,omitempty"`
 }
 
 // TalosOperationSpecApplyConfiguration constructs a declarative configuration of the TalosOperationSpec type for use with
@@ -105,5 +107,13 @@ func (b *TalosOperationSpecApplyConfiguration) WithNodeReset(value *NodeResetPar
 // If called multiple times, the EtcdRestore field is set to the value of the last call.
 func (b *TalosOperationSpecApplyConfiguration) WithEtcdRestore(value *EtcdRestoreParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
 	b.EtcdRestore = value
+	return b
+}
+
+// WithReboot sets the Reboot field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Reboot field is set to the value of the last call.
+func (b *TalosOperationSpecApplyConfiguration) WithReboot(value *RebootParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
+	b.Reboot = value
 	return b
 }

@@ -25,7 +25,9 @@ package v1alpha1
 type TalosUpgradeParametersApplyConfiguration struct {
 	// version to upgrade to, as a semantic version with a leading v.
 	Version *string `json:"version,omitempty"`
-	// stage the upgrade to apply at the next reboot.
+	// stage installs the new version without rebooting: it runs from the
+	// node's next reboot on, whatever causes it. Nothing is disrupted, so a
+	// staged upgrade does not hold the disruption budget.
 	Stage *bool `json:"stage,omitempty"`
 }
 
