@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/imageref"
 )
 
 // withServerTLSBootstrap sets the kubelet's serverTLSBootstrap through the
@@ -77,6 +78,18 @@ func withKubeletCertificateAuthority(cfg config.Provider) (config.Provider, erro
 	})
 }
 
+// ClusterVersion is the Talos version the cluster runs: the one every
+// machine reports (status.talosVersion, which a talos-upgrade moves), or
+// spec.talosVersion before the machines report one. The version contract
+// stays spec.talosVersion's: configs keep the form the cluster was created
+// with, as Talos recommends across upgrades.
+func ClusterVersion(c *ichorv1alpha1.TalosCluster) string {
+	if c.Status.TalosVersion != "" {
+		return c.Status.TalosVersion
+	}
+	return c.Spec.TalosVersion
+}
+
 // baseConfig generates the machine's config from the cluster and machine
 // inputs alone, with machinery's generator, before any TalosConfigPatch.
 func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
@@ -101,7 +114,7 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 		generate.WithInstallDisk(m.Spec.Install.Disk),
 	}
 	if in.InstallImage != "" {
-		opts = append(opts, generate.WithInstallImage(in.InstallImage))
+		opts = append(opts, generate.WithInstallImage(imageref.WithTag(in.InstallImage, ClusterVersion(cluster))))
 	}
 	if spec.Network.DNSDomain != "" {
 		opts = append(opts, generate.WithDNSDomain(spec.Network.DNSDomain))

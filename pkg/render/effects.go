@@ -54,6 +54,10 @@ var v1alpha1Effects = []effectRule{
 	{"machine.acceptedCAs", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.certSANs", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.install", ichorv1alpha1.ConfigEffectReboot},
+	// The installer image is read only by the next upgrade or install: Talos
+	// takes it live, and a reboot does nothing with it. After an upgrade the
+	// rendered image follows the new version on every machine without one.
+	{"machine.install.image", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.kernel", ichorv1alpha1.ConfigEffectNoReboot},
 	// Talos restarts the kubelet service for a new kubelet config; the image
 	// is the Kubernetes version, which an upgrade rolls out node by node.

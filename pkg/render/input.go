@@ -21,9 +21,11 @@ type Input struct {
 	Patches []ichorv1alpha1.TalosConfigPatch
 	// Secrets is the cluster's secrets bundle.
 	Secrets *secrets.Bundle
-	// InstallImage is the installer image reference written to machine.install.image
-	// (for example siderolabs/installer:v1.13.0 behind the mirror the site uses).
-	// Empty leaves machinery's default, which is empty.
+	// InstallImage is the installer image written to machine.install.image
+	// (for example siderolabs/installer:v1.13.0 behind the mirror the site
+	// uses), at the tag of the Talos version the cluster runs (ClusterVersion):
+	// an upgrade moves it, so a machine that joins later installs the version
+	// the others run. Empty leaves machinery's default, which is empty.
 	InstallImage string
 }
 

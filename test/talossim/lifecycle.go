@@ -93,6 +93,13 @@ func (n *Node) startInstallLocked(cfg config.Provider) error {
 
 		n.installed = true
 		n.sw.installed = n.sw.running
+
+		// The installer of the config's machine.install.image is what lands on disk, as on a real node.
+		if m := n.active.Machine(); m != nil && m.Install().Image() != "" {
+			if v, err := installerVersion(m.Install().Image()); err == nil {
+				n.sw.installed = v
+			}
+		}
 		err := n.enterRebootLocked()
 		n.mu.Unlock()
 

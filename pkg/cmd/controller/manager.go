@@ -25,6 +25,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/discovery"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/controller/talosmachine"
 	"ichor.dev/ichor/pkg/talos"
@@ -115,6 +116,14 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		&kubeletserving.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
 			Options: kubeletserving.Options{PollInterval: o.KubeletServingPollInterval},
+		},
+		&operation.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(),
+			Dialer: dialer, Recorder: recorder,
+			Options: operation.Options{
+				PollInterval: o.OperationPollInterval, StepTimeout: o.OperationStepTimeout,
+				InstallImage: o.InstallImage,
+			},
 		},
 		&credentialrequest.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Recorder: recorder,

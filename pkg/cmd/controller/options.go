@@ -70,6 +70,12 @@ type Options struct {
 	// configs (machine.install.image), e.g. siderolabs/installer:v1.13.0
 	// behind the registry mirror the site uses.
 	InstallImage string
+	// OperationPollInterval is how often a running TalosOperation's step in
+	// flight, or a started one that waits, is looked at.
+	OperationPollInterval time.Duration
+	// OperationStepTimeout is how long a node may take to come back from an
+	// operation's reboot before its step fails.
+	OperationStepTimeout time.Duration
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -93,6 +99,8 @@ func NewOptions() *Options {
 		MachineHealthInterval:      time.Minute,
 		KubeletServingPollInterval: 3 * time.Second,
 		CredentialRequestRetention: credentialrequest.DefaultRetention,
+		OperationPollInterval:      2 * time.Second,
+		OperationStepTimeout:       15 * time.Minute,
 		KubeAPIQPS:                 50,
 		KubeAPIBurst:               100,
 	}
@@ -133,6 +141,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
 	fs.StringVar(&o.InstallImage, "install-image", o.InstallImage,
 		"Talos installer image written into machine configs (machine.install.image); empty leaves Talos's default")
+	fs.DurationVar(&o.OperationPollInterval, "operation-poll-interval", o.OperationPollInterval,
+		"How often a running TalosOperation's step in flight, or a started operation that waits, is looked at.")
+	fs.DurationVar(&o.OperationStepTimeout, "operation-step-timeout", o.OperationStepTimeout,
+		"How long a node may take to come back from an operation's reboot before its step fails and the operation stops.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
 		"Requests per second the controller makes to the management cluster's API, sustained.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst,

@@ -192,6 +192,11 @@ const (
 	// every step succeeded, False when one failed or it could not run.
 	// `kubectl wait --for=condition=Succeeded` waits for success.
 	OperationConditionSucceeded = "Succeeded"
+	// OperationConditionHealthOverridden is True on an operation an admin let
+	// start on a cluster that was not healthy (the ClusterHealth check of
+	// talosclusters/override): its steps do not wait for other machines to be
+	// Ready. etcd's quorum is still checked before each control plane.
+	OperationConditionHealthOverridden = "ClusterHealthOverridden"
 )
 
 // Reasons of the conditions of a TalosOperation.
@@ -208,6 +213,7 @@ const (
 	OperationReasonStepFailed          = "StepFailed"
 	OperationReasonStopped             = "Stopped"
 	OperationReasonCompleted           = "Completed"
+	OperationReasonOverridden          = "Overridden"
 )
 
 // The condition the start and reclaim actions set on a TalosOperation or a

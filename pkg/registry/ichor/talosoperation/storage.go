@@ -37,6 +37,8 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 	},
 
 	Actions: []resource.Action[*ichor.TalosOperation]{start},
+	// The controller holds a running operation until its step in flight ended.
+	Subresources: []resource.Subresource[*ichor.TalosOperation]{resource.Finalizers[*ichor.TalosOperation]()},
 
 	Validate:             validation.ValidateTalosOperation,
 	ValidateUpdate:       validation.ValidateTalosOperationUpdate,

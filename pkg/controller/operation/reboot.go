@@ -1,0 +1,111 @@
+package operation
+
+import (
+	"context"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+)
+
+// startReboot reboots a node, gracefully unless spec.reboot.force, once it
+// may go away.
+func startReboot(ctx context.Context, s *step) (ctrl.Result, error) {
+	force := s.x.op.Spec.Reboot != nil && s.x.op.Spec.Reboot.Force
+	return s.reboot(ctx, "rebooting", nil, func(ctx context.Context) error { return s.node.Reboot(ctx, force) })
+}
+
+// followReboot waits for the node to be back from its reboot.
+func followReboot(ctx context.Context, s *step) (ctrl.Result, error) {
+	force := s.x.op.Spec.Reboot != nil && s.x.op.Spec.Reboot.Force
+	back, res, err := s.backFromReboot(ctx, func(ctx context.Context) error { return s.node.Reboot(ctx, force) })
+	if !back || err != nil {
+		return res, err
+	}
+	return s.done(ctx, "rebooted: the node runs a new boot and is ready")
+}
+
+// reboot takes the node away with call, which makes it reboot: it waits
+// for the cluster to allow it, takes the budget, checks the node is this
+// machine, runs prepare (if any: what must be done before the reboot, and
+// can be done again if the controller stops during it), records the step
+// as Running with the boot ID, and then calls.
+func (s *step) reboot(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
+	if wait, err := s.takeNode(ctx, v1alpha1.DisruptionReboot); wait != "" || err != nil {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return s.wait("%s", wait)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+		return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
+	}
+	if prepare != nil {
+		if err := prepare(ctx); err != nil {
+			return s.failed(ctx, "%v", err)
+		}
+	}
+	bootID, err := s.node.BootID(cctx)
+	if err != nil {
+		return s.failed(ctx, "read the boot ID before rebooting: %v", err)
+	}
+	if err := s.begin(ctx, bootID, "%s", what); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := call(cctx); err != nil {
+		return s.failed(ctx, "%v", err)
+	}
+	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// backFromReboot reports whether the node of a Running step is back: it
+// answers with another boot ID than the one recorded, in stage running and
+// ready. A node that still runs the recorded boot did not get the request
+// (the controller stopped between recording the step and calling), so
+// again asks it again: a node already rebooting drops the second request.
+// A node not back within StepTimeout fails the step.
+func (s *step) backFromReboot(ctx context.Context, again func(context.Context) error) (bool, ctrl.Result, error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	rec := s.record()
+	id, err := s.node.BootID(ctx)
+	if err != nil {
+		if s.timedOut() {
+			res, err2 := s.failed(ctx, "the node did not come back within %s of its reboot: %v", s.r.Options.StepTimeout, err)
+			return false, res, err2
+		}
+		res, err2 := s.wait("waiting for the node to come back from its reboot")
+		return false, res, err2
+	}
+	st, err := s.node.Status(ctx)
+	if err != nil {
+		res, err2 := s.wait("waiting for the node's status: %v", err)
+		return false, res, err2
+	}
+	if id == rec.BootID {
+		if st.Stage == "running" {
+			if err := again(ctx); err != nil {
+				res, err2 := s.failed(ctx, "%v", err)
+				return false, res, err2
+			}
+		}
+		if s.timedOut() {
+			res, err2 := s.failed(ctx, "the node did not reboot within %s", s.r.Options.StepTimeout)
+			return false, res, err2
+		}
+		res, err2 := s.wait("waiting for the node to reboot (stage %s)", st.Stage)
+		return false, res, err2
+	}
+	if !st.Running() {
+		if s.timedOut() {
+			res, err2 := s.failed(ctx, "the node rebooted but is not running and ready after %s: stage %s, waiting for %v", s.r.Options.StepTimeout, st.Stage, st.Unmet)
+			return false, res, err2
+		}
+		res, err2 := s.wait("the node rebooted; in stage %s, waiting for %v", st.Stage, st.Unmet)
+		return false, res, err2
+	}
+	return true, ctrl.Result{}, nil
+}

@@ -1,0 +1,405 @@
+// Package operation runs started TalosOperations: reboot, etcd-defrag and
+// talos-upgrade, one step per machine, control planes first and one node at
+// a time.
+//
+// Safety: a step that takes a node or an etcd member away holds its
+// cluster's disruption budget (package disruption) from before it touches
+// the node until the node is back, and is taken only while every other
+// machine of the cluster is Ready and, for a control plane, while etcd keeps
+// its quorum without it, as read from the other members at that moment.
+// Only one started operation per cluster runs; the others wait, Pending.
+//
+// Resuming: a step is recorded as Running, with the node's boot ID, before
+// the node is asked to reboot, and is decided from the node's own state
+// afterwards: a node that answers with another boot ID has rebooted. So a
+// controller restarted at any point neither repeats a completed step nor
+// skips one.
+//
+// Deleting a running operation stops it after the step in flight: the
+// finalizer ichor.dev/operation-step holds the object until that node is
+// back (or its step failed) and the budget is given back; no further step
+// starts.
+package operation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "talosoperation"
+
+// Finalizer holds a running operation until its step in flight has ended.
+const Finalizer = "ichor.dev/operation-step"
+
+// FieldManager owns what this controller applies to TalosMachine status:
+// the Talos version a node runs after an upgrade.
+const FieldManager = "ichor-operation"
+
+// Options tune the reconciler; zero values take the defaults.
+type Options struct {
+	// CallTimeout bounds one short call to a node. Default 30s.
+	CallTimeout time.Duration
+	// InstallTimeout bounds pulling the installer image and running it. Default 15m.
+	InstallTimeout time.Duration
+	// PollInterval is how often a step in flight, or a waiting operation,
+	// is looked at. Default 2s.
+	PollInterval time.Duration
+	// StepTimeout is how long a node may take to come back from its reboot
+	// before its step fails. Default 15m.
+	StepTimeout time.Duration
+	// CredentialTTL is the lifetime of the os:admin certificate minted per session. Default 10m.
+	CredentialTTL time.Duration
+	// InstallImage is the installer image whose repository an upgrade pulls
+	// from when a node's config names none (ichor-controller's --install-image).
+	InstallImage string
+	// MaxConcurrentReconciles is how many operations are worked on at once. Default 4.
+	MaxConcurrentReconciles int
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.CallTimeout, 30*time.Second)
+	def(&o.InstallTimeout, 15*time.Minute)
+	def(&o.PollInterval, 2*time.Second)
+	def(&o.StepTimeout, 15*time.Minute)
+	def(&o.CredentialTTL, 10*time.Minute)
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	return o
+}
+
+// Reconciler runs started TalosOperations.
+type Reconciler struct {
+	// Client reads (cached) and writes Ichor objects.
+	Client client.Client
+	// APIReader reads without the cache where a decision must not rest on a
+	// stale copy: the machines a step checks, the operations that run.
+	APIReader client.Reader
+	// Secrets reads bundle Secrets without a cache.
+	Secrets  client.Reader
+	Dialer   talos.Dialer
+	Recorder events.EventRecorder
+	Options  Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	budget *disruption.Budget
+}
+
+// SetupWithManager registers the reconciler. It wakes on a started,
+// created or deleted operation; steps in flight and waiting operations are
+// looked at again every PollInterval.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	r.budget = &disruption.Budget{Client: r.Client, Reader: r.APIReader, Now: r.Now}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.TalosOperation{}, builder.WithPredicates(startedOrDeleted())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// startedOrDeleted passes the update that starts an operation and the one
+// that marks it for deletion; its own status writes do not wake it.
+func startedOrDeleted() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosOperation)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosOperation)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return (o.Status.StartedAt == nil && n.Status.StartedAt != nil) ||
+				(o.DeletionTimestamp.IsZero() && !n.DeletionTimestamp.IsZero())
+		},
+	}
+}
+
+// run is one reconcile of one operation.
+type run struct {
+	op  *v1alpha1.TalosOperation
+	now metav1.Time
+	// persist writes the operation's status now if it changed: a step is
+	// recorded before its node is called.
+	persist func(context.Context) error
+}
+
+func (x *run) set(condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&x.op.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...),
+		ObservedGeneration: x.op.Generation, LastTransitionTime: x.now,
+	})
+}
+
+// Reconcile moves one started operation on by at most one step.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var op v1alpha1.TalosOperation
+	if err := r.Client.Get(ctx, req.NamespacedName, &op); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if op.Status.StartedAt == nil && op.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // created Pending; only start moves it on
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("cluster", op.Spec.ClusterName, "type", op.Spec.Type))
+
+	written := op.Status.DeepCopy()
+	x := &run{op: &op, now: metav1.NewTime(r.Now())}
+	x.persist = func(ctx context.Context) error {
+		if equality.Semantic.DeepEqual(written, &op.Status) {
+			return nil
+		}
+		op.Status.ObservedGeneration = op.Generation
+		if err := r.Client.Status().Update(ctx, &op); err != nil {
+			return fmt.Errorf("write the status of TalosOperation %s/%s: %w", op.Namespace, op.Name, err)
+		}
+		written = op.Status.DeepCopy()
+		return nil
+	}
+
+	var result ctrl.Result
+	var err error
+	switch {
+	case !op.DeletionTimestamp.IsZero():
+		result, err = r.stop(ctx, x)
+	case op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed:
+		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
+	case op.Status.Phase == v1alpha1.OperationRunning:
+		result, err = r.advance(ctx, x)
+	default:
+		result, err = r.begin(ctx, x)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !op.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(&op, Finalizer) {
+		return ctrl.Result{}, nil // released: the object is gone
+	}
+	if err := x.persist(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
+		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
+	}
+	return result, nil
+}
+
+// begin starts a started, Pending operation once it may run: its cluster
+// exists and is not paused, it names machines of the cluster that it can
+// act on, no other operation runs on the cluster, and the cluster is
+// healthy (or an admin let it go past the ClusterHealth check).
+func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
+	op := x.op
+	wait := ctrl.Result{RequeueAfter: r.Options.PollInterval}
+	kind, ok := kinds[op.Spec.Type]
+	if !ok {
+		r.fail(x, v1alpha1.OperationReasonNotSupported, "Ichor does not run %s operations yet; delete this operation", op.Spec.Type)
+		return ctrl.Result{}, nil
+	}
+	cluster, err := r.cluster(ctx, op)
+	if apierrors.IsNotFound(err) {
+		r.waiting(x, v1alpha1.OperationReasonClusterNotFound, "TalosCluster %s does not exist in namespace %s", op.Spec.ClusterName, op.Namespace)
+		return wait, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if cluster.Spec.Paused {
+		r.waiting(x, v1alpha1.OperationReasonClusterPaused, "TalosCluster %s is paused; the operation starts when it is resumed", cluster.Name)
+		return wait, nil
+	}
+	machines, err := r.machines(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	targets, err := kind.targets(op, machines)
+	if err != nil {
+		r.fail(x, v1alpha1.OperationReasonInvalidTarget, "%v", err)
+		return ctrl.Result{}, nil
+	}
+	if other, err := r.runningOn(ctx, op); err != nil {
+		return ctrl.Result{}, err
+	} else if other != "" {
+		r.waiting(x, v1alpha1.OperationReasonWaitingForOperation,
+			"TalosOperation %s runs on TalosCluster %s; one operation runs on a cluster at a time", other, cluster.Name)
+		return wait, nil
+	}
+	if unhealthy := clusterUnhealthy(cluster, machines); unhealthy != "" {
+		granted := cluster.Status.Override
+		if granted == nil || granted.Check != v1alpha1.CheckClusterHealth {
+			r.waiting(x, v1alpha1.OperationReasonClusterNotHealthy,
+				"%s; the operation starts when the cluster is healthy, or an admin lets it go past the %s check (talosclusters/override)",
+				unhealthy, v1alpha1.CheckClusterHealth)
+			return wait, nil
+		}
+		if err := useOverride(ctx, r.Client, cluster, granted); err != nil {
+			return ctrl.Result{}, err
+		}
+		x.set(v1alpha1.OperationConditionHealthOverridden, metav1.ConditionTrue, v1alpha1.OperationReasonOverridden,
+			"started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
+		r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventOverrideUsed, "Start",
+			"Started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
+	}
+	if err := r.addFinalizer(ctx, op); err != nil {
+		return ctrl.Result{}, err
+	}
+	op.Status.Phase = v1alpha1.OperationRunning
+	op.Status.Steps = nil
+	for _, m := range targets {
+		op.Status.Steps = append(op.Status.Steps, v1alpha1.OperationStep{Machine: m.Name, Phase: v1alpha1.OperationPending})
+	}
+	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
+		"%d steps to run, one machine at a time", len(targets))
+	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventRunning, "Start",
+		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(targets), stepNames(op))
+	log.FromContext(ctx).Info("Operation running", "steps", len(targets))
+	return ctrl.Result{Requeue: true}, nil
+}
+
+// advance works on the first step that has not succeeded, and ends the
+// operation when none is left.
+func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
+	op := x.op
+	i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase != v1alpha1.OperationSucceeded })
+	if i < 0 {
+		r.succeed(x)
+		return ctrl.Result{}, nil
+	}
+	return r.work(ctx, x, i, true)
+}
+
+// stop ends a deleted operation after its step in flight: a Running step
+// is followed until its node is back (or the step fails); a step not yet
+// started is not started. Then the budget is given back and the finalizer
+// removed.
+func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
+	op := x.op
+	if !controllerutil.ContainsFinalizer(op, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationRunning }); i >= 0 &&
+		op.Status.Phase == v1alpha1.OperationRunning {
+		res, err := r.work(ctx, x, i, false)
+		if err != nil || op.Status.Steps[i].Phase == v1alpha1.OperationRunning {
+			return res, err
+		}
+	}
+	if err := r.releaseAny(ctx, op); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventStopped, "Stop",
+		"Deleted: stopped after the step in flight; %s", progressOf(op))
+	return ctrl.Result{}, r.removeFinalizer(ctx, op)
+}
+
+// releaseAny gives the budget back if this operation holds it, for any machine.
+func (r *Reconciler) releaseAny(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	cluster, err := r.cluster(ctx, op)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d := cluster.Status.Disruption
+	if d == nil || d.Operation != op.Name {
+		return nil
+	}
+	var m v1alpha1.TalosMachine
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: d.Machine}, &m); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return r.budget.ReleaseForOperation(ctx, op.Name, &m)
+}
+
+func (r *Reconciler) cluster(ctx context.Context, op *v1alpha1.TalosOperation) (*v1alpha1.TalosCluster, error) {
+	var c v1alpha1.TalosCluster
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: op.Spec.ClusterName}, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// machines lists the approved machines of op's cluster, fresh.
+func (r *Reconciler) machines(ctx context.Context, op *v1alpha1.TalosOperation) ([]*v1alpha1.TalosMachine, error) {
+	var list v1alpha1.TalosMachineList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(op.Namespace)); err != nil {
+		return nil, fmt.Errorf("list the machines of TalosCluster %s: %w", op.Spec.ClusterName, err)
+	}
+	var out []*v1alpha1.TalosMachine
+	for i := range list.Items {
+		m := &list.Items[i]
+		if m.Spec.ClusterName == op.Spec.ClusterName && m.Status.Approval != nil && m.Status.Approval.Decision == v1alpha1.ApprovalApproved {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// runningOn names another operation that runs on op's cluster, if any.
+func (r *Reconciler) runningOn(ctx context.Context, op *v1alpha1.TalosOperation) (string, error) {
+	var list v1alpha1.TalosOperationList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(op.Namespace)); err != nil {
+		return "", fmt.Errorf("list the operations of TalosCluster %s: %w", op.Spec.ClusterName, err)
+	}
+	for _, o := range list.Items {
+		if o.UID != op.UID && o.Spec.ClusterName == op.Spec.ClusterName && o.Status.Phase == v1alpha1.OperationRunning {
+			return o.Name, nil
+		}
+	}
+	return "", nil
+}
+
+func (r *Reconciler) addFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	if controllerutil.ContainsFinalizer(op, Finalizer) {
+		return nil
+	}
+	orig := op.DeepCopy()
+	controllerutil.AddFinalizer(op, Finalizer)
+	if err := r.Client.SubResource("finalizers").Patch(ctx, op, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("add finalizer %s to TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) removeFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	if !controllerutil.ContainsFinalizer(op, Finalizer) {
+		return nil
+	}
+	orig := op.DeepCopy()
+	controllerutil.RemoveFinalizer(op, Finalizer)
+	err := r.Client.SubResource("finalizers").Patch(ctx, op, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer %s from TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
+	}
+	return nil
+}

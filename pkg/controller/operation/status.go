@@ -1,0 +1,125 @@
+package operation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// The reasons of the Events this controller records on TalosOperations.
+const (
+	EventRunning       = "Running"
+	EventWaiting       = "Waiting"
+	EventStepStarted   = "StepStarted"
+	EventStepSucceeded = "StepSucceeded"
+	EventStepFailed    = "StepFailed"
+	EventSucceeded     = "Succeeded"
+	EventFailed        = "Failed"
+	EventStopped       = "Stopped"
+	EventOverrideUsed  = "OverrideUsed"
+)
+
+// waiting records why a started operation has not begun yet; an Event
+// says so when the reason changes.
+func (r *Reconciler) waiting(x *run, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if c := findCondition(x.op, v1alpha1.OperationConditionProgressing); c == nil || c.Reason != reason {
+		r.Recorder.Eventf(x.op, nil, corev1.EventTypeNormal, EventWaiting, "Start", "Waiting: %s", msg)
+	}
+	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, reason, "%s", msg)
+}
+
+// fail ends the operation as Failed, saying why.
+func (r *Reconciler) fail(x *run, reason, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	op := x.op
+	op.Status.Phase = v1alpha1.OperationFailed
+	op.Status.CompletedAt = &x.now
+	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonCompleted, "the operation failed")
+	x.set(v1alpha1.OperationConditionSucceeded, metav1.ConditionFalse, reason, "%s", msg)
+	r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventFailed, "Run", "Failed: %s; %s", msg, progressOf(op))
+}
+
+// succeed ends the operation as Succeeded.
+func (r *Reconciler) succeed(x *run) {
+	op := x.op
+	op.Status.Phase = v1alpha1.OperationSucceeded
+	op.Status.CompletedAt = &x.now
+	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonCompleted, "every step ran")
+	x.set(v1alpha1.OperationConditionSucceeded, metav1.ConditionTrue, v1alpha1.OperationReasonAllStepsSucceeded,
+		"%d of %d steps succeeded", len(op.Status.Steps), len(op.Status.Steps))
+	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventSucceeded, "Run",
+		"Succeeded: %d steps on TalosCluster %s", len(op.Status.Steps), op.Spec.ClusterName)
+}
+
+func findCondition(op *v1alpha1.TalosOperation, condType string) *metav1.Condition {
+	for i := range op.Status.Conditions {
+		if op.Status.Conditions[i].Type == condType {
+			return &op.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// progressOf says how far the operation got, for people.
+func progressOf(op *v1alpha1.TalosOperation) string {
+	done := 0
+	for _, s := range op.Status.Steps {
+		if s.Phase == v1alpha1.OperationSucceeded {
+			done++
+		}
+	}
+	return fmt.Sprintf("%d of %d steps succeeded", done, len(op.Status.Steps))
+}
+
+func stepNames(op *v1alpha1.TalosOperation) string {
+	names := make([]string, len(op.Status.Steps))
+	for i, s := range op.Status.Steps {
+		names[i] = s.Machine
+	}
+	return strings.Join(names, ", ")
+}
+
+// useOverride clears the cluster's override the operation used, with a
+// patch that first tests it is still that grant.
+func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, used *v1alpha1.OverrideStatus) error {
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/status/override", "value": used},
+		{"op": "remove", "path": "/status/override"},
+	})
+	if err != nil {
+		return err
+	}
+	// A failed test (the grant was replaced or withdrawn meanwhile) is a 422.
+	err = c.Status().Patch(ctx, cluster.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
+	if apierrors.IsInvalid(err) {
+		return fmt.Errorf("the override of TalosCluster %s changed while it was being used; looking again", cluster.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("use the override of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	return nil
+}
+
+// bytes is a size as people read it.
+func bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,320 @@
+package operation
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// kind is what an operation type does with each of its machines.
+type kind struct {
+	// targets chooses the machines of the operation, in the order their
+	// steps run, or says why the operation cannot act on them.
+	targets func(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error)
+	// start takes a Pending step: it checks, takes the budget when the step
+	// disrupts, records the step as Running and calls the node.
+	start func(ctx context.Context, s *step) (ctrl.Result, error)
+	// follow looks at a Running step: done, failed, or still going.
+	follow func(ctx context.Context, s *step) (ctrl.Result, error)
+}
+
+// kinds are the operation types this controller runs.
+var kinds = map[v1alpha1.OperationType]kind{
+	v1alpha1.OperationReboot:       {targets: everyMachine, start: startReboot, follow: followReboot},
+	v1alpha1.OperationTalosUpgrade: {targets: everyMachine, start: startTalosUpgrade, follow: followTalosUpgrade},
+	v1alpha1.OperationEtcdDefrag:   {targets: controlPlanes, start: startEtcdDefrag, follow: followEtcdDefrag},
+}
+
+// step is one step being worked on, with a session to its node.
+type step struct {
+	r        *Reconciler
+	x        *run
+	i        int
+	m        *v1alpha1.TalosMachine
+	cluster  *v1alpha1.TalosCluster
+	machines []*v1alpha1.TalosMachine
+	node     talos.Node
+	creds    talos.Credentials
+}
+
+func (s *step) record() *v1alpha1.OperationStep { return &s.x.op.Status.Steps[s.i] }
+
+// work opens a session with the node of step i and starts it (if
+// mayStart) or follows it.
+func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ctrl.Result, error) {
+	op := x.op
+	rec := &op.Status.Steps[i]
+	if rec.Phase == v1alpha1.OperationPending && !mayStart {
+		return ctrl.Result{}, nil
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("machine", rec.Machine))
+	cluster, err := r.cluster(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("read TalosCluster %s: %w", op.Spec.ClusterName, err)
+	}
+	machines, err := r.machines(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s := &step{r: r, x: x, i: i, cluster: cluster, machines: machines}
+	for _, m := range machines {
+		if m.Name == rec.Machine {
+			s.m = m
+		}
+	}
+	if s.m == nil || s.m.Status.AppliedConfig == nil {
+		return s.failed(ctx, "TalosMachine %s is gone from TalosCluster %s, or no longer configured", rec.Machine, cluster.Name)
+	}
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
+	}
+	if s.creds, err = talos.MintCredentials(bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.node, err = r.Dialer.Configured(ctx, s.m.Spec.Address, s.creds); err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() { _ = s.node.Close() }()
+	k := kinds[op.Spec.Type]
+	if rec.Phase == v1alpha1.OperationPending {
+		return k.start(ctx, s)
+	}
+	return k.follow(ctx, s)
+}
+
+// call bounds a short call to the node.
+func (s *step) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.r.Options.CallTimeout)
+}
+
+// begin records the step as Running, with the node's boot ID when the step
+// reboots it, and writes that down before the node is called.
+func (s *step) begin(ctx context.Context, bootID, format string, args ...any) error {
+	rec := s.record()
+	rec.Phase = v1alpha1.OperationRunning
+	rec.StartedAt = &s.x.now
+	rec.BootID = bootID
+	rec.Message = fmt.Sprintf(format, args...)
+	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
+		"%s: %s", rec.Machine, rec.Message)
+	if err := s.x.persist(ctx); err != nil {
+		return err
+	}
+	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventStepStarted, "Step", "%s: %s", rec.Machine, rec.Message)
+	return nil
+}
+
+// wait leaves the step as it is, saying what it waits for.
+func (s *step) wait(format string, args ...any) (ctrl.Result, error) {
+	rec := s.record()
+	rec.Message = fmt.Sprintf(format, args...)
+	if rec.Phase == v1alpha1.OperationPending {
+		reason := v1alpha1.OperationReasonClusterNotHealthy
+		if c := findCondition(s.x.op, v1alpha1.OperationConditionProgressing); c != nil && c.Reason == v1alpha1.OperationReasonWaitingForBudget {
+			reason = c.Reason
+		}
+		s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, reason, "%s: %s", rec.Machine, rec.Message)
+	}
+	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// done ends the step as Succeeded and gives the budget back.
+func (s *step) done(ctx context.Context, format string, args ...any) (ctrl.Result, error) {
+	rec := s.record()
+	if err := s.r.budget.ReleaseForOperation(ctx, s.x.op.Name, s.m); err != nil {
+		return ctrl.Result{}, err
+	}
+	rec.Phase = v1alpha1.OperationSucceeded
+	rec.CompletedAt = &s.x.now
+	rec.Message = fmt.Sprintf(format, args...)
+	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
+		"%s: %s (%s)", rec.Machine, rec.Message, progressOf(s.x.op))
+	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventStepSucceeded, "Step", "%s: %s", rec.Machine, rec.Message)
+	log.FromContext(ctx).Info("Step succeeded", "message", rec.Message)
+	return ctrl.Result{Requeue: true}, nil
+}
+
+// failed ends the step, and with it the operation, as Failed, and gives
+// the budget back: the rollout stops there, and nothing else is touched.
+func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Result, error) {
+	rec := s.record()
+	if s.m != nil {
+		if err := s.r.budget.ReleaseForOperation(ctx, s.x.op.Name, s.m); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	rec.Phase = v1alpha1.OperationFailed
+	rec.CompletedAt = &s.x.now
+	rec.Message = fmt.Sprintf(format, args...)
+	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", rec.Machine, rec.Message)
+	log.FromContext(ctx).Info("Step failed", "message", rec.Message)
+	if s.x.op.Status.Phase == v1alpha1.OperationRunning {
+		s.r.fail(s.x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", rec.Machine, rec.Message)
+	}
+	return ctrl.Result{}, nil
+}
+
+// timedOut reports whether a Running step has waited longer than StepTimeout.
+func (s *step) timedOut() bool {
+	rec := s.record()
+	return rec.StartedAt != nil && s.x.now.Sub(rec.StartedAt.Time) > s.r.Options.StepTimeout
+}
+
+// takeNode checks that the step may take the node away, then takes the
+// cluster's disruption budget for it. It returns a reason to wait, or "".
+func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (string, error) {
+	if reason := s.othersNotReady(); reason != "" {
+		return reason, nil
+	}
+	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
+		if reason, err := s.etcdQuorumWithout(ctx); reason != "" || err != nil {
+			return reason, err
+		}
+	}
+	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action)
+	if err != nil {
+		return "", err
+	}
+	if holder != nil {
+		s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonWaitingForBudget,
+			"%s waits for the disruption budget of TalosCluster %s", s.m.Name, s.cluster.Name)
+		return "waiting for the disruption budget, held by " + describeHolder(holder), nil
+	}
+	return "", nil
+}
+
+// othersNotReady names the machines of the cluster, other than this step's,
+// that are not Ready: a machine this operation already took through its
+// step counts as Ready (its step checked the node itself). An operation
+// started past the ClusterHealth check does not wait for them.
+func (s *step) othersNotReady() string {
+	if meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden) {
+		return ""
+	}
+	done := map[string]bool{}
+	for _, rec := range s.x.op.Status.Steps {
+		done[rec.Machine] = rec.Phase == v1alpha1.OperationSucceeded
+	}
+	var names []string
+	for _, m := range s.machines {
+		if m.UID == s.m.UID || m.Status.Phase == v1alpha1.MachinePhaseReady || done[m.Name] {
+			continue
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", m.Name, phaseOf(m)))
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("waiting for every other machine to be Ready: %v", names)
+}
+
+func phaseOf(m *v1alpha1.TalosMachine) string {
+	if m.Status.Phase == "" {
+		return "new"
+	}
+	return string(m.Status.Phase)
+}
+
+func describeHolder(d *v1alpha1.DisruptionStatus) string {
+	if d.Operation != "" {
+		return fmt.Sprintf("%s for operation %s since %s", d.Machine, d.Operation, d.Since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s (%s) since %s", d.Machine, d.Action, d.Since.UTC().Format(time.RFC3339))
+}
+
+// clusterUnhealthy says why the cluster is not healthy enough for an
+// operation to start, or "": every approved machine Ready, and etcd
+// healthy (every control plane a voting member).
+func clusterUnhealthy(c *v1alpha1.TalosCluster, machines []*v1alpha1.TalosMachine) string {
+	var notReady []string
+	for _, m := range machines {
+		if m.Status.Phase != v1alpha1.MachinePhaseReady {
+			notReady = append(notReady, fmt.Sprintf("%s (%s)", m.Name, phaseOf(m)))
+		}
+	}
+	if len(notReady) > 0 {
+		return fmt.Sprintf("machines not Ready: %v", notReady)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionEtcdHealthy); cond == nil || cond.Status != metav1.ConditionTrue {
+		msg := "not reported yet"
+		if cond != nil {
+			msg = cond.Message
+		}
+		return "etcd is not healthy: " + msg
+	}
+	return ""
+}
+
+// everyMachine is the configured machines spec.machines names (every
+// configured machine when it names none): control planes first, then
+// workers, each by name.
+func everyMachine(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
+	return chooseTargets(op, machines, false)
+}
+
+// controlPlanes is everyMachine for etcd operations: control planes only.
+func controlPlanes(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
+	return chooseTargets(op, machines, true)
+}
+
+func chooseTargets(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine, onlyControlPlanes bool) ([]*v1alpha1.TalosMachine, error) {
+	byName := map[string]*v1alpha1.TalosMachine{}
+	for _, m := range machines {
+		byName[m.Name] = m
+	}
+	var chosen []*v1alpha1.TalosMachine
+	if len(op.Spec.Machines) == 0 {
+		for _, m := range machines {
+			if m.Status.AppliedConfig != nil && (!onlyControlPlanes || render.MachineRole(m) == v1alpha1.MachineRoleControlPlane) {
+				chosen = append(chosen, m)
+			}
+		}
+		if len(chosen) == 0 {
+			return nil, fmt.Errorf("TalosCluster %s has no configured machine to act on", op.Spec.ClusterName)
+		}
+	}
+	for _, name := range op.Spec.Machines {
+		m, ok := byName[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("spec.machines: %s is not an approved TalosMachine of TalosCluster %s in namespace %s", name, op.Spec.ClusterName, op.Namespace)
+		case m.Status.AppliedConfig == nil:
+			return nil, fmt.Errorf("spec.machines: %s is not configured yet", name)
+		case onlyControlPlanes && render.MachineRole(m) != v1alpha1.MachineRoleControlPlane:
+			return nil, fmt.Errorf("spec.machines: %s is a worker; %s acts on control planes only", name, op.Spec.Type)
+		}
+		chosen = append(chosen, m)
+	}
+	sortControlPlanesFirst(chosen)
+	return chosen, nil
+}
+
+// sortControlPlanesFirst orders machines as steps run: control planes, then
+// workers, each by name.
+func sortControlPlanesFirst(ms []*v1alpha1.TalosMachine) {
+	rank := func(m *v1alpha1.TalosMachine) int {
+		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(ms, func(a, b *v1alpha1.TalosMachine) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a.Name, b.Name))
+	})
+}

@@ -1,0 +1,213 @@
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/compatibility"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/imageref"
+	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// lifecycleAPI is the first Talos minor whose nodes serve
+// LifecycleService.Upgrade; older nodes upgrade through the legacy
+// MachineService.Upgrade, which reboots by itself.
+var lifecycleAPI = semver.MustParse("1.13.0")
+
+// startTalosUpgrade upgrades one node, as `talosctl upgrade` v1.13 does and
+// with Ichor's own checks first: a node at the version already is done; a
+// path the installer would refuse fails here, with its reason; the
+// installer image (the node's own installer repository at the new tag) is
+// pulled before the node is touched. Staged, the installer runs and the
+// step ends: the node runs the new version from its next reboot. Otherwise
+// the node waits for the cluster to allow it to go, forfeits etcd
+// leadership (a control plane), has the installer write the new version
+// and reboots into it.
+func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
+	params := s.x.op.Spec.TalosUpgrade
+	target := params.Version
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	running, err := s.node.Version(cctx)
+	if err != nil {
+		return s.wait("reading the node's Talos version: %v", err)
+	}
+	if running == target {
+		return s.done(ctx, "runs Talos %s already", target)
+	}
+	if err := upgradePath(running, target); err != nil {
+		return s.failed(ctx, "%v", err)
+	}
+	image, err := s.installerImage(cctx, target)
+	if err != nil {
+		return s.failed(ctx, "%v", err)
+	}
+	legacy := olderThan(running, lifecycleAPI)
+	if legacy && params.Stage {
+		return s.failed(ctx, "the node runs Talos %s, which stages upgrades only through the legacy API's reboot; upgrade it without stage", running)
+	}
+
+	ictx, icancel := context.WithTimeout(ctx, s.r.Options.InstallTimeout)
+	defer icancel()
+	if err := s.node.PullImage(ictx, image); err != nil {
+		return s.failed(ctx, "pull the installer: %v", err)
+	}
+	if params.Stage {
+		if err := s.node.Upgrade(ictx, image); err != nil {
+			return s.failed(ctx, "%v", installFailure(err))
+		}
+		return s.done(ctx, "staged Talos %s (%s): the node runs it from its next reboot", target, image)
+	}
+
+	prepare := func(cctx context.Context) error {
+		if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
+			if err := s.node.ForfeitEtcdLeadership(cctx); err != nil {
+				return err
+			}
+		}
+		if legacy {
+			return nil // the legacy call installs and reboots at once
+		}
+		return installFailure(s.node.Upgrade(ictx, image))
+	}
+	call := func(cctx context.Context) error {
+		if legacy {
+			return s.node.UpgradeLegacy(ictx, image)
+		}
+		return s.node.Reboot(cctx, false)
+	}
+	return s.reboot(ctx, fmt.Sprintf("upgrading Talos %s to %s", running, target), prepare, call)
+}
+
+// followTalosUpgrade waits for the node to be back at the new version,
+// then records the version the machine runs.
+func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
+	target := s.x.op.Spec.TalosUpgrade.Version
+	// The node still runs the boot the step recorded: the request was lost.
+	// The installer ran before the step was recorded, so a reboot is what
+	// is left, unless the node upgrades through the legacy call, which
+	// installs and reboots at once.
+	again := func(ctx context.Context) error {
+		running, err := s.node.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if olderThan(running, lifecycleAPI) {
+			image, err := s.installerImage(ctx, target)
+			if err != nil {
+				return err
+			}
+			return s.node.UpgradeLegacy(ctx, image)
+		}
+		return s.node.Reboot(ctx, false)
+	}
+	back, res, err := s.backFromReboot(ctx, again)
+	if !back || err != nil {
+		return res, err
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	running, err := s.node.Version(cctx)
+	if err != nil {
+		return s.wait("reading the node's Talos version: %v", err)
+	}
+	if running != target {
+		return s.failed(ctx, "the node rebooted into Talos %s, not %s: the installer's boot assets did not take", running, target)
+	}
+	if err := recordVersion(ctx, s.r.Client, s.m, running); err != nil {
+		return ctrl.Result{}, err
+	}
+	return s.done(ctx, "runs Talos %s and is ready", running)
+}
+
+// recordVersion applies the Talos version a machine runs to its status.
+// Intake recorded it from the maintenance API; once a machine is
+// configured intake no longer looks, so an upgrade takes the field over.
+func recordVersion(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine, version string) error {
+	obj := ichorac.TalosMachine(m.Name, m.Namespace).WithStatus(ichorac.TalosMachineStatus().WithTalosVersion(version))
+	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("record the Talos version of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return nil
+}
+
+// installerImage is the installer image of target: the repository of the
+// installer the node's config names (machine.install.image), or else the
+// controller's --install-image, at target's tag.
+func (s *step) installerImage(ctx context.Context, target string) (string, error) {
+	raw, err := s.node.Config(ctx)
+	if err != nil {
+		return "", fmt.Errorf("read the node's config for its installer image: %w", err)
+	}
+	cfg, err := configloader.NewFromBytes(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse the node's config: %w", err)
+	}
+	image := s.r.Options.InstallImage
+	if cfg.Machine() != nil && cfg.Machine().Install().Image() != "" {
+		image = cfg.Machine().Install().Image()
+	}
+	if image == "" {
+		return "", errors.New("no installer image is known: the node's config names none (machine.install.image) and ichor-controller runs without --install-image")
+	}
+	return imageref.WithTag(image, target), nil
+}
+
+// upgradePath refuses what the target's installer refuses: machinery's
+// table of the versions each release upgrades from (and downgrades to) for
+// the releases it knows; for a newer release, Talos's rule of upgrading
+// through every minor, and no downgrade.
+func upgradePath(running, target string) error {
+	t, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: target})
+	if err != nil {
+		return fmt.Errorf("spec.talosUpgrade.version %s: %w", target, err)
+	}
+	h, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: running})
+	if err != nil {
+		return fmt.Errorf("the node's version %s: %w", running, err)
+	}
+	err = t.UpgradeableFrom(h)
+	if err == nil {
+		return nil
+	}
+	if !strings.Contains(err.Error(), "are not supported") {
+		return fmt.Errorf("Talos's installer refuses this path: %w", err)
+	}
+	tv, hv := semver.MustParse(strings.TrimPrefix(t.String(), "v")), semver.MustParse(strings.TrimPrefix(h.String(), "v"))
+	switch {
+	case tv.LT(hv):
+		return fmt.Errorf("Talos %s is older than the %s the node runs; a downgrade is not supported", target, running)
+	case tv.Major != hv.Major || tv.Minor > hv.Minor+1:
+		return fmt.Errorf("Talos upgrades go through every minor release: upgrade from %s to the latest v%d.%d first", running, hv.Major, hv.Minor+1)
+	}
+	return nil
+}
+
+// olderThan reports whether version v is older than min.
+func olderThan(v string, min semver.Version) bool {
+	parsed, err := semver.ParseTolerant(v)
+	return err == nil && parsed.LT(min)
+}
+
+// installFailure words an installer that refused or failed.
+func installFailure(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ie *talos.InstallerError
+	if errors.As(err, &ie) {
+		return fmt.Errorf("the node refused the upgrade: %w", err)
+	}
+	return err
+}
