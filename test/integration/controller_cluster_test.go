@@ -109,12 +109,25 @@ type demoCluster struct {
 	impostor   *talossim.Node
 	machines   ichorv1.TalosMachineInterface
 	patches    ichorv1.TalosConfigPatchInterface
+	// registry is what the nodes can pull; nil: every installer of a Talos version.
+	registry *talossim.Registry
 	// rejoining is the node a deleted machine left, which a later step adds again.
 	rejoining *talossim.Node
 }
 
 // newDemoCluster builds demo: every machine pinned and decided.
-func newDemoCluster(t *testing.T) *demoCluster {
+func newDemoCluster(t *testing.T) *demoCluster { return newDemoClusterWith(t, demoSetup{}) }
+
+// demoSetup is what a test changes of demo's set-up.
+type demoSetup struct {
+	// tune changes the controller's options after demo's own.
+	tune func(*ctrlcmd.Options)
+	// registry is what the nodes can pull; nil: every installer of a Talos version.
+	registry *talossim.Registry
+}
+
+// newDemoClusterWith builds demo with setup's changes.
+func newDemoClusterWith(t *testing.T, setup demoSetup) *demoCluster {
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	t.Cleanup(cancel)
 	installControllerRBAC(ctx, t)
@@ -130,6 +143,9 @@ func newDemoCluster(t *testing.T) *demoCluster {
 		// Kubelet serving requests must be seen through the watch, not a timer.
 		o.KubeletServingPollInterval = time.Hour
 		o.CredentialRequestRetention = credentialRetention
+		if setup.tune != nil {
+			setup.tune(o)
+		}
 	}
 	parent := t
 	controller := runController(t, tune)
@@ -168,7 +184,7 @@ spec:
 		i++
 		nodes[name] = simNode(t, talossim.Options{
 			ListenAddress: fmt.Sprintf("127.0.3.%d:0", i), Kubernetes: kube, Etcd: etcd, Trustd: trustd,
-			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond,
+			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: setup.registry,
 		})
 		manifest += fmt.Sprintf(`---
 apiVersion: ichor.dev/v1alpha1
@@ -212,7 +228,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 	d := &demoCluster{
 		parent: parent, ctx: ctx, ns: ns, tune: tune, controller: controller, kube: kube, endpoint: endpoint,
 		etcd: etcd, trustd: trustd, roles: roles, nodes: nodes, names: names, rejected: rejected, impostor: impostor,
-		machines: machines, patches: patches,
+		machines: machines, patches: patches, registry: setup.registry,
 	}
 
 	// What the controller pinned is approved with kubectl and the approval

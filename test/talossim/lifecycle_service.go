@@ -260,3 +260,16 @@ func (n *Node) Version() string {
 
 	return n.sw.running
 }
+
+// InstallImage returns the installer image the config the node runs names (machine.install.image), or ""
+// without a config.
+func (n *Node) InstallImage() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if n.active == nil || n.active.Machine() == nil {
+		return ""
+	}
+
+	return n.active.Machine().Install().Image()
+}

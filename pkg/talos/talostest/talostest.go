@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"ichor.dev/ichor/pkg/talos"
@@ -30,9 +31,16 @@ type Node struct {
 	DBSize, DBSizeInUse int64
 	// Boots counts the boots Boot finished; the boot ID names the count.
 	Boots int
+	// TalosVersion is the version the node runs; empty reads v1.13.0.
+	TalosVersion string
+	// Staged is a version an upgrade installed; the next boot runs it.
+	Staged string
+	// RefuseUpgrade, when set, makes the installer exit 1 saying it.
+	RefuseUpgrade string
 	// Calls logs what was asked of the node: "maintenance-apply",
 	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
-	// force=<bool>", "etcd-defrag".
+	// force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
+	// "forfeit-leadership".
 	Calls []string
 }
 
@@ -188,6 +196,9 @@ func (d *Dialer) Boot() {
 		case "installing", "rebooting":
 			n.Stage = "running"
 			n.Boots++
+			if n.Staged != "" {
+				n.TalosVersion, n.Staged = n.Staged, ""
+			}
 		case "resetting":
 			n.Stage, n.Installed, n.Config, n.Etcd = "maintenance", false, nil, false
 		}
@@ -241,5 +252,52 @@ func (s *session) EtcdDefragment(context.Context) error {
 	}
 	s.n.Calls = append(s.n.Calls, "etcd-defrag")
 	s.n.DBSize = s.n.DBSizeInUse
+	return nil
+}
+
+func (s *session) Version(context.Context) (string, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return "", err
+	}
+	if s.n.TalosVersion == "" {
+		return "v1.13.0", nil
+	}
+	return s.n.TalosVersion, nil
+}
+
+func (s *session) PullImage(_ context.Context, ref string) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, "pull "+ref)
+	return nil
+}
+
+// Upgrade stages the version of the image's tag for the next boot.
+func (s *session) Upgrade(_ context.Context, image string) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, "upgrade "+image)
+	if s.n.RefuseUpgrade != "" {
+		return &talos.InstallerError{ExitCode: 1, Output: []string{s.n.RefuseUpgrade}}
+	}
+	s.n.Staged = image[strings.LastIndexByte(image, ':')+1:]
+	return nil
+}
+
+func (s *session) ForfeitEtcdLeadership(context.Context) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, "forfeit-leadership")
 	return nil
 }

@@ -1,0 +1,357 @@
+package operation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/talos/talostest"
+)
+
+// The runs of the reconciler against a fake client and fake Talos nodes, in
+// milliseconds: a rolling reboot and a Talos upgrade, each with the
+// controller "crashing" at every status write it makes, and the refusals.
+
+const ns = "ns"
+
+var now = time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+
+// fixture is a Ready cluster of three control planes and a worker, an
+// operation started on it, and the reconciler under test.
+type fixture struct {
+	t      *testing.T
+	client client.Client
+	dialer *talostest.Dialer
+	r      *Reconciler
+	// failWrite, when positive, fails that (1-based) status write of the
+	// operation, as a controller that crashed before it would.
+	failWrite, writes int
+	// mostAway is the most nodes seen away (rebooting) at once.
+	mostAway int
+}
+
+// bundle is the secrets bundle every fixture shares: generating one takes a while.
+var (
+	bundleOnce sync.Once
+	bundle     []byte
+	bundleErr  error
+)
+
+var machineNames = []string{"worker-1", "cp-2", "cp-1", "cp-3"} // not in step order, on purpose
+
+func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, corev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cond := func(t, r string) metav1.Condition {
+		return metav1.Condition{Type: t, Status: metav1.ConditionTrue, Reason: r, LastTransitionTime: metav1.NewTime(now)}
+	}
+	cluster := &v1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns, UID: "uid-demo", Generation: 1},
+		Spec: v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", KubernetesVersion: "v1.36.0",
+			ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"}},
+		Status: v1alpha1.TalosClusterStatus{Conditions: []metav1.Condition{
+			cond(v1alpha1.ClusterConditionSecretsReady, v1alpha1.ClusterReasonGenerated),
+			cond(v1alpha1.ClusterConditionEtcdHealthy, v1alpha1.ClusterReasonMembersHealthy),
+		}},
+	}
+	bundleOnce.Do(func() { bundle, bundleErr = clustersecrets.Generate("v1.13.0", now) })
+	if bundleErr != nil {
+		t.Fatal(bundleErr)
+	}
+	objs := []client.Object{cluster, op, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
+		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
+	}}
+	f := &fixture{t: t, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}}
+	for _, name := range machineNames {
+		role := v1alpha1.MachineRoleControlPlane
+		if strings.HasPrefix(name, "worker") {
+			role = v1alpha1.MachineRoleWorker
+		}
+		address := name + ":50000"
+		objs = append(objs, &v1alpha1.TalosMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Generation: 1},
+			Spec:       v1alpha1.TalosMachineSpec{ClusterName: "demo", Role: role, Address: address, Install: v1alpha1.InstallSpec{Disk: "/dev/sda"}},
+			Status: v1alpha1.TalosMachineStatus{
+				Phase:         v1alpha1.MachinePhaseReady,
+				NodeName:      "node-" + name,
+				Approval:      &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved, By: "olivia"},
+				Hardware:      &v1alpha1.HardwareStatus{UUID: name},
+				AppliedConfig: &v1alpha1.AppliedConfigStatus{Hash: "h", AppliedAt: metav1.NewTime(now)},
+			},
+		})
+		f.dialer.Nodes[address] = &talostest.Node{UUID: name, Installed: true, Stage: "running", Etcd: role == v1alpha1.MachineRoleControlPlane,
+			Config: []byte("version: v1alpha1\nmachine:\n  type: worker\n  install:\n    image: siderolabs/installer:v1.13.0\n")}
+	}
+	f.client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.TalosCluster{}, &v1alpha1.TalosMachine{}, &v1alpha1.TalosOperation{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if _, ok := obj.(*v1alpha1.TalosOperation); ok && sub == "status" {
+					f.writes++
+					if f.writes == f.failWrite {
+						return errors.New("injected: the controller stopped before this write")
+					}
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			},
+			// The fake serves no finalizers subresource: write them through the object.
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				if sub == "finalizers" {
+					return c.Patch(ctx, obj, patch)
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	f.r = &Reconciler{
+		Client: f.client, APIReader: f.client, Secrets: f.client, Dialer: f.dialer,
+		Recorder: events.NewFakeRecorder(1000), Options: Options{}.withDefaults(),
+		Now: func() time.Time { return now },
+	}
+	f.r.budget = &disruption.Budget{Client: f.client, Reader: f.client, Now: f.r.Now}
+	return f
+}
+
+func started(name string, spec v1alpha1.TalosOperationSpec) *v1alpha1.TalosOperation {
+	at := metav1.NewTime(now)
+	return &v1alpha1.TalosOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Generation: 1},
+		Spec:       spec,
+		Status:     v1alpha1.TalosOperationStatus{Phase: v1alpha1.OperationPending, StartedBy: "olivia", StartedAt: &at},
+	}
+}
+
+// run reconciles the operation until it ends, booting the nodes that
+// rebooted after each reconcile, and returns it.
+func (f *fixture) run(name string) *v1alpha1.TalosOperation {
+	f.t.Helper()
+	ctx := context.Background()
+	for range 200 {
+		_, err := f.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+		if err != nil && !strings.Contains(err.Error(), "injected") {
+			f.t.Fatalf("reconcile: %v", err)
+		}
+		away := 0
+		for _, n := range f.dialer.Nodes {
+			if n.Stage != "running" {
+				away++
+			}
+		}
+		f.mostAway = max(f.mostAway, away)
+		f.dialer.Boot()
+		op := f.get(name)
+		if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
+			return op
+		}
+	}
+	f.t.Fatalf("operation %s did not end: %+v", name, f.get(name).Status)
+	return nil
+}
+
+func (f *fixture) get(name string) *v1alpha1.TalosOperation {
+	f.t.Helper()
+	var op v1alpha1.TalosOperation
+	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &op); err != nil {
+		f.t.Fatal(err)
+	}
+	return &op
+}
+
+func (f *fixture) node(name string) *talostest.Node { return f.dialer.Nodes[name+":50000"] }
+
+func (f *fixture) budgetFree() bool {
+	var c v1alpha1.TalosCluster
+	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
+		f.t.Fatal(err)
+	}
+	return c.Status.Disruption == nil
+}
+
+func stepMachines(op *v1alpha1.TalosOperation) []string {
+	var out []string
+	for _, s := range op.Status.Steps {
+		out = append(out, s.Machine)
+	}
+	return out
+}
+
+// TestRebootSurvivesACrashAtEveryWrite: whichever status write is lost, the
+// rolling reboot ends Succeeded with every node booted exactly once, one at
+// a time, control planes first, and the budget free.
+func TestRebootSurvivesACrashAtEveryWrite(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot}))
+			f.failWrite = fail
+			op := f.run("reboot")
+			if fail == 0 {
+				total = f.writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			if got := stepMachines(op); !slices.Equal(got, []string{"cp-1", "cp-2", "cp-3", "worker-1"}) {
+				t.Errorf("steps %v, want control planes first", got)
+			}
+			for _, name := range machineNames {
+				if n := f.node(name); n.Boots != 1 {
+					t.Errorf("%s booted %d times (calls %v)", name, n.Boots, n.Calls)
+				}
+			}
+			if f.mostAway != 1 {
+				t.Errorf("%d nodes away at once", f.mostAway)
+			}
+			if !f.budgetFree() {
+				t.Error("the budget is still held")
+			}
+			if !meta.IsStatusConditionTrue(op.Status.Conditions, v1alpha1.OperationConditionSucceeded) || len(op.Finalizers) != 0 {
+				t.Errorf("conditions %+v, finalizers %v", op.Status.Conditions, op.Finalizers)
+			}
+		})
+	}
+	if total < 10 {
+		t.Fatalf("only %d status writes: the crash points were not exercised", total)
+	}
+}
+
+// TestUpgradeSurvivesACrashAtEveryWrite: the same for a Talos upgrade, which
+// also pulls and runs the installer on each node once before its reboot.
+func TestUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			f := newFixture(t, started("upgrade", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade,
+				TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}}))
+			f.failWrite = fail
+			op := f.run("upgrade")
+			if fail == 0 {
+				total = f.writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			for _, name := range machineNames {
+				n := f.node(name)
+				if n.Boots != 1 || n.TalosVersion != "v1.13.1" {
+					t.Errorf("%s booted %d times, runs %q (calls %v)", name, n.Boots, n.TalosVersion, n.Calls)
+				}
+				if !slices.Contains(n.Calls, "pull siderolabs/installer:v1.13.1") || !slices.Contains(n.Calls, "upgrade siderolabs/installer:v1.13.1") {
+					t.Errorf("%s calls %v", name, n.Calls)
+				}
+				if strings.HasPrefix(name, "cp") != slices.Contains(n.Calls, "forfeit-leadership") {
+					t.Errorf("%s forfeits leadership: calls %v", name, n.Calls)
+				}
+				var m v1alpha1.TalosMachine
+				if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil || m.Status.TalosVersion != "v1.13.1" {
+					t.Errorf("%s records Talos %q, %v", name, m.Status.TalosVersion, err)
+				}
+			}
+			if f.mostAway != 1 || !f.budgetFree() {
+				t.Errorf("%d nodes away at once; budget free %v", f.mostAway, f.budgetFree())
+			}
+		})
+	}
+}
+
+// TestUpgradeRefusedByTheInstaller: the step of the node whose installer
+// exits non-zero fails, with its output; no later step starts.
+func TestUpgradeRefusedByTheInstaller(t *testing.T) {
+	f := newFixture(t, started("upgrade", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade,
+		TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}}))
+	f.node("cp-2").RefuseUpgrade = "the system disk is read-only"
+	op := f.run("upgrade")
+	phases := map[string]v1alpha1.OperationPhase{}
+	for _, s := range op.Status.Steps {
+		phases[s.Machine] = s.Phase
+		if s.Machine == "cp-2" && !strings.Contains(s.Message, "the node refused the upgrade") && !strings.Contains(s.Message, "read-only") {
+			t.Errorf("cp-2's step says %q", s.Message)
+		}
+	}
+	if op.Status.Phase != v1alpha1.OperationFailed || phases["cp-1"] != v1alpha1.OperationSucceeded || phases["cp-2"] != v1alpha1.OperationFailed ||
+		phases["cp-3"] != v1alpha1.OperationPending || phases["worker-1"] != v1alpha1.OperationPending {
+		t.Errorf("phase %s, steps %v", op.Status.Phase, phases)
+	}
+	if f.node("cp-2").Boots != 0 || f.node("cp-3").Boots != 0 || !f.budgetFree() {
+		t.Errorf("cp-2 booted %d, cp-3 %d times; budget free %v", f.node("cp-2").Boots, f.node("cp-3").Boots, f.budgetFree())
+	}
+}
+
+// TestQuorumHoldsAControlPlaneBack: with another control plane's etcd
+// member down, a control plane's step waits, saying why, and takes nothing.
+func TestQuorumHoldsAControlPlaneBack(t *testing.T) {
+	f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot,
+		Machines: []string{"cp-1"}}))
+	f.node("cp-3").Stage = "resetting" // its API refuses every call
+	// Started past the health check, so that only quorum decides.
+	op := f.get("reboot")
+	meta.SetStatusCondition(&op.Status.Conditions, metav1.Condition{Type: v1alpha1.OperationConditionHealthOverridden, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.OperationReasonOverridden, LastTransitionTime: metav1.NewTime(now)})
+	op.Status.Phase = v1alpha1.OperationRunning
+	op.Status.Steps = []v1alpha1.OperationStep{{Machine: "cp-1", Phase: v1alpha1.OperationPending}}
+	if err := f.client.Status().Update(context.Background(), op); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "reboot"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op = f.get("reboot")
+	if s := op.Status.Steps[0]; s.Phase != v1alpha1.OperationPending || !strings.Contains(s.Message, "etcd would lose its quorum without cp-1") {
+		t.Errorf("step %+v", s)
+	}
+	if f.node("cp-1").Stage != "running" || len(f.node("cp-1").Calls) != 0 || !f.budgetFree() {
+		t.Errorf("cp-1 %s, calls %v; budget free %v", f.node("cp-1").Stage, f.node("cp-1").Calls, f.budgetFree())
+	}
+}
+
+// TestOneOperationPerCluster: a second started operation waits Pending while
+// the first runs.
+func TestOneOperationPerCluster(t *testing.T) {
+	f := newFixture(t, started("first", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot}))
+	second := started("second", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationEtcdDefrag})
+	if err := f.client.Create(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		if _, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	op := f.get("second")
+	c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionProgressing)
+	if op.Status.Phase != v1alpha1.OperationPending || c == nil || c.Reason != v1alpha1.OperationReasonWaitingForOperation || !strings.Contains(c.Message, "first") {
+		t.Errorf("second: %s, %+v", op.Status.Phase, c)
+	}
+	if f.run("first").Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatal("first did not succeed")
+	}
+	if op := f.run("second"); op.Status.Phase != v1alpha1.OperationSucceeded || len(op.Status.Steps) != 3 {
+		t.Errorf("second: %+v", op.Status)
+	}
+}

@@ -1,0 +1,474 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// operationStepTimeout is how long a node may take to come back from an
+// operation's reboot in these tests: a node that never boots fails its
+// step after it.
+const operationStepTimeout = 15 * time.Second
+
+// TestControllerRunsOperations: day-2 operations on a Ready 3+2 cluster,
+// started with kubectl as an operator (or an admin where the API says so)
+// and run by the controller through the real machinery client: a rolling
+// reboot, a Talos upgrade through ImageService.Pull and
+// LifecycleService.Upgrade, an etcd defragmentation, the refusals and the
+// faults. Each disruptive run is checked against the nodes' timestamped
+// phase history: at most one node away at any moment, so the three control
+// planes keep etcd's quorum.
+func TestControllerRunsOperations(t *testing.T) {
+	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2",
+		"siderolabs/installer:v1.11.0")
+	d := newDemoClusterWith(t, demoSetup{registry: registry, tune: func(o *ctrlcmd.Options) {
+		o.InstallImage = "siderolabs/installer:v1.13.0"
+		o.OperationPollInterval = 250 * time.Millisecond
+		o.OperationStepTimeout = operationStepTimeout
+	}})
+	t.Run("three control planes and two workers become Ready", d.becomesReady)
+	t.Run("an operator reboots the cluster one node at a time", d.rollingReboot)
+	t.Run("an operator upgrades Talos one node at a time, and new configs follow", d.talosUpgrade)
+	t.Run("upgrades Talos refuses are refused with the reason, touching nothing", d.upgradeRefusals)
+	t.Run("an operation naming a machine of another cluster fails at once", d.foreignMachine)
+	t.Run("etcd is defragmented one member at a time", d.etcdDefrag)
+	t.Run("a controller killed mid-upgrade resumes on the same step", d.upgradeSurvivesRestart)
+	t.Run("a node that refuses the upgrade fails only its step", d.upgradeRefusedByNode)
+	t.Run("a deleted operation stops after its step in flight", d.deletedOperationStops)
+	t.Run("a node that never comes back stops the rollout", d.nodeNeverBack)
+	t.Run("an unhealthy cluster starts nothing unless an admin overrides", d.unhealthyClusterWaits)
+}
+
+// createOperation creates a TalosOperation with kubectl as who.
+func (d *demoCluster) createOperation(t *testing.T, who []string, name, spec string) {
+	t.Helper()
+	manifest := fmt.Sprintf("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: %s, namespace: %s}\nspec:\n%s\n",
+		name, d.ns, indent(strings.TrimSpace(spec), "  "))
+	if out, err := cp.KubectlWithInput(d.ctx, []byte(manifest), append(who, "apply", "-f", "-")...); err != nil {
+		t.Fatalf("kubectl apply TalosOperation %s: %v\n%s", name, err, out)
+	}
+}
+
+// startOperation starts an operation with its start subresource, as the README shows.
+func (d *demoCluster) startOperation(t *testing.T, who []string, name string) {
+	t.Helper()
+	out, err := cp.KubectlWithInput(d.ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosOperation"}`),
+		append(who, "create", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosoperations/"+name+"/start", "-f", "-")...)
+	if err != nil {
+		t.Fatalf("start %s: %v\n%s", name, err, out)
+	}
+}
+
+// waitOperation waits until done holds for operation name.
+func (d *demoCluster) waitOperation(t *testing.T, name, what string, done func(*v1alpha1.TalosOperation) bool) *v1alpha1.TalosOperation {
+	t.Helper()
+	var last *v1alpha1.TalosOperation
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		op, err := apiClient(t).IchorV1alpha1().TalosOperations(d.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = op
+		return done(op), nil
+	})
+	if err != nil {
+		t.Fatalf("operation %s: %s: %v; status %s", name, what, err, describeOperation(last))
+	}
+	return last
+}
+
+// waitOperationEnds waits until operation name ended, and wants it in phase want.
+func (d *demoCluster) waitOperationEnds(t *testing.T, name string, want v1alpha1.OperationPhase) *v1alpha1.TalosOperation {
+	t.Helper()
+	op := d.waitOperation(t, name, "ended", func(op *v1alpha1.TalosOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed
+	})
+	if op.Status.Phase != want {
+		t.Fatalf("operation %s ended %s, want %s: %s", name, op.Status.Phase, want, describeOperation(op))
+	}
+	return op
+}
+
+func describeOperation(op *v1alpha1.TalosOperation) string {
+	if op == nil {
+		return "<never read>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s", op.Status.Phase)
+	for _, c := range op.Status.Conditions {
+		fmt.Fprintf(&b, "; %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+	}
+	for _, s := range op.Status.Steps {
+		fmt.Fprintf(&b, "\n  step %s %s: %s", s.Machine, s.Phase, s.Message)
+	}
+	return b.String()
+}
+
+// stepOrder is the machines of op's steps in the order they started.
+func stepOrder(op *v1alpha1.TalosOperation) []string {
+	steps := slices.Clone(op.Status.Steps)
+	slices.SortStableFunc(steps, func(a, b v1alpha1.OperationStep) int {
+		if a.StartedAt == nil || b.StartedAt == nil {
+			return 0
+		}
+		return a.StartedAt.Compare(b.StartedAt.Time)
+	})
+	var names []string
+	for _, s := range steps {
+		names = append(names, s.Machine)
+	}
+	return names
+}
+
+// versions is the Talos version each of demo's nodes runs.
+func (d *demoCluster) versions() map[string]string {
+	out := map[string]string{}
+	for name, n := range d.nodes {
+		out[name] = n.Version()
+	}
+	return out
+}
+
+// rollingReboot: an operator reboots the cluster one node at a time.
+func (d *demoCluster) rollingReboot(t *testing.T) {
+	ctx := d.ctx
+	before, since := d.reboots(), time.Now()
+	d.createOperation(t, operator, "reboot-all", "clusterName: demo\ntype: reboot")
+	// Created Pending: nothing runs until it is started.
+	if op := d.waitOperation(t, "reboot-all", "pending", func(op *v1alpha1.TalosOperation) bool { return true }); op.Status.Phase != v1alpha1.OperationPending {
+		t.Fatalf("a created operation is %s", op.Status.Phase)
+	}
+	d.startOperation(t, operator, "reboot-all")
+	if out, err := cp.Kubectl(ctx, append(operator, "wait", "-n", d.ns, "--for=condition=Succeeded", "talosoperation/reboot-all", "--timeout=180s")...); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Succeeded: %v\n%s\n%s", err, out,
+			describeOperation(d.waitOperation(t, "reboot-all", "read", func(*v1alpha1.TalosOperation) bool { return true })))
+	}
+	op := d.waitOperationEnds(t, "reboot-all", v1alpha1.OperationSucceeded)
+	if got, want := stepOrder(op), []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}; !slices.Equal(got, want) {
+		t.Errorf("steps ran in the order %v, want control planes first: %v", got, want)
+	}
+	rebootedOnce(t, before, d.reboots())
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+	}
+	for _, s := range op.Status.Steps {
+		if s.BootID == "" || s.StartedAt == nil || s.CompletedAt == nil || s.Phase != v1alpha1.OperationSucceeded {
+			t.Errorf("step %+v", s)
+		}
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	out := mustKubectl(ctx, t, append(operator, "get", "talosoperations", "-n", d.ns, "reboot-all")...)
+	if !strings.Contains(out, "PROGRESS") || !strings.Contains(out, "5/5") || !strings.Contains(out, "Succeeded") {
+		t.Errorf("kubectl get talosoperations:\n%s", out)
+	}
+	for _, name := range []string{"cp-1", "worker-2"} {
+		waitEventSaying(ctx, t, d.ns, "reboot-all", corev1.EventTypeNormal, "StepSucceeded", name+": rebooted")
+	}
+}
+
+// talosUpgrade: an operator upgrades Talos one node at a time; the rendered
+// installer image follows the new version, without another reboot.
+func (d *demoCluster) talosUpgrade(t *testing.T) {
+	ctx := d.ctx
+	before, since := d.reboots(), time.Now()
+	d.createOperation(t, operator, "upgrade-1-13-1", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.13.1}")
+	d.startOperation(t, operator, "upgrade-1-13-1")
+	// Progress shows while it runs.
+	d.waitOperation(t, "upgrade-1-13-1", "a step running", func(op *v1alpha1.TalosOperation) bool {
+		return op.Status.Phase == v1alpha1.OperationRunning && slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
+			return s.Phase == v1alpha1.OperationRunning
+		})
+	})
+	op := d.waitOperationEnds(t, "upgrade-1-13-1", v1alpha1.OperationSucceeded)
+	if got, want := stepOrder(op), []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}; !slices.Equal(got, want) {
+		t.Errorf("steps ran in the order %v, want %v", got, want)
+	}
+	for name, v := range d.versions() {
+		if v != "v1.13.1" {
+			t.Errorf("%s runs Talos %s after the upgrade", name, v)
+		}
+	}
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+	}
+	rebootedOnce(t, before, d.reboots())
+	for name := range d.nodes {
+		waitMachine(ctx, t, d.ns, name, "reports Talos v1.13.1", func(m *v1alpha1.TalosMachine) bool { return m.Status.TalosVersion == "v1.13.1" })
+	}
+	waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	// The cluster now runs v1.13.1, so every config's installer image moves
+	// there too: a no-reboot change, so a machine added later installs it.
+	for name, n := range d.nodes {
+		waitMachine(ctx, t, d.ns, name, "runs a config with the v1.13.1 installer", func(*v1alpha1.TalosMachine) bool {
+			return n.InstallImage() == "siderolabs/installer:v1.13.1"
+		})
+	}
+	if after := d.reboots(); !maps.Equal(after, func() map[string]int {
+		m := maps.Clone(before)
+		for k := range m {
+			m[k]++
+		}
+		return m
+	}()) {
+		t.Errorf("the installer image change rebooted nodes: before %v, after %v", before, after)
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+}
+
+// upgradeRefusals: a downgrade, an image that cannot be pulled and an
+// unknown version end the operation Failed at its first step, with the
+// reason, and no node is touched.
+func (d *demoCluster) upgradeRefusals(t *testing.T) {
+	before := d.reboots()
+	for _, tc := range []struct{ name, version, want string }{
+		{"downgrade", "v1.11.0", "refuses this path"},
+		{"unpullable", "v1.13.9", "pull the installer"},
+		{"skips-minors", "v1.15.0", "upgrades go through every minor release"},
+	} {
+		d.createOperation(t, operator, tc.name, "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: "+tc.version+"}")
+		d.startOperation(t, operator, tc.name)
+		op := d.waitOperationEnds(t, tc.name, v1alpha1.OperationFailed)
+		first := op.Status.Steps[0]
+		if first.Phase != v1alpha1.OperationFailed || !strings.Contains(first.Message, tc.want) {
+			t.Errorf("%s: first step %+v, want Failed saying %q", tc.name, first, tc.want)
+		}
+		for _, s := range op.Status.Steps[1:] {
+			if s.Phase != v1alpha1.OperationPending {
+				t.Errorf("%s: step %+v ran after the first failed", tc.name, s)
+			}
+		}
+		if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.OperationReasonStepFailed {
+			t.Errorf("%s: Succeeded condition %+v", tc.name, c)
+		}
+		waitEventSaying(d.ctx, t, d.ns, tc.name, corev1.EventTypeWarning, "StepFailed", tc.want)
+	}
+	if after := d.reboots(); !maps.Equal(before, after) {
+		t.Errorf("refused upgrades rebooted nodes: before %v, after %v", before, after)
+	}
+	for name, v := range d.versions() {
+		if v != "v1.13.1" {
+			t.Errorf("%s runs %s after refused upgrades", name, v)
+		}
+	}
+	// A version that is not one is refused at create, with the field.
+	out, err := cp.KubectlWithInput(d.ctx, []byte(fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
+kind: TalosOperation
+metadata: {name: not-a-version, namespace: %s}
+spec: {clusterName: demo, type: talos-upgrade, talosUpgrade: {version: latest}}
+`, d.ns)), append(operator, "apply", "-f", "-")...)
+	if err == nil || !strings.Contains(out, "spec.talosUpgrade.version") {
+		t.Errorf("an upgrade to %q: %v\n%s", "latest", err, out)
+	}
+}
+
+// foreignMachine: an operation naming a machine of another cluster fails at once.
+func (d *demoCluster) foreignMachine(t *testing.T) {
+	before := d.reboots()
+	d.createOperation(t, operator, "reboot-foreign", "clusterName: demo\ntype: reboot\nmachines: [worker-1, rejected]")
+	d.startOperation(t, operator, "reboot-foreign")
+	op := d.waitOperationEnds(t, "reboot-foreign", v1alpha1.OperationFailed)
+	c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded)
+	if c == nil || c.Reason != v1alpha1.OperationReasonInvalidTarget || !strings.Contains(c.Message, "rejected is not an approved TalosMachine of TalosCluster demo") {
+		t.Errorf("Succeeded condition %+v", c)
+	}
+	if len(op.Status.Steps) != 0 {
+		t.Errorf("steps %+v of an operation that could not start", op.Status.Steps)
+	}
+	if after := d.reboots(); !maps.Equal(before, after) {
+		t.Errorf("nodes rebooted: before %v, after %v", before, after)
+	}
+}
+
+// etcdDefrag: etcd is defragmented one member at a time, on the control planes only.
+func (d *demoCluster) etcdDefrag(t *testing.T) {
+	d.createOperation(t, operator, "defrag", "clusterName: demo\ntype: etcd-defrag")
+	d.startOperation(t, operator, "defrag")
+	op := d.waitOperationEnds(t, "defrag", v1alpha1.OperationSucceeded)
+	if got := stepOrder(op); !slices.Equal(got, []string{"cp-1", "cp-2", "cp-3"}) {
+		t.Errorf("defragmented %v, want the three control planes in order", got)
+	}
+	for _, s := range op.Status.Steps {
+		if !strings.Contains(s.Message, "defragmented member") || !strings.Contains(s.Message, "in use") {
+			t.Errorf("step %+v does not report the database", s)
+		}
+	}
+	waitBudgetFree(d.ctx, t, d.ns, "demo")
+}
+
+// upgradeSurvivesRestart: the controller stopped while a control plane is
+// away for its upgrade resumes on that step: every node is upgraded and
+// rebooted exactly once, one at a time.
+func (d *demoCluster) upgradeSurvivesRestart(t *testing.T) {
+	before, since := d.reboots(), time.Now()
+	d.createOperation(t, operator, "upgrade-1-13-2", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.13.2}")
+	d.startOperation(t, operator, "upgrade-1-13-2")
+	var inFlight string
+	d.waitOperation(t, "upgrade-1-13-2", "cp-2's step running with its node away", func(op *v1alpha1.TalosOperation) bool {
+		for _, s := range op.Status.Steps {
+			if s.Machine == "cp-2" && s.Phase == v1alpha1.OperationRunning && d.nodes["cp-2"].Phase() != talossim.PhaseRunning {
+				inFlight = s.Machine
+				return true
+			}
+		}
+		return false
+	})
+	d.controller.stop()
+	t.Logf("stopped the controller while %s is away for its upgrade", inFlight)
+	d.controller = runController(d.parent, d.tune)
+	op := d.waitOperationEnds(t, "upgrade-1-13-2", v1alpha1.OperationSucceeded)
+	rebootedOnce(t, before, d.reboots())
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("at most %d nodes were away at once (%s), want exactly 1", most, when)
+	}
+	for name, v := range d.versions() {
+		if v != "v1.13.2" {
+			t.Errorf("%s runs %s", name, v)
+		}
+	}
+	if got := stepOrder(op); !slices.Equal(got, []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}) {
+		t.Errorf("steps %v", got)
+	}
+	waitBudgetFree(d.ctx, t, d.ns, "demo")
+}
+
+// upgradeRefusedByNode: a node whose installer fails fails only its step;
+// the rollout stops there and the next node is not touched.
+func (d *demoCluster) upgradeRefusedByNode(t *testing.T) {
+	d.registry.Add("siderolabs/installer:v1.13.3")
+	if err := d.nodes["worker-1"].SetFaults(talossim.Faults{UpgradeFails: "cannot write the system disk"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.nodes["worker-1"].SetFaults(talossim.Faults{}) })
+	before := d.reboots()
+	d.createOperation(t, operator, "upgrade-1-13-3", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.13.3}")
+	d.startOperation(t, operator, "upgrade-1-13-3")
+	op := d.waitOperationEnds(t, "upgrade-1-13-3", v1alpha1.OperationFailed)
+	phases := map[string]v1alpha1.OperationPhase{}
+	for _, s := range op.Status.Steps {
+		phases[s.Machine] = s.Phase
+	}
+	want := map[string]v1alpha1.OperationPhase{"cp-1": "Succeeded", "cp-2": "Succeeded", "cp-3": "Succeeded", "worker-1": "Failed", "worker-2": "Pending"}
+	if !maps.Equal(phases, want) {
+		t.Errorf("steps %v, want %v\n%s", phases, want, describeOperation(op))
+	}
+	waitEventSaying(d.ctx, t, d.ns, "upgrade-1-13-3", corev1.EventTypeWarning, "StepFailed", "cannot write the system disk")
+	after := d.reboots()
+	if after["worker-1"] != before["worker-1"] || after["worker-2"] != before["worker-2"] {
+		t.Errorf("the workers rebooted: before %v, after %v", before, after)
+	}
+	if v := d.nodes["worker-2"].Version(); v != "v1.13.2" {
+		t.Errorf("worker-2, after the failed step, runs %s", v)
+	}
+	waitBudgetFree(d.ctx, t, d.ns, "demo")
+}
+
+// deletedOperationStops: deleting a running operation stops it after the
+// step in flight: the object stays until that node is back, and no other
+// node is rebooted.
+func (d *demoCluster) deletedOperationStops(t *testing.T) {
+	waitCluster(d.ctx, t, d.ns, "demo", v1alpha1.ClusterConditionMachinesReady, metav1.ConditionTrue, v1alpha1.ClusterReasonAllReady)
+	before := d.reboots()
+	d.createOperation(t, operator, "reboot-deleted", "clusterName: demo\ntype: reboot")
+	d.startOperation(t, operator, "reboot-deleted")
+	d.waitOperation(t, "reboot-deleted", "cp-1's step running", func(op *v1alpha1.TalosOperation) bool {
+		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning
+	})
+	mustKubectl(d.ctx, t, append(operator, "delete", "talosoperation", "-n", d.ns, "reboot-deleted", "--wait=true", "--timeout=120s")...)
+	if _, err := apiClient(t).IchorV1alpha1().TalosOperations(d.ns).Get(d.ctx, "reboot-deleted", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the deleted operation is still there: %v", err)
+	}
+	if d.nodes["cp-1"].Phase() != talossim.PhaseRunning {
+		t.Errorf("the operation was gone before cp-1 was back: %s", d.nodes["cp-1"].Phase())
+	}
+	after := d.reboots()
+	for name := range d.nodes {
+		want := before[name]
+		if name == "cp-1" {
+			want++
+		}
+		if after[name] != want {
+			t.Errorf("%s rebooted %d times, want %d", name, after[name]-before[name], want-before[name])
+		}
+	}
+	waitEventSaying(d.ctx, t, d.ns, "reboot-deleted", corev1.EventTypeNormal, "Stopped", "stopped after the step in flight")
+	waitBudgetFree(d.ctx, t, d.ns, "demo")
+}
+
+// nodeNeverBack: a node that does not come back from its reboot fails its
+// step after the step timeout; the rollout stops, and nothing else is touched.
+func (d *demoCluster) nodeNeverBack(t *testing.T) {
+	waitCluster(d.ctx, t, d.ns, "demo", v1alpha1.ClusterConditionMachinesReady, metav1.ConditionTrue, v1alpha1.ClusterReasonAllReady)
+	if err := d.nodes["worker-1"].SetFaults(talossim.Faults{NeverBoots: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := d.reboots()
+	d.createOperation(t, operator, "reboot-workers", "clusterName: demo\ntype: reboot\nmachines: [worker-1, worker-2]")
+	d.startOperation(t, operator, "reboot-workers")
+	op := d.waitOperationEnds(t, "reboot-workers", v1alpha1.OperationFailed)
+	first, second := op.Status.Steps[0], op.Status.Steps[1]
+	if first.Machine != "worker-1" || first.Phase != v1alpha1.OperationFailed || !strings.Contains(first.Message, "did not come back within") {
+		t.Errorf("first step %+v", first)
+	}
+	if second.Phase != v1alpha1.OperationPending {
+		t.Errorf("second step %+v ran", second)
+	}
+	if after := d.reboots(); after["worker-2"] != before["worker-2"] {
+		t.Errorf("worker-2 rebooted after worker-1 failed")
+	}
+	waitBudgetFree(d.ctx, t, d.ns, "demo")
+}
+
+// unhealthyClusterWaits: with worker-1 still off, a started operation waits
+// Pending, saying why; an operator cannot let it past the check; an admin
+// can, through the cluster's override, and the operation uses it up.
+func (d *demoCluster) unhealthyClusterWaits(t *testing.T) {
+	ctx := d.ctx
+	waitMachine(ctx, t, d.ns, "worker-1", "not Ready", func(m *v1alpha1.TalosMachine) bool { return m.Status.Phase != v1alpha1.MachinePhaseReady })
+	d.createOperation(t, operator, "reboot-worker-2", "clusterName: demo\ntype: reboot\nmachines: [worker-2]")
+	d.startOperation(t, operator, "reboot-worker-2")
+	d.waitOperation(t, "reboot-worker-2", "waiting for a healthy cluster", func(op *v1alpha1.TalosOperation) bool {
+		c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionProgressing)
+		return op.Status.Phase == v1alpha1.OperationPending && c != nil && c.Reason == v1alpha1.OperationReasonClusterNotHealthy &&
+			strings.Contains(c.Message, "worker-1")
+	})
+	override := []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"Override","check":"ClusterHealth","reason":"worker-1 is being replaced"}`)
+	path := "/apis/ichor.dev/v1alpha1/namespaces/" + d.ns + "/talosclusters/demo/override"
+	if out, err := cp.KubectlWithInput(ctx, override, append(operator, "create", "--raw", path, "-f", "-")...); err == nil || !strings.Contains(out, "override") {
+		t.Fatalf("an operator's override: %v\n%s", err, out)
+	}
+	if out, err := cp.KubectlWithInput(ctx, override, append(admin, "create", "--raw", path, "-f", "-")...); err != nil {
+		t.Fatalf("an admin's override: %v\n%s", err, out)
+	}
+	op := d.waitOperationEnds(t, "reboot-worker-2", v1alpha1.OperationSucceeded)
+	if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden); c == nil || !strings.Contains(c.Message, "carol") {
+		t.Errorf("ClusterHealthOverridden %+v, want it naming carol", c)
+	}
+	waitEventSaying(ctx, t, d.ns, "reboot-worker-2", corev1.EventTypeWarning, "OverrideUsed", "worker-1 is being replaced")
+	c, err := apiClient(t).IchorV1alpha1().TalosClusters(d.ns).Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil || c.Status.Override != nil {
+		t.Errorf("the override after it was used: %+v, %v", c.Status.Override, err)
+	}
+	// worker-1 comes back; the cluster heals.
+	if err := d.nodes["worker-1"].SetFaults(talossim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.nodes["worker-1"].PowerOn(); err != nil {
+		t.Fatal(err)
+	}
+	waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionMachinesReady, metav1.ConditionTrue, v1alpha1.ClusterReasonAllReady)
+}
