@@ -78,7 +78,7 @@ func (n *machineryNode) PullImage(ctx context.Context, ref string) error {
 func (n *machineryNode) Upgrade(ctx context.Context, image string) error {
 	stream, err := n.c.LifecycleClient.Upgrade(ctx, &machineapi.LifecycleServiceUpgradeRequest{
 		Containerd: systemContainerd,
-		Source: &machineapi.InstallArtifactsSource{ImageName: image},
+		Source:     &machineapi.InstallArtifactsSource{ImageName: image},
 	})
 	if err != nil {
 		return n.v.explain("upgrade to "+image, err)
