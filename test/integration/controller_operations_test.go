@@ -92,6 +92,31 @@ func (d *demoCluster) waitOperation(t *testing.T, name, what string, done func(*
 	return last
 }
 
+// watchOperation watches operation name until cond holds for a version of
+// it: a watch sees every status write, so a short-lived state cannot slip
+// between two polls.
+func (d *demoCluster) watchOperation(t *testing.T, name, what string, cond func(*v1alpha1.TalosOperation) bool) *v1alpha1.TalosOperation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(d.ctx, clusterWait)
+	defer cancel()
+	w, err := apiClient(t).IchorV1alpha1().TalosOperations(d.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var last *v1alpha1.TalosOperation
+	for ev := range w.ResultChan() {
+		if op, ok := ev.Object.(*v1alpha1.TalosOperation); ok {
+			last = op
+			if cond(op) {
+				return op
+			}
+		}
+	}
+	t.Fatalf("operation %s: the watch ended before %s; last %s", name, what, describeOperation(last))
+	return nil
+}
+
 // waitOperationEnds waits until operation name ended, and wants it in phase want.
 func (d *demoCluster) waitOperationEnds(t *testing.T, name string, want v1alpha1.OperationPhase) *v1alpha1.TalosOperation {
 	t.Helper()
@@ -317,18 +342,11 @@ func (d *demoCluster) upgradeSurvivesRestart(t *testing.T) {
 	before, since := d.reboots(), time.Now()
 	d.createOperation(t, operator, "upgrade-1-13-2", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.13.2}")
 	d.startOperation(t, operator, "upgrade-1-13-2")
-	var inFlight string
-	d.waitOperation(t, "upgrade-1-13-2", "cp-2's step running with its node away", func(op *v1alpha1.TalosOperation) bool {
-		for _, s := range op.Status.Steps {
-			if s.Machine == "cp-2" && s.Phase == v1alpha1.OperationRunning && d.nodes["cp-2"].Phase() != talossim.PhaseRunning {
-				inFlight = s.Machine
-				return true
-			}
-		}
-		return false
-	})
+	inFlight := d.watchOperation(t, "upgrade-1-13-2", "cp-2's step running", func(op *v1alpha1.TalosOperation) bool {
+		return len(op.Status.Steps) > 1 && op.Status.Steps[1].Phase == v1alpha1.OperationRunning
+	}).Status.Steps[1].Machine
 	d.controller.stop()
-	t.Logf("stopped the controller while %s is away for its upgrade", inFlight)
+	t.Logf("stopped the controller while %s's upgrade step runs (node %s)", inFlight, d.nodes[inFlight].Phase())
 	d.controller = runController(d.parent, d.tune)
 	op := d.waitOperationEnds(t, "upgrade-1-13-2", v1alpha1.OperationSucceeded)
 	rebootedOnce(t, before, d.reboots())
@@ -385,7 +403,7 @@ func (d *demoCluster) deletedOperationStops(t *testing.T) {
 	before := d.reboots()
 	d.createOperation(t, operator, "reboot-deleted", "clusterName: demo\ntype: reboot")
 	d.startOperation(t, operator, "reboot-deleted")
-	d.waitOperation(t, "reboot-deleted", "cp-1's step running", func(op *v1alpha1.TalosOperation) bool {
+	d.watchOperation(t, "reboot-deleted", "cp-1's step running", func(op *v1alpha1.TalosOperation) bool {
 		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning
 	})
 	mustKubectl(d.ctx, t, append(operator, "delete", "talosoperation", "-n", d.ns, "reboot-deleted", "--wait=true", "--timeout=120s")...)
