@@ -85,6 +85,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosoperations":                 operations.Store,
 		"talosoperations/status":          operations.Status,
 		"talosoperations/start":           operations.Actions[talosoperation.StartSubresource],
+		"talosoperations/finalizers":      operations.Subresources["finalizers"],
 		"taloscredentialrequests":         credentials.Store,
 		"taloscredentialrequests/status":  credentials.Status,
 		"machinereclaims":                 reclaims.Store,

@@ -296,7 +296,7 @@ kind: TalosOperation
 metadata: {name: not-a-version, namespace: %s}
 spec: {clusterName: demo, type: talos-upgrade, talosUpgrade: {version: latest}}
 `, d.ns)), append(operator, "apply", "-f", "-")...)
-	if err == nil || !strings.Contains(out, "spec.talosUpgrade.version") {
+	if err == nil || !strings.Contains(fmt.Sprint(err, out), "spec.talosUpgrade.version") {
 		t.Errorf("an upgrade to %q: %v\n%s", "latest", err, out)
 	}
 }
@@ -466,7 +466,7 @@ func (d *demoCluster) unhealthyClusterWaits(t *testing.T) {
 	})
 	override := []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"Override","check":"ClusterHealth","reason":"worker-1 is being replaced"}`)
 	path := "/apis/ichor.dev/v1alpha1/namespaces/" + d.ns + "/talosclusters/demo/override"
-	if out, err := cp.KubectlWithInput(ctx, override, append(operator, "create", "--raw", path, "-f", "-")...); err == nil || !strings.Contains(out, "override") {
+	if out, err := cp.KubectlWithInput(ctx, override, append(operator, "create", "--raw", path, "-f", "-")...); err == nil || !strings.Contains(fmt.Sprint(err, out), "override") {
 		t.Fatalf("an operator's override: %v\n%s", err, out)
 	}
 	if out, err := cp.KubectlWithInput(ctx, override, append(admin, "create", "--raw", path, "-f", "-")...); err != nil {

@@ -12,11 +12,8 @@ import (
 // answers nothing else meanwhile: it holds the budget, like a reboot, and
 // is taken only while etcd keeps its quorum without the member.
 func startEtcdDefrag(ctx context.Context, s *step) (ctrl.Result, error) {
-	if wait, err := s.takeNode(ctx, v1alpha1.DisruptionEtcdDefrag); wait != "" || err != nil {
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		return s.wait("%s", wait)
+	if ok, res, err := s.mayTake(ctx, v1alpha1.DisruptionEtcdDefrag); !ok {
+		return res, err
 	}
 	if err := s.begin(ctx, "", "defragmenting the etcd member"); err != nil {
 		return ctrl.Result{}, err

@@ -32,11 +32,8 @@ func followReboot(ctx context.Context, s *step) (ctrl.Result, error) {
 // can be done again if the controller stops during it), records the step
 // as Running with the boot ID, and then calls.
 func (s *step) reboot(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
-	if wait, err := s.takeNode(ctx, v1alpha1.DisruptionReboot); wait != "" || err != nil {
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		return s.wait("%s", wait)
+	if ok, res, err := s.mayTake(ctx, v1alpha1.DisruptionReboot); !ok {
+		return res, err
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -58,7 +55,7 @@ func (s *step) reboot(ctx context.Context, what string, prepare, call func(conte
 	if err := call(cctx); err != nil {
 		return s.failed(ctx, "%v", err)
 	}
-	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
 }
 
 // backFromReboot reports whether the node of a Running step is back: it

@@ -63,9 +63,13 @@ type Options struct {
 	CallTimeout time.Duration
 	// InstallTimeout bounds pulling the installer image and running it. Default 15m.
 	InstallTimeout time.Duration
-	// PollInterval is how often a step in flight, or a waiting operation,
-	// is looked at. Default 2s.
+	// PollInterval is how often a started operation that waits (for the
+	// cluster, another operation, the budget) is looked at. Default 2s.
 	PollInterval time.Duration
+	// StepPollInterval is how often the node of a step in flight is looked
+	// at: one node per cluster at a time, so often enough that noticing a
+	// node is back adds little to its own reboot time. Default 250ms.
+	StepPollInterval time.Duration
 	// StepTimeout is how long a node may take to come back from its reboot
 	// before its step fails. Default 15m.
 	StepTimeout time.Duration
@@ -87,6 +91,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.InstallTimeout, 15*time.Minute)
 	def(&o.PollInterval, 2*time.Second)
+	def(&o.StepPollInterval, 250*time.Millisecond)
 	def(&o.StepTimeout, 15*time.Minute)
 	def(&o.CredentialTTL, 10*time.Minute)
 	if o.MaxConcurrentReconciles <= 0 {
@@ -115,7 +120,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler. It wakes on a started,
 // created or deleted operation; steps in flight and waiting operations are
-// looked at again every PollInterval.
+// looked at again every StepPollInterval, or PollInterval.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Now == nil {

@@ -120,18 +120,34 @@ func (s *step) begin(ctx context.Context, bootID, format string, args ...any) er
 	return nil
 }
 
-// wait leaves the step as it is, saying what it waits for.
+// wait leaves the step as it is, saying what it waits for. A Pending step
+// that waits to start says so in the operation's Progressing condition,
+// with reason.
 func (s *step) wait(format string, args ...any) (ctrl.Result, error) {
+	return s.waitFor(v1alpha1.OperationReasonClusterNotHealthy, format, args...)
+}
+
+func (s *step) waitFor(reason, format string, args ...any) (ctrl.Result, error) {
 	rec := s.record()
 	rec.Message = fmt.Sprintf(format, args...)
-	if rec.Phase == v1alpha1.OperationPending {
-		reason := v1alpha1.OperationReasonClusterNotHealthy
-		if c := findCondition(s.x.op, v1alpha1.OperationConditionProgressing); c != nil && c.Reason == v1alpha1.OperationReasonWaitingForBudget {
-			reason = c.Reason
-		}
-		s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, reason, "%s: %s", rec.Machine, rec.Message)
+	if rec.Phase != v1alpha1.OperationPending {
+		return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
 	}
+	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, reason, "%s: %s", rec.Machine, rec.Message)
 	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// mayTake takes the node away for action (takeNode), or waits saying why not.
+func (s *step) mayTake(ctx context.Context, action v1alpha1.DisruptionAction) (bool, ctrl.Result, error) {
+	reason, msg, err := s.takeNode(ctx, action)
+	if err != nil {
+		return false, ctrl.Result{}, err
+	}
+	if msg != "" {
+		res, err := s.waitFor(reason, "%s", msg)
+		return false, res, err
+	}
+	return true, ctrl.Result{}, nil
 }
 
 // done ends the step as Succeeded and gives the budget back.
@@ -177,26 +193,25 @@ func (s *step) timedOut() bool {
 }
 
 // takeNode checks that the step may take the node away, then takes the
-// cluster's disruption budget for it. It returns a reason to wait, or "".
-func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (string, error) {
-	if reason := s.othersNotReady(); reason != "" {
-		return reason, nil
+// cluster's disruption budget for it. It returns the reason and message of
+// a wait, or "".
+func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (string, string, error) {
+	if msg := s.othersNotReady(); msg != "" {
+		return v1alpha1.OperationReasonClusterNotHealthy, msg, nil
 	}
 	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
-		if reason, err := s.etcdQuorumWithout(ctx); reason != "" || err != nil {
-			return reason, err
+		if msg, err := s.etcdQuorumWithout(ctx); msg != "" || err != nil {
+			return v1alpha1.OperationReasonClusterNotHealthy, msg, err
 		}
 	}
 	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if holder != nil {
-		s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonWaitingForBudget,
-			"%s waits for the disruption budget of TalosCluster %s", s.m.Name, s.cluster.Name)
-		return "waiting for the disruption budget, held by " + describeHolder(holder), nil
+		return v1alpha1.OperationReasonWaitingForBudget, "waiting for the disruption budget, held by " + describeHolder(holder), nil
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // othersNotReady names the machines of the cluster, other than this step's,
