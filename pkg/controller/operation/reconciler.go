@@ -384,27 +384,36 @@ func (r *Reconciler) runningOn(ctx context.Context, op *v1alpha1.TalosOperation)
 	return "", nil
 }
 
+// addFinalizer adds Finalizer through the finalizers subresource. The
+// patch's answer replaces only the metadata of op: its status may hold
+// what this reconcile has not written yet.
 func (r *Reconciler) addFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
 	if controllerutil.ContainsFinalizer(op, Finalizer) {
 		return nil
 	}
-	orig := op.DeepCopy()
-	controllerutil.AddFinalizer(op, Finalizer)
-	if err := r.Client.SubResource("finalizers").Patch(ctx, op, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	patched := op.DeepCopy()
+	controllerutil.AddFinalizer(patched, Finalizer)
+	if err := r.Client.SubResource("finalizers").Patch(ctx, patched, client.MergeFromWithOptions(op, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("add finalizer %s to TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
 	}
+	op.Finalizers, op.ResourceVersion = patched.Finalizers, patched.ResourceVersion
 	return nil
 }
 
+// removeFinalizer is addFinalizer's opposite.
 func (r *Reconciler) removeFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
 	if !controllerutil.ContainsFinalizer(op, Finalizer) {
 		return nil
 	}
-	orig := op.DeepCopy()
-	controllerutil.RemoveFinalizer(op, Finalizer)
-	err := r.Client.SubResource("finalizers").Patch(ctx, op, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	patched := op.DeepCopy()
+	controllerutil.RemoveFinalizer(patched, Finalizer)
+	err := r.Client.SubResource("finalizers").Patch(ctx, patched, client.MergeFromWithOptions(op, client.MergeFromWithOptimisticLock{}))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer %s from TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
+	}
+	op.Finalizers = patched.Finalizers
+	if err == nil {
+		op.ResourceVersion = patched.ResourceVersion
 	}
 	return nil
 }

@@ -355,3 +355,48 @@ func TestOneOperationPerCluster(t *testing.T) {
 		t.Errorf("second: %+v", op.Status)
 	}
 }
+
+// TestClusterHealthOverride: on a cluster with a machine not Ready, a
+// started operation waits, saying why, until an admin's ClusterHealth
+// override, which it records and uses up; its steps then do not wait for
+// that machine.
+func TestClusterHealthOverride(t *testing.T) {
+	f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot,
+		Machines: []string{"cp-1"}}))
+	ctx := context.Background()
+	var m v1alpha1.TalosMachine
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "worker-1"}, &m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Phase = v1alpha1.MachinePhaseUnreachable
+	if err := f.client.Status().Update(ctx, &m); err != nil {
+		t.Fatal(err)
+	}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "reboot"}}
+	if _, err := f.r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	op := f.get("reboot")
+	if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionProgressing); op.Status.Phase != v1alpha1.OperationPending ||
+		c == nil || c.Reason != v1alpha1.OperationReasonClusterNotHealthy || !strings.Contains(c.Message, "worker-1 (Unreachable)") {
+		t.Fatalf("before the override: %s, %+v", op.Status.Phase, c)
+	}
+	var c v1alpha1.TalosCluster
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Override = &v1alpha1.OverrideStatus{Check: v1alpha1.CheckClusterHealth, Reason: "worker-1 is being replaced", By: "carol", At: metav1.NewTime(now)}
+	if err := f.client.Status().Update(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	op = f.run("reboot")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("after the override: %+v", op.Status)
+	}
+	if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden); c == nil || !strings.Contains(c.Message, "carol") {
+		t.Errorf("ClusterHealthOverridden %+v", c)
+	}
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil || c.Status.Override != nil {
+		t.Errorf("the override after use: %+v, %v", c.Status.Override, err)
+	}
+}

@@ -1,0 +1,213 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// upgradeRebootDelay is each simulated node's own reboot time in the
+// upgrade benchmark: the floor of a rolling upgrade is the sum of them.
+const upgradeRebootDelay = 2 * time.Second
+
+// BenchmarkTalosUpgradeRollout measures a rolling Talos upgrade of three
+// control planes and n workers whose nodes each take upgradeRebootDelay to
+// reboot, one node at a time as the operation runs it. The floor is the
+// sum of the time the nodes actually spent away (from their timestamped
+// phase history); the benchmark reports the total, the floor, their ratio
+// and Ichor's overhead in percent of the floor, and the test process's
+// CPU time and peak heap during the rollout (an upper bound for the
+// controller's: the process also runs ichor-apiserver and the simulated
+// nodes). Run: go test ./test/integration -run '^$' -bench TalosUpgradeRollout -benchtime 1x
+func BenchmarkTalosUpgradeRollout(b *testing.B) {
+	for _, workers := range []int{10, 100} {
+		b.Run(fmt.Sprintf("controlplanes=3,workers=%d", workers), func(b *testing.B) {
+			for range b.N {
+				r := upgradeRollout(b, workers)
+				b.ReportMetric(r.total.Seconds(), "total-s")
+				b.ReportMetric(r.floor.Seconds(), "floor-s")
+				b.ReportMetric(r.total.Seconds()/r.floor.Seconds(), "total/floor")
+				b.ReportMetric(100*(r.total.Seconds()-r.floor.Seconds())/r.floor.Seconds(), "overhead-%")
+				b.ReportMetric(r.cpu.Seconds(), "process-cpu-s")
+				b.ReportMetric(float64(r.peakHeap)/(1<<20), "peak-heap-MiB")
+			}
+		})
+	}
+}
+
+type rolloutResult struct {
+	total, floor, cpu time.Duration
+	peakHeap          uint64
+}
+
+func upgradeRollout(b *testing.B, workers int) rolloutResult {
+	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, b)
+	ns := cp.Namespace(b)
+	bindControllerSecrets(ctx, b, ns)
+	runController(b, func(o *ctrlcmd.Options) {
+		o.MachineRecheckInterval = time.Minute
+		o.MachineHealthInterval = 10 * time.Second
+		o.MachineConcurrency = 16
+		o.InstallImage = "siderolabs/installer:v1.13.0"
+	})
+	binDir, err := harness.BinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	kube := &talossim.Kubernetes{BinDir: binDir, Dir: b.TempDir()}
+	b.Cleanup(kube.Stop)
+	ports, err := proc.FreePorts("127.0.6.250", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("https://127.0.6.250:%d", ports[0])
+	mustApply(ctx, b, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: rollout, namespace: %s}
+spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "%s"}}
+`, ns, endpoint))
+
+	etcd, trustd := &talossim.EtcdCluster{Name: "rollout"}, talossim.NewTrustd()
+	machines := apiClient(b).IchorV1alpha1().TalosMachines(ns)
+	addr := netip.MustParseAddr("127.0.7.0")
+	n := 3 + workers
+	names := make([]string, n)
+	nodes := map[string]*talossim.Node{}
+	for i := range n {
+		addr = addr.Next()
+		names[i] = fmt.Sprintf("n%04d", i)
+		nodes[names[i]] = simNode(b, talossim.Options{
+			ListenAddress: addr.String() + ":0", Kubernetes: kube, Etcd: etcd, Trustd: trustd,
+			InstallDelay: 10 * time.Millisecond, RebootDelay: upgradeRebootDelay,
+		})
+		role := v1alpha1.MachineRoleWorker
+		if i < 3 {
+			role = v1alpha1.MachineRoleControlPlane
+		}
+		m := &v1alpha1.TalosMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
+			Spec: v1alpha1.TalosMachineSpec{ClusterName: "rollout", Role: role, Address: nodes[names[i]].Addr(), Hostname: names[i],
+				Install: v1alpha1.InstallSpec{Disk: "/dev/sda"}},
+		}
+		if _, err := machines.Create(ctx, m, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		m := waitMachineFor(ctx, b, ns, name, 10*time.Minute, "pinned", func(m *v1alpha1.TalosMachine) bool { return m.Status.Maintenance != nil })
+		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
+		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitClusterFor(ctx, b, ns, "rollout", 20*time.Minute, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+
+	mustApply(ctx, b, fmt.Sprintf(`
+apiVersion: ichor.dev/v1alpha1
+kind: TalosOperation
+metadata: {name: upgrade, namespace: %s}
+spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: v1.13.1}}
+`, ns))
+	ops := apiClient(b).IchorV1alpha1().TalosOperations(ns)
+
+	stopHeap := make(chan struct{})
+	peak := make(chan uint64, 1)
+	go func() {
+		var top uint64
+		var ms runtime.MemStats
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			top = max(top, ms.HeapAlloc)
+			select {
+			case <-stopHeap:
+				peak <- top
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	cpuBefore := processCPU()
+	b.ResetTimer()
+	start := time.Now()
+	if _, err := ops.Start(ctx, "upgrade", &v1alpha1.TalosOperation{}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	var last *v1alpha1.TalosOperation
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		op, err := ops.Get(ctx, "upgrade", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = op
+		return op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed, nil
+	})
+	total := time.Since(start)
+	b.StopTimer()
+	cpu := processCPU() - cpuBefore
+	close(stopHeap)
+	if err != nil || last.Status.Phase != v1alpha1.OperationSucceeded {
+		b.Fatalf("the upgrade did not succeed: %v; %s", err, describeOperation(last))
+	}
+	var floor time.Duration
+	var away []time.Duration
+	for name, node := range nodes {
+		d := timeAway(node, start)
+		if d == 0 {
+			b.Fatalf("%s never went away", name)
+		}
+		floor += d
+		away = append(away, d)
+	}
+	slices.Sort(away)
+	b.Logf("%d nodes upgraded in %s; each away %s…%s, %s in all", n, total.Round(time.Millisecond),
+		away[0].Round(time.Millisecond), away[len(away)-1].Round(time.Millisecond), floor.Round(time.Millisecond))
+	return rolloutResult{total: total, floor: floor, cpu: cpu, peakHeap: <-peak}
+}
+
+// timeAway is how long node was not running since since.
+func timeAway(n *talossim.Node, since time.Time) time.Duration {
+	var total time.Duration
+	var awaySince time.Time
+	for _, c := range n.PhaseChanges() {
+		if c.At.Before(since) {
+			continue
+		}
+		away := c.Phase != talossim.PhaseRunning
+		switch {
+		case away && awaySince.IsZero():
+			awaySince = c.At
+		case !away && !awaySince.IsZero():
+			total += c.At.Sub(awaySince)
+			awaySince = time.Time{}
+		}
+	}
+	return total
+}
+
+// processCPU is the user and system CPU time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
