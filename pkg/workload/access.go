@@ -31,13 +31,18 @@ const fieldManager = "ichor-controller"
 const setupTTL = 5 * time.Minute
 
 // ControllerRules are everything ichor-controller may do in a managed
-// cluster: read nodes (health and counts), and approve kubelet serving
-// certificates, which needs reading CSRs, updating their approval and the
-// approve verb on exactly that signer. No Secret, no write to any object
+// cluster: read nodes (health and counts); cordon and drain a node before
+// an operation reboots it, which needs patching nodes, listing pods and
+// evicting them (through the Eviction API, so PodDisruptionBudgets hold);
+// and approve kubelet serving certificates, which needs reading CSRs,
+// updating their approval and the approve verb on exactly that signer. No
+// Secret, no pod deletion but by eviction, no write to any other object
 // but a CSR's approval, nothing on another signer.
 func ControllerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{KubeletServingSigner}, Verbs: []string{"approve"}},

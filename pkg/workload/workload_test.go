@@ -67,7 +67,8 @@ func TestClientConfigSignsAShortLivedClientCertificate(t *testing.T) {
 
 // TestControllerRulesStayLeast fails when the controller's role in managed
 // clusters grows: on certificates.k8s.io it holds exactly what approving
-// kubelet serving certificates needs, and elsewhere only reads nodes.
+// kubelet serving certificates needs; elsewhere it reads and patches nodes
+// (cordon), lists pods and evicts them (drain), and deletes nothing.
 func TestControllerRulesStayLeast(t *testing.T) {
 	type rule struct{ group, resource, name, verb string }
 	var got []rule
@@ -87,7 +88,8 @@ func TestControllerRulesStayLeast(t *testing.T) {
 		}
 	}
 	want := []rule{
-		{"", "nodes", "", "get"}, {"", "nodes", "", "list"}, {"", "nodes", "", "watch"},
+		{"", "nodes", "", "get"}, {"", "nodes", "", "list"}, {"", "nodes", "", "watch"}, {"", "nodes", "", "patch"},
+		{"", "pods", "", "list"}, {"", "pods/eviction", "", "create"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "get"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "list"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "watch"},

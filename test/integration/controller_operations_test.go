@@ -14,9 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/workload"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -172,6 +175,20 @@ func (d *demoCluster) versions() map[string]string {
 // rollingReboot: an operator reboots the cluster one node at a time.
 func (d *demoCluster) rollingReboot(t *testing.T) {
 	ctx := d.ctx
+	// A pod runs on worker-2 in the cluster: the reboot drains it first, through the Eviction API.
+	rc, _ := d.bootstrapAccess(t)
+	wl := kubernetes.NewForConfigOrDie(rc)
+	if _, err := wl.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{NodeName: "worker-2", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "web", Image: "web:1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	before, since := d.reboots(), time.Now()
 	d.createOperation(t, operator, "reboot-all", "clusterName: demo\ntype: reboot")
 	// Created Pending: nothing runs until it is started.
@@ -203,6 +220,18 @@ func (d *demoCluster) rollingReboot(t *testing.T) {
 	}
 	for _, name := range []string{"cp-1", "worker-2"} {
 		waitEventSaying(ctx, t, d.ns, "reboot-all", corev1.EventTypeNormal, "StepSucceeded", name+": rebooted")
+	}
+	if _, err := wl.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod on worker-2 after the drain: %v", err)
+	}
+	nodes, err := wl.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable || n.Annotations[workload.CordonAnnotation] != "" {
+			t.Errorf("Node %s left cordoned: %v %v", n.Name, n.Spec.Unschedulable, n.Annotations)
+		}
 	}
 }
 

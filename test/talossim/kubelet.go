@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"ichor.dev/ichor/pkg/talosdocs"
 )
@@ -258,7 +259,33 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 		return true, nil
 	})
 
-	<-ctx.Done()
+	// The pods bound to the node run nothing here, so the kubelet's part in their deletion is all there is:
+	// a pod asked to leave (evicted, or deleted gracefully) is removed for good, as the kubelet does once
+	// its containers stopped.
+	_ = wait.PollUntilContextCancel(ctx, kubeletRetryInterval, true, func(ctx context.Context) (bool, error) {
+		finishTerminatingPods(ctx, client, spec.nodeName)
+
+		return false, nil
+	})
+}
+
+// finishTerminatingPods deletes, with no grace left, the pods of node that are being deleted.
+func finishTerminatingPods(ctx context.Context, client kubernetes.Interface, node string) {
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return
+	}
+
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			continue
+		}
+
+		_ = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{ //nolint:errcheck // retried next round
+			GracePeriodSeconds: ptr.To[int64](0),
+			Preconditions:      metav1.NewUIDPreconditions(string(p.UID)),
+		})
+	}
 }
 
 // kubeletServingCertificate returns the serving certificate source: the certificate manager of the

@@ -13,7 +13,11 @@ import (
 // may go away.
 func startReboot(ctx context.Context, s *step) (ctrl.Result, error) {
 	force := s.x.op.Spec.Reboot != nil && s.x.op.Spec.Reboot.Force
-	return s.reboot(ctx, "rebooting", nil, func(ctx context.Context) error { return s.node.Reboot(ctx, force) })
+	var prepare func(context.Context) error
+	if !force {
+		prepare = s.drain
+	}
+	return s.reboot(ctx, "rebooting", prepare, func(ctx context.Context) error { return s.node.Reboot(ctx, force) })
 }
 
 // followReboot waits for the node to be back from its reboot.
@@ -23,7 +27,10 @@ func followReboot(ctx context.Context, s *step) (ctrl.Result, error) {
 	if !back || err != nil {
 		return res, err
 	}
-	return s.done(ctx, "rebooted: the node runs a new boot and is ready")
+	if back, res, err := s.nodeBack(ctx); !back || err != nil {
+		return res, err
+	}
+	return s.done(ctx, "rebooted: the node runs a new boot and its Node is Ready")
 }
 
 // reboot takes the node away with call, which makes it reboot: it waits
@@ -41,7 +48,11 @@ func (s *step) reboot(ctx context.Context, what string, prepare, call func(conte
 		return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 	}
 	if prepare != nil {
-		if err := prepare(ctx); err != nil {
+		err := prepare(ctx)
+		if w, ok := asWait(err); ok {
+			return s.waitFor(w.reason, "%s", w.msg)
+		}
+		if err != nil {
 			return s.failed(ctx, "%v", err)
 		}
 	}

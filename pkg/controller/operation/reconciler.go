@@ -27,11 +27,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -114,6 +116,10 @@ type Reconciler struct {
 	Options  Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Workload opens a managed cluster's API at endpoint as the controller's
+	// own identity there; nil signs a short-lived client certificate from
+	// the bundle (package workload). Tests give a fake.
+	Workload func(bundle *secrets.Bundle, endpoint string) (kubernetes.Interface, error)
 
 	budget *disruption.Budget
 }

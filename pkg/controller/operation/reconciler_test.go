@@ -10,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +30,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/talos/talostest"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // The runs of the reconciler against a fake client and fake Talos nodes, in
@@ -47,6 +53,8 @@ type fixture struct {
 	failWrite, writes int
 	// mostAway is the most nodes seen away (rebooting) at once.
 	mostAway int
+	// kube is the managed cluster's API.
+	kube *kubefake.Clientset
 }
 
 // bundle is the secrets bundle every fixture shares: generating one takes a while.
@@ -133,6 +141,15 @@ func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
 		Now: func() time.Time { return now },
 	}
 	f.r.budget = &disruption.Budget{Client: f.client, Reader: f.client, Now: f.r.Now}
+	// The managed cluster's API: every Node Ready, reported after any reboot.
+	var nodes []runtime.Object
+	for _, name := range machineNames {
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + name}, Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(now.Add(time.Hour))}},
+		}})
+	}
+	f.kube = kubefake.NewClientset(nodes...)
+	f.r.Workload = func(*secrets.Bundle, string) (kubernetes.Interface, error) { return f.kube, nil }
 	return f
 }
 
@@ -228,6 +245,12 @@ func TestRebootSurvivesACrashAtEveryWrite(t *testing.T) {
 			}
 			if !f.budgetFree() {
 				t.Error("the budget is still held")
+			}
+			for _, name := range machineNames {
+				n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "node-"+name, metav1.GetOptions{})
+				if err != nil || n.Spec.Unschedulable || n.Annotations[workload.CordonAnnotation] != "" {
+					t.Errorf("Node of %s left cordoned: %+v, %v", name, n, err)
+				}
 			}
 			if !meta.IsStatusConditionTrue(op.Status.Conditions, v1alpha1.OperationConditionSucceeded) || len(op.Finalizers) != 0 {
 				t.Errorf("conditions %+v, finalizers %v", op.Status.Conditions, op.Finalizers)
@@ -398,5 +421,61 @@ func TestClusterHealthOverride(t *testing.T) {
 	}
 	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil || c.Status.Override != nil {
 		t.Errorf("the override after use: %+v, %v", c.Status.Override, err)
+	}
+}
+
+// TestRebootDrainsTheNode: before its reboot a node is cordoned and its
+// pods evicted (not its DaemonSet and static pods); afterwards it is
+// uncordoned. A Node an admin cordoned stays cordoned.
+func TestRebootDrainsTheNode(t *testing.T) {
+	f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot,
+		Machines: []string{"cp-1", "cp-2"}}))
+	ctx := context.Background()
+	yes := true
+	for _, p := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"}, Spec: corev1.PodSpec{NodeName: "node-cp-1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "kube-system", OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", Controller: &yes}}},
+			Spec: corev1.PodSpec{NodeName: "node-cp-1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-cp-1", Namespace: "kube-system", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "x"}},
+			Spec: corev1.PodSpec{NodeName: "node-cp-1"}},
+	} {
+		if _, err := f.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp2, err := f.kube.CoreV1().Nodes().Get(ctx, "node-cp-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp2.Spec.Unschedulable = true // an admin's cordon
+	if _, err := f.kube.CoreV1().Nodes().Update(ctx, cp2, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var evicted []string
+	f.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if n, _ := f.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", "node-cp-1"); !n.(*corev1.Node).Spec.Unschedulable {
+			t.Errorf("pod %s evicted from a Node that is not cordoned", ev.Name)
+		}
+		if f.node("cp-1").Stage != "running" {
+			t.Errorf("pod %s evicted after the reboot began", ev.Name)
+		}
+		evicted = append(evicted, ev.Namespace+"/"+ev.Name)
+		return true, nil, f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	})
+	if op := f.run("reboot"); op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("%+v", op.Status)
+	}
+	if !slices.Equal(evicted, []string{"apps/web"}) {
+		t.Errorf("evicted %v, want only apps/web", evicted)
+	}
+	for node, want := range map[string]bool{"node-cp-1": false, "node-cp-2": true} {
+		n, err := f.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil || n.Spec.Unschedulable != want {
+			t.Errorf("%s unschedulable=%v, want %v (%v)", node, n.Spec.Unschedulable, want, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,6 +51,7 @@ type step struct {
 	machines []*v1alpha1.TalosMachine
 	node     talos.Node
 	creds    talos.Credentials
+	bundle   *secrets.Bundle
 }
 
 func (s *step) record() *v1alpha1.OperationStep { return &s.x.op.Status.Steps[s.i] }
@@ -80,11 +82,10 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 	if s.m == nil || s.m.Status.AppliedConfig == nil {
 		return s.failed(ctx, "TalosMachine %s is gone from TalosCluster %s, or no longer configured", rec.Machine, cluster.Name)
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
-	if err != nil {
+	if s.bundle, err = clustersecrets.Load(ctx, r.Secrets, cluster); err != nil {
 		return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
 	}
-	if s.creds, err = talos.MintCredentials(bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
+	if s.creds, err = talos.MintCredentials(s.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.node, err = r.Dialer.Configured(ctx, s.m.Spec.Address, s.creds); err != nil {

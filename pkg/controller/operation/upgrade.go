@@ -71,6 +71,9 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	}
 
 	prepare := func(cctx context.Context) error {
+		if err := s.drain(cctx); err != nil {
+			return err
+		}
 		if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
 			if err := s.node.ForfeitEtcdLeadership(cctx); err != nil {
 				return err
@@ -124,6 +127,9 @@ func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	}
 	if running != target {
 		return s.failed(ctx, "the node rebooted into Talos %s, not %s: the installer's boot assets did not take", running, target)
+	}
+	if back, res, err := s.nodeBack(ctx); !back || err != nil {
+		return res, err
 	}
 	if err := recordVersion(ctx, s.r.Client, s.m, running); err != nil {
 		return ctrl.Result{}, err

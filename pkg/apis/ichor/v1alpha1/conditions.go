@@ -214,6 +214,7 @@ const (
 	OperationReasonStopped             = "Stopped"
 	OperationReasonCompleted           = "Completed"
 	OperationReasonOverridden          = "Overridden"
+	OperationReasonDraining            = "Draining"
 )
 
 // The condition the start and reclaim actions set on a TalosOperation or a
