@@ -70,7 +70,7 @@ type Options struct {
 	PollInterval time.Duration
 	// StepPollInterval is how often the node of a step in flight is looked
 	// at: one node per cluster at a time, so often enough that noticing a
-	// node is back adds little to its own reboot time. Default 250ms.
+	// node is back adds little to its own reboot time. Default 100ms.
 	StepPollInterval time.Duration
 	// StepTimeout is how long a node may take to come back from its reboot
 	// before its step fails. Default 15m.
@@ -93,7 +93,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.InstallTimeout, 15*time.Minute)
 	def(&o.PollInterval, 2*time.Second)
-	def(&o.StepPollInterval, 250*time.Millisecond)
+	def(&o.StepPollInterval, 100*time.Millisecond)
 	def(&o.StepTimeout, 15*time.Minute)
 	def(&o.CredentialTTL, 10*time.Minute)
 	if o.MaxConcurrentReconciles <= 0 {

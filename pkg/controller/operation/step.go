@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -69,14 +70,26 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("read TalosCluster %s: %w", op.Spec.ClusterName, err)
 	}
-	machines, err := r.machines(ctx, op)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	s := &step{r: r, x: x, i: i, cluster: cluster, machines: machines}
-	for _, m := range machines {
-		if m.Name == rec.Machine {
-			s.m = m
+	s := &step{r: r, x: x, i: i, cluster: cluster}
+	if rec.Phase == v1alpha1.OperationPending {
+		// Starting a step checks the whole cluster.
+		if s.machines, err = r.machines(ctx, op); err != nil {
+			return ctrl.Result{}, err
+		}
+		for _, m := range s.machines {
+			if m.Name == rec.Machine {
+				s.m = m
+			}
+		}
+	} else {
+		// Following one needs its machine only.
+		var m v1alpha1.TalosMachine
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: rec.Machine}, &m)
+		if client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("read TalosMachine %s: %w", rec.Machine, err)
+		}
+		if err == nil && m.Spec.ClusterName == op.Spec.ClusterName {
+			s.m = &m
 		}
 	}
 	if s.m == nil || s.m.Status.AppliedConfig == nil {
