@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
@@ -182,6 +184,7 @@ spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: v1.13.
 	slices.Sort(away)
 	b.Logf("%d nodes upgraded in %s; each away %s…%s, %s in all", n, total.Round(time.Millisecond),
 		away[0].Round(time.Millisecond), away[len(away)-1].Round(time.Millisecond), floor.Round(time.Millisecond))
+	logWhereTimeGoes(ctx, b, ns, last, nodes, start)
 	return rolloutResult{total: total, floor: floor, cpu: cpu, peakHeap: <-peak}
 }
 
@@ -212,4 +215,58 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// logWhereTimeGoes splits Ichor's part of a rollout, between one node's
+// return and the next one's departure, from the operation's Events (their
+// event times are in microseconds) and the nodes' phase history: noticing
+// a node is back and ending its step ("finish"), then starting the next
+// step up to recording it ("start"), then the calls up to the node going
+// away ("call").
+func logWhereTimeGoes(ctx context.Context, b *testing.B, ns string, op *v1alpha1.TalosOperation, nodes map[string]*talossim.Node, since time.Time) {
+	evs, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + op.Name})
+	if err != nil {
+		b.Logf("events: %v", err)
+		return
+	}
+	at := map[string]time.Time{} // reason/machine -> when
+	for _, e := range evs.Items {
+		machine, _, ok := strings.Cut(e.Note, ":")
+		if ok && (e.Reason == "StepStarted" || e.Reason == "StepSucceeded") {
+			at[e.Reason+"/"+machine] = e.EventTime.Time
+		}
+	}
+	phases := func(name string) (away, back time.Time) {
+		for _, c := range nodes[name].PhaseChanges() {
+			if c.At.Before(since) {
+				continue
+			}
+			if c.Phase != talossim.PhaseRunning && away.IsZero() {
+				away = c.At
+			}
+			if c.Phase == talossim.PhaseRunning && !away.IsZero() && back.IsZero() {
+				back = c.At
+			}
+		}
+		return away, back
+	}
+	var finish, start, call []time.Duration
+	for i, st := range op.Status.Steps[:len(op.Status.Steps)-1] {
+		next := op.Status.Steps[i+1].Machine
+		_, back := phases(st.Machine)
+		away, _ := phases(next)
+		done, begun := at["StepSucceeded/"+st.Machine], at["StepStarted/"+next]
+		if back.IsZero() || away.IsZero() || done.IsZero() || begun.IsZero() {
+			continue
+		}
+		finish, start, call = append(finish, done.Sub(back)), append(start, begun.Sub(done)), append(call, away.Sub(begun))
+	}
+	q := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "n/a"
+		}
+		slices.Sort(ds)
+		return fmt.Sprintf("p50 %s p90 %s", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)*9/10].Round(time.Millisecond))
+	}
+	b.Logf("between a node's return and the next one's departure (%d gaps): finish %s; start %s; call %s", len(finish), q(finish), q(start), q(call))
 }
