@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -107,7 +108,8 @@ type Reconciler struct {
 	// Client reads (cached) and writes Ichor objects.
 	Client client.Client
 	// APIReader reads without the cache where a decision must not rest on a
-	// stale copy: the machines a step checks, the operations that run.
+	// stale copy: the cluster and its budget, the machine a step follows,
+	// the operations that run.
 	APIReader client.Reader
 	// Secrets reads bundle Secrets without a cache.
 	Secrets  client.Reader
@@ -360,16 +362,22 @@ func (r *Reconciler) cluster(ctx context.Context, op *v1alpha1.TalosOperation) (
 	return &c, nil
 }
 
-// machines lists the approved machines of op's cluster, fresh.
+// machines lists the approved machines of op's cluster from the informer
+// cache (by the cluster index): this is the health gate a step passes
+// before it starts. What keeps two disruptions apart is the budget, taken
+// by a write conditional on the cluster's resourceVersion, and a control
+// plane's quorum is read from etcd itself at that moment; a list of 100
+// machines fresh from the API server at every step would cost more than
+// the gate gains from it.
 func (r *Reconciler) machines(ctx context.Context, op *v1alpha1.TalosOperation) ([]*v1alpha1.TalosMachine, error) {
 	var list v1alpha1.TalosMachineList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(op.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &list, clusterindex.InCluster(op.Namespace, op.Spec.ClusterName)...); err != nil {
 		return nil, fmt.Errorf("list the machines of TalosCluster %s: %w", op.Spec.ClusterName, err)
 	}
 	var out []*v1alpha1.TalosMachine
 	for i := range list.Items {
 		m := &list.Items[i]
-		if m.Spec.ClusterName == op.Spec.ClusterName && m.Status.Approval != nil && m.Status.Approval.Decision == v1alpha1.ApprovalApproved {
+		if m.Status.Approval != nil && m.Status.Approval.Decision == v1alpha1.ApprovalApproved {
 			out = append(out, m)
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/talos/talostest"
@@ -117,6 +118,7 @@ func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
 	}
 	f.client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.TalosCluster{}, &v1alpha1.TalosMachine{}, &v1alpha1.TalosOperation{}).
+		WithIndex(&v1alpha1.TalosMachine{}, clusterindex.Field, func(o client.Object) []string { return []string{clusterindex.ClusterOf(o)} }).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 				if _, ok := obj.(*v1alpha1.TalosOperation); ok && sub == "status" {
