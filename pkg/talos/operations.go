@@ -224,3 +224,44 @@ func (n *machineryNode) EtcdDefragment(ctx context.Context) error {
 	}
 	return nil
 }
+
+// EtcdAlarms implements Node with the call `talosctl etcd alarm list`
+// makes: the alarms raised in the node's etcd cluster, as "NOSPACE on
+// member 8e9e05c52164694d".
+func (n *machineryNode) EtcdAlarms(ctx context.Context) ([]string, error) {
+	resp, err := n.c.EtcdAlarmList(ctx)
+	if err != nil {
+		return nil, n.v.explain("list etcd alarms", err)
+	}
+	return describeAlarms(resp.GetMessages()), nil
+}
+
+// EtcdDisarmAlarms implements Node with the call `talosctl etcd alarm
+// disarm` makes. It returns the alarms it disarmed.
+func (n *machineryNode) EtcdDisarmAlarms(ctx context.Context) ([]string, error) {
+	resp, err := n.c.EtcdAlarmDisarm(ctx)
+	if err != nil {
+		return nil, n.v.explain("disarm etcd alarms", err)
+	}
+	var alarms []string
+	for _, msg := range resp.GetMessages() {
+		alarms = append(alarms, describeMemberAlarms(msg.GetMemberAlarms())...)
+	}
+	return alarms, nil
+}
+
+func describeAlarms(msgs []*machineapi.EtcdAlarm) []string {
+	var alarms []string
+	for _, msg := range msgs {
+		alarms = append(alarms, describeMemberAlarms(msg.GetMemberAlarms())...)
+	}
+	return alarms
+}
+
+func describeMemberAlarms(as []*machineapi.EtcdMemberAlarm) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, fmt.Sprintf("%s on member %s", a.GetAlarm(), strconv.FormatUint(a.GetMemberId(), 16)))
+	}
+	return out
+}

@@ -93,6 +93,12 @@ type Node interface {
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error
+	// EtcdAlarms lists the alarms raised in the node's etcd cluster.
+	EtcdAlarms(ctx context.Context) ([]string, error)
+	// EtcdDisarmAlarms disarms every alarm of the node's etcd cluster and
+	// returns those it disarmed. etcd raises NOSPACE again at the next write
+	// while a member is still over its quota.
+	EtcdDisarmAlarms(ctx context.Context) ([]string, error)
 	// Version reads the Talos version the node runs (v1.13.0).
 	Version(ctx context.Context) (string, error)
 	// PullImage pulls an image into the node's system containerd.

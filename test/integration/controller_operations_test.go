@@ -348,8 +348,19 @@ func (d *demoCluster) foreignMachine(t *testing.T) {
 	}
 }
 
-// etcdDefrag: etcd is defragmented one member at a time, on the control planes only.
+// etcdDefrag: etcd is defragmented one member at a time, on the control
+// planes only, while its NOSPACE alarm is raised, and the alarm is disarmed.
 func (d *demoCluster) etcdDefrag(t *testing.T) {
+	// Writes leave the members' backends over the quota with fragmentation,
+	// while the data in use stays under it.
+	const writes = 1000
+	inUse := d.etcd.Members()[0].DBSizeInUse + writes*512
+	d.etcd.SetQuotaBackendBytes(inUse + writes*256/2)
+	t.Cleanup(func() { d.etcd.SetQuotaBackendBytes(0) })
+	d.etcd.AdvanceRevision(writes)
+	if !d.etcd.Alarmed() {
+		t.Fatal("NOSPACE was not raised")
+	}
 	d.createOperation(t, operator, "defrag", "clusterName: demo\ntype: etcd-defrag")
 	d.startOperation(t, operator, "defrag")
 	op := d.waitOperationEnds(t, "defrag", v1alpha1.OperationSucceeded)
@@ -360,6 +371,9 @@ func (d *demoCluster) etcdDefrag(t *testing.T) {
 		if !strings.Contains(s.Message, "defragmented member") || !strings.Contains(s.Message, "in use") {
 			t.Errorf("step %+v does not report the database", s)
 		}
+	}
+	if last := op.Status.Steps[2]; !strings.Contains(last.Message, "disarmed NOSPACE") || d.etcd.Alarmed() {
+		t.Errorf("the alarm after the last step (%q): raised %v", last.Message, d.etcd.Alarmed())
 	}
 	waitBudgetFree(d.ctx, t, d.ns, "demo")
 }

@@ -288,6 +288,37 @@ func (s *machineServer) EtcdDefragment(ctx context.Context, _ *emptypb.Empty) (*
 	return &machine.EtcdDefragmentResponse{Messages: []*machine.EtcdDefragment{{}}}, nil
 }
 
+// EtcdAlarmList lists the cluster's raised alarms, as etcd's alarm list does.
+func (s *machineServer) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmListResponse, error) {
+	var alarms []*machine.EtcdMemberAlarm
+
+	if err := s.node.etcdCall(ctx, "etcd alarm list", true, func(uint64) error {
+		alarms = s.node.etcd.alarms()
+
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	return &machine.EtcdAlarmListResponse{Messages: []*machine.EtcdAlarm{{MemberAlarms: alarms}}}, nil
+}
+
+// EtcdAlarmDisarm disarms every alarm and lists the ones it disarmed; a member still over its quota
+// raises NOSPACE again at once.
+func (s *machineServer) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmDisarmResponse, error) {
+	var alarms []*machine.EtcdMemberAlarm
+
+	if err := s.node.etcdCall(ctx, "etcd alarm disarm", true, func(uint64) error {
+		alarms = s.node.etcd.disarm()
+
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	return &machine.EtcdAlarmDisarmResponse{Messages: []*machine.EtcdAlarmDisarm{{MemberAlarms: alarms}}}, nil
+}
+
 // EtcdStatus reports this node's member status: ID, DB sizes, leader, raft index and term.
 func (s *machineServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	var st *machine.EtcdMemberStatus

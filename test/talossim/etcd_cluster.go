@@ -58,8 +58,14 @@ type EtcdCluster struct {
 	// followed by its SHA-256, so its actual size is the smallest whole number of pages, at least 6, plus
 	// 32 bytes that is at least SnapshotSize: always size%512 == 32, as `talosctl etcd snapshot` requires.
 	SnapshotSize int
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: a write that leaves a member's backend
+	// (fragmentation included) larger raises the cluster's NOSPACE alarm, which stays until it is disarmed,
+	// as in etcd. Default DefaultQuotaBackendBytes.
+	QuotaBackendBytes int64
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// noSpace lists the members the NOSPACE alarm was raised for, until it is disarmed.
+	noSpace   []uint64
 	members   []*clusterMember
 	leader    uint64
 	revision  int64
@@ -131,7 +137,86 @@ func (c *EtcdCluster) AdvanceRevision(n int64) int64 {
 		m.fragmented += n * dbFragmentPerWrite
 	}
 
+	c.raiseNoSpaceLocked()
+
 	return c.revision
+}
+
+// DefaultQuotaBackendBytes is etcd's default backend quota (2 GiB).
+const DefaultQuotaBackendBytes = 2 << 30
+
+func (c *EtcdCluster) quotaLocked() int64 {
+	if c.QuotaBackendBytes > 0 {
+		return c.QuotaBackendBytes
+	}
+
+	return DefaultQuotaBackendBytes
+}
+
+// raiseNoSpaceLocked raises NOSPACE for every member whose backend is over the quota.
+func (c *EtcdCluster) raiseNoSpaceLocked() {
+	for _, m := range c.members {
+		if c.viewLocked(m).DBSize > c.quotaLocked() && !slices.Contains(c.noSpace, m.ID) {
+			c.noSpace = append(c.noSpace, m.ID)
+		}
+	}
+}
+
+// alarmErrors are the alarms a member's status reports in its errors, in etcd's words.
+func (c *EtcdCluster) alarmErrorsLocked() []string {
+	var out []string
+	for _, id := range c.noSpace {
+		out = append(out, fmt.Sprintf("memberID:%d alarm:NOSPACE", id))
+	}
+
+	return out
+}
+
+// alarms lists the raised alarms as MachineService reports them.
+func (c *EtcdCluster) alarms() []*machine.EtcdMemberAlarm {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	out := make([]*machine.EtcdMemberAlarm, 0, len(c.noSpace))
+	for _, id := range c.noSpace {
+		out = append(out, &machine.EtcdMemberAlarm{MemberId: id, Alarm: machine.EtcdMemberAlarm_NOSPACE})
+	}
+
+	return out
+}
+
+// disarm clears every alarm and returns the ones it cleared; a member still over the quota raises
+// NOSPACE again, as etcd does.
+func (c *EtcdCluster) disarm() []*machine.EtcdMemberAlarm {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	out := make([]*machine.EtcdMemberAlarm, 0, len(c.noSpace))
+	for _, id := range c.noSpace {
+		out = append(out, &machine.EtcdMemberAlarm{MemberId: id, Alarm: machine.EtcdMemberAlarm_NOSPACE})
+	}
+
+	c.noSpace = nil
+	c.raiseNoSpaceLocked()
+
+	return out
+}
+
+// SetQuotaBackendBytes changes the backend quota of a running cluster (QuotaBackendBytes, which is read
+// only before the cluster is handed to a node); the next write raises NOSPACE for a member over it.
+func (c *EtcdCluster) SetQuotaBackendBytes(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	c.QuotaBackendBytes = n
+}
+
+// Alarmed reports whether the NOSPACE alarm is raised.
+func (c *EtcdCluster) Alarmed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return len(c.noSpace) > 0
 }
 
 // viewLocked returns m with its backend sizes filled in.
@@ -309,6 +394,7 @@ func (c *EtcdCluster) status(id uint64) (*machine.EtcdMemberStatus, bool) {
 		DbSize:           v.DBSize,
 		DbSizeInUse:      v.DBSizeInUse,
 		Leader:           c.leader,
+		Errors:           c.alarmErrorsLocked(),
 		RaftIndex:        c.raftIndex,
 		RaftTerm:         c.raftTerm,
 		RaftAppliedIndex: c.raftIndex,

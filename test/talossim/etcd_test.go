@@ -104,6 +104,38 @@ func TestEtcdBootstrapSingleNode(t *testing.T) {
 		t.Fatalf("after defragment DbSize %d != DbSizeInUse %d", st.GetDbSize(), st.GetDbSizeInUse())
 	}
 
+	// Over the backend quota, writes raise NOSPACE; it stays after the defragmentation that freed the
+	// space, until it is disarmed.
+	n.etcd.SetQuotaBackendBytes(st.GetDbSizeInUse() + 50*dbFragmentPerWrite)
+	n.etcd.AdvanceRevision(100)
+
+	alarms, err := admin.EtcdAlarmList(ctx)
+	if err != nil || len(alarms.GetMessages()[0].GetMemberAlarms()) != 1 ||
+		alarms.GetMessages()[0].GetMemberAlarms()[0].GetAlarm() != machineapi.EtcdMemberAlarm_NOSPACE {
+		t.Fatalf("EtcdAlarmList over the quota = %v, %v", alarms, err)
+	}
+
+	if st = etcdStatus(t, admin); !slices.Equal(st.GetErrors(), []string{fmt.Sprintf("memberID:%d alarm:NOSPACE", id)}) {
+		t.Fatalf("EtcdStatus errors = %q", st.GetErrors())
+	}
+
+	n.etcd.SetQuotaBackendBytes(st.GetDbSizeInUse() + 10*dbFragmentPerWrite)
+
+	if _, err = admin.EtcdDefragment(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if !n.etcd.Alarmed() {
+		t.Fatal("defragmenting disarmed NOSPACE by itself")
+	}
+
+	disarmed, err := admin.EtcdAlarmDisarm(ctx)
+	if err != nil || len(disarmed.GetMessages()[0].GetMemberAlarms()) != 1 || n.etcd.Alarmed() {
+		t.Fatalf("EtcdAlarmDisarm = %v, %v; alarmed %v", disarmed, err, n.etcd.Alarmed())
+	}
+
+	n.etcd.SetQuotaBackendBytes(0)
+
 	// A lone member cannot hand leadership over; unknown members cannot be removed.
 	_, err = admin.EtcdForfeitLeadership(ctx, &machineapi.EtcdForfeitLeadershipRequest{})
 	wantCode(t, err, codes.Unknown, "cannot forfeit leadership, only one member")

@@ -2,6 +2,8 @@ package operation
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -40,6 +42,30 @@ func followEtcdDefrag(ctx context.Context, s *step) (ctrl.Result, error) {
 	if err != nil {
 		return s.failed(ctx, "read the etcd member's status after defragmenting: %v", err)
 	}
-	return s.done(ctx, "defragmented member %s: database %s, now %s (%s in use)", after.MemberID,
+	msg := fmt.Sprintf("defragmented member %s: database %s, now %s (%s in use)", after.MemberID,
 		bytes(before.DBSize), bytes(after.DBSize), bytes(after.DBSizeInUse))
+	// etcd keeps a NOSPACE alarm until it is disarmed, and raises it again
+	// at once for a member still over its quota: disarm, then look.
+	alarms, err := s.node.EtcdAlarms(cctx)
+	if err != nil {
+		return s.failed(ctx, "%s; list etcd's alarms: %v", msg, err)
+	}
+	if len(alarms) == 0 {
+		return s.done(ctx, "%s", msg)
+	}
+	if _, err := s.node.EtcdDisarmAlarms(cctx); err != nil {
+		return s.failed(ctx, "%s; disarm etcd's alarms %v: %v", msg, alarms, err)
+	}
+	left, err := s.node.EtcdAlarms(cctx)
+	if err != nil {
+		return s.failed(ctx, "%s; list etcd's alarms: %v", msg, err)
+	}
+	switch {
+	case len(left) == 0:
+		return s.done(ctx, "%s; disarmed %s", msg, strings.Join(alarms, ", "))
+	case s.i < len(s.x.op.Status.Steps)-1:
+		return s.done(ctx, "%s; %s stays raised until the other members are defragmented", msg, strings.Join(left, ", "))
+	default:
+		return s.failed(ctx, "%s; %s is raised again after every member was defragmented: the data in use is over etcd's quota", msg, strings.Join(left, ", "))
+	}
 }

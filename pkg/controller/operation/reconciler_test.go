@@ -481,3 +481,44 @@ func TestRebootDrainsTheNode(t *testing.T) {
 		}
 	}
 }
+
+// TestDefragClearsNoSpace: etcd-defrag runs while NOSPACE is raised (the
+// alarm does not hold it back), defragments every member and disarms the
+// alarm once no member is over its quota; if the data in use is over the
+// quota even then, the last step fails saying so.
+func TestDefragClearsNoSpace(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		inUse int64
+		want  v1alpha1.OperationPhase
+	}{{"fragmentation over the quota", 1000, v1alpha1.OperationSucceeded}, {"data over the quota", 2500, v1alpha1.OperationFailed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, started("defrag", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationEtcdDefrag}))
+			for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+				n := f.node(name)
+				n.DBSize, n.DBSizeInUse, n.Quota, n.NoSpace = 3000, tc.inUse, 2000, true
+			}
+			op := f.run("defrag")
+			if op.Status.Phase != tc.want {
+				t.Fatalf("ended %s, want %s: %+v", op.Status.Phase, tc.want, op.Status.Steps)
+			}
+			last := op.Status.Steps[len(op.Status.Steps)-1]
+			switch tc.want {
+			case v1alpha1.OperationSucceeded:
+				if !strings.Contains(op.Status.Steps[0].Message, "stays raised until the other members are defragmented") ||
+					!strings.Contains(last.Message, "disarmed NOSPACE") {
+					t.Errorf("steps %+v", op.Status.Steps)
+				}
+				for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+					if f.node(name).NoSpace || f.node(name).DBSize != tc.inUse {
+						t.Errorf("%s: %+v", name, f.node(name))
+					}
+				}
+			default:
+				if !strings.Contains(last.Message, "over etcd's quota") {
+					t.Errorf("last step %+v", last)
+				}
+			}
+		})
+	}
+}

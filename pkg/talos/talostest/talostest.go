@@ -37,6 +37,11 @@ type Node struct {
 	Staged string
 	// RefuseUpgrade, when set, makes the installer exit 1 saying it.
 	RefuseUpgrade string
+	// Quota is the etcd member's backend quota: while DBSize exceeds it,
+	// the etcd cluster has a NOSPACE alarm for it once raised. 0: no quota.
+	Quota int64
+	// NoSpace is the raised NOSPACE alarm of this member, until disarmed.
+	NoSpace bool
 	// Calls logs what was asked of the node: "maintenance-apply",
 	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
 	// force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
@@ -238,7 +243,13 @@ func (s *session) EtcdStatus(context.Context) (*talos.EtcdStatus, error) {
 	if !s.n.Etcd {
 		return nil, errors.New("etcd is not running on this node")
 	}
-	return &talos.EtcdStatus{MemberID: s.n.UUID, DBSize: s.n.DBSize, DBSizeInUse: s.n.DBSizeInUse}, nil
+	st := &talos.EtcdStatus{MemberID: s.n.UUID, DBSize: s.n.DBSize, DBSizeInUse: s.n.DBSizeInUse}
+	for _, n := range s.d.Nodes {
+		if n.NoSpace {
+			st.Errors = append(st.Errors, "memberID:"+n.UUID+" alarm:NOSPACE")
+		}
+	}
+	return st, nil
 }
 
 func (s *session) EtcdDefragment(context.Context) error {
@@ -300,4 +311,36 @@ func (s *session) ForfeitEtcdLeadership(context.Context) error {
 	}
 	s.n.Calls = append(s.n.Calls, "forfeit-leadership")
 	return nil
+}
+
+// EtcdAlarms lists the NOSPACE alarms of every node of the dialer.
+func (s *session) EtcdAlarms(context.Context) ([]string, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range s.d.Nodes {
+		if n.NoSpace {
+			out = append(out, "NOSPACE on member "+n.UUID)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// EtcdDisarmAlarms clears every alarm; a member still over its quota raises NOSPACE again.
+func (s *session) EtcdDisarmAlarms(ctx context.Context) ([]string, error) {
+	alarms, err := s.EtcdAlarms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.n.Calls = append(s.n.Calls, "etcd-disarm")
+	for _, n := range s.d.Nodes {
+		n.NoSpace = n.Quota > 0 && n.DBSize > n.Quota
+	}
+	return alarms, nil
 }
