@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -18,9 +17,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/test/harness"
-	"ichor.dev/ichor/test/internal/proc"
-	"ichor.dev/ichor/test/talossim"
 )
 
 // BenchmarkKubeletServingApproval measures how long a kubelet serving
@@ -54,56 +50,8 @@ func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
 		o.MachineConcurrency = 16
 		o.KubeletServingPollInterval = time.Hour // only the CSR watch wakes the approver
 	})
-	binDir, err := harness.BinDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	kube := &talossim.Kubernetes{BinDir: binDir, Dir: b.TempDir()}
-	b.Cleanup(kube.Stop)
-	ports, err := proc.FreePorts("127.0.4.250", 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	endpoint := fmt.Sprintf("https://127.0.4.250:%d", ports[0])
-	mustApply(ctx, b, fmt.Sprintf(`
-apiVersion: ichor.dev/v1alpha1
-kind: TalosCluster
-metadata: {name: bench, namespace: %s}
-spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "%s"}}
-`, ns, endpoint))
-
-	etcd, trustd := &talossim.EtcdCluster{Name: "bench"}, talossim.NewTrustd()
-	machines := apiClient(b).IchorV1alpha1().TalosMachines(ns)
-	addr := netip.MustParseAddr("127.0.5.0")
-	names := make([]string, n)
-	for i := range n {
-		addr = addr.Next()
-		node := simNode(b, talossim.Options{
-			ListenAddress: addr.String() + ":0", Kubernetes: kube, Etcd: etcd, Trustd: trustd,
-			InstallDelay: 10 * time.Millisecond, RebootDelay: 10 * time.Millisecond,
-		})
-		names[i] = fmt.Sprintf("n%04d", i)
-		role := v1alpha1.MachineRoleWorker
-		if i == 0 {
-			role = v1alpha1.MachineRoleControlPlane
-		}
-		m := &v1alpha1.TalosMachine{
-			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
-			Spec: v1alpha1.TalosMachineSpec{ClusterName: "bench", Role: role, Address: node.Addr(), Hostname: names[i],
-				Install: v1alpha1.InstallSpec{Disk: "/dev/sda"}},
-		}
-		if _, err := machines.Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, name := range names {
-		m := waitMachineFor(ctx, b, ns, name, 10*time.Minute, "pinned", func(m *v1alpha1.TalosMachine) bool { return m.Status.Maintenance != nil })
-		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
-		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	_, kube, endpoint := benchCluster(ctx, b, ns, benchClusterSpec{name: "bench", endpointIP: "127.0.4.250", firstAddr: "127.0.5.0",
+		controlPlanes: 1, workers: n - 1, rebootDelay: 10 * time.Millisecond})
 
 	rc, err := kube.WaitReady(ctx, endpoint)
 	if err != nil {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"slices"
 	"strings"
@@ -17,8 +16,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/test/harness"
-	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -70,58 +67,8 @@ func upgradeRollout(b *testing.B, workers int) rolloutResult {
 		o.MachineConcurrency = 16
 		o.InstallImage = "siderolabs/installer:v1.13.0"
 	})
-	binDir, err := harness.BinDir()
-	if err != nil {
-		b.Fatal(err)
-	}
-	kube := &talossim.Kubernetes{BinDir: binDir, Dir: b.TempDir()}
-	b.Cleanup(kube.Stop)
-	ports, err := proc.FreePorts("127.0.6.250", 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	endpoint := fmt.Sprintf("https://127.0.6.250:%d", ports[0])
-	mustApply(ctx, b, fmt.Sprintf(`
-apiVersion: ichor.dev/v1alpha1
-kind: TalosCluster
-metadata: {name: rollout, namespace: %s}
-spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "%s"}}
-`, ns, endpoint))
-
-	etcd, trustd := &talossim.EtcdCluster{Name: "rollout"}, talossim.NewTrustd()
-	machines := apiClient(b).IchorV1alpha1().TalosMachines(ns)
-	addr := netip.MustParseAddr("127.0.7.0")
-	n := 3 + workers
-	names := make([]string, n)
-	nodes := map[string]*talossim.Node{}
-	for i := range n {
-		addr = addr.Next()
-		names[i] = fmt.Sprintf("n%04d", i)
-		nodes[names[i]] = simNode(b, talossim.Options{
-			ListenAddress: addr.String() + ":0", Kubernetes: kube, Etcd: etcd, Trustd: trustd,
-			InstallDelay: 10 * time.Millisecond, RebootDelay: upgradeRebootDelay,
-		})
-		role := v1alpha1.MachineRoleWorker
-		if i < 3 {
-			role = v1alpha1.MachineRoleControlPlane
-		}
-		m := &v1alpha1.TalosMachine{
-			ObjectMeta: metav1.ObjectMeta{Name: names[i], Namespace: ns},
-			Spec: v1alpha1.TalosMachineSpec{ClusterName: "rollout", Role: role, Address: nodes[names[i]].Addr(), Hostname: names[i],
-				Install: v1alpha1.InstallSpec{Disk: "/dev/sda"}},
-		}
-		if _, err := machines.Create(ctx, m, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, name := range names {
-		m := waitMachineFor(ctx, b, ns, name, 10*time.Minute, "pinned", func(m *v1alpha1.TalosMachine) bool { return m.Status.Maintenance != nil })
-		m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
-		if _, err := machines.UpdateApproval(ctx, name, m, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	waitClusterFor(ctx, b, ns, "rollout", 20*time.Minute, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	nodes, _, _ := benchCluster(ctx, b, ns, benchClusterSpec{name: "rollout", endpointIP: "127.0.6.250", firstAddr: "127.0.7.0",
+		controlPlanes: 3, workers: workers, rebootDelay: upgradeRebootDelay})
 
 	mustApply(ctx, b, fmt.Sprintf(`
 apiVersion: ichor.dev/v1alpha1
@@ -156,7 +103,7 @@ spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: v1.13.
 		b.Fatal(err)
 	}
 	var last *v1alpha1.TalosOperation
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		op, err := ops.Get(ctx, "upgrade", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -182,7 +129,7 @@ spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: v1.13.
 		away = append(away, d)
 	}
 	slices.Sort(away)
-	b.Logf("%d nodes upgraded in %s; each away %s…%s, %s in all", n, total.Round(time.Millisecond),
+	b.Logf("%d nodes upgraded in %s; each away %s…%s, %s in all", len(nodes), total.Round(time.Millisecond),
 		away[0].Round(time.Millisecond), away[len(away)-1].Round(time.Millisecond), floor.Round(time.Millisecond))
 	logWhereTimeGoes(ctx, b, ns, last, nodes, start)
 	return rolloutResult{total: total, floor: floor, cpu: cpu, peakHeap: <-peak}

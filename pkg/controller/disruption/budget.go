@@ -11,16 +11,15 @@ package disruption
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 
@@ -123,15 +122,9 @@ func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operatio
 	if d == nil || d.MachineUID != m.UID || d.Operation != operation {
 		return nil
 	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/status/disruption", "value": d},
-		{"op": "remove", "path": "/status/disruption"},
-	})
-	if err != nil {
-		return err
-	}
-	err = b.Client.Status().Patch(ctx, &c, client.RawPatch(types.JSONPatchType, patch))
-	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsNotFound(err) { // Invalid: the test failed, the holder changed
+	// Removed only if the record is still the one just read: a holder that
+	// changed meanwhile keeps the budget.
+	if _, err := statusapply.RemoveIfUnchanged(ctx, b.Client, &c, "/status/disruption", d); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
 	}
 	return nil

@@ -2,17 +2,15 @@ package operation
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/statusapply"
 )
 
 // The reasons of the Events this controller records on TalosOperations.
@@ -89,23 +87,15 @@ func stepNames(op *v1alpha1.TalosOperation) string {
 	return strings.Join(names, ", ")
 }
 
-// useOverride clears the cluster's override the operation used, with a
-// patch that first tests it is still that grant.
+// useOverride clears the cluster's override the operation used, only if
+// it is still that grant.
 func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, used *v1alpha1.OverrideStatus) error {
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/status/override", "value": used},
-		{"op": "remove", "path": "/status/override"},
-	})
-	if err != nil {
-		return err
-	}
-	// A failed test (the grant was replaced or withdrawn meanwhile) is a 422.
-	err = c.Status().Patch(ctx, cluster.DeepCopy(), client.RawPatch(types.JSONPatchType, patch))
-	if apierrors.IsInvalid(err) {
-		return fmt.Errorf("the override of TalosCluster %s changed while it was being used; looking again", cluster.Name)
-	}
+	removed, err := statusapply.RemoveIfUnchanged(ctx, c, cluster, "/status/override", used)
 	if err != nil {
 		return fmt.Errorf("use the override of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	if !removed {
+		return fmt.Errorf("the override of TalosCluster %s changed while it was being used; looking again", cluster.Name)
 	}
 	return nil
 }

@@ -2,11 +2,8 @@ package taloscluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -62,17 +59,7 @@ func WriteStatus(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 // and which no field manager of this reconciler owns. A grant replaced
 // meanwhile stays, for the next decision.
 func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, used *v1alpha1.OverrideStatus) error {
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/status/override", "value": used},
-		{"op": "remove", "path": "/status/override"},
-	})
-	if err != nil {
-		return err
-	}
-	// A failed test (the grant was replaced or withdrawn) is a 422 Invalid.
-	// A copy: the patch's answer must not replace the status this
-	// reconcile is building (the bootstrap it just recorded).
-	if err := c.Status().Patch(ctx, cluster.DeepCopy(), client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsInvalid(err) {
+	if _, err := statusapply.RemoveIfUnchanged(ctx, c, cluster, "/status/override", used); err != nil {
 		return fmt.Errorf("clear the override used on TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	return nil
