@@ -151,6 +151,9 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
 	}
 
+	if cfg, err = withKubernetesVersions(cfg, m.Status.Kubernetes); err != nil {
+		return nil, nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
+	}
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
 			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}

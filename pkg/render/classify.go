@@ -57,7 +57,7 @@ func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
 			} else {
 				kind := cmp.Or(oldDocs[key].kind, newDocs[key].kind)
 				c.Path = key + ":" + strings.Join(path, ".")
-				c.Effect = documentEffect(kind, path)
+				c.Effect = documentEffect(kind)
 			}
 			changes = append(changes, c)
 		}

@@ -59,10 +59,9 @@ var v1alpha1Effects = []effectRule{
 	// rendered image follows the new version on every machine without one.
 	{"machine.install.image", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.kernel", ichorv1alpha1.ConfigEffectNoReboot},
-	// Talos restarts the kubelet service for a new kubelet config; the image
-	// is the Kubernetes version, which an upgrade rolls out node by node.
+	// Talos restarts the kubelet service for a new kubelet config, image
+	// included (talosctl upgrade-k8s moves kubelets so); pods keep running.
 	{"machine.kubelet", ichorv1alpha1.ConfigEffectNoReboot},
-	{"machine.kubelet.image", ichorv1alpha1.ConfigEffectReboot},
 	{"machine.network", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.sysctls", ichorv1alpha1.ConfigEffectNoReboot},
 	{"machine.sysfs", ichorv1alpha1.ConfigEffectNoReboot},
@@ -148,14 +147,8 @@ var documentEffects = map[string]ichorv1alpha1.ConfigEffect{
 	"KmsgLogConfig":              ichorv1alpha1.ConfigEffectNoReboot,
 	"EventSinkConfig":            ichorv1alpha1.ConfigEffectNoReboot,
 	"WatchdogTimerConfig":        ichorv1alpha1.ConfigEffectNoReboot,
-	// Talos v1.14's machine.kubelet; its image is refined in documentFieldEffects.
+	// Talos v1.14's machine.kubelet, image included.
 	talosdocs.KubeletConfigKind: ichorv1alpha1.ConfigEffectNoReboot,
-}
-
-// documentFieldEffects refines documentEffects for fields of a kind whose
-// effect differs from the rest of the document, as v1alpha1Effects does.
-var documentFieldEffects = map[string][]effectRule{
-	talosdocs.KubeletConfigKind: {{"image", ichorv1alpha1.ConfigEffectReboot}},
 }
 
 // v1alpha1Effect is the effect of a change at path in the v1alpha1 document.
@@ -177,13 +170,8 @@ func v1alpha1Effect(path []string, worker bool) ichorv1alpha1.ConfigEffect {
 	return best
 }
 
-// documentEffect is the effect of a change at path in a document of the given kind.
-func documentEffect(kind string, path []string) ichorv1alpha1.ConfigEffect {
-	for _, rule := range documentFieldEffects[kind] {
-		if hasPrefix(path, strings.Split(rule.path, ".")) {
-			return rule.effect
-		}
-	}
+// documentEffect is the effect of a change to a document of the given kind.
+func documentEffect(kind string) ichorv1alpha1.ConfigEffect {
 	if e, ok := documentEffects[kind]; ok {
 		return e
 	}

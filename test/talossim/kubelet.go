@@ -23,6 +23,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/state"
+	k8sres "github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	v1alpha1res "github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,6 +68,7 @@ type kubeletSpec struct {
 	serverTLSBootstrap bool
 	controlPlane       bool
 	taintControlPlane  bool
+	image              string
 	version            string
 	ips                []netip.Addr
 }
@@ -118,6 +122,7 @@ func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
 		serverTLSBootstrap: bootstrap,
 		controlPlane:       cfg.Machine().Type().IsControlPlane(),
 		taintControlPlane:  cfg.Machine().Type().IsControlPlane() && !cluster.ScheduleOnControlPlanes(),
+		image:              kubelet.Image,
 		version:            imageTag(kubelet.Image),
 		ips:                n.nodeIPs(),
 	}, true
@@ -145,6 +150,8 @@ func (n *Node) syncKubeletLocked() {
 	if n.kubelet != nil && (!want || !reflect.DeepEqual(n.kubelet.spec, spec)) {
 		n.kubelet.cancel()
 		n.kubelet = nil
+		// The kubelet service stops: its Service resource goes, and a new run creates it again.
+		_ = removeResource(context.Background(), n.st, v1alpha1res.NewService(kubeletServiceID).Metadata()) //nolint:errcheck // in-memory state
 	}
 
 	if !want || n.kubelet != nil {
@@ -261,12 +268,54 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 
 	// The pods bound to the node run nothing here, so the kubelet's part in their deletion is all there is:
 	// a pod asked to leave (evicted, or deleted gracefully) is removed for good, as the kubelet does once
-	// its containers stopped.
-	_ = wait.PollUntilContextCancel(ctx, kubeletRetryInterval, true, func(ctx context.Context) (bool, error) {
-		finishTerminatingPods(ctx, client, spec.nodeName)
+	// its containers stopped. A control plane's mirror pods follow its component configs.
+	var mirrors *mirrorPods
+	if spec.controlPlane {
+		mirrors = &mirrorPods{client: client, spec: spec, st: n.st}
+	}
+
+	lastSweep := time.Time{}
+	_ = wait.PollUntilContextCancel(ctx, kubeletAPIPollInterval, true, func(ctx context.Context) (bool, error) {
+		if mirrors != nil {
+			if err := mirrors.sync(ctx); err != nil {
+				logger.Info("syncing mirror pods", "err", err)
+			}
+		}
+
+		if time.Since(lastSweep) >= kubeletRetryInterval {
+			finishTerminatingPods(ctx, client, spec.nodeName)
+			lastSweep = time.Now()
+		}
 
 		return false, nil
 	})
+}
+
+// kubeletServiceID is the kubelet's Service resource.
+const kubeletServiceID = "kubelet"
+
+// publishKubelet puts the kubelet's KubeletSpec and its Service (running and healthy) while a kubelet
+// runs, and removes them otherwise.
+func publishKubelet(ctx context.Context, st state.State, v nodeView) error {
+	ks := k8sres.NewKubeletSpec(k8sres.NamespaceName, kubeletServiceID)
+	svc := v1alpha1res.NewService(kubeletServiceID)
+
+	if v.kubelet == nil {
+		if err := removeResource(ctx, st, ks.Metadata()); err != nil {
+			return err
+		}
+
+		return removeResource(ctx, st, svc.Metadata())
+	}
+
+	ks.TypedSpec().Image = v.kubelet.image
+	svc.TypedSpec().Running, svc.TypedSpec().Healthy = true, true
+
+	if err := putResource(ctx, st, ks); err != nil {
+		return err
+	}
+
+	return putResource(ctx, st, svc)
 }
 
 // finishTerminatingPods deletes, with no grace left, the pods of node that are being deleted.

@@ -319,7 +319,13 @@ func (n *Node) publishLocked() error {
 		n.opts.Trustd.offer(n.active.Machine().Security().IssuingCA())
 	}
 
+	var kubelet *kubeletSpec
+	if n.kubelet != nil {
+		kubelet = &n.kubelet.spec
+	}
+
 	return publishDynamic(context.Background(), n.st, nodeView{
+		kubelet:      kubelet,
 		phase:        n.phase,
 		hostname:     n.hostnameLocked(),
 		active:       n.active,

@@ -90,6 +90,11 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&etcd.Member{},
 		&config.MachineConfig{},
 		&config.MachineType{},
+		&k8s.APIServerConfig{},
+		&k8s.ControllerManagerConfig{},
+		&k8s.SchedulerConfig{},
+		&k8s.KubeletSpec{},
+		&v1alpha1.Service{},
 	} {
 		if err := rdReg.Register(ctx, r); err != nil {
 			return nil, fmt.Errorf("registering resource definition %T: %w", r, err)
@@ -253,8 +258,9 @@ type nodeView struct {
 	hostname     string
 	active       talosconfig.Provider
 	persisted    talosconfig.Provider
-	version      string // running Talos version
-	etcdMemberID uint64 // 0: no local etcd member
+	version      string       // running Talos version
+	etcdMemberID uint64       // 0: no local etcd member
+	kubelet      *kubeletSpec // the kubelet that runs; nil when none does
 }
 
 // publishDynamic writes the resources derived from the phase, the running version, the local etcd
@@ -307,6 +313,14 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 		if err != nil {
 			return err
 		}
+	}
+
+	if err := publishControlPlaneConfigs(ctx, st, v); err != nil {
+		return err
+	}
+
+	if err := publishKubelet(ctx, st, v); err != nil {
+		return err
 	}
 
 	if v.active != nil && v.active.Machine() != nil {

@@ -66,6 +66,8 @@ const (
 // with the update verb on that subresource: the main endpoint refuses a
 // change to it, and a create that sets it (to anything but its default) needs
 // the same verb, so an admin-only field is admin-only from the object's first write.
+// A Shared one is written by the main endpoint too: its subresource lets a
+// writer hold that one field and nothing else of the spec.
 // +k8s:deepcopy-gen=false
 type FieldSubresource struct {
 	// Resource and Subresource name the endpoint (talosclusters, secret-references).
@@ -76,6 +78,8 @@ type FieldSubresource struct {
 	Value func(obj any) any
 	// Copy sets the field of dst to that of src, internal objects of Resource.
 	Copy func(dst, src any)
+	// Shared fields are written by the main endpoint as well.
+	Shared bool
 }
 
 // Path is the endpoint as RBAC names it: resource/subresource.
@@ -88,6 +92,10 @@ var FieldSubresources = []FieldSubresource{
 	specField("talosclusters", "cilium-values", "spec.ciliumValues", func(c *TalosCluster) *string { return &c.Spec.CiliumValues }),
 	specField("talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
 	specField("talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
+	// Operators set the Kubernetes version as they build a cluster;
+	// ichor-controller, which writes no other spec, moves it at the end of a
+	// kubernetes-upgrade.
+	shared(specField("talosclusters", "kubernetes-version", "spec.kubernetesVersion", func(c *TalosCluster) *string { return &c.Spec.KubernetesVersion })),
 	specField("ichorinstallations", "version", "spec.version", func(i *IchorInstallation) *string { return &i.Spec.Version }),
 	specField("ichorinstallations", "settings", "spec.settings", func(i *IchorInstallation) *InstallationSettings { return &i.Spec.Settings }),
 }
@@ -101,6 +109,11 @@ func FieldSubresourcesOf(resource string) []FieldSubresource {
 		}
 	}
 	return out
+}
+
+func shared(f FieldSubresource) FieldSubresource {
+	f.Shared = true
+	return f
 }
 
 // specField is a row of FieldSubresources whose field at addresses in an object of type T.

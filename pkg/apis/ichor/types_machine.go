@@ -78,6 +78,18 @@ type TalosMachineStatus struct {
 	AppliedConfig *AppliedConfigStatus
 	// kubeletServingCertificate records the kubelet serving certificate Ichor approved.
 	KubeletServingCertificate *KubeletServingCertificateStatus
+	// kubernetes are the versions a kubernetes-upgrade set for the machine's
+	// Kubernetes components while it runs.
+	Kubernetes *KubernetesVersions
+}
+
+// KubernetesVersions are versions of a machine's Kubernetes components.
+type KubernetesVersions struct {
+	APIServer         string
+	ControllerManager string
+	Scheduler         string
+	Proxy             string
+	Kubelet           string
 }
 
 // MaintenanceStatus is the pinned maintenance-mode certificate.

@@ -32,6 +32,21 @@ const (
 	OperationShutdown          OperationType = "shutdown"
 )
 
+// KubernetesComponent is a Kubernetes component a kubernetes-upgrade
+// moves to the new version.
+type KubernetesComponent string
+
+// The components, in the order a kubernetes-upgrade moves them (that of
+// talosctl upgrade-k8s): the control planes' static pods one component at a
+// time, kube-proxy, then every machine's kubelet.
+const (
+	ComponentAPIServer         KubernetesComponent = "kube-apiserver"
+	ComponentControllerManager KubernetesComponent = "kube-controller-manager"
+	ComponentScheduler         KubernetesComponent = "kube-scheduler"
+	ComponentProxy             KubernetesComponent = "kube-proxy"
+	ComponentKubelet           KubernetesComponent = "kubelet"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -109,7 +124,8 @@ type TalosOperationStatus struct {
 	StartedAt *metav1.Time
 	// completedAt is when it succeeded or failed.
 	CompletedAt *metav1.Time
-	// steps are the per-machine progress records.
+	// steps are the progress records: one per machine, or for a
+	// kubernetes-upgrade one per machine and component, in the order they run.
 	Steps []OperationStep
 	// conditions of the operation.
 	Conditions []metav1.Condition
@@ -130,6 +146,9 @@ type OperationStep struct {
 	// bootID is the node's boot ID before the step rebooted it: a node that
 	// answers with another one has rebooted.
 	BootID string
+	// component is the Kubernetes component a kubernetes-upgrade step
+	// upgrades on the machine.
+	Component KubernetesComponent
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

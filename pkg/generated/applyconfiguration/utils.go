@@ -80,6 +80,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.KubeletServingCertificateStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesUpgradeParameters"):
 		return &ichorv1alpha1.KubernetesUpgradeParametersApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesVersions"):
+		return &ichorv1alpha1.KubernetesVersionsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalSecretReference"):
 		return &ichorv1alpha1.LocalSecretReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MachineCounts"):

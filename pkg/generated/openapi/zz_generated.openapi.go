@@ -61,6 +61,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(): schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificateStatus(ref),
 		v1alpha1.KubeletServingCertificates{}.OpenAPIModelName():      schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificates(ref),
 		v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName():     schema_pkg_apis_ichor_v1alpha1_KubernetesUpgradeParameters(ref),
+		v1alpha1.KubernetesVersions{}.OpenAPIModelName():              schema_pkg_apis_ichor_v1alpha1_KubernetesVersions(ref),
 		v1alpha1.LocalSecretReference{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_LocalSecretReference(ref),
 		v1alpha1.MachineCounts{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_MachineCounts(ref),
 		v1alpha1.MachineReclaim{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_MachineReclaim(ref),
@@ -1297,6 +1298,54 @@ func schema_pkg_apis_ichor_v1alpha1_KubernetesUpgradeParameters(ref common.Refer
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_KubernetesVersions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KubernetesVersions are versions of a machine's Kubernetes components, semantic versions with a leading v. An empty one is the cluster's.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"apiServer": {
+						SchemaProps: spec.SchemaProps{
+							Description: "apiServer is kube-apiserver's version (control planes).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"controllerManager": {
+						SchemaProps: spec.SchemaProps{
+							Description: "controllerManager is kube-controller-manager's version (control planes).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"scheduler": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scheduler is kube-scheduler's version (control planes).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"proxy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "proxy is kube-proxy's version, as the control planes' manifests give it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"kubelet": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubelet is the kubelet's version.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_LocalSecretReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1726,6 +1775,14 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 							Description: "bootID is the node's boot ID before the step rebooted it: a node that answers with another one has rebooted.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"component": {
+						SchemaProps: spec.SchemaProps{
+							Description: "component is the Kubernetes component a kubernetes-upgrade step upgrades on the machine.\n\nPossible enum values:\n - `\"kube-apiserver\"`\n - `\"kube-controller-manager\"`\n - `\"kube-proxy\"`\n - `\"kube-scheduler\"`\n - `\"kubelet\"`",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"kube-apiserver", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubelet"},
 						},
 					},
 				},
@@ -3001,11 +3058,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName()),
 						},
 					},
+					"kubernetes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetes are the versions a running kubernetes-upgrade set for the machine's Kubernetes components: its config renders each component set here at that version instead of the cluster's spec.kubernetesVersion. The upgrade sets them one component and one machine at a time, and removes them once the cluster's spec.kubernetesVersion follows.",
+							Ref:         ref(v1alpha1.KubernetesVersions{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.KubernetesVersions{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -3231,14 +3294,11 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationStatus(ref common.ReferenceCal
 					"steps": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
-								"x-kubernetes-list-map-keys": []interface{}{
-									"machine",
-								},
-								"x-kubernetes-list-type": "map",
+								"x-kubernetes-list-type": "atomic",
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "steps are the per-machine progress records.",
+							Description: "steps are the progress records: one per machine, or for a kubernetes-upgrade one per machine and component, in the order they run.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -218,7 +218,7 @@ func (p *Plugin) validateReclaimSource(ctx context.Context, a admission.Attribut
 func (p *Plugin) validateFieldSubresources(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	var defaulted runtime.Object
 	for _, f := range ichor.FieldSubresources {
-		if f.Resource != a.GetResource().Resource {
+		if f.Resource != a.GetResource().Resource || f.Shared {
 			continue
 		}
 		if defaulted == nil {

@@ -89,6 +89,8 @@ func (m *KubeletServingCertificates) Reset() { *m = KubeletServingCertificates{}
 
 func (m *KubernetesUpgradeParameters) Reset() { *m = KubernetesUpgradeParameters{} }
 
+func (m *KubernetesVersions) Reset() { *m = KubernetesVersions{} }
+
 func (m *LocalSecretReference) Reset() { *m = LocalSecretReference{} }
 
 func (m *MachineCounts) Reset() { *m = MachineCounts{} }
@@ -1393,6 +1395,54 @@ func (m *KubernetesUpgradeParameters) MarshalToSizedBuffer(dAtA []byte) (int, er
 	return len(dAtA) - i, nil
 }
 
+func (m *KubernetesVersions) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *KubernetesVersions) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *KubernetesVersions) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.Kubelet)
+	copy(dAtA[i:], m.Kubelet)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Kubelet)))
+	i--
+	dAtA[i] = 0x2a
+	i -= len(m.Proxy)
+	copy(dAtA[i:], m.Proxy)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Proxy)))
+	i--
+	dAtA[i] = 0x22
+	i -= len(m.Scheduler)
+	copy(dAtA[i:], m.Scheduler)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Scheduler)))
+	i--
+	dAtA[i] = 0x1a
+	i -= len(m.ControllerManager)
+	copy(dAtA[i:], m.ControllerManager)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ControllerManager)))
+	i--
+	dAtA[i] = 0x12
+	i -= len(m.APIServer)
+	copy(dAtA[i:], m.APIServer)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.APIServer)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
 func (m *LocalSecretReference) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -1831,6 +1881,11 @@ func (m *OperationStep) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Component)
+	copy(dAtA[i:], m.Component)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Component)))
+	i--
+	dAtA[i] = 0x3a
 	i -= len(m.BootID)
 	copy(dAtA[i:], m.BootID)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.BootID)))
@@ -3062,6 +3117,18 @@ func (m *TalosMachineStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.Kubernetes != nil {
+		{
+			size, err := m.Kubernetes.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x62
+	}
 	if m.KubeletServingCertificate != nil {
 		{
 			size, err := m.KubeletServingCertificate.MarshalToSizedBuffer(dAtA[:i])
@@ -3993,6 +4060,25 @@ func (m *KubernetesUpgradeParameters) Size() (n int) {
 	return n
 }
 
+func (m *KubernetesVersions) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.APIServer)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.ControllerManager)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Scheduler)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Proxy)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Kubelet)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *LocalSecretReference) Size() (n int) {
 	if m == nil {
 		return 0
@@ -4164,6 +4250,8 @@ func (m *OperationStep) Size() (n int) {
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	l = len(m.BootID)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Component)
 	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
@@ -4621,6 +4709,10 @@ func (m *TalosMachineStatus) Size() (n int) {
 	}
 	if m.KubeletServingCertificate != nil {
 		l = m.KubeletServingCertificate.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
+	if m.Kubernetes != nil {
+		l = m.Kubernetes.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	return n
@@ -5117,6 +5209,20 @@ func (this *KubernetesUpgradeParameters) String() string {
 	}, "")
 	return s
 }
+func (this *KubernetesVersions) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&KubernetesVersions{`,
+		`APIServer:` + fmt.Sprintf("%v", this.APIServer) + `,`,
+		`ControllerManager:` + fmt.Sprintf("%v", this.ControllerManager) + `,`,
+		`Scheduler:` + fmt.Sprintf("%v", this.Scheduler) + `,`,
+		`Proxy:` + fmt.Sprintf("%v", this.Proxy) + `,`,
+		`Kubelet:` + fmt.Sprintf("%v", this.Kubelet) + `,`,
+		`}`,
+	}, "")
+	return s
+}
 func (this *LocalSecretReference) String() string {
 	if this == nil {
 		return "nil"
@@ -5247,6 +5353,7 @@ func (this *OperationStep) String() string {
 		`StartedAt:` + strings.Replace(fmt.Sprintf("%v", this.StartedAt), "Time", "v1.Time", 1) + `,`,
 		`CompletedAt:` + strings.Replace(fmt.Sprintf("%v", this.CompletedAt), "Time", "v1.Time", 1) + `,`,
 		`BootID:` + fmt.Sprintf("%v", this.BootID) + `,`,
+		`Component:` + fmt.Sprintf("%v", this.Component) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5580,6 +5687,7 @@ func (this *TalosMachineStatus) String() string {
 		`Approval:` + strings.Replace(this.Approval.String(), "ApprovalStatus", "ApprovalStatus", 1) + `,`,
 		`AppliedConfig:` + strings.Replace(this.AppliedConfig.String(), "AppliedConfigStatus", "AppliedConfigStatus", 1) + `,`,
 		`KubeletServingCertificate:` + strings.Replace(this.KubeletServingCertificate.String(), "KubeletServingCertificateStatus", "KubeletServingCertificateStatus", 1) + `,`,
+		`Kubernetes:` + strings.Replace(this.Kubernetes.String(), "KubernetesVersions", "KubernetesVersions", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9392,6 +9500,216 @@ func (m *KubernetesUpgradeParameters) Unmarshal(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *KubernetesVersions) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: KubernetesVersions: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: KubernetesVersions: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field APIServer", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.APIServer = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ControllerManager", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ControllerManager = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Scheduler", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Scheduler = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Proxy", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Proxy = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Kubelet", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Kubelet = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *LocalSecretReference) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -10904,6 +11222,38 @@ func (m *OperationStep) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.BootID = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Component", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Component = KubernetesComponent(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -15012,6 +15362,42 @@ func (m *TalosMachineStatus) Unmarshal(dAtA []byte) error {
 				m.KubeletServingCertificate = &KubeletServingCertificateStatus{}
 			}
 			if err := m.KubeletServingCertificate.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 12:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Kubernetes", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.Kubernetes == nil {
+				m.Kubernetes = &KubernetesVersions{}
+			}
+			if err := m.Kubernetes.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

@@ -106,6 +106,34 @@ type TalosMachineStatus struct {
 	// kubeletServingCertificate records the kubelet serving certificate Ichor approved.
 	// +optional
 	KubeletServingCertificate *KubeletServingCertificateStatus `json:"kubeletServingCertificate,omitempty" protobuf:"bytes,11,opt,name=kubeletServingCertificate"`
+	// kubernetes are the versions a running kubernetes-upgrade set for the
+	// machine's Kubernetes components: its config renders each component
+	// set here at that version instead of the cluster's
+	// spec.kubernetesVersion. The upgrade sets them one component and one
+	// machine at a time, and removes them once the cluster's
+	// spec.kubernetesVersion follows.
+	// +optional
+	Kubernetes *KubernetesVersions `json:"kubernetes,omitempty" protobuf:"bytes,12,opt,name=kubernetes"`
+}
+
+// KubernetesVersions are versions of a machine's Kubernetes components,
+// semantic versions with a leading v. An empty one is the cluster's.
+type KubernetesVersions struct {
+	// apiServer is kube-apiserver's version (control planes).
+	// +optional
+	APIServer string `json:"apiServer,omitempty" protobuf:"bytes,1,opt,name=apiServer"`
+	// controllerManager is kube-controller-manager's version (control planes).
+	// +optional
+	ControllerManager string `json:"controllerManager,omitempty" protobuf:"bytes,2,opt,name=controllerManager"`
+	// scheduler is kube-scheduler's version (control planes).
+	// +optional
+	Scheduler string `json:"scheduler,omitempty" protobuf:"bytes,3,opt,name=scheduler"`
+	// proxy is kube-proxy's version, as the control planes' manifests give it.
+	// +optional
+	Proxy string `json:"proxy,omitempty" protobuf:"bytes,4,opt,name=proxy"`
+	// kubelet is the kubelet's version.
+	// +optional
+	Kubelet string `json:"kubelet,omitempty" protobuf:"bytes,5,opt,name=kubelet"`
 }
 
 // MaintenanceStatus is the pinned maintenance-mode certificate.

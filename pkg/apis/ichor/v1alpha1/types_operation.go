@@ -41,6 +41,28 @@ var OperationTypes = []OperationType{
 	OperationCARotation, OperationKeyRotation, OperationEtcdRestore, OperationNodeReset, OperationNodeShutdown, OperationShutdown,
 }
 
+// KubernetesComponent is a Kubernetes component a kubernetes-upgrade
+// moves to the new version.
+// +enum
+type KubernetesComponent string
+
+// The components, in the order a kubernetes-upgrade moves them (that of
+// talosctl upgrade-k8s): the control planes' static pods one component at a
+// time, kube-proxy, then every machine's kubelet.
+const (
+	ComponentAPIServer         KubernetesComponent = "kube-apiserver"
+	ComponentControllerManager KubernetesComponent = "kube-controller-manager"
+	ComponentScheduler         KubernetesComponent = "kube-scheduler"
+	ComponentProxy             KubernetesComponent = "kube-proxy"
+	ComponentKubelet           KubernetesComponent = "kubelet"
+)
+
+// KubernetesComponents are the components in the order a
+// kubernetes-upgrade moves them.
+var KubernetesComponents = []KubernetesComponent{
+	ComponentAPIServer, ComponentControllerManager, ComponentScheduler, ComponentProxy, ComponentKubelet,
+}
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -138,10 +160,10 @@ type TalosOperationStatus struct {
 	// completedAt is when it succeeded or failed.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,5,opt,name=completedAt"`
-	// steps are the per-machine progress records.
+	// steps are the progress records: one per machine, or for a
+	// kubernetes-upgrade one per machine and component, in the order they run.
 	// +optional
-	// +listType=map
-	// +listMapKey=machine
+	// +listType=atomic
 	Steps []OperationStep `json:"steps,omitempty" protobuf:"bytes,6,rep,name=steps"`
 	// conditions of the operation.
 	// +optional
@@ -169,6 +191,10 @@ type OperationStep struct {
 	// answers with another one has rebooted.
 	// +optional
 	BootID string `json:"bootID,omitempty" protobuf:"bytes,6,opt,name=bootID"`
+	// component is the Kubernetes component a kubernetes-upgrade step
+	// upgrades on the machine.
+	// +optional
+	Component KubernetesComponent `json:"component,omitempty" protobuf:"bytes,7,opt,name=component,casttype=KubernetesComponent"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -162,6 +162,11 @@ func (in KubernetesUpgradeParameters) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KubernetesVersions) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesVersions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in LocalSecretReference) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference"
 }

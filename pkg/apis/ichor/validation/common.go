@@ -228,7 +228,7 @@ func validateImmutable(newVal, oldVal any, fldPath *field.Path, hint string) fie
 func validateFieldSubresources(resource string, obj, old any) field.ErrorList {
 	var errs field.ErrorList
 	for _, f := range ichor.FieldSubresources {
-		if f.Resource != resource || apiequality.Semantic.DeepEqual(f.Value(obj), f.Value(old)) {
+		if f.Resource != resource || f.Shared || apiequality.Semantic.DeepEqual(f.Value(obj), f.Value(old)) {
 			continue
 		}
 		errs = append(errs, field.Forbidden(fieldPath(f.Field), "changes only through the "+f.Path()+" subresource"))

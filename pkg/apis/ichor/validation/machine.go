@@ -87,6 +87,16 @@ func ValidateTalosMachineStatusUpdate(m, old *ichor.TalosMachine) field.ErrorLis
 	if s.TalosVersion != "" {
 		errs = append(errs, validateVersion(s.TalosVersion, status.Child("talosVersion"))...)
 	}
+	if k := s.Kubernetes; k != nil {
+		p := status.Child("kubernetes")
+		for _, v := range []struct {
+			name, version string
+		}{{"apiServer", k.APIServer}, {"controllerManager", k.ControllerManager}, {"scheduler", k.Scheduler}, {"proxy", k.Proxy}, {"kubelet", k.Kubelet}} {
+			if v.version != "" {
+				errs = append(errs, validateVersion(v.version, p.Child(v.name))...)
+			}
+		}
+	}
 	if a := s.Approval; a != nil {
 		p := status.Child("approval")
 		errs = append(errs, validateEnum(a.Decision, p.Child("decision"), ichor.ApprovalApproved, ichor.ApprovalRejected)...)

@@ -59,17 +59,34 @@ func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.Erro
 	status := field.NewPath("status")
 	errs = append(errs, validateOptionalEnum(o.Status.Phase, status.Child("phase"), operationPhases...)...)
 	errs = append(errs, validateConditions(o.Status.Conditions, status.Child("conditions"))...)
-	machines := sets.New[string]()
+	// A step is one machine's, or one machine's and component's.
+	type stepKey struct {
+		machine   string
+		component ichor.KubernetesComponent
+	}
+	seen := sets.New[stepKey]()
 	for i, step := range o.Status.Steps {
 		p := status.Child("steps").Index(i)
 		errs = append(errs, validateRequiredName(step.Machine, p.Child("machine"))...)
-		if step.Machine != "" && machines.Has(step.Machine) {
+		errs = append(errs, validateOptionalEnum(step.Component, p.Child("component"), KubernetesComponents...)...)
+		key := stepKey{step.Machine, step.Component}
+		switch {
+		case step.Machine == "" || !seen.Has(key):
+		case step.Component == "":
 			errs = append(errs, field.Duplicate(p.Child("machine"), step.Machine))
+		default:
+			errs = append(errs, field.Duplicate(p.Child("component"), step.Component))
 		}
-		machines.Insert(step.Machine)
+		seen.Insert(key)
 		errs = append(errs, validateEnum(step.Phase, p.Child("phase"), operationPhases...)...)
 	}
 	return errs
+}
+
+// KubernetesComponents are the components a kubernetes-upgrade moves, in its order.
+var KubernetesComponents = []ichor.KubernetesComponent{
+	ichor.ComponentAPIServer, ichor.ComponentControllerManager, ichor.ComponentScheduler,
+	ichor.ComponentProxy, ichor.ComponentKubelet,
 }
 
 func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path) field.ErrorList {

@@ -330,6 +330,18 @@ func TestValidateTalosOperationStatusUpdate(t *testing.T) {
 			},
 			want: []fe{duplicate("status.steps[1].machine")},
 		},
+		{
+			name: "kubernetes-upgrade steps: one per machine and component",
+			mutate: func(s *ichor.TalosOperationStatus) {
+				s.Steps = []ichor.OperationStep{
+					{Machine: "node-1", Component: ichor.ComponentAPIServer, Phase: ichor.OperationSucceeded},
+					{Machine: "node-1", Component: ichor.ComponentKubelet, Phase: ichor.OperationRunning},
+					{Machine: "node-1", Component: ichor.ComponentKubelet, Phase: ichor.OperationPending},
+					{Machine: "node-2", Component: "etcd", Phase: ichor.OperationPending},
+				}
+			},
+			want: []fe{duplicate("status.steps[2].component"), notSupported("status.steps[3].component")},
+		},
 	}
 	for _, bc := range badConditionCases {
 		cond := bc.conditions

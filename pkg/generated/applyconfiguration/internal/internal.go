@@ -379,6 +379,24 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesVersions
+  map:
+    fields:
+    - name: apiServer
+      type:
+        scalar: string
+    - name: controllerManager
+      type:
+        scalar: string
+    - name: kubelet
+      type:
+        scalar: string
+    - name: proxy
+      type:
+        scalar: string
+    - name: scheduler
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
   map:
     fields:
@@ -513,6 +531,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: completedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: component
+      type:
+        scalar: string
     - name: machine
       type:
         scalar: string
@@ -881,6 +902,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: kubeletServingCertificate
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus
+    - name: kubernetes
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesVersions
     - name: maintenance
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus
@@ -983,9 +1007,7 @@ var schemaYAML = typed.YAMLObject(`types:
         list:
           elementType:
             namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
-          elementRelationship: associative
-          keys:
-          - machine
+          elementRelationship: atomic
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosUpgradeParameters
   map:
     fields:

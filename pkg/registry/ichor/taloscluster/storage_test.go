@@ -14,7 +14,7 @@ import (
 // the versioned type: each subresource leaves status and every other spec
 // field alone under server-side apply, and owns its own field.
 func TestFieldSubresourcesOwnOnlyTheirField(t *testing.T) {
-	owned := map[string]string{"cilium-values": "ciliumValues", "secret-references": "secretsRef", "authentication": "authentication"}
+	owned := map[string]string{"cilium-values": "ciliumValues", "secret-references": "secretsRef", "authentication": "authentication", "kubernetes-version": "kubernetesVersion"}
 	if len(Definition.Subresources) != len(owned) {
 		t.Fatalf("%d subresources, want %d", len(Definition.Subresources), len(owned))
 	}

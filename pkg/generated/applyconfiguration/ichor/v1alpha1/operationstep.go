@@ -41,6 +41,9 @@ type OperationStepApplyConfiguration struct {
 	// bootID is the node's boot ID before the step rebooted it: a node that
 	// answers with another one has rebooted.
 	BootID *string `json:"bootID,omitempty"`
+	// component is the Kubernetes component a kubernetes-upgrade step
+	// upgrades on the machine.
+	Component *ichorv1alpha1.KubernetesComponent `json:"component,omitempty"`
 }
 
 // OperationStepApplyConfiguration constructs a declarative configuration of the OperationStep type for use with
@@ -94,5 +97,13 @@ func (b *OperationStepApplyConfiguration) WithCompletedAt(value v1.Time) *Operat
 // If called multiple times, the BootID field is set to the value of the last call.
 func (b *OperationStepApplyConfiguration) WithBootID(value string) *OperationStepApplyConfiguration {
 	b.BootID = &value
+	return b
+}
+
+// WithComponent sets the Component field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Component field is set to the value of the last call.
+func (b *OperationStepApplyConfiguration) WithComponent(value ichorv1alpha1.KubernetesComponent) *OperationStepApplyConfiguration {
+	b.Component = &value
 	return b
 }

@@ -51,6 +51,13 @@ type TalosMachineStatusApplyConfiguration struct {
 	AppliedConfig *AppliedConfigStatusApplyConfiguration `json:"appliedConfig,omitempty"`
 	// kubeletServingCertificate records the kubelet serving certificate Ichor approved.
 	KubeletServingCertificate *KubeletServingCertificateStatusApplyConfiguration `json:"kubeletServingCertificate,omitempty"`
+	// kubernetes are the versions a running kubernetes-upgrade set for the
+	// machine's Kubernetes components: its config renders each component
+	// set here at that version instead of the cluster's
+	// spec.kubernetesVersion. The upgrade sets them one component and one
+	// machine at a time, and removes them once the cluster's
+	// spec.kubernetesVersion follows.
+	Kubernetes *KubernetesVersionsApplyConfiguration `json:"kubernetes,omitempty"`
 }
 
 // TalosMachineStatusApplyConfiguration constructs a declarative configuration of the TalosMachineStatus type for use with
@@ -149,5 +156,13 @@ func (b *TalosMachineStatusApplyConfiguration) WithAppliedConfig(value *AppliedC
 // If called multiple times, the KubeletServingCertificate field is set to the value of the last call.
 func (b *TalosMachineStatusApplyConfiguration) WithKubeletServingCertificate(value *KubeletServingCertificateStatusApplyConfiguration) *TalosMachineStatusApplyConfiguration {
 	b.KubeletServingCertificate = value
+	return b
+}
+
+// WithKubernetes sets the Kubernetes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Kubernetes field is set to the value of the last call.
+func (b *TalosMachineStatusApplyConfiguration) WithKubernetes(value *KubernetesVersionsApplyConfiguration) *TalosMachineStatusApplyConfiguration {
+	b.Kubernetes = value
 	return b
 }

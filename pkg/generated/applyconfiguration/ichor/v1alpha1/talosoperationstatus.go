@@ -39,7 +39,8 @@ type TalosOperationStatusApplyConfiguration struct {
 	StartedAt *v1.Time `json:"startedAt,omitempty"`
 	// completedAt is when it succeeded or failed.
 	CompletedAt *v1.Time `json:"completedAt,omitempty"`
-	// steps are the per-machine progress records.
+	// steps are the progress records: one per machine, or for a
+	// kubernetes-upgrade one per machine and component, in the order they run.
 	Steps []OperationStepApplyConfiguration `json:"steps,omitempty"`
 	// conditions of the operation.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`

@@ -1,0 +1,232 @@
+package talossim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/state"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// Static pods: on a control plane, Talos's controllers turn the machine config into one config
+// resource per control-plane component (APIServerConfig, ControllerManagerConfig, SchedulerConfig in
+// the controlplane namespace), whose resource version goes up with every change, and write each
+// component's static pod with that version in its talos.dev/config-version annotation; the kubelet
+// runs it and publishes its mirror pod (kube-system/<component>-<nodename>) to the API server. Here the
+// config resources are published with the node's other resources (publishDynamic) and the simulated
+// kubelet keeps the mirror pods in step with them, Running and Ready, as `talosctl upgrade-k8s` and
+// Ichor's kubernetes-upgrade watch them. No container runs: the cluster's one real kube-apiserver and
+// kube-controller-manager (kubernetes.go) serve every control plane whatever their pods say.
+
+// staticPodComponents are the control-plane components with a static pod, by config resource type.
+var staticPodComponents = []struct {
+	id  resource.ID
+	typ resource.Type
+}{
+	{k8s.APIServerConfigID, k8s.APIServerConfigType},
+	{k8s.ControllerManagerConfigID, k8s.ControllerManagerConfigType},
+	{k8s.SchedulerConfigID, k8s.SchedulerConfigType},
+}
+
+// controlPlaneConfigs are the component config resources of a control plane's config: the parts of
+// it that shape each static pod.
+func controlPlaneConfigs(cfg talosconfig.Provider) []resource.Resource {
+	cluster := cfg.Cluster()
+
+	api := k8s.NewAPIServerConfig()
+	api.TypedSpec().Image = cluster.APIServer().Image()
+	api.TypedSpec().ControlPlaneEndpoint = cluster.Endpoint().String()
+	api.TypedSpec().ExtraArgs = argValues(cluster.APIServer().ExtraArgs())
+	api.TypedSpec().EnvironmentVariables = cluster.APIServer().Env()
+
+	cm := k8s.NewControllerManagerConfig()
+	cm.TypedSpec().Enabled = true
+	cm.TypedSpec().Image = cluster.ControllerManager().Image()
+	cm.TypedSpec().ExtraArgs = argValues(cluster.ControllerManager().ExtraArgs())
+	cm.TypedSpec().EnvironmentVariables = cluster.ControllerManager().Env()
+
+	sched := k8s.NewSchedulerConfig()
+	sched.TypedSpec().Enabled = true
+	sched.TypedSpec().Image = cluster.Scheduler().Image()
+	sched.TypedSpec().ExtraArgs = argValues(cluster.Scheduler().ExtraArgs())
+	sched.TypedSpec().EnvironmentVariables = cluster.Scheduler().Env()
+
+	return []resource.Resource{api, cm, sched}
+}
+
+func argValues(args map[string][]string) map[string]k8s.ArgValues {
+	if len(args) == 0 {
+		return nil
+	}
+
+	out := make(map[string]k8s.ArgValues, len(args))
+	for k, v := range args {
+		out[k] = k8s.ArgValues{Values: v}
+	}
+
+	return out
+}
+
+// publishControlPlaneConfigs puts the component configs of a running control plane, and removes them
+// from any other node.
+func publishControlPlaneConfigs(ctx context.Context, st state.State, v nodeView) error {
+	if v.kubelet != nil && v.kubelet.controlPlane {
+		for _, r := range controlPlaneConfigs(v.active) {
+			if err := putResource(ctx, st, r); err != nil {
+				return err
+			}
+		}
+
+		return nil
+	}
+
+	for _, c := range staticPodComponents {
+		if err := removeResource(ctx, st, resource.NewMetadata(k8s.ControlPlaneNamespaceName, c.typ, c.id, resource.VersionUndefined)); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// staticPod is the mirror pod of one component as the kubelet last wrote it.
+type staticPod struct {
+	image   string
+	version string
+}
+
+// staticPodOf reads component c's config resource: its image and config version.
+func staticPodOf(ctx context.Context, st state.State, id resource.ID, typ resource.Type) (staticPod, bool) {
+	r, err := st.Get(ctx, resource.NewMetadata(k8s.ControlPlaneNamespaceName, typ, id, resource.VersionUndefined))
+	if err != nil {
+		return staticPod{}, false
+	}
+
+	var image string
+
+	switch spec := r.Spec().(type) {
+	case *k8s.APIServerConfigSpec:
+		image = spec.Image
+	case *k8s.ControllerManagerConfigSpec:
+		image = spec.Image
+	case *k8s.SchedulerConfigSpec:
+		image = spec.Image
+	}
+
+	return staticPod{image: image, version: r.Metadata().Version().String()}, true
+}
+
+// mirrorPods keeps a control plane's mirror pods in step with its component configs.
+type mirrorPods struct {
+	client kubernetes.Interface
+	spec   kubeletSpec
+	st     state.State
+	node   *corev1.Node
+	synced map[string]staticPod // by pod name
+}
+
+// sync writes the mirror pod of every component whose config changed since the last sync: the old
+// pod is deleted and the new one created and reported Ready, as the kubelet does for a static pod
+// whose manifest changed.
+func (m *mirrorPods) sync(ctx context.Context) error {
+	if m.node == nil {
+		node, err := m.client.CoreV1().Nodes().Get(ctx, m.spec.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		m.node, m.synced = node, map[string]staticPod{}
+	}
+
+	for _, c := range staticPodComponents {
+		want, ok := staticPodOf(ctx, m.st, c.id, c.typ)
+		name := string(c.id) + "-" + m.spec.nodeName
+
+		if !ok || m.synced[name] == want {
+			continue
+		}
+
+		if err := m.replace(ctx, string(c.id), name, want); err != nil {
+			return fmt.Errorf("mirror pod %s: %w", name, err)
+		}
+
+		m.synced[name] = want
+	}
+
+	return nil
+}
+
+func (m *mirrorPods) replace(ctx context.Context, component, name string, want staticPod) error {
+	pods := m.client.CoreV1().Pods(metav1.NamespaceSystem)
+
+	err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+
+	sum := sha256.Sum256([]byte(want.image + "\x00" + want.version))
+	hash := hex.EncodeToString(sum[:16])
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: metav1.NamespaceSystem,
+			Labels:    map[string]string{"k8s-app": component, "tier": "control-plane"},
+			Annotations: map[string]string{
+				corev1.MirrorPodAnnotationKey:              hash,
+				"kubernetes.io/config.hash":                hash,
+				"kubernetes.io/config.source":              "file",
+				constants.AnnotationStaticPodConfigVersion: want.version,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: m.node.Name, UID: m.node.UID, Controller: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:          m.spec.nodeName,
+			HostNetwork:       true,
+			PriorityClassName: "system-cluster-critical",
+			Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:        []corev1.Container{{Name: component, Image: want.image}},
+		},
+	}
+
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+
+	now := metav1.Now()
+	ip := m.spec.ips[0].String()
+	created.Status = corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		HostIP:    ip,
+		HostIPs:   []corev1.HostIP{{IP: ip}},
+		PodIP:     ip,
+		PodIPs:    []corev1.PodIP{{IP: ip}},
+		StartTime: &now,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+		ContainerStatuses: []corev1.ContainerStatus{{
+			Name: component, Image: want.image, Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}},
+	}
+
+	_, err = pods.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+
+	return err
+}

@@ -1,0 +1,138 @@
+package talossim
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// TestStaticPodsFollowConfig: a control plane's mirror pods carry its component configs' images and
+// config versions (the COSI resource versions talosctl upgrade-k8s compares), Running and Ready; a
+// no-reboot apply of a new kube-apiserver image replaces that pod alone at the next config version,
+// and a new kubelet image restarts the kubelet, whose Node then reports the new version.
+func TestStaticPodsFollowConfig(t *testing.T) {
+	t.Parallel()
+
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.41:0", Hostname: "cp-1", Kubernetes: k}, cl.cp, PhaseRunning)
+	admin := certClient(t, cp, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+
+	if err := admin.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+
+	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+
+	kube := kubernetes.NewForConfigOrDie(cfg)
+
+	configVersion := func(typ string) string {
+		var version string
+
+		switch typ {
+		case k8s.APIServerConfigID:
+			r, err := safe.StateGetByID[*k8s.APIServerConfig](ctx, admin.COSI, k8s.APIServerConfigID)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			version = r.Metadata().Version().String()
+		case k8s.SchedulerConfigID:
+			r, err := safe.StateGetByID[*k8s.SchedulerConfig](ctx, admin.COSI, k8s.SchedulerConfigID)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			version = r.Metadata().Version().String()
+		}
+
+		return version
+	}
+
+	waitPod := func(component, image, version string) *corev1.Pod {
+		t.Helper()
+
+		var pod *corev1.Pod
+
+		pollUntil(t, ctx, component+" mirror pod at "+image, func() (bool, error) {
+			p, err := kube.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, component+"-cp-1", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+
+			if err != nil {
+				return false, err
+			}
+
+			pod = p
+
+			return p.Spec.Containers[0].Image == image && p.Annotations[constants.AnnotationStaticPodConfigVersion] == version &&
+				podReady(p) && p.Status.HostIP == "127.0.2.41", nil
+		})
+
+		return pod
+	}
+
+	oldAPIServer := loadConfig(t, cl.cp).Cluster().APIServer().Image()
+	waitPod(k8s.APIServerConfigID, oldAPIServer, configVersion(k8s.APIServerConfigID))
+	scheduler := waitPod(k8s.SchedulerConfigID, loadConfig(t, cl.cp).Cluster().Scheduler().Image(), configVersion(k8s.SchedulerConfigID))
+
+	if scheduler.Labels["k8s-app"] != "kube-scheduler" || scheduler.Annotations[corev1.MirrorPodAnnotationKey] == "" {
+		t.Errorf("scheduler mirror pod labels %v annotations %v", scheduler.Labels, scheduler.Annotations)
+	}
+
+	before := configVersion(k8s.APIServerConfigID)
+	upgraded := patch(t, cl.cp, `cluster:
+  apiServer:
+    image: registry.k8s.io/kube-apiserver:v1.36.1
+machine:
+  kubelet:
+    image: ghcr.io/siderolabs/kubelet:v1.36.1
+`)
+
+	if _, err := admin.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: upgraded, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+
+	after := configVersion(k8s.APIServerConfigID)
+	if after == before {
+		t.Fatalf("APIServerConfig version stayed %s after a new image", before)
+	}
+
+	waitPod(k8s.APIServerConfigID, "registry.k8s.io/kube-apiserver:v1.36.1", after)
+	waitPod(k8s.SchedulerConfigID, scheduler.Spec.Containers[0].Image, scheduler.Annotations[constants.AnnotationStaticPodConfigVersion])
+
+	pollUntil(t, ctx, "the Node at kubelet v1.36.1", func() (bool, error) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+
+		return node.Status.NodeInfo.KubeletVersion == "v1.36.1", nil
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
