@@ -15,3 +15,14 @@ func WithTag(ref, tag string) string {
 	}
 	return ref + ":" + tag
 }
+
+// Tag is ref's tag, or "" when it has none.
+func Tag(ref string) string {
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		return ref[i+1:]
+	}
+	return ""
+}

@@ -205,6 +205,17 @@ func checkVersions(talosVersion, kubernetesVersion string) (*config.VersionContr
 	return contract, nil
 }
 
+// SupportsKubernetes refuses a Kubernetes version that Talos version does
+// not run, by the table checkVersions uses.
+func SupportsKubernetes(talosVersion, kubernetesVersion string) error {
+	_, err := checkVersions(talosVersion, kubernetesVersion)
+	var in *InputError
+	if errors.As(err, &in) {
+		return in.Err
+	}
+	return err
+}
+
 // kubernetesRange is the Kubernetes versions a Talos release runs: from min,
 // up to but not including max (machinery's convention, max being x.y.99).
 type kubernetesRange struct{ min, max semver.Version }

@@ -14,30 +14,10 @@ import (
 // the one a kubernetes-upgrade set for it in m's status, else the
 // cluster's spec.kubernetesVersion.
 func KubernetesVersion(cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, c ichorv1alpha1.KubernetesComponent) string {
-	if v := componentVersion(m.Status.Kubernetes, c); v != "" {
+	if v := m.Status.Kubernetes.Version(c); v != "" {
 		return v
 	}
 	return cluster.Spec.KubernetesVersion
-}
-
-// componentVersion is c's field of v, or "".
-func componentVersion(v *ichorv1alpha1.KubernetesVersions, c ichorv1alpha1.KubernetesComponent) string {
-	if v == nil {
-		return ""
-	}
-	switch c {
-	case ichorv1alpha1.ComponentAPIServer:
-		return v.APIServer
-	case ichorv1alpha1.ComponentControllerManager:
-		return v.ControllerManager
-	case ichorv1alpha1.ComponentScheduler:
-		return v.Scheduler
-	case ichorv1alpha1.ComponentProxy:
-		return v.Proxy
-	case ichorv1alpha1.ComponentKubelet:
-		return v.Kubelet
-	}
-	return ""
 }
 
 // withKubernetesVersions moves the images of the components a

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	rbacac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/kubeupgrade"
 )
 
 // Controller is ichor-controller's own identity in a managed cluster. It is
@@ -35,18 +37,20 @@ const setupTTL = 5 * time.Minute
 // an operation reboots it, which needs patching nodes, listing pods and
 // evicting them (through the Eviction API, so PodDisruptionBudgets hold);
 // and approve kubelet serving certificates, which needs reading CSRs,
-// updating their approval and the approve verb on exactly that signer. No
-// Secret, no pod deletion but by eviction, no write to any other object
-// but a CSR's approval, nothing on another signer.
+// updating their approval and the approve verb on exactly that signer;
+// before a kubernetes-upgrade, list the objects of the API resources the
+// new version removes (kubeupgrade.ReadRules). No Secret, no pod deletion
+// but by eviction, no write to any other object but a CSR's approval,
+// nothing on another signer.
 func ControllerRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{
+	return append([]rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{KubeletServingSigner}, Verbs: []string{"approve"}},
-	}
+	}, kubeupgrade.ReadRules()...)
 }
 
 // InstallControllerAccess applies ControllerRole and its binding to

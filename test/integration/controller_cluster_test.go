@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -124,6 +125,8 @@ type demoSetup struct {
 	tune func(*ctrlcmd.Options)
 	// registry is what the nodes can pull; nil: every installer of a Talos version.
 	registry *talossim.Registry
+	// kubernetesVersion demo is created at; default v1.36.0.
+	kubernetesVersion string
 }
 
 // newDemoClusterWith builds demo with setup's changes.
@@ -176,9 +179,9 @@ kind: TalosCluster
 metadata: {name: demo, namespace: %s}
 spec:
   talosVersion: v1.13.0
-  kubernetesVersion: v1.36.0
+  kubernetesVersion: %s
   controlPlane: {endpoint: "%s"}
-`, ns, endpoint)
+`, ns, cmp.Or(setup.kubernetesVersion, "v1.36.0"), endpoint)
 	i := 0
 	for _, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
 		i++

@@ -39,7 +39,7 @@ const operationStepTimeout = 15 * time.Second
 func TestControllerRunsOperations(t *testing.T) {
 	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2",
 		"siderolabs/installer:v1.11.0")
-	d := newDemoClusterWith(t, demoSetup{registry: registry, tune: func(o *ctrlcmd.Options) {
+	d := newDemoClusterWith(t, demoSetup{registry: registry, kubernetesVersion: "v1.35.2", tune: func(o *ctrlcmd.Options) {
 		o.InstallImage = "siderolabs/installer:v1.13.0"
 		o.OperationPollInterval = 250 * time.Millisecond
 		o.OperationStepTimeout = operationStepTimeout
@@ -48,6 +48,8 @@ func TestControllerRunsOperations(t *testing.T) {
 	t.Run("an operator reboots the cluster one node at a time", d.rollingReboot)
 	t.Run("an operator upgrades Talos one node at a time, and new configs follow", d.talosUpgrade)
 	t.Run("upgrades Talos refuses are refused with the reason, touching nothing", d.upgradeRefusals)
+	t.Run("Kubernetes upgrades Kubernetes refuses are refused before any step", d.kubernetesUpgradeRefusals)
+	t.Run("an operator upgrades Kubernetes in talosctl upgrade-k8s's order", d.kubernetesUpgrade)
 	t.Run("an operation naming a machine of another cluster fails at once", d.foreignMachine)
 	t.Run("etcd is defragmented one member at a time", d.etcdDefrag)
 	t.Run("a controller killed mid-upgrade resumes on the same step", d.upgradeSurvivesRestart)
@@ -281,6 +283,137 @@ func (d *demoCluster) talosUpgrade(t *testing.T) {
 	}()) {
 		t.Errorf("the installer image change rebooted nodes: before %v, after %v", before, after)
 	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+}
+
+// kubernetesUpgradeRefusals: a path Kubernetes refuses (skipping a minor,
+// going down) and a version the nodes' Talos does not run end the
+// operation Failed before any step, with the reason; nothing moves.
+func (d *demoCluster) kubernetesUpgradeRefusals(t *testing.T) {
+	for _, tc := range []struct{ name, version, want string }{
+		{"k8s-skips-a-minor", "v1.37.0", "one minor version at a time: from 1.35 go to 1.36 first"},
+		{"k8s-downgrade", "v1.34.0", "Kubernetes does not downgrade"},
+	} {
+		d.createOperation(t, operator, tc.name, "clusterName: demo\ntype: kubernetes-upgrade\nkubernetesUpgrade: {version: "+tc.version+"}")
+		d.startOperation(t, operator, tc.name)
+		op := d.waitOperationEnds(t, tc.name, v1alpha1.OperationFailed)
+		if len(op.Status.Steps) != 0 {
+			t.Errorf("%s: steps %+v recorded for a refused upgrade", tc.name, op.Status.Steps)
+		}
+		c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(c.Message, tc.want) {
+			t.Errorf("%s: Succeeded condition %+v, want PrecheckFailed saying %q", tc.name, c, tc.want)
+		}
+		waitEventSaying(d.ctx, t, d.ns, tc.name, corev1.EventTypeWarning, "Failed", tc.want)
+	}
+	for name := range d.nodes {
+		m, err := d.machines.Get(d.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status.Kubernetes != nil {
+			t.Errorf("%s: a refused upgrade set versions %+v", name, m.Status.Kubernetes)
+		}
+	}
+}
+
+// kubernetesUpgrade: an operator moves demo from Kubernetes 1.35 to 1.36.
+// Each control-plane component goes one control plane at a time, then
+// kube-proxy, then every kubelet, control planes first, each step done
+// only when the node shows it (its static pod Ready at the new image, its
+// Node Ready at the new kubelet version); one step at a time, no node
+// reboots. The cluster's spec.kubernetesVersion follows, and its machines'
+// per-component versions go.
+func (d *demoCluster) kubernetesUpgrade(t *testing.T) {
+	ctx := d.ctx
+	const target = "v1.36.0"
+	before, since := d.reboots(), time.Now()
+	d.createOperation(t, operator, "kubernetes-1-36", "clusterName: demo\ntype: kubernetes-upgrade\nkubernetesUpgrade: {version: "+target+"}")
+	d.startOperation(t, operator, "kubernetes-1-36")
+	op := d.waitOperationEnds(t, "kubernetes-1-36", v1alpha1.OperationSucceeded)
+
+	var want []string
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"} {
+		for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+			want = append(want, cp+" "+c)
+		}
+	}
+	for _, m := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
+		want = append(want, m+" kubelet")
+	}
+	var got []string
+	for i, s := range op.Status.Steps {
+		got = append(got, s.Machine+" "+string(s.Component))
+		if s.Phase != v1alpha1.OperationSucceeded || s.StartedAt == nil || s.CompletedAt == nil {
+			t.Errorf("step %s %s: %+v", s.Machine, s.Component, s)
+			continue
+		}
+		if i > 0 {
+			if prev := op.Status.Steps[i-1]; prev.CompletedAt != nil && s.StartedAt.Before(prev.CompletedAt) {
+				t.Errorf("step %s %s started at %s, before %s %s ended at %s", s.Machine, s.Component, s.StartedAt, prev.Machine, prev.Component, prev.CompletedAt)
+			}
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps %v, want %v", got, want)
+	}
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 0 {
+		t.Errorf("%d nodes were away at once (%s) during a Kubernetes upgrade, want none", most, when)
+	}
+	if after := d.reboots(); !maps.Equal(before, after) {
+		t.Errorf("the Kubernetes upgrade rebooted nodes: before %v, after %v", before, after)
+	}
+
+	// The nodes show it: static pods at the new images, Ready; every Node
+	// Ready at the new kubelet version.
+	admin, err := d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workload := kubernetes.NewForConfigOrDie(admin)
+	for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+		for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			pod, err := workload.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, c+"-"+cp, metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("static pod %s-%s: %v", c, cp, err)
+				continue
+			}
+			if image := pod.Spec.Containers[0].Image; !strings.HasSuffix(image, ":"+target) {
+				t.Errorf("static pod %s runs %s", pod.Name, image)
+			}
+		}
+	}
+	nodes, err := workload.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Status.NodeInfo.KubeletVersion != target {
+			t.Errorf("Node %s reports kubelet %s", n.Name, n.Status.NodeInfo.KubeletVersion)
+		}
+	}
+
+	// The cluster follows; the machines' own versions go, their configs unchanged.
+	clusters := apiClient(t).IchorV1alpha1().TalosClusters(d.ns)
+	c, err := clusters.Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec.KubernetesVersion != target {
+		t.Errorf("spec.kubernetesVersion = %s after the upgrade, want %s", c.Spec.KubernetesVersion, target)
+	}
+	for name := range d.nodes {
+		waitMachine(ctx, t, d.ns, name, "has no Kubernetes versions of its own", func(m *v1alpha1.TalosMachine) bool { return m.Status.Kubernetes == nil })
+	}
+	// status.kubernetesVersion is the lowest the cluster runs, observed.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, controllerWait, true, func(ctx context.Context) (bool, error) {
+		c, err = clusters.Get(ctx, "demo", metav1.GetOptions{})
+		return err == nil && c.Status.KubernetesVersion == target, err
+	}); err != nil {
+		t.Errorf("status.kubernetesVersion = %q, want %s: %v", c.Status.KubernetesVersion, target, err)
+	}
+	waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	waitEventSaying(ctx, t, d.ns, "kubernetes-1-36", corev1.EventTypeNormal, "KubernetesVersionFollowed", "v1.35.2 -> "+target)
 	waitBudgetFree(ctx, t, d.ns, "demo")
 }
 

@@ -128,7 +128,9 @@ type TalosClusterStatus struct {
 	Machines MachineCounts
 	// talosVersion is the lowest Talos version running on the cluster's machines.
 	TalosVersion string
-	// kubernetesVersion is the Kubernetes version the control plane serves.
+	// kubernetesVersion is the lowest Kubernetes version the cluster runs:
+	// of its control-plane static pods, kube-proxy and kubelets, or the
+	// answering API server's when none of them tells.
 	KubernetesVersion string
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	BootstrappedAt *metav1.Time

@@ -101,7 +101,7 @@ type Reconciler struct {
 }
 
 // SetupWithManager registers the reconciler. It wakes on a machine's spec,
-// approval or deletion, on its cluster's spec (and kubelet verification
+// approval, Kubernetes versions or deletion, on its cluster's spec (and kubelet verification
 // latch), and on any patch of the cluster. It lists by clusterindex.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
@@ -112,7 +112,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{}, approvalChanged(), deletionStarted()))).
+			predicate.GenerationChangedPredicate{}, approvalChanged(), kubernetesVersionsChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
@@ -128,6 +128,18 @@ func approvalChanged() predicate.Funcs {
 			o, ok1 := e.ObjectOld.(*v1alpha1.TalosMachine)
 			n, ok2 := e.ObjectNew.(*v1alpha1.TalosMachine)
 			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Status.Approval, n.Status.Approval)
+		},
+	}
+}
+
+// kubernetesVersionsChanged passes updates that change the versions a
+// kubernetes-upgrade set for a machine's components: its config follows.
+func kubernetesVersionsChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosMachine)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosMachine)
+			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Status.Kubernetes, n.Status.Kubernetes)
 		},
 	}
 }

@@ -1,6 +1,7 @@
 // Package operation runs started TalosOperations: reboot, etcd-defrag and
 // talos-upgrade, one step per machine, control planes first and one node at
-// a time.
+// a time; kubernetes-upgrade, one step per machine and component
+// (kubernetes.go).
 //
 // Safety: a step that takes a node or an etcd member away holds its
 // cluster's disruption budget (package disruption) from before it touches
@@ -259,6 +260,16 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 		r.fail(x, v1alpha1.OperationReasonInvalidTarget, "%v", err)
 		return ctrl.Result{}, nil
 	}
+	if kind.check != nil {
+		refused, err := kind.check(r, ctx, op, cluster, targets)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if refused != "" {
+			r.fail(x, v1alpha1.OperationReasonPrecheckFailed, "%s", refused)
+			return ctrl.Result{}, nil
+		}
+	}
 	if other, err := r.runningOn(ctx, op); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
@@ -286,15 +297,16 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 	op.Status.Phase = v1alpha1.OperationRunning
-	op.Status.Steps = nil
-	for _, m := range targets {
-		op.Status.Steps = append(op.Status.Steps, v1alpha1.OperationStep{Machine: m.Name, Phase: v1alpha1.OperationPending})
+	stepsOf := kind.steps
+	if stepsOf == nil {
+		stepsOf = oneStepEach
 	}
+	op.Status.Steps = stepsOf(targets)
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
-		"%d steps to run, one machine at a time", len(targets))
+		"%d steps to run, one at a time", len(op.Status.Steps))
 	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventRunning, "Start",
-		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(targets), stepNames(op))
-	log.FromContext(ctx).Info("Operation running", "steps", len(targets))
+		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(op.Status.Steps), stepNames(op))
+	log.FromContext(ctx).Info("Operation running", "steps", len(op.Status.Steps))
 	return ctrl.Result{Requeue: true}, nil
 }
 
@@ -304,6 +316,11 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 	op := x.op
 	i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase != v1alpha1.OperationSucceeded })
 	if i < 0 {
+		if finish := kinds[op.Spec.Type].finish; finish != nil {
+			if err := finish(r, ctx, x); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		r.succeed(x)
 		return ctrl.Result{}, nil
 	}

@@ -24,6 +24,9 @@ const (
 	EventFailed        = "Failed"
 	EventStopped       = "Stopped"
 	EventOverrideUsed  = "OverrideUsed"
+	// EventKubernetesVersion: a kubernetes-upgrade moved its cluster's
+	// spec.kubernetesVersion.
+	EventKubernetesVersion = "KubernetesVersionFollowed"
 )
 
 // waiting records why a started operation has not begun yet; an Event
@@ -83,6 +86,9 @@ func stepNames(op *v1alpha1.TalosOperation) string {
 	names := make([]string, len(op.Status.Steps))
 	for i, s := range op.Status.Steps {
 		names[i] = s.Machine
+		if s.Component != "" {
+			names[i] += " " + string(s.Component)
+		}
 	}
 	return strings.Join(names, ", ")
 }

@@ -33,6 +33,13 @@ type kind struct {
 	start func(ctx context.Context, s *step) (ctrl.Result, error)
 	// follow looks at a Running step: done, failed, or still going.
 	follow func(ctx context.Context, s *step) (ctrl.Result, error)
+	// steps are the steps over the targets, in order; nil: one per target.
+	steps func(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep
+	// check, when set, says why the operation must not start, or "".
+	check func(r *Reconciler, ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error)
+	// finish, when set, runs once every step succeeded, before the
+	// operation is; it may run again after a restart.
+	finish func(r *Reconciler, ctx context.Context, x *run) error
 }
 
 // kinds are the operation types this controller runs.
@@ -40,6 +47,17 @@ var kinds = map[v1alpha1.OperationType]kind{
 	v1alpha1.OperationReboot:       {targets: everyMachine, start: startReboot, follow: followReboot},
 	v1alpha1.OperationTalosUpgrade: {targets: everyMachine, start: startTalosUpgrade, follow: followTalosUpgrade},
 	v1alpha1.OperationEtcdDefrag:   {targets: controlPlanes, start: startEtcdDefrag, follow: followEtcdDefrag},
+	v1alpha1.OperationKubernetesUpgrade: {targets: everyMachine, start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
+		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
+}
+
+// oneStepEach is the steps of a kind without its own: one per target.
+func oneStepEach(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+	steps := make([]v1alpha1.OperationStep, len(targets))
+	for i, m := range targets {
+		steps[i] = v1alpha1.OperationStep{Machine: m.Name, Phase: v1alpha1.OperationPending}
+	}
+	return steps
 }
 
 // step is one step being worked on, with a session to its node.
@@ -210,7 +228,7 @@ func (s *step) timedOut() bool {
 // cluster's disruption budget for it. It returns the reason and message of
 // a wait, or "".
 func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (string, string, error) {
-	if msg := s.othersNotReady(); msg != "" {
+	if msg := s.othersNotReady(true); msg != "" {
 		return v1alpha1.OperationReasonClusterNotHealthy, msg, nil
 	}
 	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
@@ -229,16 +247,17 @@ func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (
 }
 
 // othersNotReady names the machines of the cluster, other than this step's,
-// that are not Ready: a machine this operation already took through its
-// step counts as Ready (its step checked the node itself). An operation
-// started past the ClusterHealth check does not wait for them.
-func (s *step) othersNotReady() string {
+// that are not Ready: with countStepped, a machine this operation already
+// took through its step counts as Ready (its step checked the node
+// itself). An operation started past the ClusterHealth check does not wait
+// for them.
+func (s *step) othersNotReady(countStepped bool) string {
 	if meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden) {
 		return ""
 	}
 	done := map[string]bool{}
 	for _, rec := range s.x.op.Status.Steps {
-		done[rec.Machine] = rec.Phase == v1alpha1.OperationSucceeded
+		done[rec.Machine] = countStepped && rec.Phase == v1alpha1.OperationSucceeded
 	}
 	var names []string
 	for _, m := range s.machines {

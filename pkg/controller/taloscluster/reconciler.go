@@ -34,6 +34,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/workload"
 )
 
@@ -360,6 +361,14 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 		return
 	}
 	v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionTrue, v1alpha1.ClusterReasonReachable, "%s answers, Kubernetes %s", endpoint, sv.GitVersion)
+	// The version the cluster runs is its lowest component's, as talosctl
+	// upgrade-k8s reads it; the answering API server's when none tells.
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app"})
+	if err == nil {
+		if lowest := kubeupgrade.LowestRunning(pods.Items, nodes.Items); lowest != "" {
+			v.cluster.Status.KubernetesVersion = lowest
+		}
+	}
 	r.restrictBootstrapToken(ctx, v, cs, bundle, nodes.Items)
 
 	readyNodes := map[string]bool{}

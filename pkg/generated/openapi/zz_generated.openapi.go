@@ -2309,7 +2309,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 					},
 					"kubernetesVersion": {
 						SchemaProps: spec.SchemaProps{
-							Description: "kubernetesVersion is the Kubernetes version the control plane serves.",
+							Description: "kubernetesVersion is the lowest Kubernetes version the cluster runs: of its control-plane static pods, kube-proxy and kubelets, or the answering API server's when none of them tells.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -215,6 +215,10 @@ const (
 	OperationReasonCompleted           = "Completed"
 	OperationReasonOverridden          = "Overridden"
 	OperationReasonDraining            = "Draining"
+	// OperationReasonPrecheckFailed: a check before the first step refused
+	// the operation (an upgrade path Kubernetes or Talos refuses, objects of
+	// an API the new version removes).
+	OperationReasonPrecheckFailed = "PrecheckFailed"
 )
 
 // The condition the start and reclaim actions set on a TalosOperation or a

@@ -163,7 +163,9 @@ type TalosClusterStatus struct {
 	// talosVersion is the lowest Talos version running on the cluster's machines.
 	// +optional
 	TalosVersion string `json:"talosVersion,omitempty" protobuf:"bytes,6,opt,name=talosVersion"`
-	// kubernetesVersion is the Kubernetes version the control plane serves.
+	// kubernetesVersion is the lowest Kubernetes version the cluster runs:
+	// of its control-plane static pods, kube-proxy and kubelets, or the
+	// answering API server's when none of them tells.
 	// +optional
 	KubernetesVersion string `json:"kubernetesVersion,omitempty" protobuf:"bytes,7,opt,name=kubernetesVersion"`
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.

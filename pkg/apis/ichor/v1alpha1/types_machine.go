@@ -236,3 +236,37 @@ type TalosMachineList struct {
 
 	Items []TalosMachine `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
+
+// Version is component c's version in v, or "".
+func (v *KubernetesVersions) Version(c KubernetesComponent) string {
+	if v == nil {
+		return ""
+	}
+	if f := v.field(c); f != nil {
+		return *f
+	}
+	return ""
+}
+
+// SetVersion sets component c's version in v.
+func (v *KubernetesVersions) SetVersion(c KubernetesComponent, version string) {
+	if f := v.field(c); f != nil {
+		*f = version
+	}
+}
+
+func (v *KubernetesVersions) field(c KubernetesComponent) *string {
+	switch c {
+	case ComponentAPIServer:
+		return &v.APIServer
+	case ComponentControllerManager:
+		return &v.ControllerManager
+	case ComponentScheduler:
+		return &v.Scheduler
+	case ComponentProxy:
+		return &v.Proxy
+	case ComponentKubelet:
+		return &v.Kubelet
+	}
+	return nil
+}

@@ -57,7 +57,7 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 		{Name: "Type", Type: "string", Description: "What the operation does."},
 		{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded or Failed."},
 		{Name: "Progress", Type: "string", Description: "Steps succeeded of all steps."},
-		{Name: "Machine", Type: "string", Description: "The machine whose step runs now."},
+		{Name: "Machine", Type: "string", Description: "The machine whose step runs now (and, upgrading Kubernetes, the component)."},
 		{Name: "Started By", Type: "string", Description: "User who started the operation."},
 		{Name: "Machines", Type: "string", Priority: 1, Description: "Machines named by the operation."},
 	},
@@ -75,6 +75,9 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 					done++
 				case ichor.OperationRunning:
 					inFlight = step.Machine
+					if step.Component != "" {
+						inFlight += " " + string(step.Component)
+					}
 				}
 			}
 			progress = fmt.Sprintf("%d/%d", done, n)

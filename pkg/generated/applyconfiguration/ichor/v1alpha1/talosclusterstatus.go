@@ -42,7 +42,9 @@ type TalosClusterStatusApplyConfiguration struct {
 	Machines *MachineCountsApplyConfiguration `json:"machines,omitempty"`
 	// talosVersion is the lowest Talos version running on the cluster's machines.
 	TalosVersion *string `json:"talosVersion,omitempty"`
-	// kubernetesVersion is the Kubernetes version the control plane serves.
+	// kubernetesVersion is the lowest Kubernetes version the cluster runs:
+	// of its control-plane static pods, kube-proxy and kubelets, or the
+	// answering API server's when none of them tells.
 	KubernetesVersion *string `json:"kubernetesVersion,omitempty"`
 	// bootstrappedAt is when etcd was bootstrapped on the first control plane.
 	BootstrappedAt *metav1.Time `json:"bootstrappedAt,omitempty"`
