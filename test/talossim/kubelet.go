@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -272,6 +273,18 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 	var mirrors *mirrorPods
 	if spec.controlPlane {
 		mirrors = &mirrorPods{client: client, spec: spec, st: n.st}
+
+		// Talos labels a control plane's Node with its role (NodeRestriction keeps the kubelet
+		// from doing it), with the control plane's own admin credentials.
+		_ = wait.PollUntilContextCancel(ctx, kubeletRetryInterval, true, func(ctx context.Context) (bool, error) {
+			if err := n.labelControlPlane(ctx, spec); err != nil {
+				logger.Info("labelling the control plane's Node", "err", err)
+
+				return false, nil
+			}
+
+			return true, nil
+		})
 	}
 
 	lastSweep := time.Time{}
@@ -289,6 +302,27 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 
 		return false, nil
 	})
+}
+
+// controlPlaneLabel marks a control plane's Node, as Talos labels it.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// labelControlPlane sets controlPlaneLabel on the Node of spec.
+func (n *Node) labelControlPlane(ctx context.Context, spec kubeletSpec) error {
+	admin, err := n.opts.Kubernetes.WaitReady(ctx, spec.endpoint)
+	if err != nil {
+		return err
+	}
+
+	cs, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		return err
+	}
+
+	patch := []byte(`{"metadata":{"labels":{"` + controlPlaneLabel + `":""}}}`)
+	_, err = cs.CoreV1().Nodes().Patch(ctx, spec.nodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+
+	return err
 }
 
 // kubeletServiceID is the kubelet's Service resource.

@@ -94,6 +94,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&k8s.ControllerManagerConfig{},
 		&k8s.SchedulerConfig{},
 		&k8s.KubeletSpec{},
+		&k8s.Manifest{},
 		&v1alpha1.Service{},
 	} {
 		if err := rdReg.Register(ctx, r); err != nil {

@@ -1,12 +1,15 @@
 package talossim
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
@@ -136,3 +139,111 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
+
+// TestTalosctlUpgradeK8s runs the official talosctl upgrade-k8s against a simulated control plane.
+// With --dry-run it finds the control plane through the Kubernetes API (its role label), checks the
+// path and the node's Talos version, reads the component configs, the kubelet's spec and service over
+// COSI and the machine config, and reports each update it would make, changing nothing. Then for real:
+// it patches each component's image with no-reboot applies, waits for each static pod at the new
+// config version, for the kubelet service to restart and its Node to report the new version.
+// (One node: the simulator's apid does not proxy to other nodes.)
+func TestTalosctlUpgradeK8s(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.43:0", Hostname: "cp-1", Kubernetes: k}, cl.cp, PhaseRunning)
+	admin := certClient(t, cp, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+
+	if err := admin.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+
+	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	pollUntil(t, ctx, "the control plane's Node and mirror pods", func() (bool, error) {
+		pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+
+		return len(pods.Items) == 3, nil
+	})
+
+	activeConfig := func() []byte {
+		mc, err := safe.StateGetByID[*configres.MachineConfig](ctx, admin.COSI, configres.ActiveID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		b, err := mc.Provider().Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		return b
+	}
+
+	before := activeConfig()
+	talosconfig := writeTalosconfig(t, cp, cl, role.Admin)
+	r := runTalosctl(t, bin, "", "--talosconfig", talosconfig, "--nodes", "127.0.2.43", "upgrade-k8s", "--to", "1.36.1", "--dry-run").mustSucceed(t)
+
+	out := r.stdout + r.stderr
+	for _, want := range []string{
+		`discovered controlplane nodes ["127.0.2.43"]`,
+		"update kube-apiserver: v1.36.0 -> 1.36.1",
+		"update kube-controller-manager: v1.36.0 -> 1.36.1",
+		"update kube-scheduler: v1.36.0 -> 1.36.1",
+		"update kubelet: 1.36.0 -> 1.36.1",
+		"updating manifests (dry run)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("talosctl upgrade-k8s --dry-run did not say %q\n%v", want, r)
+		}
+	}
+
+	if after := activeConfig(); !bytes.Equal(before, after) {
+		t.Error("a dry run changed the node's config")
+	}
+
+	// The real thing: each static pod is replaced at its next config version and waited for, the
+	// kubelet restarts and its Node reports the new version.
+	r = runTalosctl(t, bin, "", "--talosconfig", talosconfig, "--nodes", "127.0.2.43", "upgrade-k8s", "--to", "1.36.1").mustSucceed(t)
+	for _, want := range []string{
+		`"127.0.2.43": machine configuration patched`,
+		`"127.0.2.43": waiting for kube-apiserver pod update`,
+		`"127.0.2.43": waiting for kubelet restart`,
+		`"127.0.2.43": successfully updated`,
+	} {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("talosctl upgrade-k8s did not say %q\n%v", want, r)
+		}
+	}
+
+	for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		pod, err := kube.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, c+"-cp-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if image := pod.Spec.Containers[0].Image; !strings.HasSuffix(image, ":v1.36.1") {
+			t.Errorf("%s runs %s after talosctl upgrade-k8s", pod.Name, image)
+		}
+	}
+
+	node, err := kube.CoreV1().Nodes().Get(ctx, "cp-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if v := node.Status.NodeInfo.KubeletVersion; v != "v1.36.1" {
+		t.Errorf("Node cp-1 reports kubelet %s after talosctl upgrade-k8s", v)
+	}
+}
