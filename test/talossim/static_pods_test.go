@@ -139,7 +139,6 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-
 // TestTalosctlUpgradeK8s runs the official talosctl upgrade-k8s against a simulated control plane.
 // With --dry-run it finds the control plane through the Kubernetes API (its role label), checks the
 // path and the node's Talos version, reads the component configs, the kubelet's spec and service over
