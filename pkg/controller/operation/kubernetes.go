@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -188,10 +189,11 @@ func (s *step) componentAt(ctx context.Context, c v1alpha1.KubernetesComponent, 
 		}); err != nil {
 			return fmt.Sprintf("reading the static pod %s: %v", name, err), nil
 		}
-		if len(pods.Items) == 0 {
+		i := slices.IndexFunc(pods.Items, func(p corev1.Pod) bool { return p.Name == name })
+		if i < 0 {
 			return fmt.Sprintf("waiting for the static pod %s", name), nil
 		}
-		pod := &pods.Items[0]
+		pod := &pods.Items[i]
 		if got := podImage(pod, string(c)); imageref.Tag(got) != version {
 			return fmt.Sprintf("waiting for the static pod %s to run %s (it runs %s)", name, version, got), nil
 		}

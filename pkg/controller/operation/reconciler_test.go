@@ -56,6 +56,8 @@ type fixture struct {
 	mostAway int
 	// kube is the managed cluster's API.
 	kube *kubefake.Clientset
+	// react, when set, plays the rest of the system after each reconcile.
+	react func()
 }
 
 // bundle is the secrets bundle every fixture shares: generating one takes a while.
@@ -121,6 +123,10 @@ func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
 		WithIndex(&v1alpha1.TalosMachine{}, clusterindex.Field, func(o client.Object) []string { return []string{clusterindex.ClusterOf(o)} }).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if sub == "kubernetes-version" {
+					// The fake serves no field subresources: write the object.
+					return c.Update(ctx, obj)
+				}
 				if _, ok := obj.(*v1alpha1.TalosOperation); ok && sub == "status" {
 					f.writes++
 					if f.writes == f.failWrite {
@@ -182,6 +188,9 @@ func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 		}
 		f.mostAway = max(f.mostAway, away)
 		f.dialer.Boot()
+		if f.react != nil {
+			f.react()
+		}
 		op := f.get(name)
 		if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
 			return op
