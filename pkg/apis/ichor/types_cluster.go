@@ -168,6 +168,15 @@ type DisruptionStatus struct {
 	// operation is the TalosOperation whose step holds the budget; empty
 	// when the machine's own config rollout or deletion holds it.
 	Operation string
+	// batch are more workers an operation's step takes away together with
+	// machine, up to the operation's spec.maxUnavailable.
+	Batch []DisruptionMember
+}
+
+// DisruptionMember is one more machine away under the budget.
+type DisruptionMember struct {
+	Machine    string
+	MachineUID types.UID
 }
 
 // MachineCounts counts a cluster's machines.

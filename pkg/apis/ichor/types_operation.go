@@ -66,6 +66,9 @@ type TalosOperationSpec struct {
 	EtcdRestore *EtcdRestoreParameters
 	// reboot parameters; allowed for reboot only.
 	Reboot *RebootParameters
+	// maxUnavailable is how many workers a talos-upgrade or a reboot takes
+	// away at once; control planes always go one at a time. Default 1.
+	MaxUnavailable *int32
 }
 
 // RebootParameters are the inputs of a reboot.

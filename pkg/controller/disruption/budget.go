@@ -1,5 +1,6 @@
 // Package disruption is a cluster's disruption budget: the record, in the
-// TalosCluster's status, of the one machine that may be away. Every action
+// TalosCluster's status, of the one machine that may be away (or the batch
+// of workers an operation takes away together, up to its maxUnavailable). Every action
 // that takes a node or an etcd member away (a reboot, a control plane's API
 // server restart, a reset) takes it first and gives it back when the node is
 // back or the action failed. The budget lives in the API, not in a process,
@@ -12,6 +13,7 @@ package disruption
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,24 +48,31 @@ const maxAttempts = 5
 // operation's step holds it for m. A holder whose machine or operation is
 // gone (another UID, or none of that name) no longer holds it.
 func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction) (*v1alpha1.DisruptionStatus, error) {
-	return b.acquire(ctx, m, action, "")
+	return b.acquire(ctx, m, action, "", 1)
 }
 
 // AcquireForOperation is Acquire for a step of the TalosOperation named
-// operation (in m's namespace), which takes m away as action.
-func (b *Budget) AcquireForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction) (*v1alpha1.DisruptionStatus, error) {
-	return b.acquire(ctx, m, action, operation)
+// operation (in m's namespace), which takes m away as action. With batch
+// above 1, m may join the machines the operation already holds the budget
+// for, with the same action, while they are fewer than batch: the
+// operation says which machines may go together (workers).
+func (b *Budget) AcquireForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, batch int) (*v1alpha1.DisruptionStatus, error) {
+	return b.acquire(ctx, m, action, operation, batch)
 }
 
-func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, operation string) (*v1alpha1.DisruptionStatus, error) {
+func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, operation string, batch int) (*v1alpha1.DisruptionStatus, error) {
 	for range maxAttempts {
 		var c v1alpha1.TalosCluster
 		if err := b.Reader.Get(ctx, clusterKey(m), &c); err != nil {
 			return nil, fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
 		}
 		cur := c.Status.Disruption
-		mine := cur != nil && cur.MachineUID == m.UID && cur.Operation == operation
-		if cur != nil && !mine {
+		held := cur != nil && cur.Operation == operation && holds(cur, m)
+		if held && (cur.Action == action || cur.MachineUID != m.UID) {
+			return nil, nil
+		}
+		join := cur != nil && !held && operation != "" && cur.Operation == operation && cur.Action == action && 1+len(cur.Batch) < batch
+		if cur != nil && !held && !join {
 			gone, err := b.holderGone(ctx, c.Namespace, cur)
 			if err != nil {
 				return nil, err
@@ -72,18 +81,18 @@ func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 				return cur.DeepCopy(), nil
 			}
 		}
-		if mine && cur.Action == action {
-			return nil, nil
-		}
-		// Applied on the version just read: if anyone changed the cluster
-		// since, the write is refused and the budget read again.
 		d := ichorac.DisruptionStatus().WithMachine(m.Name).WithMachineUID(m.UID).WithAction(action).WithSince(metav1.NewTime(b.now()))
-		if operation != "" {
+		if held {
+			// Its holder's action changes; its batch stays.
+			next := cur.DeepCopy()
+			next.Action = action
+			d = record(next, cur.Batch)
+		} else if join {
+			d = record(cur, append(slices.Clone(cur.Batch), v1alpha1.DisruptionMember{Machine: m.Name, MachineUID: m.UID}))
+		} else if operation != "" {
 			d = d.WithOperation(operation)
 		}
-		obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
-			WithStatus(ichorac.TalosClusterStatus().WithDisruption(d))
-		err := b.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership)
+		err := b.apply(ctx, &c, d)
 		if apierrors.IsConflict(err) {
 			continue
 		}
@@ -95,6 +104,30 @@ func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 	return nil, fmt.Errorf("take the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
 }
 
+// apply writes d as c's budget, on the version of c just read: if anyone
+// changed the cluster since, the write is refused (a conflict) and the
+// budget must be read again.
+func (b *Budget) apply(ctx context.Context, c *v1alpha1.TalosCluster, d *ichorac.DisruptionStatusApplyConfiguration) error {
+	obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
+		WithStatus(ichorac.TalosClusterStatus().WithDisruption(d))
+	return b.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership)
+}
+
+// record is cur with batch as its batch, to apply.
+func record(cur *v1alpha1.DisruptionStatus, batch []v1alpha1.DisruptionMember) *ichorac.DisruptionStatusApplyConfiguration {
+	d := ichorac.DisruptionStatus().WithMachine(cur.Machine).WithMachineUID(cur.MachineUID).WithAction(cur.Action).
+		WithSince(cur.Since).WithOperation(cur.Operation)
+	for _, b := range batch {
+		d = d.WithBatch(ichorac.DisruptionMember().WithMachine(b.Machine).WithMachineUID(b.MachineUID))
+	}
+	return d
+}
+
+// holds reports whether d takes m away: its machine, or one of its batch.
+func holds(d *v1alpha1.DisruptionStatus, m *v1alpha1.TalosMachine) bool {
+	return d.MachineUID == m.UID || slices.ContainsFunc(d.Batch, func(b v1alpha1.DisruptionMember) bool { return b.MachineUID == m.UID })
+}
+
 // Release gives m's cluster's budget back if m holds it for its own config
 // rollout or deletion. The removal tests, in the same patch, that the record
 // is the one just read, so it never frees a budget that another machine or
@@ -103,31 +136,51 @@ func (b *Budget) Release(ctx context.Context, m *v1alpha1.TalosMachine) error {
 	return b.release(ctx, m, "")
 }
 
-// ReleaseForOperation gives the budget back if the TalosOperation named
-// operation holds it for m.
+// ReleaseForOperation gives m's place in the budget back if the
+// TalosOperation named operation holds one for m: the budget is free once
+// no machine of the operation's batch is away.
 func (b *Budget) ReleaseForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine) error {
 	return b.release(ctx, m, operation)
 }
 
 func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operation string) error {
-	var c v1alpha1.TalosCluster
-	err := b.Reader.Get(ctx, clusterKey(m), &c)
-	if apierrors.IsNotFound(err) {
+	for range maxAttempts {
+		var c v1alpha1.TalosCluster
+		err := b.Reader.Get(ctx, clusterKey(m), &c)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
+		}
+		d := c.Status.Disruption
+		if d == nil || d.Operation != operation || !holds(d, m) {
+			return nil
+		}
+		if len(d.Batch) == 0 {
+			// Removed only if the record is still the one just read: a
+			// holder that changed meanwhile keeps the budget.
+			if _, err := statusapply.RemoveIfUnchanged(ctx, b.Client, &c, "/status/disruption", d); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
+			}
+			return nil
+		}
+		// One of a batch leaves: the others keep the budget.
+		rest := slices.DeleteFunc(slices.Clone(d.Batch), func(b v1alpha1.DisruptionMember) bool { return b.MachineUID == m.UID })
+		next := d.DeepCopy()
+		if d.MachineUID == m.UID {
+			next.Machine, next.MachineUID, rest = rest[0].Machine, rest[0].MachineUID, rest[1:]
+		}
+		err = b.apply(ctx, &c, record(next, rest))
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("give back %s's place in the disruption budget of TalosCluster %s: %w", m.Name, m.Spec.ClusterName, err)
+		}
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
-	}
-	d := c.Status.Disruption
-	if d == nil || d.MachineUID != m.UID || d.Operation != operation {
-		return nil
-	}
-	// Removed only if the record is still the one just read: a holder that
-	// changed meanwhile keeps the budget.
-	if _, err := statusapply.RemoveIfUnchanged(ctx, b.Client, &c, "/status/disruption", d); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", m.Spec.ClusterName, err)
-	}
-	return nil
+	return fmt.Errorf("give back the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
 }
 
 // HeldBy reports whether m holds c's budget for its own config rollout or
@@ -140,13 +193,17 @@ func HeldBy(c *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine) bool {
 // c's budget for m, as far as this copy of c says.
 func HeldForOperation(c *v1alpha1.TalosCluster, operation string, m *v1alpha1.TalosMachine) bool {
 	d := c.Status.Disruption
-	return d != nil && d.MachineUID == m.UID && d.Operation == operation
+	return d != nil && d.Operation == operation && holds(d, m)
 }
 
 // Describe is a holder as people read it in a condition.
 func Describe(d *v1alpha1.DisruptionStatus) string {
 	if d.Operation != "" {
-		return fmt.Sprintf("%s (%s for operation %s since %s)", d.Machine, d.Action, d.Operation, d.Since.UTC().Format(time.RFC3339))
+		machines := d.Machine
+		for _, b := range d.Batch {
+			machines += ", " + b.Machine
+		}
+		return fmt.Sprintf("%s (%s for operation %s since %s)", machines, d.Action, d.Operation, d.Since.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("%s (%s since %s)", d.Machine, d.Action, d.Since.UTC().Format(time.RFC3339))
 }

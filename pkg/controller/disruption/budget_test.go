@@ -152,7 +152,7 @@ func TestOperationHoldIsNotTheMachines(t *testing.T) {
 	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
 	budget, c := newBudget(t, cluster, a, op)
 
-	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot, 1); h != nil || err != nil {
 		t.Fatalf("the operation takes a free budget for a: %+v, %v", h, err)
 	}
 	if h := holder(t, c); h == nil || h.Operation != op.Name || h.Machine != "a" {
@@ -164,14 +164,14 @@ func TestOperationHoldIsNotTheMachines(t *testing.T) {
 	if err := budget.Release(ctx, a); err != nil || holder(t, c) == nil {
 		t.Fatalf("a's own release freed the operation's hold: %v, %+v", err, holder(t, c))
 	}
-	if h, err := budget.AcquireForOperation(ctx, "other", a, v1alpha1.DisruptionReboot); err != nil || h == nil {
+	if h, err := budget.AcquireForOperation(ctx, "other", a, v1alpha1.DisruptionReboot, 1); err != nil || h == nil {
 		t.Fatalf("another operation while one holds it: holder %+v, %v", h, err)
 	}
 	if err := budget.ReleaseForOperation(ctx, op.Name, a); err != nil || holder(t, c) != nil {
 		t.Fatalf("the operation's release: %v, %+v", err, holder(t, c))
 	}
 
-	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot); h != nil || err != nil {
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot, 1); h != nil || err != nil {
 		t.Fatalf("again: %+v, %v", h, err)
 	}
 	if err := c.Delete(ctx, op); err != nil {
@@ -179,5 +179,55 @@ func TestOperationHoldIsNotTheMachines(t *testing.T) {
 	}
 	if h, err := budget.Acquire(ctx, a, v1alpha1.DisruptionReset); h != nil || err != nil {
 		t.Fatalf("a once the holding operation is gone: %+v, %v", h, err)
+	}
+}
+
+// TestOperationBatch: an operation takes up to its batch of machines away
+// with one action; a machine of another batch size, action or holder
+// waits; each gives its place back, the first one's going to the next, and
+// the budget is free once the last is back.
+func TestOperationBatch(t *testing.T) {
+	ctx := t.Context()
+	a, b, c3 := machine("a"), machine("b"), machine("c")
+	op := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "reboot-all", Namespace: "ns"}}
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	budget, c := newBudget(t, cluster, a, b, c3, op)
+
+	for _, m := range []*v1alpha1.TalosMachine{a, b} {
+		if h, err := budget.AcquireForOperation(ctx, op.Name, m, v1alpha1.DisruptionReboot, 2); h != nil || err != nil {
+			t.Fatalf("%s joins the batch: %+v, %v", m.Name, h, err)
+		}
+	}
+	if h := holder(t, c); h.Machine != "a" || len(h.Batch) != 1 || h.Batch[0].Machine != "b" {
+		t.Fatalf("recorded %+v", h)
+	}
+	// The batch is full; another action, or another operation, waits too.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, c3, v1alpha1.DisruptionReboot, 2); err != nil || h == nil {
+		t.Fatalf("a third into a batch of 2: %+v, %v", h, err)
+	}
+	if h, err := budget.Acquire(ctx, c3, v1alpha1.DisruptionReboot); err != nil || h == nil {
+		t.Fatalf("c's own rollout during the batch: %+v, %v", h, err)
+	}
+	// Holding, again: nothing changes.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, b, v1alpha1.DisruptionReboot, 2); h != nil || err != nil {
+		t.Fatalf("b again: %+v, %v", h, err)
+	}
+	// a is back: b holds the budget alone, and c may join.
+	if err := budget.ReleaseForOperation(ctx, op.Name, a); err != nil {
+		t.Fatal(err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "b" || len(h.Batch) != 0 {
+		t.Fatalf("after a's release: %+v", h)
+	}
+	if h, err := budget.AcquireForOperation(ctx, op.Name, c3, v1alpha1.DisruptionReboot, 2); h != nil || err != nil {
+		t.Fatalf("c joins: %+v, %v", h, err)
+	}
+	for _, m := range []*v1alpha1.TalosMachine{c3, b} {
+		if err := budget.ReleaseForOperation(ctx, op.Name, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := holder(t, c); h != nil {
+		t.Fatalf("after every release: %+v", h)
 	}
 }

@@ -179,7 +179,7 @@ func TestKubernetesUpgradeWaitsForTheNode(t *testing.T) {
 func TestKubernetesUpgradePrechecks(t *testing.T) {
 	for _, tc := range []struct {
 		name, version, want string
-		mutate             func(f *fixture)
+		mutate              func(f *fixture)
 	}{
 		{"skips a minor", "v1.38.0", "one minor version at a time", nil},
 		{"downgrade", "v1.35.9", "does not downgrade", nil},

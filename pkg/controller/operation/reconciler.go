@@ -48,6 +48,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -310,12 +311,26 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	return ctrl.Result{Requeue: true}, nil
 }
 
-// advance works on the first step that has not succeeded, and ends the
-// operation when none is left.
+// advance works on the steps in flight: the first that has not succeeded
+// or, for workers with spec.maxUnavailable above 1, that many. It ends the
+// operation when none is left, or once a step failed and the others in
+// flight are done.
 func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 	op := x.op
-	i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase != v1alpha1.OperationSucceeded })
-	if i < 0 {
+	window, err := r.window(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	failed := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed })
+	if failed >= 0 {
+		window = slices.DeleteFunc(window, func(i int) bool { return op.Status.Steps[i].Phase != v1alpha1.OperationRunning })
+	}
+	if len(window) == 0 {
+		if failed >= 0 {
+			rec := op.Status.Steps[failed]
+			r.fail(x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(rec), rec.Message)
+			return ctrl.Result{}, nil
+		}
 		if finish := kinds[op.Spec.Type].finish; finish != nil {
 			if err := finish(r, ctx, x); err != nil {
 				return ctrl.Result{}, err
@@ -324,7 +339,59 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 		r.succeed(x)
 		return ctrl.Result{}, nil
 	}
-	return r.work(ctx, x, i, true)
+	var result ctrl.Result
+	for _, i := range window {
+		res, err := r.work(ctx, x, i, failed < 0)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		result = soonest(result, res)
+		if op.Status.Phase != v1alpha1.OperationRunning {
+			break
+		}
+	}
+	return result, nil
+}
+
+// window is the indexes of the steps to work on now: the first step not
+// ended, alone, unless it is a worker's and spec.maxUnavailable lets more
+// go at once; then the first that many steps not ended (steps run control
+// planes first, so they are all workers').
+func (r *Reconciler) window(ctx context.Context, op *v1alpha1.TalosOperation) ([]int, error) {
+	var open []int
+	for i, s := range op.Status.Steps {
+		if s.Phase == v1alpha1.OperationPending || s.Phase == v1alpha1.OperationRunning {
+			open = append(open, i)
+		}
+	}
+	n := maxUnavailable(op)
+	if len(open) <= 1 || n == 1 {
+		return open[:min(len(open), 1)], nil
+	}
+	machines, err := r.machines(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	first := op.Status.Steps[open[0]].Machine
+	for _, m := range machines {
+		if m.Name == first && render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
+			return open[:1], nil
+		}
+	}
+	return open[:min(len(open), n)], nil
+}
+
+// soonest combines the results of steps worked on in one reconcile.
+func soonest(a, b ctrl.Result) ctrl.Result {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
+	case a.RequeueAfter == 0 || b.RequeueAfter == 0:
+		return ctrl.Result{Requeue: true}
+	}
+	return ctrl.Result{RequeueAfter: min(a.RequeueAfter, b.RequeueAfter)}
 }
 
 // stop ends a deleted operation after its step in flight: a Running step
@@ -336,11 +403,22 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(op, Finalizer) {
 		return ctrl.Result{}, nil
 	}
-	if i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationRunning }); i >= 0 &&
-		op.Status.Phase == v1alpha1.OperationRunning {
-		res, err := r.work(ctx, x, i, false)
-		if err != nil || op.Status.Steps[i].Phase == v1alpha1.OperationRunning {
-			return res, err
+	if op.Status.Phase == v1alpha1.OperationRunning {
+		var result ctrl.Result
+		for i := range op.Status.Steps {
+			if op.Status.Steps[i].Phase != v1alpha1.OperationRunning {
+				continue
+			}
+			res, err := r.work(ctx, x, i, false)
+			if err != nil {
+				return res, err
+			}
+			if op.Status.Steps[i].Phase == v1alpha1.OperationRunning {
+				result = soonest(result, res)
+			}
+		}
+		if !result.IsZero() {
+			return result, nil
 		}
 	}
 	if err := r.releaseAny(ctx, op); err != nil {

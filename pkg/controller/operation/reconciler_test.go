@@ -52,12 +52,15 @@ type fixture struct {
 	// failWrite, when positive, fails that (1-based) status write of the
 	// operation, as a controller that crashed before it would.
 	failWrite, writes int
-	// mostAway is the most nodes seen away (rebooting) at once.
-	mostAway int
+	// mostAway is the most nodes seen away (rebooting) at once, and
+	// mostAwayCPs the most control planes.
+	mostAway, mostAwayCPs int
 	// kube is the managed cluster's API.
 	kube *kubefake.Clientset
 	// react, when set, plays the rest of the system after each reconcile.
 	react func()
+	// names are the cluster's machines.
+	names []string
 }
 
 // bundle is the secrets bundle every fixture shares: generating one takes a while.
@@ -70,6 +73,13 @@ var (
 var machineNames = []string{"worker-1", "cp-2", "cp-1", "cp-3"} // not in step order, on purpose
 
 func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
+	t.Helper()
+	return newFixtureOf(t, op, machineNames)
+}
+
+// newFixtureOf is newFixture with the machines names (control planes are
+// named cp-*).
+func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fixture {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, corev1.AddToScheme} {
@@ -97,8 +107,8 @@ func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
 		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
 		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
 	}}
-	f := &fixture{t: t, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}}
-	for _, name := range machineNames {
+	f := &fixture{t: t, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}, names: names}
+	for _, name := range names {
 		role := v1alpha1.MachineRoleControlPlane
 		if strings.HasPrefix(name, "worker") {
 			role = v1alpha1.MachineRoleWorker
@@ -151,7 +161,7 @@ func newFixture(t *testing.T, op *v1alpha1.TalosOperation) *fixture {
 	f.r.budget = &disruption.Budget{Client: f.client, Reader: f.client, Now: f.r.Now}
 	// The managed cluster's API: every Node Ready, reported after any reboot.
 	var nodes []runtime.Object
-	for _, name := range machineNames {
+	for _, name := range names {
 		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + name}, Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(now.Add(time.Hour))}},
 		}})
@@ -180,13 +190,17 @@ func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 		if err != nil && !strings.Contains(err.Error(), "injected") {
 			f.t.Fatalf("reconcile: %v", err)
 		}
-		away := 0
-		for _, n := range f.dialer.Nodes {
+		away, awayCPs := 0, 0
+		for address, n := range f.dialer.Nodes {
 			if n.Stage != "running" {
 				away++
+				if strings.HasPrefix(address, "cp-") {
+					awayCPs++
+				}
 			}
 		}
 		f.mostAway = max(f.mostAway, away)
+		f.mostAwayCPs = max(f.mostAwayCPs, awayCPs)
 		f.dialer.Boot()
 		if f.react != nil {
 			f.react()
@@ -309,6 +323,64 @@ func TestUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {
 				t.Errorf("%d nodes away at once; budget free %v", f.mostAway, f.budgetFree())
 			}
 		})
+	}
+}
+
+// TestRebootInBatches: with maxUnavailable 2, the control planes still
+// reboot one at a time and the workers two at a time, whichever status
+// write is lost; each node reboots once and the budget ends free.
+func TestRebootInBatches(t *testing.T) {
+	names := []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2", "worker-3"}
+	two := int32(2)
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			f := newFixtureOf(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot, MaxUnavailable: &two}), names)
+			f.failWrite = fail
+			op := f.run("reboot")
+			if fail == 0 {
+				total = f.writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			for _, name := range names {
+				if n := f.node(name); n.Boots != 1 {
+					t.Errorf("%s booted %d times", name, n.Boots)
+				}
+			}
+			// A lost write may leave a batch short, never over.
+			if (fail == 0 && f.mostAway != 2) || f.mostAway > 2 || f.mostAwayCPs != 1 || !f.budgetFree() {
+				t.Errorf("%d nodes away at once, %d control planes; budget free %v", f.mostAway, f.mostAwayCPs, f.budgetFree())
+			}
+		})
+	}
+}
+
+// TestBatchStepFails: a worker of a batch that refuses the upgrade fails
+// its step; its batch mate in flight is followed until its node is back,
+// no further step starts, and the operation then ends Failed with the budget
+// free.
+func TestBatchStepFails(t *testing.T) {
+	names := []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2", "worker-3"}
+	two := int32(2)
+	f := newFixtureOf(t, started("upgrade", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade,
+		TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}, MaxUnavailable: &two}), names)
+	f.node("worker-2").RefuseUpgrade = "the system disk is read-only"
+	op := f.run("upgrade")
+	phases := map[string]v1alpha1.OperationPhase{}
+	for _, s := range op.Status.Steps {
+		phases[s.Machine] = s.Phase
+	}
+	if op.Status.Phase != v1alpha1.OperationFailed || phases["worker-1"] != v1alpha1.OperationSucceeded ||
+		phases["worker-2"] != v1alpha1.OperationFailed || phases["worker-3"] != v1alpha1.OperationPending {
+		t.Errorf("phase %s, steps %v", op.Status.Phase, phases)
+	}
+	if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded); c == nil || !strings.Contains(c.Message, "step worker-2 failed") {
+		t.Errorf("Succeeded condition %+v", c)
+	}
+	if f.node("worker-1").Boots != 1 || f.node("worker-3").Boots != 0 || !f.budgetFree() {
+		t.Errorf("worker-1 booted %d, worker-3 %d times; budget free %v", f.node("worker-1").Boots, f.node("worker-3").Boots, f.budgetFree())
 	}
 }
 

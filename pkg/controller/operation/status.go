@@ -85,12 +85,17 @@ func progressOf(op *v1alpha1.TalosOperation) string {
 func stepNames(op *v1alpha1.TalosOperation) string {
 	names := make([]string, len(op.Status.Steps))
 	for i, s := range op.Status.Steps {
-		names[i] = s.Machine
-		if s.Component != "" {
-			names[i] += " " + string(s.Component)
-		}
+		names[i] = stepName(s)
 	}
 	return strings.Join(names, ", ")
+}
+
+// stepName is a step as people read it: its machine, and its component.
+func stepName(s v1alpha1.OperationStep) string {
+	if s.Component != "" {
+		return s.Machine + " " + string(s.Component)
+	}
+	return s.Machine
 }
 
 // useOverride clears the cluster's override the operation used, only if

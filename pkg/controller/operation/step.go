@@ -210,12 +210,14 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 	rec.Phase = v1alpha1.OperationFailed
 	rec.CompletedAt = &s.x.now
 	rec.Message = fmt.Sprintf(format, args...)
-	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", rec.Machine, rec.Message)
+	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", stepName(*rec), rec.Message)
 	log.FromContext(ctx).Info("Step failed", "message", rec.Message)
-	if s.x.op.Status.Phase == v1alpha1.OperationRunning {
-		s.r.fail(s.x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", rec.Machine, rec.Message)
+	inFlight := slices.ContainsFunc(s.x.op.Status.Steps, func(o v1alpha1.OperationStep) bool { return o.Phase == v1alpha1.OperationRunning })
+	if s.x.op.Status.Phase == v1alpha1.OperationRunning && !inFlight {
+		s.r.fail(s.x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(*rec), rec.Message)
 	}
-	return ctrl.Result{}, nil
+	// Otherwise the steps of its batch still in flight end first (advance).
+	return ctrl.Result{Requeue: inFlight}, nil
 }
 
 // timedOut reports whether a Running step has waited longer than StepTimeout.
@@ -236,7 +238,7 @@ func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (
 			return v1alpha1.OperationReasonClusterNotHealthy, msg, err
 		}
 	}
-	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action)
+	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, s.batch())
 	if err != nil {
 		return "", "", err
 	}
@@ -246,18 +248,35 @@ func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (
 	return "", "", nil
 }
 
+// batch is how many machines the step's may be away with: a worker goes
+// with up to spec.maxUnavailable workers, a control plane alone.
+func (s *step) batch() int {
+	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
+		return 1
+	}
+	return maxUnavailable(s.x.op)
+}
+
+// maxUnavailable is op's spec.maxUnavailable, 1 when unset.
+func maxUnavailable(op *v1alpha1.TalosOperation) int {
+	if op.Spec.MaxUnavailable == nil {
+		return 1
+	}
+	return int(*op.Spec.MaxUnavailable)
+}
+
 // othersNotReady names the machines of the cluster, other than this step's,
-// that are not Ready: with countStepped, a machine this operation already
-// took through its step counts as Ready (its step checked the node
-// itself). An operation started past the ClusterHealth check does not wait
-// for them.
+// that are not Ready: with countStepped, a machine this operation took
+// through its step, or is taking away in the same batch, counts as Ready
+// (its step checks the node itself). An operation started past the
+// ClusterHealth check does not wait for them.
 func (s *step) othersNotReady(countStepped bool) string {
 	if meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden) {
 		return ""
 	}
 	done := map[string]bool{}
 	for _, rec := range s.x.op.Status.Steps {
-		done[rec.Machine] = countStepped && rec.Phase == v1alpha1.OperationSucceeded
+		done[rec.Machine] = countStepped && (rec.Phase == v1alpha1.OperationSucceeded || rec.Phase == v1alpha1.OperationRunning)
 	}
 	var names []string
 	for _, m := range s.machines {

@@ -32,9 +32,9 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
-	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/workload"
 )
 

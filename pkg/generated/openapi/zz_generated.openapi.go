@@ -43,6 +43,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ControlPlaneSpec{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ControlPlaneSpec(ref),
 		v1alpha1.CredentialLifetimes{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_CredentialLifetimes(ref),
 		v1alpha1.Disk{}.OpenAPIModelName():                            schema_pkg_apis_ichor_v1alpha1_Disk(ref),
+		v1alpha1.DisruptionMember{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionMember(ref),
 		v1alpha1.DisruptionStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref),
 		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
 		v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref),
@@ -518,6 +519,36 @@ func schema_pkg_apis_ichor_v1alpha1_Disk(ref common.ReferenceCallback) common.Op
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_DisruptionMember(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DisruptionMember is one more machine away under the budget.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"machine": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machine is the TalosMachine's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"machineUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machineUID is its UID.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"machine", "machineUID"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -563,12 +594,33 @@ func schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref common.ReferenceCallbac
 							Format:      "",
 						},
 					},
+					"batch": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"machine",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "batch are more workers the operation's steps take away together with machine, up to the operation's spec.maxUnavailable; each gives its place back when its node is back.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.DisruptionMember{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"machine", "machineUID", "action", "since"},
 			},
 		},
 		Dependencies: []string{
-			v1.Time{}.OpenAPIModelName()},
+			v1alpha1.DisruptionMember{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -3239,6 +3291,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 						SchemaProps: spec.SchemaProps{
 							Description: "reboot parameters; allowed for reboot only.",
 							Ref:         ref(v1alpha1.RebootParameters{}.OpenAPIModelName()),
+						},
+					},
+					"maxUnavailable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxUnavailable is how many workers a talos-upgrade or a reboot takes away at once, each holding a place in the cluster's disruption budget; control planes always go one at a time. Default 1.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},

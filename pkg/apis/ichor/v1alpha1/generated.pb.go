@@ -53,6 +53,8 @@ func (m *CredentialLifetimes) Reset() { *m = CredentialLifetimes{} }
 
 func (m *Disk) Reset() { *m = Disk{} }
 
+func (m *DisruptionMember) Reset() { *m = DisruptionMember{} }
+
 func (m *DisruptionStatus) Reset() { *m = DisruptionStatus{} }
 
 func (m *DownloadOptions) Reset() { *m = DownloadOptions{} }
@@ -567,6 +569,39 @@ func (m *Disk) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *DisruptionMember) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *DisruptionMember) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *DisruptionMember) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.MachineUID)
+	copy(dAtA[i:], m.MachineUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.MachineUID)))
+	i--
+	dAtA[i] = 0x12
+	i -= len(m.Machine)
+	copy(dAtA[i:], m.Machine)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Machine)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
 func (m *DisruptionStatus) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -587,6 +622,20 @@ func (m *DisruptionStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if len(m.Batch) > 0 {
+		for iNdEx := len(m.Batch) - 1; iNdEx >= 0; iNdEx-- {
+			{
+				size, err := m.Batch[iNdEx].MarshalToSizedBuffer(dAtA[:i])
+				if err != nil {
+					return 0, err
+				}
+				i -= size
+				i = encodeVarintGenerated(dAtA, i, uint64(size))
+			}
+			i--
+			dAtA[i] = 0x32
+		}
+	}
 	i -= len(m.Operation)
 	copy(dAtA[i:], m.Operation)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Operation)))
@@ -3356,6 +3405,11 @@ func (m *TalosOperationSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.MaxUnavailable != nil {
+		i = encodeVarintGenerated(dAtA, i, uint64(*m.MaxUnavailable))
+		i--
+		dAtA[i] = 0x48
+	}
 	if m.Reboot != nil {
 		{
 			size, err := m.Reboot.MarshalToSizedBuffer(dAtA[:i])
@@ -3764,6 +3818,19 @@ func (m *Disk) Size() (n int) {
 	return n
 }
 
+func (m *DisruptionMember) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Machine)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.MachineUID)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *DisruptionStatus) Size() (n int) {
 	if m == nil {
 		return 0
@@ -3780,6 +3847,12 @@ func (m *DisruptionStatus) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Operation)
 	n += 1 + l + sovGenerated(uint64(l))
+	if len(m.Batch) > 0 {
+		for _, e := range m.Batch {
+			l = e.Size()
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
 	return n
 }
 
@@ -4786,6 +4859,9 @@ func (m *TalosOperationSpec) Size() (n int) {
 		l = m.Reboot.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	if m.MaxUnavailable != nil {
+		n += 1 + sovGenerated(uint64(*m.MaxUnavailable))
+	}
 	return n
 }
 
@@ -4970,16 +5046,33 @@ func (this *Disk) String() string {
 	}, "")
 	return s
 }
+func (this *DisruptionMember) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&DisruptionMember{`,
+		`Machine:` + fmt.Sprintf("%v", this.Machine) + `,`,
+		`MachineUID:` + fmt.Sprintf("%v", this.MachineUID) + `,`,
+		`}`,
+	}, "")
+	return s
+}
 func (this *DisruptionStatus) String() string {
 	if this == nil {
 		return "nil"
 	}
+	repeatedStringForBatch := "[]DisruptionMember{"
+	for _, f := range this.Batch {
+		repeatedStringForBatch += strings.Replace(strings.Replace(f.String(), "DisruptionMember", "DisruptionMember", 1), `&`, ``, 1) + ","
+	}
+	repeatedStringForBatch += "}"
 	s := strings.Join([]string{`&DisruptionStatus{`,
 		`Machine:` + fmt.Sprintf("%v", this.Machine) + `,`,
 		`MachineUID:` + fmt.Sprintf("%v", this.MachineUID) + `,`,
 		`Action:` + fmt.Sprintf("%v", this.Action) + `,`,
 		`Since:` + strings.Replace(strings.Replace(fmt.Sprintf("%v", this.Since), "Time", "v1.Time", 1), `&`, ``, 1) + `,`,
 		`Operation:` + fmt.Sprintf("%v", this.Operation) + `,`,
+		`Batch:` + repeatedStringForBatch + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5733,6 +5826,7 @@ func (this *TalosOperationSpec) String() string {
 		`NodeReset:` + strings.Replace(this.NodeReset.String(), "NodeResetParameters", "NodeResetParameters", 1) + `,`,
 		`EtcdRestore:` + strings.Replace(this.EtcdRestore.String(), "EtcdRestoreParameters", "EtcdRestoreParameters", 1) + `,`,
 		`Reboot:` + strings.Replace(this.Reboot.String(), "RebootParameters", "RebootParameters", 1) + `,`,
+		`MaxUnavailable:` + valueToStringGenerated(this.MaxUnavailable) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7124,6 +7218,120 @@ func (m *Disk) Unmarshal(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *DisruptionMember) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: DisruptionMember: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: DisruptionMember: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Machine", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Machine = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MachineUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.MachineUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *DisruptionStatus) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -7313,6 +7521,40 @@ func (m *DisruptionStatus) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Operation = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Batch", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Batch = append(m.Batch, DisruptionMember{})
+			if err := m.Batch[len(m.Batch)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -15993,6 +16235,26 @@ func (m *TalosOperationSpec) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxUnavailable", wireType)
+			}
+			var v int32
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.MaxUnavailable = &v
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

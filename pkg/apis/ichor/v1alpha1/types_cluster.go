@@ -210,6 +210,21 @@ type DisruptionStatus struct {
 	// when the machine's own config rollout or deletion holds it.
 	// +optional
 	Operation string `json:"operation,omitempty" protobuf:"bytes,5,opt,name=operation"`
+	// batch are more workers the operation's steps take away together
+	// with machine, up to the operation's spec.maxUnavailable; each gives
+	// its place back when its node is back.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	Batch []DisruptionMember `json:"batch,omitempty" protobuf:"bytes,6,rep,name=batch"`
+}
+
+// DisruptionMember is one more machine away under the budget.
+type DisruptionMember struct {
+	// machine is the TalosMachine's name.
+	Machine string `json:"machine" protobuf:"bytes,1,opt,name=machine"`
+	// machineUID is its UID.
+	MachineUID types.UID `json:"machineUID" protobuf:"bytes,2,opt,name=machineUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // MachineCounts counts a cluster's machines.

@@ -89,6 +89,11 @@ type TalosOperationSpec struct {
 	// reboot parameters; allowed for reboot only.
 	// +optional
 	Reboot *RebootParameters `json:"reboot,omitempty" protobuf:"bytes,8,opt,name=reboot"`
+	// maxUnavailable is how many workers a talos-upgrade or a reboot takes
+	// away at once, each holding a place in the cluster's disruption budget;
+	// control planes always go one at a time. Default 1.
+	// +optional
+	MaxUnavailable *int32 `json:"maxUnavailable,omitempty" protobuf:"varint,9,opt,name=maxUnavailable"`
 }
 
 // RebootParameters are the inputs of a reboot.

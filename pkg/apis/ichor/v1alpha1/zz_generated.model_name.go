@@ -72,6 +72,11 @@ func (in Disk) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in DisruptionMember) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DisruptionStatus) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus"
 }

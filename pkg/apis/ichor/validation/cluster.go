@@ -74,6 +74,21 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 				errs = append(errs, field.Invalid(fld.Child("operation"), d.Operation, msg))
 			}
 		}
+		if len(d.Batch) > 0 && d.Operation == "" {
+			errs = append(errs, field.Forbidden(fld.Child("batch"), "only an operation takes machines away in batches"))
+		}
+		seen := map[string]bool{d.Machine: true}
+		for i, b := range d.Batch {
+			p := fld.Child("batch").Index(i)
+			errs = append(errs, validateRequiredName(b.Machine, p.Child("machine"))...)
+			if b.MachineUID == "" {
+				errs = append(errs, field.Required(p.Child("machineUID"), "the machine's UID"))
+			}
+			if seen[b.Machine] {
+				errs = append(errs, field.Duplicate(p.Child("machine"), b.Machine))
+			}
+			seen[b.Machine] = true
+		}
 	}
 	return errs
 }

@@ -352,6 +352,22 @@ func TestValidateTalosClusterStatusUpdate(t *testing.T) {
 			mutate: func(s *ichor.TalosClusterStatus) { s.TalosVersion = "1.13.0"; s.KubernetesVersion = "1.37.2" },
 			want:   []fe{invalid("status.talosVersion"), invalid("status.kubernetesVersion")},
 		},
+		{
+			name: "an operation's batch of workers",
+			mutate: func(s *ichor.TalosClusterStatus) {
+				s.Disruption = &ichor.DisruptionStatus{Machine: "w-1", MachineUID: "u1", Action: ichor.DisruptionReboot, Since: fixedTime, Operation: "reboot",
+					Batch: []ichor.DisruptionMember{{Machine: "w-2", MachineUID: "u2"}}}
+			},
+		},
+		{
+			name: "bad batches",
+			mutate: func(s *ichor.TalosClusterStatus) {
+				s.Disruption = &ichor.DisruptionStatus{Machine: "w-1", MachineUID: "u1", Action: ichor.DisruptionReboot, Since: fixedTime,
+					Batch: []ichor.DisruptionMember{{Machine: "w-1", MachineUID: "u1"}, {Machine: "W_2"}}}
+			},
+			want: []fe{forbidden("status.disruption.batch"), duplicate("status.disruption.batch[0].machine"),
+				invalid("status.disruption.batch[1].machine"), required("status.disruption.batch[1].machineUID")},
+		},
 	}
 	for _, bc := range badConditionCases {
 		cond := bc.conditions

@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -134,6 +136,17 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if s.TalosUpgrade != nil {
 		errs = append(errs, validateVersion(s.TalosUpgrade.Version, fldPath.Child("talosUpgrade", "version"))...)
 	}
+	if s.MaxUnavailable != nil {
+		p := fldPath.Child("maxUnavailable")
+		switch {
+		case s.Type != ichor.OperationTalosUpgrade && s.Type != ichor.OperationReboot:
+			errs = append(errs, field.Forbidden(p, "may only be set when type is talos-upgrade or reboot"))
+		case *s.MaxUnavailable < 1:
+			errs = append(errs, field.Invalid(p, *s.MaxUnavailable, "must be at least 1"))
+		case *s.MaxUnavailable > maxUnavailableLimit:
+			errs = append(errs, field.Invalid(p, *s.MaxUnavailable, fmt.Sprintf("must be at most %d", maxUnavailableLimit)))
+		}
+	}
 	if s.KubernetesUpgrade != nil {
 		errs = append(errs, validateVersion(s.KubernetesUpgrade.Version, fldPath.Child("kubernetesUpgrade", "version"))...)
 	}
@@ -145,5 +158,9 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	}
 	return errs
 }
+
+// maxUnavailableLimit bounds spec.maxUnavailable: the budget's record of the
+// machines away lives in the cluster's status.
+const maxUnavailableLimit = 100
 
 var wipeModes = []ichor.WipeMode{ichor.WipeModeAll, ichor.WipeModeSystemDisk, ichor.WipeModeUserDisks}

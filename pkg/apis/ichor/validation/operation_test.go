@@ -62,6 +62,29 @@ func TestValidateTalosOperation(t *testing.T) {
 			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"node-1"}; s.TalosUpgrade.Stage = true },
 		},
 		{
+			name:   "reboot two workers at a time",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](2) },
+		},
+		{
+			name:   "maxUnavailable zero",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](0) },
+			want:   []fe{invalid("spec.maxUnavailable")},
+		},
+		{
+			name:   "maxUnavailable over the limit",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](101) },
+			want:   []fe{invalid("spec.maxUnavailable")},
+		},
+		{
+			name:   "maxUnavailable for an etcd operation",
+			typ:    ichor.OperationEtcdDefrag,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](2) },
+			want:   []fe{forbidden("spec.maxUnavailable")},
+		},
+		{
 			name:   "etcd snapshot of one control plane",
 			typ:    ichor.OperationEtcdSnapshot,
 			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },

@@ -164,6 +164,17 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: sizeBytes
       type:
         scalar: numeric
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember
+  map:
+    fields:
+    - name: machine
+      type:
+        scalar: string
+      default: ""
+    - name: machineUID
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
   map:
     fields:
@@ -171,6 +182,14 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: batch
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember
+          elementRelationship: associative
+          keys:
+          - machine
     - name: machine
       type:
         scalar: string
@@ -963,6 +982,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: associative
+    - name: maxUnavailable
+      type:
+        scalar: numeric
     - name: nodeReset
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters

@@ -41,6 +41,10 @@ type DisruptionStatusApplyConfiguration struct {
 	// operation is the TalosOperation whose step holds the budget; empty
 	// when the machine's own config rollout or deletion holds it.
 	Operation *string `json:"operation,omitempty"`
+	// batch are more workers the operation's steps take away together
+	// with machine, up to the operation's spec.maxUnavailable; each gives
+	// its place back when its node is back.
+	Batch []DisruptionMemberApplyConfiguration `json:"batch,omitempty"`
 }
 
 // DisruptionStatusApplyConfiguration constructs a declarative configuration of the DisruptionStatus type for use with
@@ -86,5 +90,18 @@ func (b *DisruptionStatusApplyConfiguration) WithSince(value v1.Time) *Disruptio
 // If called multiple times, the Operation field is set to the value of the last call.
 func (b *DisruptionStatusApplyConfiguration) WithOperation(value string) *DisruptionStatusApplyConfiguration {
 	b.Operation = &value
+	return b
+}
+
+// WithBatch adds the given value to the Batch field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Batch field.
+func (b *DisruptionStatusApplyConfiguration) WithBatch(values ...*DisruptionMemberApplyConfiguration) *DisruptionStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithBatch")
+		}
+		b.Batch = append(b.Batch, *values[i])
+	}
 	return b
 }
