@@ -30,11 +30,7 @@ func (s *step) kube() (kubernetes.Interface, error) {
 	if s.r.Workload != nil {
 		return s.r.Workload(s.bundle, s.cluster.Spec.ControlPlane.Endpoint)
 	}
-	cfg, err := workload.ClientConfig(s.bundle, s.cluster.Spec.ControlPlane.Endpoint, workload.Controller, s.r.Now(), s.r.Options.CredentialTTL)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
+	return s.r.kubes.get(s.cluster.UID, s.cluster.Spec.ControlPlane.Endpoint, s.bundle, s.r.Now(), s.r.Options.CredentialTTL)
 }
 
 // withAccess calls f; when the controller's identity is not authorized for
@@ -66,10 +62,11 @@ func (s *step) drain(ctx context.Context) error {
 	}
 	var left []string
 	err = s.withAccess(ctx, func() error {
-		if err := workload.Cordon(ctx, cs, node, owner(s.x.op)); err != nil {
+		cordoned, err := workload.Cordon(ctx, cs, node, owner(s.x.op))
+		if err != nil {
 			return err
 		}
-		left, err = workload.Drain(ctx, cs, node)
+		left, err = workload.Drain(ctx, cs, node, cordoned)
 		return err
 	})
 	if err != nil {

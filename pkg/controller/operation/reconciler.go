@@ -72,8 +72,9 @@ type Options struct {
 	// cluster, another operation, the budget) is looked at. Default 2s.
 	PollInterval time.Duration
 	// StepPollInterval is how often the node of a step in flight is looked
-	// at: one node per cluster at a time, so often enough that noticing a
-	// node is back adds little to its own reboot time. Default 100ms.
+	// at: one node per cluster at a time (a batch of workers at most), so
+	// often enough that noticing a node is back adds little to its own
+	// reboot time. Default 50ms.
 	StepPollInterval time.Duration
 	// StepTimeout is how long a node may take to come back from its reboot
 	// before its step fails. Default 15m.
@@ -96,7 +97,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.InstallTimeout, 15*time.Minute)
 	def(&o.PollInterval, 2*time.Second)
-	def(&o.StepPollInterval, 100*time.Millisecond)
+	def(&o.StepPollInterval, 50*time.Millisecond)
 	def(&o.StepTimeout, 15*time.Minute)
 	def(&o.CredentialTTL, 10*time.Minute)
 	if o.MaxConcurrentReconciles <= 0 {
@@ -126,6 +127,7 @@ type Reconciler struct {
 	Workload func(bundle *secrets.Bundle, endpoint string) (kubernetes.Interface, error)
 
 	budget *disruption.Budget
+	kubes  kubeClients
 }
 
 // SetupWithManager registers the reconciler. It wakes on a started,
@@ -164,6 +166,11 @@ func startedOrDeleted() predicate.Funcs {
 type run struct {
 	op  *v1alpha1.TalosOperation
 	now metav1.Time
+	// cluster, bundle and creds are read (and minted) once per reconcile,
+	// for every step it works on.
+	cluster *v1alpha1.TalosCluster
+	bundle  *secrets.Bundle
+	creds   talos.Credentials
 	// persist writes the operation's status now if it changed: a step is
 	// recorded before its node is called.
 	persist func(context.Context) error
@@ -312,45 +319,55 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 }
 
 // advance works on the steps in flight: the first that has not succeeded
-// or, for workers with spec.maxUnavailable above 1, that many. It ends the
-// operation when none is left, or once a step failed and the others in
-// flight are done.
+// or, for workers with spec.maxUnavailable above 1, that many. When a step
+// ends, the next starts in the same reconcile (its record, written before
+// its node is called, carries the ended one's too). It ends the operation
+// when no step is left, or once a step failed and the others in flight are
+// done.
 func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 	op := x.op
-	window, err := r.window(ctx, op)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	failed := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed })
-	if failed >= 0 {
-		window = slices.DeleteFunc(window, func(i int) bool { return op.Status.Steps[i].Phase != v1alpha1.OperationRunning })
-	}
-	if len(window) == 0 {
-		if failed >= 0 {
-			rec := op.Status.Steps[failed]
-			r.fail(x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(rec), rec.Message)
-			return ctrl.Result{}, nil
-		}
-		if finish := kinds[op.Spec.Type].finish; finish != nil {
-			if err := finish(r, ctx, x); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		r.succeed(x)
-		return ctrl.Result{}, nil
-	}
-	var result ctrl.Result
-	for _, i := range window {
-		res, err := r.work(ctx, x, i, failed < 0)
+	for range len(op.Status.Steps) + 1 {
+		window, err := r.window(ctx, op)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		result = soonest(result, res)
-		if op.Status.Phase != v1alpha1.OperationRunning {
-			break
+		failed := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed })
+		if failed >= 0 {
+			window = slices.DeleteFunc(window, func(i int) bool { return op.Status.Steps[i].Phase != v1alpha1.OperationRunning })
+		}
+		if len(window) == 0 {
+			if failed >= 0 {
+				rec := op.Status.Steps[failed]
+				r.fail(x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(rec), rec.Message)
+				return ctrl.Result{}, nil
+			}
+			if finish := kinds[op.Spec.Type].finish; finish != nil {
+				if err := finish(r, ctx, x); err != nil {
+					return ctrl.Result{}, err
+				}
+			}
+			r.succeed(x)
+			return ctrl.Result{}, nil
+		}
+		var result ctrl.Result
+		ended := false
+		for _, i := range window {
+			running := op.Status.Steps[i].Phase == v1alpha1.OperationRunning
+			res, err := r.work(ctx, x, i, failed < 0)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			result = soonest(result, res)
+			if op.Status.Phase != v1alpha1.OperationRunning {
+				return result, nil
+			}
+			ended = ended || (running && op.Status.Steps[i].Phase != v1alpha1.OperationRunning)
+		}
+		if !ended {
+			return result, nil
 		}
 	}
-	return result, nil
+	return ctrl.Result{Requeue: true}, nil
 }
 
 // window is the indexes of the steps to work on now: the first step not

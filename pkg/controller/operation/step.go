@@ -84,10 +84,13 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 		return ctrl.Result{}, nil
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("machine", rec.Machine))
-	cluster, err := r.cluster(ctx, op)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("read TalosCluster %s: %w", op.Spec.ClusterName, err)
+	var err error
+	if x.cluster == nil {
+		if x.cluster, err = r.cluster(ctx, op); err != nil {
+			return ctrl.Result{}, fmt.Errorf("read TalosCluster %s: %w", op.Spec.ClusterName, err)
+		}
 	}
+	cluster := x.cluster
 	s := &step{r: r, x: x, i: i, cluster: cluster}
 	if rec.Phase == v1alpha1.OperationPending {
 		// Starting a step checks the whole cluster.
@@ -113,12 +116,15 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 	if s.m == nil || s.m.Status.AppliedConfig == nil {
 		return s.failed(ctx, "TalosMachine %s is gone from TalosCluster %s, or no longer configured", rec.Machine, cluster.Name)
 	}
-	if s.bundle, err = clustersecrets.Load(ctx, r.Secrets, cluster); err != nil {
-		return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
+	if x.bundle == nil {
+		if x.bundle, err = clustersecrets.Load(ctx, r.Secrets, cluster); err != nil {
+			return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
+		}
+		if x.creds, err = talos.MintCredentials(x.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
-	if s.creds, err = talos.MintCredentials(s.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
-		return ctrl.Result{}, err
-	}
+	s.bundle, s.creds = x.bundle, x.creds
 	if s.node, err = r.Dialer.Configured(ctx, s.m.Spec.Address, s.creds); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -1,0 +1,53 @@
+package operation
+
+import (
+	"crypto/sha256"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/workload"
+)
+
+// kubeClients keeps, per cluster, a client of its Kubernetes API as
+// ichor-controller's own identity there, so that the polls of a step in
+// flight reuse one connection instead of signing a certificate and
+// opening a TLS connection each time. A client is replaced at half its
+// certificate's lifetime, and when the cluster's endpoint or Kubernetes CA
+// changes.
+type kubeClients struct {
+	mu      sync.Mutex
+	clients map[types.UID]*kubeClient
+}
+
+type kubeClient struct {
+	cs      kubernetes.Interface
+	key     [sha256.Size]byte // endpoint and CA it was made for
+	renewAt time.Time
+}
+
+// get returns the client of the cluster (uid) at endpoint for bundle.
+func (k *kubeClients) get(uid types.UID, endpoint string, bundle *secrets.Bundle, now time.Time, ttl time.Duration) (kubernetes.Interface, error) {
+	key := sha256.Sum256(append([]byte(endpoint+"\x00"), bundle.Certs.K8s.Crt...))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if c := k.clients[uid]; c != nil && c.key == key && now.Before(c.renewAt) {
+		return c.cs, nil
+	}
+	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, now, ttl)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if k.clients == nil {
+		k.clients = map[types.UID]*kubeClient{}
+	}
+	k.clients[uid] = &kubeClient{cs: cs, key: key, renewAt: now.Add(ttl / 2)}
+	return cs, nil
+}
