@@ -41,18 +41,20 @@ func CheckPath(from, to string) error {
 	return nil
 }
 
-// removal is an API version of a resource that a Kubernetes minor no
-// longer serves (the Kubernetes deprecation guide and release notes).
+// removal is an API resource that a Kubernetes minor stops serving with
+// no other version of it left (the Kubernetes deprecation guide and
+// release notes): its objects are gone once that minor's API servers run.
+// A resource whose older version goes while a newer one stays (FlowSchemas
+// through flowcontrol v1beta3 in 1.32) keeps its objects, readable through
+// any served version, so it is not one.
 type removal struct {
 	// in is the minor version that stopped serving it.
 	in       semver.Version
 	resource schema.GroupVersionResource
 }
 
-// removals are the API removals in the minors Talos runs (1.31 on).
+// removals are the removals in the minors Talos runs (1.31 on).
 var removals = []removal{
-	{semver.MustParse("1.32.0"), schema.GroupVersionResource{Group: "flowcontrol.apiserver.k8s.io", Version: "v1beta3", Resource: "flowschemas"}},
-	{semver.MustParse("1.32.0"), schema.GroupVersionResource{Group: "flowcontrol.apiserver.k8s.io", Version: "v1beta3", Resource: "prioritylevelconfigurations"}},
 	{semver.MustParse("1.32.0"), schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1alpha3", Resource: "podschedulingcontexts"}},
 }
 
@@ -99,8 +101,8 @@ func ReadRules() []rbacv1.PolicyRule {
 }
 
 // StillUsed names the removed resources of the path from → to that the
-// cluster still serves and holds objects of: they would be gone, and what
-// reads them broken, once the new API servers run. Migrate them first.
+// cluster still serves and holds objects of: those objects would be gone
+// once the new API servers run. Delete or migrate them first.
 func StillUsed(ctx context.Context, d discovery.DiscoveryInterface, from, to string) ([]string, error) {
 	var used []string
 	for _, gvr := range Removed(from, to) {

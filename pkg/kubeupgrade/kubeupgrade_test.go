@@ -34,8 +34,8 @@ func TestCheckPath(t *testing.T) {
 }
 
 func TestRemoved(t *testing.T) {
-	if got := Removed("v1.31.4", "v1.32.0"); len(got) != 3 {
-		t.Errorf("1.31 -> 1.32 removes %v, want the three of 1.32", got)
+	if got := Removed("v1.31.4", "v1.32.0"); len(got) != 1 || got[0].Resource != "podschedulingcontexts" {
+		t.Errorf("1.31 -> 1.32 removes %v, want podschedulingcontexts", got)
 	}
 	if got := Removed("v1.32.0", "v1.32.4"); len(got) != 0 {
 		t.Errorf("a patch upgrade removes %v", got)
@@ -49,21 +49,23 @@ func TestRemoved(t *testing.T) {
 // resources: a served resource with objects is named; one served without
 // objects, or not served at all, is not.
 func TestStillUsed(t *testing.T) {
+	holds := true
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
-		case "/apis/flowcontrol.apiserver.k8s.io/v1beta3":
-			fmt.Fprint(w, `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"flowcontrol.apiserver.k8s.io/v1beta3","resources":[
-				{"name":"flowschemas","namespaced":false,"kind":"FlowSchema","verbs":["list"]},
-				{"name":"prioritylevelconfigurations","namespaced":false,"kind":"PriorityLevelConfiguration","verbs":["list"]}]}`)
-		case "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas":
+		case "/apis/resource.k8s.io/v1alpha3":
+			fmt.Fprint(w, `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"resource.k8s.io/v1alpha3","resources":[
+				{"name":"podschedulingcontexts","namespaced":true,"kind":"PodSchedulingContext","verbs":["list"]}]}`)
+		case "/apis/resource.k8s.io/v1alpha3/podschedulingcontexts":
 			if r.URL.Query().Get("limit") != "1" {
 				http.Error(w, "want limit=1", http.StatusBadRequest)
 				return
 			}
-			fmt.Fprint(w, `{"kind":"FlowSchemaList","apiVersion":"flowcontrol.apiserver.k8s.io/v1beta3","items":[{"metadata":{"name":"mine"}}]}`)
-		case "/apis/flowcontrol.apiserver.k8s.io/v1beta3/prioritylevelconfigurations":
-			fmt.Fprint(w, `{"kind":"PriorityLevelConfigurationList","apiVersion":"flowcontrol.apiserver.k8s.io/v1beta3","items":[]}`)
+			items := `[]`
+			if holds {
+				items = `[{"metadata":{"name":"mine","namespace":"default"}}]`
+			}
+			fmt.Fprintf(w, `{"kind":"PodSchedulingContextList","apiVersion":"resource.k8s.io/v1alpha3","items":%s}`, items)
 		default:
 			http.NotFound(w, r)
 		}
@@ -78,8 +80,12 @@ func TestStillUsed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(used) != 1 || used[0] != "flowschemas.v1beta3.flowcontrol.apiserver.k8s.io" {
-		t.Errorf("StillUsed = %v, want only the flowschemas holding an object", used)
+	if len(used) != 1 || used[0] != "podschedulingcontexts.v1alpha3.resource.k8s.io" {
+		t.Errorf("StillUsed = %v, want the podschedulingcontexts holding an object", used)
+	}
+	holds = false
+	if used, err := StillUsed(t.Context(), d, "v1.31.4", "v1.32.0"); err != nil || len(used) != 0 {
+		t.Errorf("StillUsed without objects = %v, %v", used, err)
 	}
 	if used, err := StillUsed(t.Context(), d, "v1.35.0", "v1.36.0"); err != nil || len(used) != 0 {
 		t.Errorf("StillUsed on a path without removals = %v, %v", used, err)

@@ -21,32 +21,29 @@ const CordonAnnotation = "ichor.dev/cordoned-for"
 
 // Cordon marks a Node unschedulable for owner, as kubectl cordon does, and
 // records owner in CordonAnnotation. A Node cordoned already (by someone
-// else) is left as it is; one that does not exist too. It returns the
-// Node's resourceVersion once cordoned ("" when there is no Node): a pod
-// list at least that new holds every pod bound to it before.
-func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) (string, error) {
+// else) is left as it is; one that does not exist too.
+func Cordon(ctx context.Context, cs kubernetes.Interface, node, owner string) error {
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", nil
+		return nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read Node %s: %w", node, err)
+		return fmt.Errorf("read Node %s: %w", node, err)
 	}
 	if n.Spec.Unschedulable {
-		return n.ResourceVersion, nil
+		return nil
 	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": map[string]string{CordonAnnotation: owner}, "resourceVersion": n.ResourceVersion},
 		"spec":     map[string]any{"unschedulable": true},
 	})
 	if err != nil {
-		return "", err
+		return err
 	}
-	cordoned, err := cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
-	if err != nil {
-		return "", fmt.Errorf("cordon Node %s: %w", node, err)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("cordon Node %s: %w", node, err)
 	}
-	return cordoned.ResourceVersion, nil
+	return nil
 }
 
 // Uncordon makes a Node that owner cordoned schedulable again, as kubectl
@@ -81,22 +78,19 @@ func Uncordon(ctx context.Context, cs kubernetes.Interface, node, owner string) 
 // --ignore-daemonsets --delete-emptydir-data does: mirror (static) pods and
 // DaemonSet pods stay, as do finished ones. It returns the pods still on
 // the Node (evicted and terminating, or held by a disruption budget); the
-// caller asks again until none is left. The pods are listed from the API
-// server's cache once it holds resourceVersion cordoned (Cordon's): every
-// pod bound before the cordon, without the wait of a read from etcd.
-func Drain(ctx context.Context, cs kubernetes.Interface, node, cordoned string) ([]string, error) {
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()}
-	if cordoned != "" {
-		opts.ResourceVersion, opts.ResourceVersionMatch = cordoned, metav1.ResourceVersionMatchNotOlderThan
-	}
-	pods, err := cs.CoreV1().Pods("").List(ctx, opts)
+// caller asks again until none is left. The list is a consistent one, so it
+// holds every pod bound before the Node was cordoned.
+func Drain(ctx context.Context, cs kubernetes.Interface, node string) ([]string, error) {
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list the pods of Node %s: %w", node, err)
 	}
 	var left []string
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !drained(p) {
+		if p.Spec.NodeName != node || !drained(p) {
 			continue
 		}
 		name := p.Namespace + "/" + p.Name

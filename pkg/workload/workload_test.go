@@ -96,8 +96,6 @@ func TestControllerRulesStayLeast(t *testing.T) {
 		{"certificates.k8s.io", "certificatesigningrequests/approval", "", "update"},
 		{"certificates.k8s.io", "signers", KubeletServingSigner, "approve"},
 		// Before a kubernetes-upgrade: are objects of the removed APIs left?
-		{"flowcontrol.apiserver.k8s.io", "flowschemas", "", "list"},
-		{"flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", "", "list"},
 		{"resource.k8s.io", "podschedulingcontexts", "", "list"},
 	}
 	if !slices.Equal(got, want) {

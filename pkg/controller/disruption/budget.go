@@ -183,6 +183,29 @@ func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operatio
 	return fmt.Errorf("give back the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
 }
 
+// ReleaseOperation gives back every place the TalosOperation named
+// operation holds in cluster's budget: the operation ended or stopped, and
+// whatever it still holds (a worker that took its place and was draining
+// when another step failed) is free again.
+func (b *Budget) ReleaseOperation(ctx context.Context, cluster client.ObjectKey, operation string) error {
+	var c v1alpha1.TalosCluster
+	err := b.Reader.Get(ctx, cluster, &c)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read TalosCluster %s for its disruption budget: %w", cluster.Name, err)
+	}
+	d := c.Status.Disruption
+	if d == nil || d.Operation != operation {
+		return nil
+	}
+	if _, err := statusapply.RemoveIfUnchanged(ctx, b.Client, &c, "/status/disruption", d); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("give back the disruption budget of TalosCluster %s: %w", cluster.Name, err)
+	}
+	return nil
+}
+
 // HeldBy reports whether m holds c's budget for its own config rollout or
 // deletion, as far as this copy of c says.
 func HeldBy(c *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine) bool {

@@ -62,11 +62,10 @@ func (s *step) drain(ctx context.Context) error {
 	}
 	var left []string
 	err = s.withAccess(ctx, func() error {
-		cordoned, err := workload.Cordon(ctx, cs, node, owner(s.x.op))
-		if err != nil {
+		if err := workload.Cordon(ctx, cs, node, owner(s.x.op)); err != nil {
 			return err
 		}
-		left, err = workload.Drain(ctx, cs, node, cordoned)
+		left, err = workload.Drain(ctx, cs, node)
 		return err
 	})
 	if err != nil {

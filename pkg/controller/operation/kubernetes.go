@@ -67,6 +67,13 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, op *v1alpha1.TalosOper
 		return fmt.Sprintf("spec.kubernetesUpgrade.version: %v", err), nil
 	}
 	for _, m := range targets {
+		for _, c := range v1alpha1.KubernetesComponents {
+			// A kubernetes-upgrade that stopped partway left this.
+			if pinned := m.Status.Kubernetes.Version(c); pinned != "" && kubeupgrade.CheckPath(pinned, to) != nil {
+				return fmt.Sprintf("spec.kubernetesUpgrade.version: TalosMachine %s runs %s %s, set by a kubernetes-upgrade that did not finish, "+
+					"and Kubernetes cannot go from there to %s; upgrade to %s or later to finish it", m.Name, c, pinned, to, pinned), nil
+			}
+		}
 		talosVersion := m.Status.TalosVersion
 		if talosVersion == "" {
 			talosVersion = render.ClusterVersion(cluster)
@@ -109,6 +116,15 @@ func startKubernetes(ctx context.Context, s *step) (ctrl.Result, error) {
 	if err := s.begin(ctx, "", "%s to Kubernetes %s", rec.Component, target); err != nil {
 		return ctrl.Result{}, err
 	}
+	return startKubernetesVersion(ctx, s)
+}
+
+// startKubernetesVersion sets the step's component to the new version in
+// its machine's status.kubernetes (again, if the controller stopped before
+// it did), which its config follows.
+func startKubernetesVersion(ctx context.Context, s *step) (ctrl.Result, error) {
+	rec := s.record()
+	target := s.x.op.Spec.KubernetesUpgrade.Version
 	versions := &v1alpha1.KubernetesVersions{}
 	versions.SetVersion(rec.Component, target)
 	if render.MachineRole(s.m) != v1alpha1.MachineRoleControlPlane {
@@ -129,6 +145,10 @@ func startKubernetes(ctx context.Context, s *step) (ctrl.Result, error) {
 func followKubernetes(ctx context.Context, s *step) (ctrl.Result, error) {
 	rec := s.record()
 	target := s.x.op.Spec.KubernetesUpgrade.Version
+	if s.m.Status.Kubernetes.Version(rec.Component) != target {
+		// Recorded Running, but stopped before setting the version.
+		return startKubernetesVersion(ctx, s)
+	}
 	waiting, err := s.componentAt(ctx, rec.Component, target)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -1,7 +1,7 @@
 // Package operation runs started TalosOperations: reboot, etcd-defrag and
 // talos-upgrade, one step per machine, control planes first and one node at
-// a time; kubernetes-upgrade, one step per machine and component
-// (kubernetes.go).
+// a time (workers in batches of spec.maxUnavailable); kubernetes-upgrade,
+// one step per machine and component (kubernetes.go).
 //
 // Safety: a step that takes a node or an etcd member away holds its
 // cluster's disruption budget (package disruption) from before it touches
@@ -26,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -47,9 +48,11 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // ControllerName names the controller in logs, metrics and Events.
@@ -128,6 +131,9 @@ type Reconciler struct {
 
 	budget *disruption.Budget
 	kubes  kubeClients
+	// tries records when each Pending step was last tried (triedRecently).
+	triesMu sync.Mutex
+	tries   map[string]time.Time
 }
 
 // SetupWithManager registers the reconciler. It wakes on a started,
@@ -166,11 +172,10 @@ func startedOrDeleted() predicate.Funcs {
 type run struct {
 	op  *v1alpha1.TalosOperation
 	now metav1.Time
-	// cluster, bundle and creds are read (and minted) once per reconcile,
-	// for every step it works on.
+	// cluster and bundle are read once per reconcile, for every step it
+	// works on.
 	cluster *v1alpha1.TalosCluster
 	bundle  *secrets.Bundle
-	creds   talos.Credentials
 	// persist writes the operation's status now if it changed: a step is
 	// recorded before its node is called.
 	persist func(context.Context) error
@@ -183,7 +188,8 @@ func (x *run) set(condType string, status metav1.ConditionStatus, reason, format
 	})
 }
 
-// Reconcile moves one started operation on by at most one step.
+// Reconcile moves one started operation on: it follows the steps in flight
+// and starts those that may start, the next one as soon as one ends.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var op v1alpha1.TalosOperation
 	if err := r.Client.Get(ctx, req.NamespacedName, &op); err != nil {
@@ -214,6 +220,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case !op.DeletionTimestamp.IsZero():
 		result, err = r.stop(ctx, x)
 	case op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed:
+		if controllerutil.ContainsFinalizer(&op, Finalizer) {
+			if err := r.cleanup(ctx, &op); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
 	case op.Status.Phase == v1alpha1.OperationRunning:
 		result, err = r.advance(ctx, x)
@@ -230,6 +241,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
+		if controllerutil.ContainsFinalizer(&op, Finalizer) {
+			if err := r.cleanup(ctx, &op); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
 	}
 	return result, nil
@@ -311,7 +327,7 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	}
 	op.Status.Steps = stepsOf(targets)
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
-		"%d steps to run, one at a time", len(op.Status.Steps))
+		"%d steps to run", len(op.Status.Steps))
 	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventRunning, "Start",
 		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(op.Status.Steps), stepNames(op))
 	log.FromContext(ctx).Info("Operation running", "steps", len(op.Status.Steps))
@@ -353,7 +369,13 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 		ended := false
 		for _, i := range window {
 			running := op.Status.Steps[i].Phase == v1alpha1.OperationRunning
-			res, err := r.work(ctx, x, i, failed < 0)
+			// A step that failed meanwhile stops the starting of others.
+			failedNow := slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed })
+			if !running && (failedNow || r.triedRecently(op, i)) {
+				result = soonest(result, ctrl.Result{RequeueAfter: r.Options.PollInterval})
+				continue
+			}
+			res, err := r.work(ctx, x, i, !failedNow)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -398,6 +420,30 @@ func (r *Reconciler) window(ctx context.Context, op *v1alpha1.TalosOperation) ([
 	return open[:min(len(open), n)], nil
 }
 
+// triedRecently reports whether the Pending step i of op was tried less
+// than PollInterval ago, and records a try now otherwise: a step that
+// waits to start (for the cluster, the budget, a drain) is looked at every
+// PollInterval, however often the steps in flight beside it are.
+func (r *Reconciler) triedRecently(op *v1alpha1.TalosOperation, i int) bool {
+	key := string(op.UID) + "/" + stepName(op.Status.Steps[i])
+	now := r.Now()
+	r.triesMu.Lock()
+	defer r.triesMu.Unlock()
+	if last, ok := r.tries[key]; ok && now.Sub(last) < r.Options.PollInterval {
+		return true
+	}
+	if r.tries == nil {
+		r.tries = map[string]time.Time{}
+	}
+	for k, t := range r.tries {
+		if now.Sub(t) > time.Hour {
+			delete(r.tries, k)
+		}
+	}
+	r.tries[key] = now
+	return false
+}
+
 // soonest combines the results of steps worked on in one reconcile.
 func soonest(a, b ctrl.Result) ctrl.Result {
 	switch {
@@ -438,7 +484,7 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 			return result, nil
 		}
 	}
-	if err := r.releaseAny(ctx, op); err != nil {
+	if err := r.cleanup(ctx, op); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventStopped, "Stop",
@@ -446,8 +492,12 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 	return ctrl.Result{}, r.removeFinalizer(ctx, op)
 }
 
-// releaseAny gives the budget back if this operation holds it, for any machine.
-func (r *Reconciler) releaseAny(ctx context.Context, op *v1alpha1.TalosOperation) error {
+// cleanup lets go of what an operation that ended or stopped may still
+// hold: its places in the cluster's disruption budget (a worker that took
+// its place and was draining when another step failed), and the cordon of
+// the Node of every step that did not succeed (a failed step's node, a
+// draining one). A Node cordoned by anyone else stays as it is.
+func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) error {
 	cluster, err := r.cluster(ctx, op)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -455,15 +505,40 @@ func (r *Reconciler) releaseAny(ctx context.Context, op *v1alpha1.TalosOperation
 	if err != nil {
 		return err
 	}
-	d := cluster.Status.Disruption
-	if d == nil || d.Operation != op.Name {
+	if err := r.budget.ReleaseOperation(ctx, client.ObjectKeyFromObject(cluster), op.Name); err != nil {
+		return err
+	}
+	pending := map[string]bool{}
+	for _, s := range op.Status.Steps {
+		if s.Phase != v1alpha1.OperationSucceeded && s.Component == "" {
+			pending[s.Machine] = true
+		}
+	}
+	if len(pending) == 0 {
 		return nil
 	}
-	var m v1alpha1.TalosMachine
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: d.Machine}, &m); err != nil {
-		return client.IgnoreNotFound(err)
+	machines, err := r.machines(ctx, op)
+	if err != nil {
+		return err
 	}
-	return r.budget.ReleaseForOperation(ctx, op.Name, &m)
+	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	if err != nil {
+		return fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
+	}
+	s := &step{r: r, cluster: cluster, bundle: bundle, x: &run{op: op}}
+	cs, err := s.kube()
+	if err != nil {
+		return err
+	}
+	for _, m := range machines {
+		if !pending[m.Name] || m.Status.NodeName == "" {
+			continue
+		}
+		if err := s.withAccess(ctx, func() error { return workload.Uncordon(ctx, cs, m.Status.NodeName, owner(op)) }); err != nil {
+			return fmt.Errorf("uncordon Node %s after TalosOperation %s: %w", m.Status.NodeName, op.Name, err)
+		}
+	}
+	return nil
 }
 
 func (r *Reconciler) cluster(ctx context.Context, op *v1alpha1.TalosOperation) (*v1alpha1.TalosCluster, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,6 +62,9 @@ type fixture struct {
 	react func()
 	// names are the cluster's machines.
 	names []string
+	// clock is the reconciler's, moved on by PollInterval after each
+	// reconcile, as the waits the reconciler asks for pass.
+	clock time.Time
 }
 
 // bundle is the secrets bundle every fixture shares: generating one takes a while.
@@ -156,8 +160,9 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 	f.r = &Reconciler{
 		Client: f.client, APIReader: f.client, Secrets: f.client, Dialer: f.dialer,
 		Recorder: events.NewFakeRecorder(1000), Options: Options{}.withDefaults(),
-		Now: func() time.Time { return now },
+		Now: func() time.Time { return f.clock },
 	}
+	f.clock = now
 	f.r.budget = &disruption.Budget{Client: f.client, Reader: f.client, Now: f.r.Now}
 	// The managed cluster's API: every Node Ready, reported after any reboot.
 	var nodes []runtime.Object
@@ -202,6 +207,7 @@ func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 		f.mostAway = max(f.mostAway, away)
 		f.mostAwayCPs = max(f.mostAwayCPs, awayCPs)
 		f.dialer.Boot()
+		f.clock = f.clock.Add(f.r.Options.PollInterval)
 		if f.react != nil {
 			f.react()
 		}
@@ -383,6 +389,51 @@ func TestBatchStepFails(t *testing.T) {
 	}
 	if f.node("worker-1").Boots != 1 || f.node("worker-3").Boots != 0 || !f.budgetFree() {
 		t.Errorf("worker-1 booted %d, worker-3 %d times; budget free %v", f.node("worker-1").Boots, f.node("worker-3").Boots, f.budgetFree())
+	}
+}
+
+// TestFailedBatchLetsGo: a worker of a batch never comes back while its
+// batch mate, holding its place in the budget, waits for a pod that may
+// not be evicted. The failed step stops the operation, and what it still
+// held goes: the budget is free and the draining worker's Node uncordoned.
+func TestFailedBatchLetsGo(t *testing.T) {
+	names := []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2", "worker-3"}
+	two := int32(2)
+	f := newFixtureOf(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot, MaxUnavailable: &two}), names)
+	f.r.Options.StepTimeout = 30 * time.Second
+	f.node("worker-1").NeverBoots = true
+	ctx := context.Background()
+	if _, err := f.kube.CoreV1().Pods("apps").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
+		Spec: corev1.PodSpec{NodeName: "node-worker-2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewTooManyRequests("a PodDisruptionBudget does not allow it", 10)
+	})
+	op := f.run("reboot")
+	phases := map[string]v1alpha1.OperationPhase{}
+	for _, s := range op.Status.Steps {
+		phases[s.Machine] = s.Phase
+	}
+	if op.Status.Phase != v1alpha1.OperationFailed || phases["worker-1"] != v1alpha1.OperationFailed ||
+		phases["worker-2"] != v1alpha1.OperationPending || phases["worker-3"] != v1alpha1.OperationPending {
+		t.Fatalf("phase %s, steps %v", op.Status.Phase, phases)
+	}
+	if !f.budgetFree() {
+		t.Error("the budget stays held after the operation failed")
+	}
+	n, err := f.kube.CoreV1().Nodes().Get(ctx, "node-worker-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable || n.Annotations[workload.CordonAnnotation] != "" {
+		t.Errorf("worker-2's Node stays cordoned: %v %v", n.Spec.Unschedulable, n.Annotations)
+	}
+	if f.node("worker-2").Boots != 0 || f.node("worker-3").Boots != 0 {
+		t.Error("a worker rebooted after the failure")
 	}
 }
 

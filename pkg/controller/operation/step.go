@@ -120,11 +120,13 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 		if x.bundle, err = clustersecrets.Load(ctx, r.Secrets, cluster); err != nil {
 			return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
 		}
-		if x.creds, err = talos.MintCredentials(x.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
-	s.bundle, s.creds = x.bundle, x.creds
+	// Each step its own certificate: one reconcile may start several, and
+	// a step's pull may take up to InstallTimeout.
+	s.bundle = x.bundle
+	if s.creds, err = talos.MintCredentials(s.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
+		return ctrl.Result{}, err
+	}
 	if s.node, err = r.Dialer.Configured(ctx, s.m.Spec.Address, s.creds); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -146,7 +148,8 @@ func (s *step) call(ctx context.Context) (context.Context, context.CancelFunc) {
 func (s *step) begin(ctx context.Context, bootID, format string, args ...any) error {
 	rec := s.record()
 	rec.Phase = v1alpha1.OperationRunning
-	rec.StartedAt = &s.x.now
+	startedAt := metav1.NewTime(s.r.Now())
+	rec.StartedAt = &startedAt
 	rec.BootID = bootID
 	rec.Message = fmt.Sprintf(format, args...)
 	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
@@ -195,7 +198,8 @@ func (s *step) done(ctx context.Context, format string, args ...any) (ctrl.Resul
 		return ctrl.Result{}, err
 	}
 	rec.Phase = v1alpha1.OperationSucceeded
-	rec.CompletedAt = &s.x.now
+	completedAt := metav1.NewTime(s.r.Now())
+	rec.CompletedAt = &completedAt
 	rec.Message = fmt.Sprintf(format, args...)
 	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
 		"%s: %s (%s)", rec.Machine, rec.Message, progressOf(s.x.op))
@@ -214,7 +218,8 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 		}
 	}
 	rec.Phase = v1alpha1.OperationFailed
-	rec.CompletedAt = &s.x.now
+	completedAt := metav1.NewTime(s.r.Now())
+	rec.CompletedAt = &completedAt
 	rec.Message = fmt.Sprintf(format, args...)
 	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", stepName(*rec), rec.Message)
 	log.FromContext(ctx).Info("Step failed", "message", rec.Message)
@@ -229,7 +234,7 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 // timedOut reports whether a Running step has waited longer than StepTimeout.
 func (s *step) timedOut() bool {
 	rec := s.record()
-	return rec.StartedAt != nil && s.x.now.Sub(rec.StartedAt.Time) > s.r.Options.StepTimeout
+	return rec.StartedAt != nil && s.r.Now().Sub(rec.StartedAt.Time) > s.r.Options.StepTimeout
 }
 
 // takeNode checks that the step may take the node away, then takes the

@@ -3112,7 +3112,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineStatus(ref common.ReferenceCallb
 					},
 					"kubernetes": {
 						SchemaProps: spec.SchemaProps{
-							Description: "kubernetes are the versions a running kubernetes-upgrade set for the machine's Kubernetes components: its config renders each component set here at that version instead of the cluster's spec.kubernetesVersion. The upgrade sets them one component and one machine at a time, and removes them once the cluster's spec.kubernetesVersion follows.",
+							Description: "kubernetes are the versions a running kubernetes-upgrade set for the machine's Kubernetes components: its config renders each component set here at that version instead of the cluster's spec.kubernetesVersion. The upgrade sets them one component and one machine at a time, and removes them once the cluster's spec.kubernetesVersion follows; one that fails or is deleted leaves them, and the next kubernetes-upgrade moves them on.",
 							Ref:         ref(v1alpha1.KubernetesVersions{}.OpenAPIModelName()),
 						},
 					},

@@ -37,6 +37,8 @@ type Node struct {
 	Staged string
 	// RefuseUpgrade, when set, makes the installer exit 1 saying it.
 	RefuseUpgrade string
+	// NeverBoots keeps the node from coming back from a reboot.
+	NeverBoots bool
 	// Quota is the etcd member's backend quota: while DBSize exceeds it,
 	// the etcd cluster has a NOSPACE alarm for it once raised. 0: no quota.
 	Quota int64
@@ -199,6 +201,9 @@ func (d *Dialer) Boot() {
 	for _, n := range d.Nodes {
 		switch n.Stage {
 		case "installing", "rebooting":
+			if n.NeverBoots {
+				continue
+			}
 			n.Stage = "running"
 			n.Boots++
 			if n.Staged != "" {

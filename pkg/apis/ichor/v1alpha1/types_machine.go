@@ -111,7 +111,8 @@ type TalosMachineStatus struct {
 	// set here at that version instead of the cluster's
 	// spec.kubernetesVersion. The upgrade sets them one component and one
 	// machine at a time, and removes them once the cluster's
-	// spec.kubernetesVersion follows.
+	// spec.kubernetesVersion follows; one that fails or is deleted leaves
+	// them, and the next kubernetes-upgrade moves them on.
 	// +optional
 	Kubernetes *KubernetesVersions `json:"kubernetes,omitempty" protobuf:"bytes,12,opt,name=kubernetes"`
 }

@@ -56,7 +56,8 @@ type TalosMachineStatusApplyConfiguration struct {
 	// set here at that version instead of the cluster's
 	// spec.kubernetesVersion. The upgrade sets them one component and one
 	// machine at a time, and removes them once the cluster's
-	// spec.kubernetesVersion follows.
+	// spec.kubernetesVersion follows; one that fails or is deleted leaves
+	// them, and the next kubernetes-upgrade moves them on.
 	Kubernetes *KubernetesVersionsApplyConfiguration `json:"kubernetes,omitempty"`
 }
 
