@@ -151,6 +151,20 @@ func TestKubernetesUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {
 	}
 }
 
+// TestKubernetesUpgradeSetsALostVersion: the controller stops after
+// recording a step Running and before setting its machine's version; the
+// step, followed, sets it, and the upgrade goes on to the end.
+func TestKubernetesUpgradeSetsALostVersion(t *testing.T) {
+	f := newFixture(t, kubernetesUpgrade(kubeTarget))
+	f.react = f.playCluster
+	f.playCluster()
+	f.failMachinePatches = 1
+	op := f.run("kubernetes")
+	if op.Status.Phase != v1alpha1.OperationSucceeded || f.failMachinePatches != 0 {
+		t.Fatalf("ended %s (patches left to fail: %d): %+v", op.Status.Phase, f.failMachinePatches, op.Status.Conditions)
+	}
+}
+
 // TestKubernetesUpgradeWaitsForTheNode: a step is not done while the node's
 // config lacks the new version; past the step timeout it fails, saying
 // what it waited for, and no later step starts.

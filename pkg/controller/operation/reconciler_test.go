@@ -62,6 +62,8 @@ type fixture struct {
 	react func()
 	// names are the cluster's machines.
 	names []string
+	// failMachinePatches fails that many TalosMachine status patches.
+	failMachinePatches int
 	// clock is the reconciler's, moved on by PollInterval after each
 	// reconcile, as the waits the reconciler asks for pass.
 	clock time.Time
@@ -153,6 +155,10 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if sub == "finalizers" {
 					return c.Patch(ctx, obj, patch)
+				}
+				if _, ok := obj.(*v1alpha1.TalosMachine); ok && sub == "status" && f.failMachinePatches > 0 {
+					f.failMachinePatches--
+					return errors.New("injected: the controller stopped before this machine status write")
 				}
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
