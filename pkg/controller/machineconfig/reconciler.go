@@ -420,8 +420,19 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	}
 	if effect == v1alpha1.ConfigEffectNone {
 		if m.Status.AppliedConfig.Hash != rendered.Hash {
-			// The node runs it already (applied before a restart lost the record).
-			m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
+			// The node runs it already: applied by this reconciler just now
+			// (a cached copy of m may predate the write that recorded it,
+			// effect included), or before a restart lost the record.
+			var fresh v1alpha1.TalosMachine
+			err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), &fresh)
+			switch {
+			case err == nil && fresh.Status.AppliedConfig != nil && fresh.Status.AppliedConfig.Hash == rendered.Hash:
+				m.Status.AppliedConfig = fresh.Status.AppliedConfig
+			case err != nil && !apierrors.IsNotFound(err):
+				return ctrl.Result{}, fmt.Errorf("read TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+			default:
+				m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
+			}
 		}
 		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
