@@ -128,6 +128,16 @@ func drained(p *corev1.Pod) bool {
 	return true
 }
 
+// NodeReady reports whether a Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // NodeReadySince reports whether a Node is Ready with a heartbeat after
 // since: its kubelet reported it after a reboot that began at since, not
 // a Ready left over from before.

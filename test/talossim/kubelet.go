@@ -38,6 +38,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/talosdocs"
 )
 
@@ -124,7 +125,7 @@ func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
 		controlPlane:       cfg.Machine().Type().IsControlPlane(),
 		taintControlPlane:  cfg.Machine().Type().IsControlPlane() && !cluster.ScheduleOnControlPlanes(),
 		image:              kubelet.Image,
-		version:            imageTag(kubelet.Image),
+		version:            imageref.Tag(kubelet.Image),
 		ips:                n.nodeIPs(),
 	}, true
 }
@@ -560,15 +561,6 @@ func selfSignedKubeletCertificate(spec kubeletSpec) (*tls.Certificate, error) {
 	}
 
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
-}
-
-// imageTag returns the tag of an image reference ("kubelet:v1.35.0" → "v1.35.0").
-func imageTag(image string) string {
-	if i := strings.LastIndex(image, ":"); i >= 0 && !strings.Contains(image[i:], "/") {
-		return image[i+1:]
-	}
-
-	return ""
 }
 
 // memoryStore is a certificate.Store in memory that also lets callers wait for the first certificate.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -25,23 +26,7 @@ import (
 func TestStaticPodsFollowConfig(t *testing.T) {
 	t.Parallel()
 
-	cl, k := kubeTestCluster(t)
-	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
-	t.Cleanup(cancel)
-
-	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.41:0", Hostname: "cp-1", Kubernetes: k}, cl.cp, PhaseRunning)
-	admin := certClient(t, cp, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
-
-	if err := admin.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
-		t.Fatalf("Bootstrap: %v", err)
-	}
-
-	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
-	}
-
-	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cl, _, admin, kube := bootstrappedControlPlane(t, "127.0.2.41")
 
 	configVersion := func(typ string) string {
 		var version string
@@ -129,6 +114,30 @@ machine:
 	})
 }
 
+// bootstrappedControlPlane runs one control plane, cp-1, at ip with its Kubernetes, bootstrapped:
+// the test's context, cluster, node, an os:admin client and a Kubernetes admin client.
+func bootstrappedControlPlane(t *testing.T, ip string) (context.Context, *testCluster, *Node, *client.Client, kubernetes.Interface) {
+	t.Helper()
+
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: ip + ":0", Hostname: "cp-1", Kubernetes: k}, cl.cp, PhaseRunning)
+	admin := certClient(t, cp, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
+
+	if err := admin.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+
+	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+
+	return ctx, cl, cp, admin, kubernetes.NewForConfigOrDie(cfg)
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -150,23 +159,7 @@ func TestTalosctlUpgradeK8s(t *testing.T) {
 	t.Parallel()
 
 	bin := talosctl(t)
-	cl, k := kubeTestCluster(t)
-	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
-	t.Cleanup(cancel)
-
-	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.43:0", Hostname: "cp-1", Kubernetes: k}, cl.cp, PhaseRunning)
-	admin := certClient(t, cp, cl.bundle.Certs.OS.Crt, roleCert(t, cl.bundle, role.Admin))
-
-	if err := admin.Bootstrap(ctx, &machineapi.BootstrapRequest{}); err != nil {
-		t.Fatalf("Bootstrap: %v", err)
-	}
-
-	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
-	if err != nil {
-		t.Fatalf("control plane: %v", err)
-	}
-
-	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cl, cp, admin, kube := bootstrappedControlPlane(t, "127.0.2.43")
 	pollUntil(t, ctx, "the control plane's Node and mirror pods", func() (bool, error) {
 		pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
 		if err != nil {

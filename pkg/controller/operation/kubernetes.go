@@ -21,6 +21,7 @@ import (
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talosdocs"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // A kubernetes-upgrade moves the cluster's Kubernetes components in
@@ -231,7 +232,7 @@ func (s *step) componentAt(ctx context.Context, c v1alpha1.KubernetesComponent, 
 		if got := n.Status.NodeInfo.KubeletVersion; got != version {
 			return fmt.Sprintf("waiting for the Node %s to report kubelet %s (it reports %s)", node, version, got), nil
 		}
-		if !nodeReady(n) {
+		if !workload.NodeReady(n) {
 			return fmt.Sprintf("waiting for the Node %s to be Ready", node), nil
 		}
 	}
@@ -299,15 +300,6 @@ func podImage(p *corev1.Pod, container string) string {
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

@@ -373,7 +373,7 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secre
 
 	readyNodes := map[string]bool{}
 	for i := range nodes.Items {
-		readyNodes[nodes.Items[i].Name] = nodeReady(&nodes.Items[i])
+		readyNodes[nodes.Items[i].Name] = workload.NodeReady(&nodes.Items[i])
 	}
 	var waiting []string
 	for _, m := range v.machines {
@@ -462,20 +462,11 @@ func joiningMachines(machines []v1alpha1.TalosMachine, nodes []corev1.Node) []st
 		switch {
 		case m.Status.NodeName == "" || n == nil:
 			joining = append(joining, m.Name)
-		case n.CreationTimestamp.Before(&m.CreationTimestamp) && !nodeReady(n):
+		case n.CreationTimestamp.Before(&m.CreationTimestamp) && !workload.NodeReady(n):
 			joining = append(joining, m.Name)
 		}
 	}
 	return joining
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // summarize sets MachinesReady, Ready, the phase and the observed Talos version.
