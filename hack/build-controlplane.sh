@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries that integration tests and `make run`
-# need — kube-apiserver, kube-controller-manager and kubectl from
+# need — kube-apiserver, kube-controller-manager, kube-scheduler and kubectl from
 # k8s.io/kubernetes (hack/tools/controlplane), etcd from
 # go.etcd.io/etcd/server/v3 (hack/tools/etcd) — from the Go module proxy into
 # a cache that later runs reuse (hack/lib/cached-build.sh). Prints the bin
@@ -8,7 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cached-build.sh"
 
 cached_build_begin controlplane hack/build-controlplane.sh "hack/tools/controlplane hack/tools/etcd" \
-  kube-apiserver kube-controller-manager kubectl etcd
+  kube-apiserver kube-controller-manager kube-scheduler kubectl etcd
 
 # Version stamping, as kube's hack/lib/version.sh does, so --version,
 # `kubectl version` and discovery report the real release instead of v0.0.0.
@@ -31,6 +31,7 @@ done
 
 cached_build_go hack/tools/controlplane kube-apiserver -ldflags="${KUBE_LDFLAGS}"
 cached_build_go hack/tools/controlplane kube-controller-manager -ldflags="${KUBE_LDFLAGS}"
+cached_build_go hack/tools/controlplane kube-scheduler -ldflags="${KUBE_LDFLAGS}"
 cached_build_go hack/tools/controlplane kubectl -ldflags="${KUBE_LDFLAGS}"
 cached_build_go hack/tools/etcd etcd -ldflags="-s -w"
 cached_build_publish

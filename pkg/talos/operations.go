@@ -11,6 +11,7 @@ import (
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // ApplyConfiguration implements Node with the call `talosctl apply-config` makes.
@@ -82,6 +84,27 @@ func (n *machineryNode) Config(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("the machine config read from %s is empty", n.v.address)
 	}
 	return spec.GetYamlMarshalled(), nil
+}
+
+// ManifestKubeProxy is the bootstrap manifest of kube-proxy's DaemonSet,
+// its ServiceAccount and its binding.
+const ManifestKubeProxy = "10-kube-proxy"
+
+// BootstrapManifest implements Node with the read `talosctl get manifests
+// ID` makes.
+func (n *machineryNode) BootstrapManifest(ctx context.Context, id string) ([]*unstructured.Unstructured, error) {
+	m, err := safe.StateGetByID[*k8s.Manifest](ctx, n.c.COSI, id)
+	if status.Code(err) == codes.NotFound || state.IsNotFoundError(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, n.v.explain("read bootstrap manifest "+id, err)
+	}
+	objects := make([]*unstructured.Unstructured, 0, len(m.TypedSpec().Items))
+	for _, item := range m.TypedSpec().Items {
+		objects = append(objects, &unstructured.Unstructured{Object: item.Object})
+	}
+	return objects, nil
 }
 
 // Identity implements Node with the reads `talosctl get nodeips kubelet`,

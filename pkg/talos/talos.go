@@ -17,6 +17,8 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Dialer opens sessions with Talos nodes. Machinery implements it with the
@@ -57,6 +59,12 @@ type Node interface {
 	// its next boot). It holds the cluster's secrets; callers must never log
 	// or store it.
 	Config(ctx context.Context) ([]byte, error)
+	// BootstrapManifest reads the objects of one of a control plane's
+	// bootstrap manifests, by the name `talosctl get manifests` lists
+	// (ManifestKubeProxy), or nil when the node renders none of that name.
+	// Manifests may hold secrets (the bootstrap token's): read only the one
+	// needed, and never log them.
+	BootstrapManifest(ctx context.Context, id string) ([]*unstructured.Unstructured, error)
 	// Identity reads who the node is, as Talos knows it: the addresses it
 	// gives the kubelet, its node name and hostname.
 	Identity(ctx context.Context) (*Identity, error)

@@ -32,6 +32,13 @@ const fieldManager = "ichor-controller"
 // controller's role: it is used for two requests and then dropped.
 const setupTTL = 5 * time.Minute
 
+// SystemRules are what ichor-controller may do in a managed cluster's
+// kube-system, by name: the bootstrap token's Secret (tokenSecret), and
+// kube-proxy's DaemonSet, which a kubernetes-upgrade syncs.
+func SystemRules(tokenSecret string) []rbacv1.PolicyRule {
+	return append(tokenRules(tokenSecret), kubeProxyRules()...)
+}
+
 // ControllerRules are everything ichor-controller may do in a managed
 // cluster: read nodes (health and counts); cordon and drain a node before
 // an operation reboots it, which needs patching nodes, listing pods and
@@ -55,7 +62,7 @@ func ControllerRules() []rbacv1.PolicyRule {
 
 // InstallControllerAccess applies ControllerRole and its binding to
 // Controller in the cluster at endpoint, and the Role of that name in
-// kube-system over the bootstrap token's Secret, authenticating with a
+// kube-system (SystemRules), authenticating with a
 // short-lived cluster-admin certificate signed from bundle. Applying again
 // changes nothing; a rule added by hand to a role is taken away.
 func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time) error {
@@ -92,7 +99,7 @@ func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoi
 		return err
 	}
 	tokenRole := rbacac.Role(ControllerRole, tokenNamespace).WithLabels(labels)
-	for _, r := range tokenRules(tokenSecret) {
+	for _, r := range SystemRules(tokenSecret) {
 		tokenRole.WithRules(rbacac.PolicyRule().WithAPIGroups(r.APIGroups...).WithResources(r.Resources...).
 			WithResourceNames(r.ResourceNames...).WithVerbs(r.Verbs...))
 	}

@@ -5,13 +5,16 @@ import (
 	"encoding/pem"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -102,12 +105,29 @@ func TestControllerRulesStayLeast(t *testing.T) {
 		t.Errorf("controller rules\n got %v\nwant %v", got, want)
 	}
 
-	// In kube-system: the bootstrap token's Secret alone, read and patched,
-	// never created, listed or deleted.
-	token := tokenRules("bootstrap-token-abcdef")
-	if len(token) != 1 || !slices.Equal(token[0].Resources, []string{"secrets"}) || !slices.Equal(token[0].APIGroups, []string{""}) ||
-		!slices.Equal(token[0].ResourceNames, []string{"bootstrap-token-abcdef"}) || !slices.Equal(token[0].Verbs, []string{"get", "patch"}) {
-		t.Errorf("bootstrap token rules %+v", token)
+	// In kube-system, by name: the bootstrap token's Secret and kube-proxy's
+	// DaemonSet, read and patched; nothing created, listed or deleted.
+	got = nil
+	for _, r := range SystemRules("bootstrap-token-abcdef") {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					for _, n := range r.ResourceNames {
+						got = append(got, rule{g, res, n, v})
+					}
+					if len(r.ResourceNames) == 0 {
+						got = append(got, rule{g, res, "", v})
+					}
+				}
+			}
+		}
+	}
+	want = []rule{
+		{"", "secrets", "bootstrap-token-abcdef", "get"}, {"", "secrets", "bootstrap-token-abcdef", "patch"},
+		{"apps", "daemonsets", "kube-proxy", "get"}, {"apps", "daemonsets", "kube-proxy", "patch"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("kube-system rules\n got %v\nwant %v", got, want)
 	}
 }
 
@@ -147,6 +167,41 @@ func TestSetBootstrapToken(t *testing.T) {
 		changed, err := SetBootstrapToken(ctx, cs, b, step.enable)
 		if err != nil || changed != step.changed || usage() != step.want {
 			t.Errorf("enable %t: changed %t, %v, usage %q; want changed %t, usage %q", step.enable, changed, err, usage(), step.changed, step.want)
+		}
+	}
+}
+
+// TestKubeProxyRollout: the DaemonSet is picked from a manifest's objects
+// by kind, name and namespace, and its rollout waits for the controller to
+// see the new template, every pod updated and every one available.
+func TestKubeProxyRollout(t *testing.T) {
+	objects := []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "kube-proxy", "namespace": "kube-system"}}},
+		{Object: map[string]any{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": map[string]any{"name": "kube-proxy", "namespace": "kube-system"},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"containers": []any{
+				map[string]any{"name": "kube-proxy", "image": "registry.k8s.io/kube-proxy:v1.36.1"}}}}}}},
+	}
+	ds, err := KubeProxyDaemonSet(objects)
+	if err != nil || ds == nil || KubeProxyImage(ds) != "registry.k8s.io/kube-proxy:v1.36.1" {
+		t.Fatalf("picked %+v, %v", ds, err)
+	}
+	if ds, err := KubeProxyDaemonSet(objects[:1]); ds != nil || err != nil {
+		t.Errorf("without a DaemonSet: %+v, %v", ds, err)
+	}
+	for _, tc := range []struct {
+		generation int64
+		status     appsv1.DaemonSetStatus
+		want       string
+	}{
+		{2, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 3}, "controller to see its new template"},
+		{2, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 1, NumberAvailable: 3}, "1 of 3 pods updated, 3 available"},
+		{2, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 2}, "3 of 3 pods updated, 2 available"},
+		{2, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 3}, ""},
+	} {
+		ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: "kube-system", Generation: tc.generation}, Status: tc.status}
+		got := RolloutWaits(ds)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.status, got, tc.want)
 		}
 	}
 }

@@ -388,6 +388,37 @@ func (d *demoCluster) kubernetesUpgrade(t *testing.T) {
 			}
 		}
 	}
+	// kube-proxy's DaemonSet was applied from the bootstrap manifest as
+	// Talos's sync applies it, and rolled out before any kubelet moved.
+	ds, err := workload.AppsV1().DaemonSets(metav1.NamespaceSystem).Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if image := ds.Spec.Template.Spec.Containers[0].Image; image != "registry.k8s.io/kube-proxy:"+target {
+		t.Errorf("kube-proxy's DaemonSet runs %s", image)
+	}
+	proxyDone := op.Status.Steps[len(want)-6].CompletedAt // cp-3 kube-proxy, before the kubelets
+	if s := op.Status.Steps[len(want)-6]; s.Machine != "cp-3" || s.Component != v1alpha1.ComponentProxy || !strings.Contains(s.Message, "kube-proxy runs Kubernetes "+target) {
+		t.Errorf("the last kube-proxy step: %+v", s)
+	}
+	waitEventSaying(ctx, t, d.ns, "kubernetes-1-36", corev1.EventTypeNormal, "KubeProxyApplied", "DaemonSet kube-system/kube-proxy: kube-proxy "+target)
+	pods, err := workload.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+target) && p.Status.Phase == corev1.PodRunning {
+			running++
+			if p.CreationTimestamp.After(proxyDone.Time) {
+				t.Errorf("kube-proxy pod %s was created at %s, after its step ended at %s", p.Name, p.CreationTimestamp, proxyDone)
+			}
+		}
+	}
+	if running != len(d.nodes) {
+		t.Errorf("%d kube-proxy pods run %s, want one per node (%d)", running, target, len(d.nodes))
+	}
+
 	nodes, err := workload.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -36,7 +37,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/talosdocs"
@@ -268,9 +268,8 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 		return true, nil
 	})
 
-	// The pods bound to the node run nothing here, so the kubelet's part in their deletion is all there is:
-	// a pod asked to leave (evicted, or deleted gracefully) is removed for good, as the kubelet does once
-	// its containers stopped. A control plane's mirror pods follow its component configs.
+	// The pods bound to the node "run" (pods.go); a control plane's mirror pods follow its component
+	// configs.
 	var mirrors *mirrorPods
 	if spec.controlPlane {
 		mirrors = &mirrorPods{client: client, spec: spec, st: n.st}
@@ -288,17 +287,20 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 		})
 	}
 
-	lastSweep := time.Time{}
-	_ = wait.PollUntilContextCancel(ctx, kubeletAPIPollInterval, true, func(ctx context.Context) (bool, error) {
-		if mirrors != nil {
-			if err := mirrors.sync(ctx); err != nil {
-				logger.Info("syncing mirror pods", "err", err)
-			}
-		}
+	var pods sync.WaitGroup
+	defer pods.Wait()
 
-		if time.Since(lastSweep) >= kubeletRetryInterval {
-			finishTerminatingPods(ctx, client, spec.nodeName)
-			lastSweep = time.Now()
+	pods.Go(func() { runPods(ctx, client, spec.nodeName, spec.ips[0].String()) })
+
+	if mirrors == nil {
+		<-ctx.Done()
+
+		return
+	}
+
+	_ = wait.PollUntilContextCancel(ctx, kubeletAPIPollInterval, true, func(ctx context.Context) (bool, error) {
+		if err := mirrors.sync(ctx); err != nil {
+			logger.Info("syncing mirror pods", "err", err)
 		}
 
 		return false, nil
@@ -351,25 +353,6 @@ func publishKubelet(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	return putResource(ctx, st, svc)
-}
-
-// finishTerminatingPods deletes, with no grace left, the pods of node that are being deleted.
-func finishTerminatingPods(ctx context.Context, client kubernetes.Interface, node string) {
-	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return
-	}
-
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			continue
-		}
-
-		_ = client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{ //nolint:errcheck // retried next round
-			GracePeriodSeconds: ptr.To[int64](0),
-			Preconditions:      metav1.NewUIDPreconditions(string(p.UID)),
-		})
-	}
 }
 
 // kubeletServingCertificate returns the serving certificate source: the certificate manager of the
@@ -475,7 +458,17 @@ func nodeStatus(spec kubeletSpec, port int32) corev1.NodeStatus {
 
 	addresses = append(addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: spec.hostname})
 
+	// What the scheduler fits pods into: a kubelet's default of 110 pods.
+	resources := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("4"),
+		corev1.ResourceMemory:           resource.MustParse("8Gi"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+	}
+
 	return corev1.NodeStatus{
+		Capacity:        resources,
+		Allocatable:     resources,
 		Addresses:       addresses,
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: port}},
 		NodeInfo: corev1.NodeSystemInfo{

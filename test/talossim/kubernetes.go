@@ -17,11 +17,6 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -35,9 +30,10 @@ import (
 const kubeStartTimeout = 90 * time.Second
 
 // Kubernetes runs the real Kubernetes control planes of simulated clusters: for each bootstrapped
-// cluster an etcd, a kube-apiserver and a kube-controller-manager (CSR signing, approval of kubelet
-// client certificates, CSR cleaning) run as processes from the control-plane binaries, the way Talos
-// brings up its static pods after Bootstrap. Give one Kubernetes to every node in Options.Kubernetes
+// cluster an etcd, a kube-apiserver, a kube-controller-manager (CSR signing, approval of kubelet
+// client certificates, CSR cleaning, DaemonSets) and a kube-scheduler run as processes from the
+// control-plane binaries, the way Talos brings up its static pods after Bootstrap, and the bootstrap
+// manifests are applied (manifests.go). Give one Kubernetes to every node in Options.Kubernetes
 // (it serves any number of clusters, one per endpoint); each configured node then also runs a
 // simulated kubelet against its cluster's endpoint (kubelet.go).
 //
@@ -54,7 +50,7 @@ const kubeStartTimeout = 90 * time.Second
 // and the simulated etcd membership (EtcdCluster) is separate from this real etcd, which only stores
 // Kubernetes's data.
 type Kubernetes struct {
-	// BinDir holds etcd, kube-apiserver and kube-controller-manager.
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
 	BinDir string
 	// Dir holds certificates, data and logs; when empty a temporary directory that Stop removes.
 	Dir string
@@ -280,7 +276,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 
 	r.admin.QPS = -1
 
-	ports, err := proc.FreePorts("127.0.0.1", 3)
+	ports, err := proc.FreePorts("127.0.0.1", 4)
 	if err != nil {
 		return err
 	}
@@ -305,6 +301,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		"--etcd-certfile=" + f.etcdClientCert, "--etcd-keyfile=" + f.etcdClientKey,
 		"--client-ca-file=" + f.acceptedCAs,
 		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true", // as Talos runs it: kube-proxy is privileged
 		"--enable-admission-plugins=NodeRestriction",
 		"--enable-bootstrap-token-auth=true",
 		"--service-account-issuer=" + endpoint,
@@ -335,8 +332,8 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		return err
 	}
 
-	if err = installBootstrapManifests(ctx, r.admin, cluster.Token()); err != nil {
-		return fmt.Errorf("installing the bootstrap token and node RBAC: %w", err)
+	if err = applyBootstrapManifests(ctx, r.admin, cfg); err != nil {
+		return fmt.Errorf("applying the bootstrap manifests: %w", err)
 	}
 
 	kcmURL := "https://127.0.0.1:" + strconv.Itoa(ports[2])
@@ -345,7 +342,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		"--kubeconfig="+f.controllerManagerKubeconfig,
 		"--authentication-kubeconfig="+f.controllerManagerKubeconfig,
 		"--authorization-kubeconfig="+f.controllerManagerKubeconfig,
-		"--controllers=csrsigning,csrapproving,csrcleaner",
+		"--controllers=csrsigning,csrapproving,csrcleaner,daemonset",
 		"--use-service-account-credentials=true",
 		"--cluster-signing-cert-file="+f.issuingCACert, "--cluster-signing-key-file="+f.issuingCAKey,
 		"--root-ca-file="+f.acceptedCAs,
@@ -357,7 +354,25 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		return err
 	}
 
-	return waitTLSHealthy(ctx, kcm, f.acceptedCAs, "", "", kcmURL+"/healthz")
+	if err = waitTLSHealthy(ctx, kcm, f.acceptedCAs, "", "", kcmURL+"/healthz"); err != nil {
+		return err
+	}
+
+	schedulerURL := "https://127.0.0.1:" + strconv.Itoa(ports[3])
+
+	scheduler, err := k.startProcess(r, dir, "kube-scheduler",
+		"--kubeconfig="+f.schedulerKubeconfig,
+		"--authentication-kubeconfig="+f.schedulerKubeconfig,
+		"--authorization-kubeconfig="+f.schedulerKubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[3]),
+		"--tls-cert-file="+f.schedulerServingCert, "--tls-private-key-file="+f.schedulerServingKey,
+	)
+	if err != nil {
+		return err
+	}
+
+	return waitTLSHealthy(ctx, scheduler, f.acceptedCAs, "", "", schedulerURL+"/healthz")
 }
 
 // startProcess starts one control-plane binary and records it for shutdown.
@@ -424,57 +439,8 @@ func waitTLSHealthy(ctx context.Context, p *proc.Process, caFile, certFile, keyF
 	return proc.WaitHealthy(ctx, p, client, url, kubeStartTimeout)
 }
 
-// Names of the bootstrap RBAC Talos installs with its control plane, and the group every bootstrap
-// token authenticates with.
-const (
-	bootstrappersGroup = "system:bootstrappers"
-	nodesGroup         = "system:nodes"
-)
-
-// installBootstrapManifests creates what a Talos control plane installs so that kubelets can join: the
-// bootstrap token Secret for cluster.token, and the bindings that let token holders request node client
-// certificates (approved by the controller manager) and nodes renew their own.
-func installBootstrapManifests(ctx context.Context, admin *rest.Config, token talosconfig.Token) error {
-	client, err := kubernetes.NewForConfig(admin)
-	if err != nil {
-		return err
-	}
-
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + token.ID(), Namespace: metav1.NamespaceSystem},
-		Type:       corev1.SecretTypeBootstrapToken,
-		StringData: map[string]string{
-			"token-id":                       token.ID(),
-			"token-secret":                   token.Secret(),
-			"usage-bootstrap-authentication": "true",
-			"usage-bootstrap-signing":        "true",
-		},
-	}
-
-	if _, err = client.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-
-	bindings := []struct{ name, role, group string }{
-		{"system-bootstrap-node-bootstrapper", "system:node-bootstrapper", bootstrappersGroup},
-		{"system-bootstrap-approve-node-client-csr", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", bootstrappersGroup},
-		{"system-bootstrap-node-renewal", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", nodesGroup},
-	}
-
-	for _, b := range bindings {
-		crb := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: b.name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
-		}
-
-		if _, err = client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return err
-		}
-	}
-
-	return nil
-}
+// nodesGroup is the group of every kubelet's client certificate.
+const nodesGroup = "system:nodes"
 
 // kubePKI are the paths of the control plane's credentials.
 type kubePKI struct {
@@ -486,6 +452,8 @@ type kubePKI struct {
 	adminCert, adminKey                                                  string
 	controllerManagerKubeconfig                                          string
 	controllerManagerServingCert, controllerManagerServingKey            string
+	schedulerKubeconfig                                                  string
+	schedulerServingCert, schedulerServingKey                            string
 	adminKubeconfig                                                      []byte
 }
 
@@ -534,6 +502,11 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 
 	kcmCert, kcmKey := w.issue(ca, "kube-controller-manager-client", clientCert("system:kube-controller-manager"))
 	f.controllerManagerKubeconfig = w.kubeconfig("kube-controller-manager.kubeconfig", endpoint, f.acceptedCAs, kcmCert, kcmKey)
+
+	f.schedulerServingCert, f.schedulerServingKey = w.issue(ca, "kube-scheduler-serving",
+		serverCert("kube-scheduler", []string{"localhost", "127.0.0.1"}))
+	schedCert, schedKey := w.issue(ca, "kube-scheduler-client", clientCert("system:kube-scheduler"))
+	f.schedulerKubeconfig = w.kubeconfig("kube-scheduler.kubeconfig", endpoint, f.acceptedCAs, schedCert, schedKey)
 
 	sa := cluster.ServiceAccount()
 	if sa == nil || len(sa.Key) == 0 {

@@ -320,6 +320,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 		return err
 	}
 
+	if err := publishManifests(ctx, st, v); err != nil {
+		return err
+	}
+
 	if err := publishKubelet(ctx, st, v); err != nil {
 		return err
 	}

@@ -205,26 +205,7 @@ func (m *mirrorPods) replace(ctx context.Context, component, name string, want s
 		return err
 	}
 
-	now := metav1.Now()
-	ip := m.spec.ips[0].String()
-	created.Status = corev1.PodStatus{
-		Phase:     corev1.PodRunning,
-		HostIP:    ip,
-		HostIPs:   []corev1.HostIP{{IP: ip}},
-		PodIP:     ip,
-		PodIPs:    []corev1.PodIP{{IP: ip}},
-		StartTime: &now,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-		ContainerStatuses: []corev1.ContainerStatus{{
-			Name: component, Image: want.image, Ready: true, Started: ptr.To(true),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		}},
-	}
+	created.Status = runningStatus(created, m.spec.ips[0].String(), metav1.Now())
 
 	_, err = pods.UpdateStatus(ctx, created, metav1.UpdateOptions{})
 

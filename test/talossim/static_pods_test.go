@@ -160,13 +160,21 @@ func TestTalosctlUpgradeK8s(t *testing.T) {
 
 	bin := talosctl(t)
 	ctx, cl, cp, admin, kube := bootstrappedControlPlane(t, "127.0.2.43")
-	pollUntil(t, ctx, "the control plane's Node and mirror pods", func() (bool, error) {
+	pollUntil(t, ctx, "the control plane's Node, mirror pods and kube-proxy", func() (bool, error) {
 		pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 
-		return len(pods.Items) == 3, nil
+		ready := 0
+
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) {
+				ready++
+			}
+		}
+
+		return len(pods.Items) == 4 && ready == 4, nil
 	})
 
 	activeConfig := func() []byte {
@@ -185,7 +193,13 @@ func TestTalosctlUpgradeK8s(t *testing.T) {
 
 	before := activeConfig()
 	talosconfig := writeTalosconfig(t, cp, cl, role.Admin)
-	r := runTalosctl(t, bin, "", "--talosconfig", talosconfig, "--nodes", "127.0.2.43", "upgrade-k8s", "--to", "1.36.1", "--dry-run").mustSucceed(t)
+
+	// The bootstrap manifests, as Talos lists them.
+	r := runTalosctl(t, bin, "", "--talosconfig", talosconfig, "--nodes", "127.0.2.43", "get", "manifests").mustSucceed(t)
+	for _, id := range []string{"00-kubelet-bootstrapping-token", "01-csr-node-bootstrap", "10-kube-proxy", "11-kube-config-in-cluster"} {
+		wantLine(t, r, r.stdout, "127.0.2.43", "controlplane", "Manifest", id)
+	}
+	r = runTalosctl(t, bin, "", "--talosconfig", talosconfig, "--nodes", "127.0.2.43", "upgrade-k8s", "--to", "1.36.1", "--dry-run").mustSucceed(t)
 
 	out := r.stdout + r.stderr
 	for _, want := range []string{
@@ -227,6 +241,27 @@ func TestTalosctlUpgradeK8s(t *testing.T) {
 
 		if image := pod.Spec.Containers[0].Image; !strings.HasSuffix(image, ":v1.36.1") {
 			t.Errorf("%s runs %s after talosctl upgrade-k8s", pod.Name, image)
+		}
+	}
+
+	// The manifests were synced: kube-proxy's DaemonSet rolled out to the new version.
+	ds, err := kube.AppsV1().DaemonSets(metav1.NamespaceSystem).Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if image := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(image, ":v1.36.1") {
+		t.Errorf("the kube-proxy DaemonSet runs %s after talosctl upgrade-k8s", image)
+	}
+
+	pods, err := kube.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && (!strings.HasSuffix(p.Spec.Containers[0].Image, ":v1.36.1") || !podReady(p)) {
+			t.Errorf("kube-proxy pod %s: %s, ready %v", p.Name, p.Spec.Containers[0].Image, podReady(p))
 		}
 	}
 

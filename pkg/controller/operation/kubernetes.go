@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -20,6 +22,7 @@ import (
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talosdocs"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -37,11 +40,12 @@ import (
 // version. Once every step has, the cluster's spec.kubernetesVersion
 // follows (so new machines join at it) and the per-machine versions go.
 //
-// kube-proxy: its step moves cluster.proxy.image in the control planes'
-// configs, which is what Talos renders the kube-proxy DaemonSet from; Talos
-// creates its bootstrap manifests once and leaves existing objects alone,
-// so the DaemonSet itself changes only when the manifests are synced
-// (talosctl upgrade-k8s does it last), which Ichor does not do yet.
+// kube-proxy: its steps move cluster.proxy.image in the control planes'
+// configs, which Talos renders the kube-proxy DaemonSet's bootstrap
+// manifest from; Talos creates its bootstrap manifests' objects once and
+// leaves them alone after, so the last kube-proxy step applies the
+// DaemonSet from its node's manifest, as talosctl upgrade-k8s's manifest
+// sync does, and ends once it rolled out (rollOutKubeProxy).
 
 // kubernetesSteps are the steps of a kubernetes-upgrade of targets
 // (control planes first): each control-plane component on each control
@@ -221,6 +225,10 @@ func (s *step) componentAt(ctx context.Context, c v1alpha1.KubernetesComponent, 
 		if !podReady(pod) {
 			return fmt.Sprintf("waiting for the static pod %s at %s to be Ready", name, version), nil
 		}
+	case v1alpha1.ComponentProxy:
+		if s.lastOf(c) {
+			return s.rollOutKubeProxy(cctx, kube, version)
+		}
 	case v1alpha1.ComponentKubelet:
 		n, err := kube.CoreV1().Nodes().Get(cctx, node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -237,6 +245,58 @@ func (s *step) componentAt(ctx context.Context, c v1alpha1.KubernetesComponent, 
 		}
 	}
 	return "", nil
+}
+
+// lastOf reports whether the step is the operation's last of component c.
+func (s *step) lastOf(c v1alpha1.KubernetesComponent) bool {
+	steps := s.x.op.Status.Steps
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].Component == c {
+			return i == s.i
+		}
+	}
+	return false
+}
+
+// rollOutKubeProxy rolls kube-proxy's DaemonSet out at version from the
+// step's control plane's bootstrap manifest, once every control plane's
+// config has that version (the last kube-proxy step), as talosctl
+// upgrade-k8s's manifest sync does (workload.ApplyKubeProxy). It says what
+// the rollout still waits for, or "". A cluster without the DaemonSet
+// (cluster.proxy.disabled, or removed for another proxy) has nothing to
+// roll out; the controller never creates it.
+func (s *step) rollOutKubeProxy(ctx context.Context, kube kubernetes.Interface, version string) (string, error) {
+	objects, err := s.node.BootstrapManifest(ctx, talos.ManifestKubeProxy)
+	if err != nil {
+		return fmt.Sprintf("reading the node's bootstrap manifest %s: %v", talos.ManifestKubeProxy, err), nil
+	}
+	want, err := workload.KubeProxyDaemonSet(objects)
+	if err != nil || want == nil {
+		return "", err
+	}
+	if got := workload.KubeProxyImage(want); imageref.Tag(got) != version {
+		return fmt.Sprintf("waiting for the node's bootstrap manifest %s to have kube-proxy %s (it has %s)", talos.ManifestKubeProxy, version, got), nil
+	}
+	var ds *appsv1.DaemonSet
+	err = s.withAccess(ctx, func() (err error) {
+		ds, err = kube.AppsV1().DaemonSets(metav1.NamespaceSystem).Get(ctx, workload.KubeProxy, metav1.GetOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return fmt.Sprintf("reading the DaemonSet %s/%s: %v", metav1.NamespaceSystem, workload.KubeProxy, err), nil
+	}
+	if workload.KubeProxyImage(ds) != workload.KubeProxyImage(want) {
+		if err := s.withAccess(ctx, func() error { return workload.ApplyKubeProxy(ctx, kube, want) }); err != nil {
+			return "", err
+		}
+		s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventKubeProxyApplied, "Apply",
+			"DaemonSet %s/%s: kube-proxy %s, from %s's bootstrap manifest", metav1.NamespaceSystem, workload.KubeProxy, version, s.m.Name)
+		return fmt.Sprintf("applied the DaemonSet %s/%s at %s; waiting for it to roll out", metav1.NamespaceSystem, workload.KubeProxy, version), nil
+	}
+	return workload.RolloutWaits(ds), nil
 }
 
 // finishKubernetes makes the cluster's spec.kubernetesVersion follow the

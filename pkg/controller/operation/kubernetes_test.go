@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -85,6 +88,48 @@ cluster:
 			}
 		}
 	}
+	f.playKubeProxy(cluster.Spec.KubernetesVersion, !f.kubeProxyStuck)
+}
+
+// playKubeProxy stands in for Talos's bootstrap and the DaemonSet
+// controller: kube-proxy's DaemonSet exists (created at version, with the
+// fields Talos sets, when missing), and once rolledOut every node runs
+// its current template.
+func (f *fixture) playKubeProxy(version string, rolledOut bool) {
+	ctx := context.Background()
+	dss := f.kube.AppsV1().DaemonSets(metav1.NamespaceSystem)
+	ds, err := dss.Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ds, err = dss.Create(ctx, &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: metav1.NamespaceSystem, Generation: 1,
+				Annotations: map[string]string{"config.k8s.io/owning-inventory": "talos-bootstrap-manifests-inventory"}},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "kube-proxy", Image: "registry.k8s.io/kube-proxy:" + version}},
+			}}},
+		}, metav1.CreateOptions{FieldManager: "talos"})
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	want := appsv1.DaemonSetStatus{ObservedGeneration: ds.Generation, DesiredNumberScheduled: 4, CurrentNumberScheduled: 4, NumberReady: 4}
+	if rolledOut {
+		want.UpdatedNumberScheduled, want.NumberAvailable = 4, 4
+	}
+	if !equality.Semantic.DeepEqual(ds.Status, want) {
+		ds.Status = want
+		if _, err := dss.UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// kubeProxyImage is the image kube-proxy's DaemonSet runs.
+func (f *fixture) kubeProxyImage() string {
+	ds, err := f.kube.AppsV1().DaemonSets(metav1.NamespaceSystem).Get(context.Background(), "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ds.Spec.Template.Spec.Containers[0].Image
 }
 
 func kubernetesUpgrade(version string) *v1alpha1.TalosOperation {
@@ -135,6 +180,9 @@ func TestKubernetesUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {
 			if cluster.Spec.KubernetesVersion != kubeTarget {
 				t.Errorf("spec.kubernetesVersion = %s", cluster.Spec.KubernetesVersion)
 			}
+			if got := f.kubeProxyImage(); got != "registry.k8s.io/kube-proxy:"+kubeTarget {
+				t.Errorf("kube-proxy's DaemonSet runs %s", got)
+			}
 			for _, name := range machineNames {
 				var m v1alpha1.TalosMachine
 				if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
@@ -184,6 +232,51 @@ func TestKubernetesUpgradeWaitsForTheNode(t *testing.T) {
 		if s.Phase != v1alpha1.OperationPending {
 			t.Errorf("step %s %s ran after the first failed: %s", s.Machine, s.Component, s.Phase)
 		}
+	}
+}
+
+// TestKubernetesUpgradeWaitsForKubeProxy: the last kube-proxy step applies
+// the DaemonSet from its control plane's bootstrap manifest, as Talos's
+// field manager with Talos's inventory, and is not done while the
+// DaemonSet has not rolled out; past the step timeout it fails saying so,
+// and no kubelet moves.
+func TestKubernetesUpgradeWaitsForKubeProxy(t *testing.T) {
+	f := newFixture(t, kubernetesUpgrade(kubeTarget))
+	f.kubeProxyStuck = true
+	clock := now
+	f.r.Now = func() time.Time { return clock }
+	f.react = func() { f.playCluster(); clock = clock.Add(time.Minute) }
+	f.playCluster()
+	op := f.run("kubernetes")
+	var proxy v1alpha1.OperationStep
+	for _, s := range op.Status.Steps {
+		switch {
+		case s.Component == v1alpha1.ComponentKubelet && s.Phase != v1alpha1.OperationPending:
+			t.Errorf("step %s %s ran while kube-proxy rolled out: %s", s.Machine, s.Component, s.Phase)
+		case s.Machine == "cp-3" && s.Component == v1alpha1.ComponentProxy:
+			proxy = s
+		}
+	}
+	if op.Status.Phase != v1alpha1.OperationFailed || proxy.Phase != v1alpha1.OperationFailed ||
+		!strings.Contains(proxy.Message, "waiting for the DaemonSet kube-system/kube-proxy to roll out: 0 of 4 pods updated, 0 available") {
+		t.Fatalf("phase %s, cp-3 kube-proxy step %+v", op.Status.Phase, proxy)
+	}
+	ds, err := f.kube.AppsV1().DaemonSets(metav1.NamespaceSystem).Get(context.Background(), "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ds.Spec.Template.Spec.Containers[0].Image; got != "registry.k8s.io/kube-proxy:"+kubeTarget {
+		t.Errorf("kube-proxy's DaemonSet runs %s", got)
+	}
+	if ds.Annotations["config.k8s.io/owning-inventory"] != "talos-bootstrap-manifests-inventory" {
+		t.Errorf("annotations %v lost Talos's inventory", ds.Annotations)
+	}
+	applied := false
+	for _, mf := range ds.ManagedFields {
+		applied = applied || (mf.Manager == "talos" && mf.Operation == metav1.ManagedFieldsOperationApply)
+	}
+	if !applied {
+		t.Errorf("managed fields %+v: not applied as talos", ds.ManagedFields)
 	}
 }
 

@@ -58,6 +58,8 @@ type fixture struct {
 	mostAway, mostAwayCPs int
 	// kube is the managed cluster's API.
 	kube *kubefake.Clientset
+	// kubeProxyStuck keeps kube-proxy's DaemonSet from rolling out.
+	kubeProxyStuck bool
 	// react, when set, plays the rest of the system after each reconcile.
 	react func()
 	// names are the cluster's machines.

@@ -27,6 +27,9 @@ const (
 	// EventKubernetesVersion: a kubernetes-upgrade moved its cluster's
 	// spec.kubernetesVersion.
 	EventKubernetesVersion = "KubernetesVersionFollowed"
+	// EventKubeProxyApplied: a kubernetes-upgrade applied kube-proxy's
+	// DaemonSet from a control plane's bootstrap manifest.
+	EventKubeProxyApplied = "KubeProxyApplied"
 )
 
 // waiting records why a started operation has not begun yet; an Event

@@ -14,7 +14,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // Node is one node's state, as Talos keeps it. Its Nodename is
@@ -147,6 +151,33 @@ func (s *session) Config(context.Context) ([]byte, error) {
 		return nil, err
 	}
 	return slices.Clone(s.n.Config), nil
+}
+
+// BootstrapManifest renders, from the node's config, the kube-proxy
+// DaemonSet of a control plane's "10-kube-proxy" manifest (its image is
+// cluster.proxy.image); no other manifest.
+func (s *session) BootstrapManifest(_ context.Context, id string) ([]*unstructured.Unstructured, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	cfg, err := talosdocs.Load(s.n.Config)
+	if err != nil {
+		return nil, err
+	}
+	if id != talos.ManifestKubeProxy || cfg.Machine().Type() != machine.TypeControlPlane || !cfg.Cluster().Proxy().Enabled() {
+		return nil, nil
+	}
+	ds := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1",
+		"kind":       "DaemonSet",
+		"metadata":   map[string]any{"name": "kube-proxy", "namespace": "kube-system"},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "kube-proxy", "image": cfg.Cluster().Proxy().Image()}},
+		}}},
+	}}
+	return []*unstructured.Unstructured{ds}, nil
 }
 
 func (s *session) Reset(_ context.Context, graceful bool) error {
