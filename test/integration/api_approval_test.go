@@ -19,6 +19,12 @@ import (
 // maintenance certificate it pinned.
 func pinnedMachine(t *testing.T, ns, name string) *v1alpha1.TalosMachine {
 	t.Helper()
+	return pinnedMachineOf(t, ns, name, v1alpha1.MachineRoleWorker)
+}
+
+// pinnedMachineOf is pinnedMachine with role.
+func pinnedMachineOf(t *testing.T, ns, name string, role v1alpha1.MachineRole) *v1alpha1.TalosMachine {
+	t.Helper()
 	ctx := apiContext(t)
 	admin := apiClient(t).IchorV1alpha1().TalosMachines(ns)
 	// The cluster exists and is not bootstrapped: an operator approves its workers.
@@ -26,7 +32,7 @@ func pinnedMachine(t *testing.T, ns, name string) *v1alpha1.TalosMachine {
 		t.Fatalf("create cluster: %v", err)
 	}
 	m := apiTalosMachine(name, ns, "prod")
-	m.Spec.Role = v1alpha1.MachineRoleWorker
+	m.Spec.Role = role
 	m, err := admin.Create(ctx, m, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create: %v", err)

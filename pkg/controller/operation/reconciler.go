@@ -354,7 +354,7 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 		if len(window) == 0 {
 			if failed >= 0 {
 				rec := op.Status.Steps[failed]
-				r.fail(x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(rec), rec.Message)
+				r.fail(x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", rec.Name(), rec.Message)
 				return ctrl.Result{}, nil
 			}
 			if finish := kinds[op.Spec.Type].finish; finish != nil {
@@ -425,7 +425,7 @@ func (r *Reconciler) window(ctx context.Context, op *v1alpha1.TalosOperation) ([
 // waits to start (for the cluster, the budget, a drain) is looked at every
 // PollInterval, however often the steps in flight beside it are.
 func (r *Reconciler) triedRecently(op *v1alpha1.TalosOperation, i int) bool {
-	key := string(op.UID) + "/" + stepName(op.Status.Steps[i])
+	key := string(op.UID) + "/" + op.Status.Steps[i].Name()
 	now := r.Now()
 	r.triesMu.Lock()
 	defer r.triesMu.Unlock()

@@ -88,18 +88,11 @@ func progressOf(op *v1alpha1.TalosOperation) string {
 func stepNames(op *v1alpha1.TalosOperation) string {
 	names := make([]string, len(op.Status.Steps))
 	for i, s := range op.Status.Steps {
-		names[i] = stepName(s)
+		names[i] = s.Name()
 	}
 	return strings.Join(names, ", ")
 }
 
-// stepName is a step as people read it: its machine, and its component.
-func stepName(s v1alpha1.OperationStep) string {
-	if s.Component != "" {
-		return s.Machine + " " + string(s.Component)
-	}
-	return s.Machine
-}
 
 // useOverride clears the cluster's override the operation used, only if
 // it is still that grant.

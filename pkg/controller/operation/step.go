@@ -221,11 +221,11 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 	completedAt := metav1.NewTime(s.r.Now())
 	rec.CompletedAt = &completedAt
 	rec.Message = fmt.Sprintf(format, args...)
-	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", stepName(*rec), rec.Message)
+	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", rec.Name(), rec.Message)
 	log.FromContext(ctx).Info("Step failed", "message", rec.Message)
 	inFlight := slices.ContainsFunc(s.x.op.Status.Steps, func(o v1alpha1.OperationStep) bool { return o.Phase == v1alpha1.OperationRunning })
 	if s.x.op.Status.Phase == v1alpha1.OperationRunning && !inFlight {
-		s.r.fail(s.x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", stepName(*rec), rec.Message)
+		s.r.fail(s.x, v1alpha1.OperationReasonStepFailed, "step %s failed: %s", rec.Name(), rec.Message)
 	}
 	// Otherwise the steps of its batch still in flight end first (advance).
 	return ctrl.Result{Requeue: inFlight}, nil

@@ -202,6 +202,15 @@ type OperationStep struct {
 	Component KubernetesComponent `json:"component,omitempty" protobuf:"bytes,7,opt,name=component,casttype=KubernetesComponent"`
 }
 
+// Name is the step as people read it: its machine, and its component
+// ("cp-2 kube-controller-manager").
+func (s OperationStep) Name() string {
+	if s.Component != "" {
+		return s.Machine + " " + string(s.Component)
+	}
+	return s.Machine
+}
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // TalosOperationList is a list of TalosOperation objects.

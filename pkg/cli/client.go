@@ -1,0 +1,18 @@
+package cli
+
+import (
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+)
+
+// clientIn is the ichor.dev client and the namespace the command acts in.
+func (o *Options) clientIn() (versioned.Interface, string, error) {
+	c, err := o.client()
+	if err != nil {
+		return nil, "", err
+	}
+	ns, err := o.namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ns, nil
+}

@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+)
+
+// downloads are the download subresources, by the name the command takes:
+// on which resource, and the file a download is saved to by default.
+var downloads = []struct {
+	name, resource, file string
+}{
+	{"support-bundle", "talosmachines", "%s-support-bundle.zip"},
+	{"etcd-snapshot", "talosmachines", "%s-etcd.snapshot"},
+	{"packet-capture", "talosmachines", "%s.pcap"},
+	{"talosconfig-reader", "talosclusters", "%s-talosconfig"},
+}
+
+func newDownload(o *Options) *cobra.Command {
+	var (
+		output      string
+		iface       string
+		promiscuous bool
+		snapLength  int64
+		duration    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "download support-bundle|etcd-snapshot|packet-capture MACHINE | talosconfig-reader CLUSTER",
+		Short: "Download what a node holds, streamed through ichor-apiserver (the download verb)",
+		Long: `download streams a download subresource to a file (-O, "-" for standard output), with its
+progress on standard error: a bar with bytes, rate and time on a terminal, one line otherwise.
+The file appears only once the whole stream arrived: a stream cut by the node or the network is
+an error, and no partial file is left. Every download is recorded as an Event naming you.
+
+  support-bundle      a node's logs, services and resources, as os:reader reads them (admins)
+  etcd-snapshot       a control plane's etcd database, read with os:etcd:backup (admins)
+  packet-capture      a pcap of one link for --duration (admins)
+  talosconfig-reader  a one-hour os:reader talosconfig for a cluster (operators and admins)`,
+		Example: `  ichor -n demo download etcd-snapshot m1
+  ichor -n demo download packet-capture m4 --interface eth0 --duration 30s -O m4.pcap
+  ichor -n demo download talosconfig-reader demo -O - > talosconfig`,
+		GroupID: "machines",
+		Args:    cobra.ExactArgs(2),
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, d := range downloads {
+				names = append(names, d.name)
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output-file", "O", "", `where to save it; "-" for standard output (default: named after the object)`)
+	cmd.Flags().StringVar(&iface, "interface", "", "packet-capture: the link to capture on")
+	cmd.Flags().BoolVar(&promiscuous, "promiscuous", false, "packet-capture: put the link in promiscuous mode")
+	cmd.Flags().Int64Var(&snapLength, "snap-length", 0, "packet-capture: the most bytes kept of each packet (0: the node's default)")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "packet-capture: how long to capture (0: the server's default)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		kind, name := args[0], args[1]
+		i := -1
+		for j, d := range downloads {
+			if d.name == kind {
+				i = j
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("%q is not a download: one of support-bundle, etcd-snapshot, packet-capture, talosconfig-reader", kind)
+		}
+		d := downloads[i]
+		if kind == "packet-capture" && iface == "" {
+			return fmt.Errorf("a packet capture needs --interface")
+		}
+		c, ns, err := o.clientIn()
+		if err != nil {
+			return err
+		}
+		req := c.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource(d.resource).Name(name).SubResource(d.name)
+		if kind == "packet-capture" {
+			req = req.Param("interface", iface)
+			if promiscuous {
+				req = req.Param("promiscuous", "true")
+			}
+			if snapLength > 0 {
+				req = req.Param("snapLength", strconv.FormatInt(snapLength, 10))
+			}
+			if duration > 0 {
+				req = req.Param("durationSeconds", strconv.FormatInt(int64(duration.Round(time.Second)/time.Second), 10))
+			}
+		}
+		stream, err := req.Stream(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer stream.Close() //nolint:errcheck
+		if output == "" {
+			output = fmt.Sprintf(d.file, name)
+		}
+		return save(cmd.Context(), o, stream, output, d.name+" "+name)
+	}
+	return cmd
+}
+
+// save copies stream to path ("-": standard output) with its progress on
+// standard error. A file is written beside path and renamed onto it only
+// once the stream ended cleanly, so a cut stream leaves nothing behind.
+func save(ctx context.Context, o *Options, stream io.Reader, path, what string) error {
+	start := time.Now()
+	progress := newProgress(o, what)
+	var n int64
+	var err error
+	if path == "-" {
+		n, err = io.Copy(io.MultiWriter(o.Out, progress), stream)
+	} else {
+		n, err = saveFile(stream, path, progress)
+	}
+	_ = progress.Finish()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		if path == "-" {
+			return fmt.Errorf("the download of %s was cut after %s: %w", what, size(n), err)
+		}
+		return fmt.Errorf("the download of %s was cut after %s: %w; nothing was saved to %s", what, size(n), err, path)
+	}
+	elapsed := time.Since(start)
+	rate := float64(n) / max(elapsed.Seconds(), 1e-3)
+	dest := path
+	if path == "-" {
+		dest = "standard output"
+	}
+	fmt.Fprintf(o.ErrOut, "%s: %s in %s (%s/s) to %s\n", what, size(n), elapsed.Round(time.Millisecond), size(int64(rate)), dest)
+	return nil
+}
+
+func saveFile(stream io.Reader, path string, progress io.Writer) (int64, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".part-*")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
+	if err := tmp.Chmod(0o600); err != nil {
+		_ = tmp.Close()
+		return 0, err
+	}
+	n, err := io.Copy(io.MultiWriter(tmp, progress), stream)
+	if err != nil {
+		_ = tmp.Close()
+		return n, err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return n, err
+	}
+	if err := tmp.Close(); err != nil {
+		return n, err
+	}
+	return n, os.Rename(tmp.Name(), path)
+}
+
+// progressWriter counts what passes, and shows it.
+type progressWriter interface {
+	io.Writer
+	Finish() error
+}
+
+// newProgress is a progress bar on standard error when it is a terminal,
+// and nothing otherwise (save prints one line at the end).
+func newProgress(o *Options, what string) progressWriter {
+	if !isTerminal(o.ErrOut) {
+		return quiet{}
+	}
+	return progressbar.NewOptions64(-1,
+		progressbar.OptionSetWriter(o.ErrOut),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+type quiet struct{}
+
+func (quiet) Write(p []byte) (int, error) { return len(p), nil }
+func (quiet) Finish() error               { return nil }
+
+// size is n bytes as a person reads it.
+func size(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
