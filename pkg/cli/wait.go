@@ -103,7 +103,9 @@ func waitOperation(ctx context.Context, o *Options, c versioned.Interface, ns, n
 	var result error
 	err := until(ctx, timeout, name, &v1alpha1.TalosOperation{},
 		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return ops.List(ctx, opts) },
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return ops.Watch(ctx, opts) },
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return ops.Watch(ctx, opts)
+		},
 		func(obj runtime.Object) (bool, error) {
 			op, ok := obj.(*v1alpha1.TalosOperation)
 			if !ok {
@@ -147,8 +149,12 @@ func waitCluster(ctx context.Context, o *Options, c versioned.Interface, ns, nam
 	clusters := c.IchorV1alpha1().TalosClusters(ns)
 	last := ""
 	return until(ctx, timeout, name, &v1alpha1.TalosCluster{},
-		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return clusters.List(ctx, opts) },
-		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) { return clusters.Watch(ctx, opts) },
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return clusters.List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return clusters.Watch(ctx, opts)
+		},
 		func(obj runtime.Object) (bool, error) {
 			tc, ok := obj.(*v1alpha1.TalosCluster)
 			if !ok {

@@ -93,7 +93,6 @@ func stepNames(op *v1alpha1.TalosOperation) string {
 	return strings.Join(names, ", ")
 }
 
-
 // useOverride clears the cluster's override the operation used, only if
 // it is still that grant.
 func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, used *v1alpha1.OverrideStatus) error {
