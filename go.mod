@@ -3,6 +3,7 @@ module ichor.dev/ichor
 go 1.26.1
 
 require (
+	filippo.io/age v1.3.2
 	github.com/blang/semver/v4 v4.0.0
 	github.com/cosi-project/runtime v1.14.1
 	github.com/evanphx/json-patch v5.9.11+incompatible
@@ -43,6 +44,7 @@ require (
 
 require (
 	cel.dev/expr v0.25.2 // indirect
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/ProtonMail/go-crypto v1.4.1 // indirect

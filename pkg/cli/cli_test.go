@@ -75,3 +75,40 @@ func TestHolderHint(t *testing.T) {
 		}
 	}
 }
+
+// TestSealRoundTrip: what init seals opens with its passphrase only; a
+// wrong one says so; an uncommitted seal leaves nothing, and a committed
+// one is not replaced without overwrite.
+func TestSealRoundTrip(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "clusters", "demo")
+	want := &sealed{Cluster: "demo", Namespace: "ns", Endpoint: "https://127.0.0.1:6443", Bundle: "cluster:\n  id: x\n"}
+	_, abort, err := seal(dir, want, "correct horse battery", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort()
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("an aborted seal left %v", entries)
+	}
+	commit, _, err := seal(dir, want, "correct horse battery", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := seal(dir, want, "another passphrase", false); err == nil || !strings.Contains(err.Error(), "--force replaces it") {
+		t.Errorf("a second seal: %v", err)
+	}
+	if _, err := unseal(dir, "not the passphrase"); err == nil || !strings.Contains(err.Error(), "wrong passphrase") {
+		t.Errorf("wrong passphrase: %v", err)
+	}
+	got, err := unseal(dir, "correct horse battery")
+	if err != nil || *got != *want {
+		t.Fatalf("unsealed %+v, %v", got, err)
+	}
+	fi, _ := os.Stat(dir)
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("directory mode %v", fi.Mode())
+	}
+}

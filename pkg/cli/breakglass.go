@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"time"
+
+	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v4"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
+)
+
+func newBreakGlass(o *Options) *cobra.Command {
+	var (
+		passphraseFile, output string
+		endpoints, nodes       []string
+		ttl                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "break-glass kubeconfig|talosconfig CLUSTER",
+		Short: "Open the sealed bundle with its passphrase and mint a cluster-admin credential, offline",
+		Long: `break-glass opens ~/.ichor/clusters/CLUSTER/bundle.age (written by ichor init) with its passphrase
+and signs, from the bundle's CAs, a short-lived credential: a kubeconfig for the cluster's
+Kubernetes API as a member of system:masters, or a talosconfig with the os:admin role. It needs
+no Ichor component, no login and no network to the management cluster: only the sealed file and
+the passphrase. The certificate names you (ichor:break-glass:<your login>), so the managed
+cluster's audit log does, and lives --ttl (one hour by default): nothing long-lived is written.`,
+		Example: `  ichor break-glass kubeconfig demo -O demo.kubeconfig
+  ichor break-glass talosconfig demo --endpoints 10.0.0.11,10.0.0.12 -O talosconfig`,
+		GroupID:   "access",
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"kubeconfig", "talosconfig"},
+	}
+	cmd.Flags().StringVar(&passphraseFile, "passphrase-file", "", "read the passphrase from this file (its first line)")
+	cmd.Flags().StringVarP(&output, "output-file", "O", "-", `where to write it, 0600; "-" for standard output`)
+	cmd.Flags().StringSliceVar(&endpoints, "endpoints", nil, "talosconfig: the nodes' Talos API addresses to talk through")
+	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "talosconfig: the nodes to act on by default")
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the credential lives")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		kind, name := args[0], args[1]
+		if kind != "kubeconfig" && kind != "talosconfig" {
+			return fmt.Errorf("%q: break-glass mints a kubeconfig or a talosconfig", kind)
+		}
+		if kind == "talosconfig" && len(endpoints) == 0 {
+			return fmt.Errorf("a talosconfig needs --endpoints: the Talos API addresses of the cluster's nodes")
+		}
+		if ttl <= 0 || ttl > 24*time.Hour {
+			return fmt.Errorf("--ttl %s: a break-glass credential lives more than nothing and at most 24h", ttl)
+		}
+		dir, err := clusterDir(name)
+		if err != nil {
+			return err
+		}
+		passphrase, err := readPassphrase(o, passphraseFile, false)
+		if err != nil {
+			return err
+		}
+		s, err := unseal(dir, passphrase)
+		if err != nil {
+			return err
+		}
+		bundle := &secrets.Bundle{Clock: secrets.NewClock()}
+		if err := yaml.Unmarshal([]byte(s.Bundle), bundle); err != nil {
+			return fmt.Errorf("the sealed bundle does not parse")
+		}
+		who := "ichor:break-glass"
+		if u, err := user.Current(); err == nil {
+			who += ":" + u.Username
+		}
+		now := time.Now()
+		var out []byte
+		switch kind {
+		case "kubeconfig":
+			rc, err := workload.ClientConfig(bundle, s.Endpoint, workload.Identity{User: who, Groups: []string{"system:masters"}}, now, ttl)
+			if err != nil {
+				return err
+			}
+			ctxName := "admin@" + s.Cluster
+			out, err = clientcmd.Write(clientcmdapi.Config{
+				Clusters:       map[string]*clientcmdapi.Cluster{s.Cluster: {Server: s.Endpoint, CertificateAuthorityData: rc.CAData}},
+				AuthInfos:      map[string]*clientcmdapi.AuthInfo{ctxName: {ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}},
+				Contexts:       map[string]*clientcmdapi.Context{ctxName: {Cluster: s.Cluster, AuthInfo: ctxName}},
+				CurrentContext: ctxName,
+			})
+			if err != nil {
+				return err
+			}
+		case "talosconfig":
+			creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), now, ttl)
+			if err != nil {
+				return err
+			}
+			cfg := config.NewConfig(s.Cluster, endpoints, creds.CA, &x509.PEMEncodedCertificateAndKey{Crt: creds.Certificate, Key: creds.Key})
+			if len(nodes) > 0 {
+				cfg.Contexts[s.Cluster].Nodes = nodes
+			}
+			if out, err = cfg.Bytes(); err != nil {
+				return err
+			}
+		}
+		if output == "-" {
+			_, err := o.Out.Write(out)
+			return err
+		}
+		if err := os.WriteFile(output, out, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.ErrOut, "wrote a %s valid until %s to %s\n", kind, now.Add(ttl).Format(time.RFC3339), output)
+		return nil
+	}
+	return cmd
+}

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+)
+
+func newInit(o *Options) *cobra.Command {
+	var (
+		passphraseFile                            string
+		endpoint, talosVersion, kubernetesVersion string
+		force                                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "init CLUSTER",
+		Short: "Make a cluster's secrets bundle here, seal a copy with a passphrase, and give it to Ichor",
+		Long: `init generates a new cluster's secrets bundle (its CAs and keys) on this machine with Talos's
+machinery, seals it in ~/.ichor/clusters/CLUSTER/bundle.age with a passphrase (age, scrypt;
+directory 0700, file 0600), then stores it in the Secret CLUSTER-secrets of the namespace and
+creates the TalosCluster naming it (spec.secretsRef: admins), or points an existing TalosCluster
+that has no bundle yet at it. The sealed copy is the offline root of trust: ichor break-glass
+opens it, with the passphrase alone, when no Ichor component, login or management cluster is
+there to help. The passphrase is prompted for twice without echo; for automation, read it from
+--passphrase-file or ` + PassphraseEnv + `.
+
+A bundle already sealed here, or already stored for the cluster, is replaced only with --force;
+the bundle of a cluster already bootstrapped never is (its nodes trust it).`,
+		Example: `  ichor -n demo init demo --endpoint https://10.0.0.10:6443 --talos-version v1.13.0 --kubernetes-version v1.36.0`,
+		GroupID: "access",
+		Args:    cobra.ExactArgs(1),
+	}
+	cmd.Flags().StringVar(&passphraseFile, "passphrase-file", "", "read the passphrase from this file (its first line)")
+	cmd.Flags().StringVar(&endpoint, "endpoint", "", "a new cluster's spec.controlPlane.endpoint")
+	cmd.Flags().StringVar(&talosVersion, "talos-version", "v1.13.0", "a new cluster's spec.talosVersion (the bundle's contract)")
+	cmd.Flags().StringVar(&kubernetesVersion, "kubernetes-version", "", "a new cluster's spec.kubernetesVersion")
+	cmd.Flags().BoolVar(&force, "force", false, "replace a bundle sealed here or stored for the cluster (never one a bootstrapped cluster uses)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		name := args[0]
+		passphrase, err := readPassphrase(o, passphraseFile, true)
+		if err != nil {
+			return err
+		}
+		cfg, err := o.rest()
+		if err != nil {
+			return err
+		}
+		c, ns, err := o.clientIn()
+		if err != nil {
+			return err
+		}
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		secretName := name + "-secrets"
+		cluster, err := c.IchorV1alpha1().TalosClusters(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			cluster = nil
+			if endpoint == "" || kubernetesVersion == "" {
+				return fmt.Errorf("TalosCluster %s/%s does not exist: give --endpoint and --kubernetes-version to create it", ns, name)
+			}
+		case err != nil:
+			return err
+		case cluster.Status.BootstrappedAt != nil:
+			return fmt.Errorf("TalosCluster %s/%s is bootstrapped: its nodes trust the bundle it has, which init never replaces", ns, name)
+		case cluster.Spec.SecretsRef != nil && !force:
+			return fmt.Errorf("TalosCluster %s/%s already names its bundle (Secret %s): --force replaces it", ns, name, cluster.Spec.SecretsRef.Name)
+		default:
+			endpoint, talosVersion = cluster.Spec.ControlPlane.Endpoint, cluster.Spec.TalosVersion
+			if cluster.Spec.SecretsRef != nil {
+				secretName = cluster.Spec.SecretsRef.Name
+			}
+		}
+		bundle, err := clustersecrets.Generate(talosVersion, time.Now())
+		if err != nil {
+			return err
+		}
+		dir, err := clusterDir(name)
+		if err != nil {
+			return err
+		}
+		// Sealed before it is stored, and put in place once it is: the root
+		// of trust never exists only in the cluster, nor only here.
+		commit, abort, err := seal(dir, &sealed{Cluster: name, Namespace: ns, Endpoint: endpoint, Bundle: string(bundle)}, passphrase, force)
+		if err != nil {
+			return err
+		}
+		stored := false
+		defer func() {
+			if !stored {
+				abort()
+			}
+		}()
+
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns,
+				Labels: map[string]string{"ichor.dev/cluster": name, "app.kubernetes.io/managed-by": "ichor-init"}},
+			Type: clustersecrets.SecretType,
+			Data: map[string][]byte{clustersecrets.BundleKey: bundle},
+		}
+		_, err = kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			if !force {
+				return fmt.Errorf("Secret %s/%s exists: --force replaces the bundle in it", ns, secretName)
+			}
+			_, err = kube.CoreV1().Secrets(ns).Update(ctx, secret, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("store the bundle in Secret %s/%s: %w", ns, secretName, err)
+		}
+		stored = true
+		if err := commit(); err != nil {
+			return fmt.Errorf("the bundle is stored in Secret %s/%s, but sealing it here failed: %w", ns, secretName, err)
+		}
+		fmt.Fprintf(o.Out, "sealed %s (keep the passphrase apart from it)\n", filepath.Join(dir, sealedFile))
+		fmt.Fprintf(o.Out, "secret/%s stored\n", secretName)
+
+		ref := &v1alpha1.LocalSecretReference{Name: secretName}
+		if cluster == nil {
+			_, err = c.IchorV1alpha1().TalosClusters(ns).Create(ctx, &v1alpha1.TalosCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: v1alpha1.TalosClusterSpec{TalosVersion: talosVersion, KubernetesVersion: kubernetesVersion,
+					ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: endpoint}, SecretsRef: ref},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("create TalosCluster %s/%s: %w", ns, name, err)
+			}
+			fmt.Fprintf(o.Out, "taloscluster.ichor.dev/%s created\n", name)
+			return nil
+		}
+		patch, err := json.Marshal(map[string]any{"spec": map[string]any{"secretsRef": ref}})
+		if err != nil {
+			return err
+		}
+		if _, err := c.IchorV1alpha1().TalosClusters(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "secret-references"); err != nil {
+			return fmt.Errorf("point TalosCluster %s/%s at Secret %s: %w", ns, name, secretName, err)
+		}
+		fmt.Fprintf(o.Out, "taloscluster.ichor.dev/%s uses secret/%s\n", name, secretName)
+		return nil
+	}
+	return cmd
+}

@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"filippo.io/age"
+	"golang.org/x/term"
+	"sigs.k8s.io/yaml"
+)
+
+// PassphraseEnv holds the passphrase of the local sealed copy, for
+// automation, when stdin is not a terminal and no --passphrase-file is given.
+const PassphraseEnv = "ICHOR_PASSPHRASE"
+
+// minPassphrase is the shortest passphrase init accepts: the sealed copy is
+// the cluster's root of trust, kept on a laptop.
+const minPassphrase = 12
+
+// sealed is what ichor init keeps of a cluster, sealed in
+// ~/.ichor/clusters/<name>/bundle.age: the secrets bundle, and where the
+// cluster is, so that break-glass needs nothing else.
+type sealed struct {
+	Cluster   string `json:"cluster"`
+	Namespace string `json:"namespace"`
+	// Endpoint is the cluster's Kubernetes API (spec.controlPlane.endpoint).
+	Endpoint string `json:"endpoint"`
+	// Bundle is the secrets bundle, as talosctl gen secrets writes it.
+	Bundle string `json:"bundle"`
+}
+
+// clusterDir is where the sealed copy of cluster name lives.
+func clusterDir(name string) (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".ichor", "clusters", name), nil
+}
+
+const sealedFile = "bundle.age"
+
+// seal writes s, encrypted to passphrase with age's scrypt recipient, beside
+// dir/bundle.age (directory 0700, file 0600), and returns commit, which puts
+// it in place, and abort, which removes it: the caller commits once the
+// bundle is stored in the cluster too, so that a failed init leaves neither
+// half. An existing copy is refused unless overwrite.
+func seal(dir string, s *sealed, passphrase string, overwrite bool) (commit func() error, abort func(), err error) {
+	path := filepath.Join(dir, sealedFile)
+	if _, err := os.Stat(path); err == nil && !overwrite {
+		return nil, nil, fmt.Errorf("%s exists: a bundle was sealed for this cluster already; --force replaces it (the old one is lost)", path)
+	}
+	plain, err := yaml.Marshal(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := age.NewScryptRecipient(passphrase)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out bytes.Buffer
+	w, err := age.Encrypt(&out, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := w.Write(plain); err != nil {
+		return nil, nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	next := path + ".new"
+	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := f.Write(out.Bytes()); err != nil {
+		_ = f.Close()
+		_ = os.Remove(next)
+		return nil, nil, err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = os.Remove(next)
+		return nil, nil, err
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(next)
+		return nil, nil, err
+	}
+	return func() error { return os.Rename(next, path) }, func() { _ = os.Remove(next) }, nil
+}
+
+// unseal opens dir/bundle.age with passphrase.
+func unseal(dir, passphrase string) (*sealed, error) {
+	path := filepath.Join(dir, sealedFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no sealed copy at %s: ichor init writes it", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() //nolint:errcheck
+	id, err := age.NewScryptIdentity(passphrase)
+	if err != nil {
+		return nil, err
+	}
+	r, err := age.Decrypt(f, id)
+	if err != nil {
+		var wrong *age.NoIdentityMatchError
+		if errors.As(err, &wrong) || strings.Contains(err.Error(), "incorrect passphrase") {
+			return nil, fmt.Errorf("%s: wrong passphrase", path)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	plain, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var s sealed
+	if err := yaml.Unmarshal(plain, &s); err != nil {
+		return nil, fmt.Errorf("%s does not hold what ichor init seals", path)
+	}
+	return &s, nil
+}
+
+// readPassphrase reads the passphrase: from file, from a terminal (twice
+// when confirm, without echo), or from PassphraseEnv.
+func readPassphrase(o *Options, file string, confirm bool) (string, error) {
+	var p string
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		p = strings.TrimSuffix(line, "\r")
+	case isTerminal(o.In):
+		fd := int(o.In.(*os.File).Fd()) //nolint:forcetypeassert // isTerminal checked it
+		fmt.Fprint(o.ErrOut, "Passphrase: ")
+		first, err := term.ReadPassword(fd)
+		fmt.Fprintln(o.ErrOut)
+		if err != nil {
+			return "", err
+		}
+		if confirm {
+			fmt.Fprint(o.ErrOut, "Again: ")
+			second, err := term.ReadPassword(fd)
+			fmt.Fprintln(o.ErrOut)
+			if err != nil {
+				return "", err
+			}
+			if !bytes.Equal(first, second) {
+				return "", errors.New("the passphrases differ; nothing was written")
+			}
+		}
+		p = string(first)
+	case os.Getenv(PassphraseEnv) != "":
+		p = os.Getenv(PassphraseEnv)
+	default:
+		return "", fmt.Errorf("no terminal to prompt on: give the passphrase in --passphrase-file or %s", PassphraseEnv)
+	}
+	if confirm && len(p) < minPassphrase {
+		return "", fmt.Errorf("the passphrase must be at least %d characters: it guards the cluster's root of trust", minPassphrase)
+	}
+	return p, nil
+}

@@ -1,0 +1,143 @@
+package integration
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// TestCLIInitAndBreakGlass: init seals a new bundle under $HOME (0700,
+// 0600, no plaintext), stores it and creates the cluster naming it; it
+// refuses to replace a bundle; an operator cannot; break-glass opens the
+// sealed copy with the passphrase alone (no kubeconfig, no server) and
+// mints credentials that the bundle's CAs signed for the admin roles, and
+// a wrong passphrase writes nothing.
+func TestCLIInitAndBreakGlass(t *testing.T) {
+	ns := cp.Namespace(t)
+	ctx, cancel := context.WithTimeout(apiContext(t), 3*time.Minute)
+	defer cancel()
+	home := t.TempDir()
+	const passphrase = "correct horse battery staple"
+	env := []string{"HOME=" + home, "ICHOR_PASSPHRASE=" + passphrase}
+	n := "--namespace=" + ns
+
+	runIchor(ctx, t, env, "", "", n, "init", "demo", "--endpoint", "https://127.0.9.1:6443", "--kubernetes-version", "v1.36.0").
+		ok(t, "init", "sealed "+filepath.Join(home, ".ichor", "clusters", "demo", "bundle.age"), "secret/demo-secrets stored", "taloscluster.ichor.dev/demo created")
+	dir := filepath.Join(home, ".ichor", "clusters", "demo")
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v, %v", dir, fi.Mode(), err)
+	}
+	sealedBytes, err := os.ReadFile(filepath.Join(dir, "bundle.age"))
+	fi, _ := os.Stat(filepath.Join(dir, "bundle.age"))
+	if err != nil || fi.Mode().Perm() != 0o600 || !strings.HasPrefix(string(sealedBytes), "age-encryption.org/v1") || strings.Contains(string(sealedBytes), "BEGIN") {
+		t.Fatalf("sealed file (%v, mode %v) is not an age file, or holds PEM in clear", err, fi.Mode())
+	}
+	secret, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, "demo-secrets", metav1.GetOptions{})
+	if err != nil || len(secret.Data["secrets.yaml"]) == 0 {
+		t.Fatalf("the bundle's Secret: %v", err)
+	}
+	cluster, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(ctx, "demo", metav1.GetOptions{})
+	if err != nil || cluster.Spec.SecretsRef == nil || cluster.Spec.SecretsRef.Name != "demo-secrets" || cluster.Spec.ControlPlane.Endpoint != "https://127.0.9.1:6443" {
+		t.Fatalf("TalosCluster demo: %+v, %v", cluster.Spec, err)
+	}
+
+	// Nothing is replaced without --force; an operator cannot store a bundle.
+	runIchor(ctx, t, env, "", "", n, "init", "demo").fails(t, "init again", "already names its bundle (Secret demo-secrets): --force replaces it")
+	otherHome := t.TempDir()
+	runIchor(ctx, t, []string{"HOME=" + otherHome, "ICHOR_PASSPHRASE=" + passphrase}, "olivia", "ichor:operator", n, "init", "ops",
+		"--endpoint", "https://127.0.9.2:6443", "--kubernetes-version", "v1.36.0").fails(t, "operator init", "forbidden")
+	if _, err := os.Stat(filepath.Join(otherHome, ".ichor", "clusters", "ops", "bundle.age")); !os.IsNotExist(err) {
+		t.Errorf("a refused init left a sealed bundle behind: %v", err)
+	}
+	runIchor(ctx, t, append(env, "ICHOR_PASSPHRASE=short"), "", "", n, "init", "short", "--endpoint", "https://127.0.9.3:6443",
+		"--kubernetes-version", "v1.36.0").fails(t, "a short passphrase", "at least 12 characters")
+
+	// break-glass: a wrong passphrase writes nothing.
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	runIchor(ctx, t, []string{"HOME=" + home, "ICHOR_PASSPHRASE=wrong passphrase!"}, "", "", "--kubeconfig=/nonexistent", "break-glass", "kubeconfig", "demo", "-O", out).
+		fails(t, "a wrong passphrase", "wrong passphrase")
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a wrong passphrase wrote %s", out)
+	}
+
+	// The credentials: signed by the bundle's CAs, for the admin roles,
+	// short-lived; no kubeconfig or server involved.
+	bundle := &secrets.Bundle{}
+	if err := yaml.Unmarshal(secret.Data["secrets.yaml"], bundle); err != nil {
+		t.Fatal(err)
+	}
+	caOf := func(crtPEM []byte) *x509.Certificate {
+		t.Helper()
+		block, _ := pem.Decode(crtPEM)
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	r := runIchor(ctx, t, env, "", "", "--kubeconfig=/nonexistent", "break-glass", "kubeconfig", "demo", "--ttl", "30m")
+	r.ok(t, "break-glass kubeconfig")
+	kc, err := clientcmd.Load([]byte(r.stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := kc.Contexts[kc.CurrentContext]
+	if kctx == nil || kc.Clusters[kctx.Cluster].Server != "https://127.0.9.1:6443" {
+		t.Fatalf("kubeconfig context %+v", kctx)
+	}
+	leaf := verifyLeaf(t, kc.AuthInfos[kctx.AuthInfo].ClientCertificateData, caOf(bundle.Certs.K8s.Crt))
+	if !strings.HasPrefix(leaf.Subject.CommonName, "ichor:break-glass") || !slices.Contains(leaf.Subject.Organization, "system:masters") ||
+		leaf.NotAfter.After(time.Now().Add(31*time.Minute)) {
+		t.Errorf("kubeconfig certificate %s %v until %s", leaf.Subject.CommonName, leaf.Subject.Organization, leaf.NotAfter)
+	}
+
+	runIchor(ctx, t, env, "", "", "break-glass", "talosconfig", "demo").fails(t, "a talosconfig without endpoints", "needs --endpoints")
+	tout := filepath.Join(t.TempDir(), "talosconfig")
+	runIchor(ctx, t, env, "", "", "break-glass", "talosconfig", "demo", "--endpoints", "127.0.9.11", "-O", tout).ok(t, "break-glass talosconfig")
+	tc, err := config.Open(tout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx := tc.Contexts[tc.Context]
+	crt, err := base64.StdEncoding.DecodeString(tctx.Crt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf = verifyLeaf(t, crt, caOf(bundle.Certs.OS.Crt))
+	if !slices.Contains(leaf.Subject.Organization, "os:admin") || !slices.Equal(tctx.Endpoints, []string{"127.0.9.11"}) {
+		t.Errorf("talosconfig: roles %v, endpoints %v", leaf.Subject.Organization, tctx.Endpoints)
+	}
+	if fi, err := os.Stat(tout); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("talosconfig file mode %v (%v)", fi.Mode(), err)
+	}
+}
+
+func verifyLeaf(t *testing.T, certPEM []byte, ca *x509.Certificate) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("no PEM certificate")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.CheckSignatureFrom(ca); err != nil {
+		t.Fatalf("certificate %s is not signed by the bundle's CA: %v", leaf.Subject, err)
+	}
+	return leaf
+}
