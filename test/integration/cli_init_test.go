@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +20,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // TestCLIInitAndBreakGlass: init seals a new bundle under $HOME (0700,
@@ -140,4 +148,69 @@ func verifyLeaf(t *testing.T, certPEM []byte, ca *x509.Certificate) *x509.Certif
 		t.Fatalf("certificate %s is not signed by the bundle's CA: %v", leaf.Subject, err)
 	}
 	return leaf
+}
+
+// TestCLIBreakGlassWithIchorStopped: a one-node cluster built by Ichor
+// from the bundle `ichor init` made; with ichor-controller stopped and no
+// management cluster involved (the kubeconfig flag points nowhere),
+// break-glass credentials work with the real kubectl and talosctl.
+func TestCLIBreakGlassWithIchorStopped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, t)
+	ns := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, ns)
+	controller := runController(t, func(o *ctrlcmd.Options) {
+		o.MachineRecheckInterval = time.Second
+		o.MachineContactTimeout = 5 * time.Second
+	})
+	waitHTTP(ctx, t, "http://"+controller.probes+"/readyz")
+	binDir, err := harness.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := &talossim.Kubernetes{BinDir: binDir, Dir: t.TempDir(), Logf: t.Logf}
+	t.Cleanup(kube.Stop)
+	const endpointIP = "127.0.12.100"
+	ports, err := proc.FreePorts(endpointIP, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := fmt.Sprintf("https://%s:%d", endpointIP, ports[0])
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "ICHOR_PASSPHRASE=correct horse battery staple"}
+	runIchor(ctx, t, env, "", "", "--namespace="+ns, "init", "solo", "--endpoint", endpoint, "--kubernetes-version", "v1.36.0").
+		ok(t, "init", "taloscluster.ichor.dev/solo created")
+
+	node := simNode(t, talossim.Options{ListenAddress: "127.0.12.1:0", Kubernetes: kube, Etcd: &talossim.EtcdCluster{Name: "solo"},
+		Trustd: talossim.NewTrustd(), InstallDelay: 100 * time.Millisecond, RebootDelay: 100 * time.Millisecond})
+	mustApply(ctx, t, fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: solo-1, namespace: %s}
+spec: {clusterName: solo, role: controlplane, address: "%s", hostname: solo-1, install: {disk: /dev/sda}}
+`, ns, node.Addr()))
+	waitMachine(ctx, t, ns, "solo-1", "pinned", func(m *v1alpha1.TalosMachine) bool { return m.Status.Maintenance != nil })
+	runIchor(ctx, t, nil, "carol", "ichor:admin", "--namespace="+ns, "approve", "solo-1").ok(t, "admin approves", "approved")
+	waitCluster(ctx, t, ns, "solo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	controller.stop()
+
+	dir := t.TempDir()
+	kubeconfig, talosconfig := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "talosconfig")
+	runIchor(ctx, t, env, "", "", "--kubeconfig=/nonexistent", "break-glass", "kubeconfig", "solo", "-O", kubeconfig).ok(t, "break-glass kubeconfig")
+	runIchor(ctx, t, env, "", "", "--kubeconfig=/nonexistent", "break-glass", "talosconfig", "solo", "--endpoints", node.Addr(),
+		"--nodes", strings.Split(node.Addr(), ":")[0], "-O", talosconfig).ok(t, "break-glass talosconfig")
+
+	kubectl := exec.CommandContext(ctx, filepath.Join(cp.BinDir, "kubectl"), "--kubeconfig="+kubeconfig, "get", "nodes", "-o", "name")
+	kubectl.Env = append(os.Environ(), "KUBECACHEDIR="+t.TempDir())
+	if out, err := kubectl.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "node/solo-1" {
+		t.Errorf("kubectl get nodes with the break-glass kubeconfig: %v\n%s", err, out)
+	}
+	tdir, err := proc.TalosctlBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	talosctl := exec.CommandContext(ctx, filepath.Join(tdir, "talosctl"), "--talosconfig", talosconfig, "get", "machineconfig", "-o", "jsonpath={.metadata.id}")
+	if out, err := talosctl.CombinedOutput(); err != nil || !strings.Contains(string(out), "v1alpha1") {
+		t.Errorf("talosctl get machineconfig (an os:admin read) with the break-glass talosconfig: %v\n%s", err, out)
+	}
 }
