@@ -9,8 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ichorfake "ichor.dev/ichor/pkg/generated/clientset/versioned/fake"
 )
 
 // TestSaveIsHonest: a stream cut partway is an error that says how much
@@ -110,5 +118,58 @@ func TestSealRoundTrip(t *testing.T) {
 	fi, _ := os.Stat(dir)
 	if fi.Mode().Perm() != 0o700 {
 		t.Errorf("directory mode %v", fi.Mode())
+	}
+}
+
+// TestStatus: a cluster as a tree, with its conditions that are not True,
+// its machines, its operations in flight and the recent warnings about
+// them, and nothing of another cluster.
+func TestStatus(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	ns := "demo"
+	objs := []runtime.Object{
+		&v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns},
+			Spec: v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", KubernetesVersion: "v1.36.0"},
+			Status: v1alpha1.TalosClusterStatus{Phase: "Ready", Machines: v1alpha1.MachineCounts{Total: 2, Ready: 1},
+				Conditions: []metav1.Condition{
+					{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"},
+					{Type: "NodesReady", Status: metav1.ConditionFalse, Reason: "NodesNotReady", Message: "1 of 2 machines have a Ready Node"},
+				}}},
+		&v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: ns},
+			Spec:   v1alpha1.TalosMachineSpec{ClusterName: "demo", Role: v1alpha1.MachineRoleControlPlane, Address: "10.0.0.11:50000"},
+			Status: v1alpha1.TalosMachineStatus{Phase: "Ready", NodeName: "cp-1", TalosVersion: "v1.13.0"}},
+		&v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: "other-1", Namespace: ns},
+			Spec: v1alpha1.TalosMachineSpec{ClusterName: "other", Role: v1alpha1.MachineRoleWorker, Address: "10.0.9.9:50000"}},
+		&v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "upgrade", Namespace: ns},
+			Spec: v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade},
+			Status: v1alpha1.TalosOperationStatus{Phase: v1alpha1.OperationRunning, Steps: []v1alpha1.OperationStep{
+				{Machine: "cp-1", Phase: v1alpha1.OperationSucceeded}, {Machine: "worker-1", Phase: v1alpha1.OperationRunning}}}},
+	}
+	events := []runtime.Object{
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: ns}, Type: corev1.EventTypeWarning, Reason: "StepFailed",
+			Message: "worker-1: did not come back", InvolvedObject: corev1.ObjectReference{Kind: "TalosOperation", Name: "upgrade"},
+			LastTimestamp: metav1.NewTime(now.Add(-2 * time.Minute))},
+		&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e2", Namespace: ns}, Type: corev1.EventTypeWarning, Reason: "Old",
+			Message: "long ago", InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Name: "demo"},
+			LastTimestamp: metav1.NewTime(now.Add(-3 * time.Hour))},
+	}
+	var out bytes.Buffer
+	if err := printStatus(context.Background(), &out, ichorfake.NewClientset(objs...), kubefake.NewClientset(events...), ns, []string{"demo"}, now); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"demo  Ready  Talos v1.13.0  Kubernetes v1.36.0  1/2 machines ready",
+		"├─ Conditions not True\n│  └─ NodesReady=False NodesNotReady: 1 of 2 machines have a Ready Node",
+		"cp-1             controlplane Ready            10.0.0.11:50000        cp-1             v1.13.0",
+		"upgrade                  talos-upgrade      Running   1/2  worker-1",
+		"└─ Warnings (last hour)\n   └─ 2m ago  TalosOperation/upgrade  StepFailed: worker-1: did not come back",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("status lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "other-1") || strings.Contains(got, "long ago") {
+		t.Errorf("status shows another cluster's machine or an old warning:\n%s", got)
 	}
 }

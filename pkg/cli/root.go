@@ -109,7 +109,7 @@ is made as you, so RBAC and the audit log name you.`,
 		&cobra.Group{ID: "access", Title: "Access:"})
 	for _, c := range []*cobra.Command{
 		newApprove(o, true), newApprove(o, false), newReclaim(o),
-		newStart(o), newWait(o), newOverride(o),
+		newStart(o), newWait(o), newOverride(o), newStatus(o),
 		newDownload(o), newPassword(o), newInit(o), newBreakGlass(o),
 	} {
 		root.AddCommand(c)

@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/client/config"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // The ichor command, built as a user installs it (and as kubectl-ichor,
@@ -198,4 +201,49 @@ func TestCLIPassword(t *testing.T) {
 	runIchor(ctx, t, []string{"ICHOR_PASSWORD=short"}, "carol", "ichor:admin", "password", name).fails(t, "a short password", "at least 12")
 	runIchor(ctx, t, nil, "carol", "ichor:admin", "password", name).fails(t, "no password given", "no terminal to prompt on")
 	runIchor(ctx, t, []string{"ICHOR_PASSWORD=correct horse battery"}, "alice", "ichor:viewer", "password", name).fails(t, "viewer sets a password", "forbidden")
+}
+
+// cliDownloads: ichor download saves a talosconfig-reader for an operator,
+// 0600; a packet capture the node cuts fails, says how much came, and
+// leaves no file, neither the one asked for nor a part of it. Then ichor
+// status shows the cluster to a viewer.
+func (d *demoCluster) cliDownloads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	reader := filepath.Join(dir, "talosconfig")
+	runIchor(ctx, t, nil, "olivia", "ichor:operator", "--namespace="+d.ns, "download", "talosconfig-reader", "demo", "-O", reader).
+		ok(t, "ichor download talosconfig-reader")
+	if _, err := config.Open(reader); err != nil {
+		t.Errorf("the download is not a talosconfig: %v", err)
+	}
+	if fi, err := os.Stat(reader); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: mode %v (%v)", reader, fi.Mode(), err)
+	}
+
+	capture := filepath.Join(dir, "worker-1.pcap")
+	done := make(chan cliResult, 1)
+	go func() {
+		done <- runIchor(ctx, t, nil, "carol", "ichor:admin", "--namespace="+d.ns, "download", "packet-capture", "worker-1",
+			"--interface", "eth0", "--duration", "59s", "-O", capture)
+	}()
+	// Its own Event (59s: the kubectl capture before it recorded 1m0s) says the node's bytes flow.
+	waitEventSaying(ctx, t, d.ns, "worker-1", corev1.EventTypeNormal, "Downloaded", "carol downloaded a 59s packet-capture of link eth0 on TalosMachine worker-1")
+	node := d.nodes["worker-1"]
+	if err := node.SetFaults(talossim.Faults{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	node.ClearFaults()
+	res.fails(t, "a capture the node cuts", "was cut after", "nothing was saved to "+capture)
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("after a cut download the directory holds %v, want the talosconfig alone", entries)
+	}
+	waitMachine(context.Background(), t, d.ns, "worker-1", "Ready again", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseReady
+	})
+
+	// A viewer sees the cluster at a glance.
+	runIchor(ctx, t, nil, "alice", "ichor:viewer", "--namespace="+d.ns, "status", "demo").
+		ok(t, "ichor status", "demo  Ready  Talos v1.13.0", "├─ Machines", "│  ├─ cp-1 ", "worker-2", "└─ Warnings (last hour)")
 }

@@ -78,6 +78,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 	t.Run("a packet capture streams as a pcap file for its duration", d.packetCapture)
 	t.Run("a packet capture the node cuts fails for the client instead of ending short", d.packetCaptureCut)
 	t.Run("a reader talosconfig works with talosctl and reads only", d.readerTalosconfig)
+	t.Run("ichor download saves whole files only, and ichor status shows the cluster", d.cliDownloads)
 	t.Run("deleting a control plane that would cost etcd its quorum is refused", d.quorumKeepsControlPlanes)
 	t.Run("the bootstrap token authenticates nobody once every machine joined", d.bootstrapTokenClosed)
 	t.Run("deleting a machine resets its node first", d.deleteResetsNode)
