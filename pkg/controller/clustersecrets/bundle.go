@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -71,9 +72,57 @@ func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosClus
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {
 		return nil, fmt.Errorf("read the secrets bundle of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
+	if b := parsed.get(s.UID, s.ResourceVersion); b != nil {
+		return b, nil
+	}
 	bundle, err := parse(s.Data[BundleKey])
 	if err != nil {
 		return nil, fmt.Errorf("Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
+	parsed.put(s.UID, s.ResourceVersion, bundle)
 	return bundle, nil
+}
+
+// parsed keeps the bundles Load parsed, by their Secret's UID and
+// resourceVersion. The Secret itself is read from the API server every
+// time (the controller neither caches nor watches Secrets), but parsing
+// it again — its YAML, then every certificate and key, an RSA key's
+// precomputation included — cost more CPU than anything else ichor-
+// controller does: every reconcile of every machine loads its cluster's
+// bundle (a quarter of the process's CPU in a 100-node rolling upgrade).
+// A bundle that Load returns is shared: callers only read it.
+var parsed = &bundleCache{}
+
+// maxParsedBundles bounds the cache: past it, it starts over.
+const maxParsedBundles = 4096
+
+type bundleCache struct {
+	mu      sync.Mutex
+	entries map[types.UID]parsedBundle
+}
+
+type parsedBundle struct {
+	resourceVersion string
+	bundle          *secrets.Bundle
+}
+
+func (c *bundleCache) get(uid types.UID, resourceVersion string) *secrets.Bundle {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[uid]; ok && e.resourceVersion == resourceVersion && uid != "" && resourceVersion != "" {
+		return e.bundle
+	}
+	return nil
+}
+
+func (c *bundleCache) put(uid types.UID, resourceVersion string, bundle *secrets.Bundle) {
+	if uid == "" || resourceVersion == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxParsedBundles {
+		c.entries = map[types.UID]parsedBundle{}
+	}
+	c.entries[uid] = parsedBundle{resourceVersion: resourceVersion, bundle: bundle}
 }

@@ -1,9 +1,16 @@
 package clustersecrets
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 func TestGenerateThenParse(t *testing.T) {
@@ -50,5 +57,47 @@ func TestParseErrorsDoNotQuoteTheData(t *testing.T) {
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("%s: the error quotes the data: %v", name, err)
 		}
+	}
+}
+
+// TestLoadParsesOnceAVersion: Load reads the Secret each time, parses a
+// version of it once, and a changed Secret (a new resourceVersion) is
+// parsed anew; a Secret whose new version is broken is refused, never
+// answered from the cache.
+func TestLoadParsesOnceAVersion(t *testing.T) {
+	ctx := context.Background()
+	data, err := Generate("v1.13.0", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets", Namespace: "ns", UID: "u1"}, Data: map[string][]byte{BundleKey: data}}
+	c := fake.NewClientBuilder().WithObjects(secret).Build()
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	first, err := Load(ctx, c, cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Load(ctx, c, cluster)
+	if err != nil || again != first {
+		t.Fatalf("the same version was parsed again (%p, %p) or failed: %v", first, again, err)
+	}
+	other, err := Generate("v1.13.0", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[BundleKey] = other
+	if err := c.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := Load(ctx, c, cluster)
+	if err != nil || changed == first || string(changed.Certs.OS.Crt) == string(first.Certs.OS.Crt) {
+		t.Fatalf("a changed Secret gave the old bundle (%v)", err)
+	}
+	secret.Data[BundleKey] = []byte("not a bundle")
+	if err := c.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(ctx, c, cluster); err == nil {
+		t.Fatal("a broken new version was answered from the cache")
 	}
 }
