@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"k8s.io/client-go/kubernetes"
+
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
@@ -15,4 +17,13 @@ func (o *Options) clientIn() (versioned.Interface, string, error) {
 		return nil, "", err
 	}
 	return c, ns, nil
+}
+
+// kube is the Kubernetes client (Secrets, Events), as the same person.
+func (o *Options) kube() (kubernetes.Interface, error) {
+	cfg, err := o.rest()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }

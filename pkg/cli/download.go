@@ -11,6 +11,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+
+	"ichor.dev/ichor/pkg/bytesize"
 )
 
 // downloads are the download subresources, by the name the command takes:
@@ -129,9 +131,9 @@ func save(ctx context.Context, o *Options, stream io.Reader, path, what string) 
 			err = ctx.Err()
 		}
 		if path == "-" {
-			return fmt.Errorf("the download of %s was cut after %s: %w", what, size(n), err)
+			return fmt.Errorf("the download of %s was cut after %s: %w", what, bytesize.Format(n), err)
 		}
-		return fmt.Errorf("the download of %s was cut after %s: %w; nothing was saved to %s", what, size(n), err, path)
+		return fmt.Errorf("the download of %s was cut after %s: %w; nothing was saved to %s", what, bytesize.Format(n), err, path)
 	}
 	elapsed := time.Since(start)
 	rate := float64(n) / max(elapsed.Seconds(), 1e-3)
@@ -139,7 +141,7 @@ func save(ctx context.Context, o *Options, stream io.Reader, path, what string) 
 	if path == "-" {
 		dest = "standard output"
 	}
-	fmt.Fprintf(o.ErrOut, "%s: %s in %s (%s/s) to %s\n", what, size(n), elapsed.Round(time.Millisecond), size(int64(rate)), dest)
+	fmt.Fprintf(o.ErrOut, "%s: %s in %s (%s/s) to %s\n", what, bytesize.Format(n), elapsed.Round(time.Millisecond), bytesize.Format(int64(rate)), dest)
 	return nil
 }
 
@@ -200,17 +202,3 @@ type quiet struct{}
 
 func (quiet) Write(p []byte) (int, error) { return len(p), nil }
 func (quiet) Finish() error               { return nil }
-
-// size is n bytes as a person reads it.
-func size(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

@@ -26,8 +26,6 @@ func Explain(err error) string {
 		return msg + "\nAsk an admin for the role that grants it (kubectl auth can-i lists what you may do)."
 	case http.StatusConflict:
 		return msg + "\nThe object's state does not allow it now; see kubectl describe for its conditions and Events."
-	case http.StatusNotFound:
-		return msg
 	case http.StatusUnauthorized:
 		return msg + "\nYour credentials were not accepted: check your kubeconfig's user, or sign in again."
 	}

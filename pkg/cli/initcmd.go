@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
@@ -53,15 +52,11 @@ the bundle of a cluster already bootstrapped never is (its nodes trust it).`,
 		if err != nil {
 			return err
 		}
-		cfg, err := o.rest()
-		if err != nil {
-			return err
-		}
 		c, ns, err := o.clientIn()
 		if err != nil {
 			return err
 		}
-		kube, err := kubernetes.NewForConfig(cfg)
+		kube, err := o.kube()
 		if err != nil {
 			return err
 		}

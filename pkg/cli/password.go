@@ -1,14 +1,7 @@
 package cli
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -57,34 +50,5 @@ prompted for twice without echo; for automation, read it from --password-file or
 // readPassword reads a new password: from file, from a terminal (twice,
 // without echo), or from PasswordEnv.
 func readPassword(o *Options, file string) (string, error) {
-	switch {
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", err
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		return strings.TrimSuffix(line, "\r"), nil
-	case isTerminal(o.In):
-		fd := int(o.In.(*os.File).Fd()) //nolint:forcetypeassert // isTerminal checked it
-		fmt.Fprint(o.ErrOut, "New password: ")
-		first, err := term.ReadPassword(fd)
-		fmt.Fprintln(o.ErrOut)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprint(o.ErrOut, "Again: ")
-		second, err := term.ReadPassword(fd)
-		fmt.Fprintln(o.ErrOut)
-		if err != nil {
-			return "", err
-		}
-		if !bytes.Equal(first, second) {
-			return "", errors.New("the passwords differ; nothing was changed")
-		}
-		return string(first), nil
-	case os.Getenv(PasswordEnv) != "":
-		return os.Getenv(PasswordEnv), nil
-	}
-	return "", fmt.Errorf("no terminal to prompt on: give the password in --password-file or %s", PasswordEnv)
+	return readSecret(o, file, secretInput{what: "password", prompt: "New password", env: PasswordEnv, confirm: true, unchanged: "nothing was changed"})
 }

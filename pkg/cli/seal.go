@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"filippo.io/age"
-	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 )
 
@@ -137,41 +136,12 @@ func unseal(dir, passphrase string) (*sealed, error) {
 }
 
 // readPassphrase reads the passphrase: from file, from a terminal (twice
-// when confirm, without echo), or from PassphraseEnv.
+// when confirm, without echo), or from PassphraseEnv. A new one (confirm)
+// must be long enough.
 func readPassphrase(o *Options, file string, confirm bool) (string, error) {
-	var p string
-	switch {
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", err
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		p = strings.TrimSuffix(line, "\r")
-	case isTerminal(o.In):
-		fd := int(o.In.(*os.File).Fd()) //nolint:forcetypeassert // isTerminal checked it
-		fmt.Fprint(o.ErrOut, "Passphrase: ")
-		first, err := term.ReadPassword(fd)
-		fmt.Fprintln(o.ErrOut)
-		if err != nil {
-			return "", err
-		}
-		if confirm {
-			fmt.Fprint(o.ErrOut, "Again: ")
-			second, err := term.ReadPassword(fd)
-			fmt.Fprintln(o.ErrOut)
-			if err != nil {
-				return "", err
-			}
-			if !bytes.Equal(first, second) {
-				return "", errors.New("the passphrases differ; nothing was written")
-			}
-		}
-		p = string(first)
-	case os.Getenv(PassphraseEnv) != "":
-		p = os.Getenv(PassphraseEnv)
-	default:
-		return "", fmt.Errorf("no terminal to prompt on: give the passphrase in --passphrase-file or %s", PassphraseEnv)
+	p, err := readSecret(o, file, secretInput{what: "passphrase", prompt: "Passphrase", env: PassphraseEnv, confirm: confirm, unchanged: "nothing was written"})
+	if err != nil {
+		return "", err
 	}
 	if confirm && len(p) < minPassphrase {
 		return "", fmt.Errorf("the passphrase must be at least %d characters: it guards the cluster's root of trust", minPassphrase)

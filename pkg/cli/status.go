@@ -36,15 +36,11 @@ Events of the last hour about any of them.`,
 		Args:    cobra.MaximumNArgs(1),
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		cfg, err := o.rest()
-		if err != nil {
-			return err
-		}
 		c, ns, err := o.clientIn()
 		if err != nil {
 			return err
 		}
-		kube, err := kubernetes.NewForConfig(cfg)
+		kube, err := o.kube()
 		if err != nil {
 			return err
 		}

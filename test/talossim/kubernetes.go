@@ -336,43 +336,41 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		return fmt.Errorf("applying the bootstrap manifests: %w", err)
 	}
 
-	kcmURL := "https://127.0.0.1:" + strconv.Itoa(ports[2])
-
-	kcm, err := k.startProcess(r, dir, "kube-controller-manager",
-		"--kubeconfig="+f.controllerManagerKubeconfig,
-		"--authentication-kubeconfig="+f.controllerManagerKubeconfig,
-		"--authorization-kubeconfig="+f.controllerManagerKubeconfig,
+	if err = k.startComponent(ctx, r, dir, "kube-controller-manager", f.controllerManagerKubeconfig, ports[2],
+		f.controllerManagerServingCert, f.controllerManagerServingKey, f.acceptedCAs,
 		"--controllers=csrsigning,csrapproving,csrcleaner,daemonset",
 		"--use-service-account-credentials=true",
 		"--cluster-signing-cert-file="+f.issuingCACert, "--cluster-signing-key-file="+f.issuingCAKey,
 		"--root-ca-file="+f.acceptedCAs,
+	); err != nil {
+		return err
+	}
+
+	return k.startComponent(ctx, r, dir, "kube-scheduler", f.schedulerKubeconfig, ports[3],
+		f.schedulerServingCert, f.schedulerServingKey, f.acceptedCAs)
+}
+
+// startComponent starts a control-plane component that talks to the API server with kubeconfig (for
+// its work, authentication and authorization alike), alone (no leader election), serving HTTPS on
+// 127.0.0.1:port with its own certificate, and waits for its /healthz.
+func (k *Kubernetes) startComponent(ctx context.Context, r *kubeRun, dir, name, kubeconfig string, port int,
+	servingCert, servingKey, caFile string, extra ...string,
+) error {
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
-		"--tls-cert-file="+f.controllerManagerServingCert, "--tls-private-key-file="+f.controllerManagerServingKey,
-	)
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + servingCert, "--tls-private-key-file=" + servingKey,
+	}, extra...)
+
+	p, err := k.startProcess(r, dir, name, args...)
 	if err != nil {
 		return err
 	}
 
-	if err = waitTLSHealthy(ctx, kcm, f.acceptedCAs, "", "", kcmURL+"/healthz"); err != nil {
-		return err
-	}
-
-	schedulerURL := "https://127.0.0.1:" + strconv.Itoa(ports[3])
-
-	scheduler, err := k.startProcess(r, dir, "kube-scheduler",
-		"--kubeconfig="+f.schedulerKubeconfig,
-		"--authentication-kubeconfig="+f.schedulerKubeconfig,
-		"--authorization-kubeconfig="+f.schedulerKubeconfig,
-		"--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[3]),
-		"--tls-cert-file="+f.schedulerServingCert, "--tls-private-key-file="+f.schedulerServingKey,
-	)
-	if err != nil {
-		return err
-	}
-
-	return waitTLSHealthy(ctx, scheduler, f.acceptedCAs, "", "", schedulerURL+"/healthz")
+	return waitTLSHealthy(ctx, p, caFile, "", "", "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz")
 }
 
 // startProcess starts one control-plane binary and records it for shutdown.

@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bytesize"
 )
 
 // startEtcdDefrag defragments one control plane's etcd member, which
@@ -43,7 +44,7 @@ func followEtcdDefrag(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.failed(ctx, "read the etcd member's status after defragmenting: %v", err)
 	}
 	msg := fmt.Sprintf("defragmented member %s: database %s, now %s (%s in use)", after.MemberID,
-		bytes(before.DBSize), bytes(after.DBSize), bytes(after.DBSizeInUse))
+		bytesize.Format(before.DBSize), bytesize.Format(after.DBSize), bytesize.Format(after.DBSizeInUse))
 	// etcd keeps a NOSPACE alarm until it is disarmed, and raises it again
 	// at once for a member still over its quota: disarm, then look.
 	alarms, err := s.node.EtcdAlarms(cctx)

@@ -105,17 +105,3 @@ func useOverride(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 	}
 	return nil
 }
-
-// bytes is a size as people read it.
-func bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

@@ -1,0 +1,18 @@
+// Package bytesize writes sizes as people read them.
+package bytesize
+
+import "fmt"
+
+// Format is n bytes in binary units: "8 B", "2.9 KiB", "96.0 MiB".
+func Format(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
