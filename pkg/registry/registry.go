@@ -17,6 +17,7 @@ import (
 	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"
 	"ichor.dev/ichor/pkg/registry/ichor/machinereclaim"
 	"ichor.dev/ichor/pkg/registry/ichor/override"
+	"ichor.dev/ichor/pkg/registry/ichor/talosbackup"
 	"ichor.dev/ichor/pkg/registry/ichor/taloscluster"
 	"ichor.dev/ichor/pkg/registry/ichor/talosconfigpatch"
 	"ichor.dev/ichor/pkg/registry/ichor/taloscredentialrequest"
@@ -58,6 +59,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 	credentials := build(resource.NewStorage(taloscredentialrequest.Definition, scheme, gv, optsGetter, kindDeps))
 	reclaims := build(resource.NewStorage(machinereclaim.Definition, scheme, gv, optsGetter, kindDeps))
 	users := build(resource.NewStorage(ichoruser.Definition, scheme, gv, optsGetter, kindDeps))
+	backups := build(resource.NewStorage(talosbackup.Definition, scheme, gv, optsGetter, kindDeps))
 	installations := build(resource.NewStorage(ichorinstallation.Definition, scheme, gv, optsGetter, kindDeps))
 	if firstErr != nil {
 		return nil, firstErr
@@ -74,6 +76,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosclusters/secret-references":  clusters.Subresources["secret-references"],
 		"talosclusters/authentication":     clusters.Subresources["authentication"],
 		"talosclusters/kubernetes-version": clusters.Subresources["kubernetes-version"],
+		"talosclusters/backup":             clusters.Subresources["backup"],
 		"talosclusters/override":           clusters.Actions[override.Subresource],
 		"talosmachines":                    machines.Store,
 		"talosmachines/status":             machines.Status,
@@ -92,6 +95,9 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"machinereclaims":                  reclaims.Store,
 		"machinereclaims/status":           reclaims.Status,
 		"machinereclaims/reclaim":          reclaims.Actions[machinereclaim.ReclaimSubresource],
+		"talosbackups":                     backups.Store,
+		"talosbackups/status":              backups.Status,
+		"talosbackups/finalizers":          backups.Subresources["finalizers"],
 		"ichorusers":                       users.Store,
 		"ichorusers/status":                users.Status,
 		"ichorusers/password":              users.Actions[ichoruser.PasswordSubresource],

@@ -92,6 +92,7 @@ var FieldSubresources = []FieldSubresource{
 	specField("talosclusters", "cilium-values", "spec.ciliumValues", func(c *TalosCluster) *string { return &c.Spec.CiliumValues }),
 	specField("talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
 	specField("talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
+	specField("talosclusters", "backup", "spec.backup", func(c *TalosCluster) **ClusterBackup { return &c.Spec.Backup }),
 	// Operators set the Kubernetes version as they build a cluster;
 	// ichor-controller, which writes no other spec, moves it at the end of a
 	// kubernetes-upgrade.

@@ -38,6 +38,8 @@ type TalosClusterSpec struct {
 	Security ClusterSecurity
 	// paused stops the controller from changing any machine of this cluster.
 	Paused bool
+	// backup schedules encrypted backups of the cluster's etcd and machine configs.
+	Backup *ClusterBackup
 }
 
 // ControlPlaneSpec describes the cluster's control-plane endpoint.
@@ -136,6 +138,8 @@ type TalosClusterStatus struct {
 	BootstrappedAt *metav1.Time
 	// disruption is the cluster's disruption budget while a machine holds it.
 	Disruption *DisruptionStatus
+	// backup is what the backup schedule did last.
+	Backup *ClusterBackupStatus
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

@@ -36,8 +36,22 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.AppliedConfigStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ApprovalStatus"):
 		return &ichorv1alpha1.ApprovalStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AzureBlobTarget"):
+		return &ichorv1alpha1.AzureBlobTargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupEncryption"):
+		return &ichorv1alpha1.BackupEncryptionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupFile"):
+		return &ichorv1alpha1.BackupFileApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupRetention"):
+		return &ichorv1alpha1.BackupRetentionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupTarget"):
+		return &ichorv1alpha1.BackupTargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterAuthentication"):
 		return &ichorv1alpha1.ClusterAuthenticationApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClusterBackup"):
+		return &ichorv1alpha1.ClusterBackupApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClusterBackupStatus"):
+		return &ichorv1alpha1.ClusterBackupStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterNetwork"):
 		return &ichorv1alpha1.ClusterNetworkApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterSecurity"):
@@ -58,6 +72,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.DisruptionStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EtcdRestoreParameters"):
 		return &ichorv1alpha1.EtcdRestoreParametersApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("GCSTarget"):
+		return &ichorv1alpha1.GCSTargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HardwareStatus"):
 		return &ichorv1alpha1.HardwareStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IchorInstallation"):
@@ -108,8 +124,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.PatchTargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RebootParameters"):
 		return &ichorv1alpha1.RebootParametersApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("S3Target"):
+		return &ichorv1alpha1.S3TargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &ichorv1alpha1.SecretKeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TalosBackup"):
+		return &ichorv1alpha1.TalosBackupApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TalosBackupSpec"):
+		return &ichorv1alpha1.TalosBackupSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TalosBackupStatus"):
+		return &ichorv1alpha1.TalosBackupStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TalosCluster"):
 		return &ichorv1alpha1.TalosClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TalosClusterSpec"):
@@ -144,6 +168,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.TalosUpgradeParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("UnmanagedMachine"):
 		return &ichorv1alpha1.UnmanagedMachineApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("VolumeTarget"):
+		return &ichorv1alpha1.VolumeTargetApplyConfiguration{}
 
 	}
 	return nil

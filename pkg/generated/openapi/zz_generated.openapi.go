@@ -35,8 +35,15 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	return map[string]common.OpenAPIDefinition{
 		v1alpha1.AppliedConfigStatus{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_AppliedConfigStatus(ref),
 		v1alpha1.ApprovalStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_ApprovalStatus(ref),
+		v1alpha1.AzureBlobTarget{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_AzureBlobTarget(ref),
+		v1alpha1.BackupEncryption{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_BackupEncryption(ref),
+		v1alpha1.BackupFile{}.OpenAPIModelName():                      schema_pkg_apis_ichor_v1alpha1_BackupFile(ref),
+		v1alpha1.BackupRetention{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref),
+		v1alpha1.BackupTarget{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref),
 		v1alpha1.CNISpec{}.OpenAPIModelName():                         schema_pkg_apis_ichor_v1alpha1_CNISpec(ref),
 		v1alpha1.ClusterAuthentication{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref),
+		v1alpha1.ClusterBackup{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_ClusterBackup(ref),
+		v1alpha1.ClusterBackupStatus{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_ClusterBackupStatus(ref),
 		v1alpha1.ClusterNetwork{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_ClusterNetwork(ref),
 		v1alpha1.ClusterSecurity{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_ClusterSecurity(ref),
 		v1alpha1.ComponentVersion{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ComponentVersion(ref),
@@ -47,6 +54,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.DisruptionStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref),
 		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
 		v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref),
+		v1alpha1.GCSTarget{}.OpenAPIModelName():                       schema_pkg_apis_ichor_v1alpha1_GCSTarget(ref),
 		v1alpha1.HardwareStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_HardwareStatus(ref),
 		v1alpha1.IchorInstallation{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_IchorInstallation(ref),
 		v1alpha1.IchorInstallationList{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_IchorInstallationList(ref),
@@ -78,7 +86,12 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PacketCaptureOptions{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_PacketCaptureOptions(ref),
 		v1alpha1.PatchTarget{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref),
 		v1alpha1.RebootParameters{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref),
+		v1alpha1.S3Target{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_S3Target(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
+		v1alpha1.TalosBackup{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_TalosBackup(ref),
+		v1alpha1.TalosBackupList{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_TalosBackupList(ref),
+		v1alpha1.TalosBackupSpec{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_TalosBackupSpec(ref),
+		v1alpha1.TalosBackupStatus{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref),
 		v1alpha1.TalosCluster{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_TalosCluster(ref),
 		v1alpha1.TalosClusterList{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_TalosClusterList(ref),
 		v1alpha1.TalosClusterSpec{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_TalosClusterSpec(ref),
@@ -101,6 +114,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.TalosOperationStatus{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_TalosOperationStatus(ref),
 		v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName():          schema_pkg_apis_ichor_v1alpha1_TalosUpgradeParameters(ref),
 		v1alpha1.UnmanagedMachine{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_UnmanagedMachine(ref),
+		v1alpha1.VolumeTarget{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_VolumeTarget(ref),
 		resource.Quantity{}.OpenAPIModelName():                        schema_apimachinery_pkg_api_resource_Quantity(ref),
 		v1.APIGroup{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_APIGroup(ref),
 		v1.APIGroupList{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -243,6 +257,214 @@ func schema_pkg_apis_ichor_v1alpha1_ApprovalStatus(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_AzureBlobTarget(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AzureBlobTarget is an Azure Blob Storage container.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"storageAccount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "storageAccount is the account's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"container": {
+						SchemaProps: spec.SchemaProps{
+							Description: "container name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"credentialsRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentialsRef names a Secret with the key accountKey (a shared key) or sasToken. Empty: the controller's own Azure identity (workload identity).",
+							Ref:         ref(v1alpha1.LocalSecretReference{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"storageAccount", "container"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_BackupEncryption(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackupEncryption says who can read backups. Backups are age-encrypted to its recipients; ichor-controller holds no key that decrypts them.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"recipients": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "recipients are age X25519 public keys (age1…); each one's identity decrypts every backup.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"recipients"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_BackupFile(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackupFile is one file of a backup.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the object, relative to the backup's location.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"content": {
+						SchemaProps: spec.SchemaProps{
+							Description: "content the file holds.\n\nPossible enum values:\n - `\"EtcdSnapshot\"` is an etcd snapshot (etcdctl snapshot save's format).\n - `\"MachineConfig\"` is a machine's running config, secrets included.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"EtcdSnapshot", "MachineConfig"},
+						},
+					},
+					"machine": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machine whose node the content was read from.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"storedSize": {
+						SchemaProps: spec.SchemaProps{
+							Description: "storedSize is the bytes stored: compressed and encrypted.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"contentSize": {
+						SchemaProps: spec.SchemaProps{
+							Description: "contentSize is the bytes of the content itself.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"digest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "digest is the SHA-256 of the content, before compression and encryption, as sha256:<64 hex digits>; a restore checks it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "content", "machine", "storedSize", "contentSize", "digest"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackupRetention limits the backups kept. At least one limit is set; the newest successful backup is always kept.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"count": {
+						SchemaProps: spec.SchemaProps{
+							Description: "count keeps the newest count successful backups.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxAge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxAge keeps backups younger than this duration (72h).",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackupTarget is one object store. Exactly one of s3, gcs, azureBlob and volume is set.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"s3": {
+						SchemaProps: spec.SchemaProps{
+							Description: "s3 is an Amazon S3 or S3-compatible bucket.",
+							Ref:         ref(v1alpha1.S3Target{}.OpenAPIModelName()),
+						},
+					},
+					"gcs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "gcs is a Google Cloud Storage bucket.",
+							Ref:         ref(v1alpha1.GCSTarget{}.OpenAPIModelName()),
+						},
+					},
+					"azureBlob": {
+						SchemaProps: spec.SchemaProps{
+							Description: "azureBlob is an Azure Blob Storage container.",
+							Ref:         ref(v1alpha1.AzureBlobTarget{}.OpenAPIModelName()),
+						},
+					},
+					"volume": {
+						SchemaProps: spec.SchemaProps{
+							Description: "volume is a directory on a volume mounted into ichor-controller (a PersistentVolumeClaim), under its --backup-volume-dir.",
+							Ref:         ref(v1alpha1.VolumeTarget{}.OpenAPIModelName()),
+						},
+					},
+					"prefix": {
+						SchemaProps: spec.SchemaProps{
+							Description: "prefix starts the key of every object Ichor writes; default \"<namespace>/<cluster>/\". Each backup is a folder below it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.AzureBlobTarget{}.OpenAPIModelName(), v1alpha1.GCSTarget{}.OpenAPIModelName(), v1alpha1.S3Target{}.OpenAPIModelName(), v1alpha1.VolumeTarget{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_CNISpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -305,6 +527,107 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref common.ReferenceCa
 				Required: []string{"issuerURL", "clientID"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_ClusterBackup(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterBackup is a cluster's backup setting: when backups run, where they go, who can read them and how long they are kept. Only admins set it (the talosclusters/backup subresource): it names Secrets, and what it encrypts to decides who can read every secret of the cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"schedule": {
+						SchemaProps: spec.SchemaProps{
+							Description: "schedule is when backups run, in cron syntax: five fields (minute, hour, day of month, month, day of week) or a descriptor such as @daily or @every 6h.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeZone": {
+						SchemaProps: spec.SchemaProps{
+							Description: "timeZone is the IANA time zone the schedule is read in (Europe/Paris); default UTC.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"suspend": {
+						SchemaProps: spec.SchemaProps{
+							Description: "suspend stops scheduled backups; a TalosBackup created by hand still runs.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"target": {
+						SchemaProps: spec.SchemaProps{
+							Description: "target is where backups are written.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.BackupTarget{}.OpenAPIModelName()),
+						},
+					},
+					"encryption": {
+						SchemaProps: spec.SchemaProps{
+							Description: "encryption says who can read the backups.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.BackupEncryption{}.OpenAPIModelName()),
+						},
+					},
+					"compression": {
+						SchemaProps: spec.SchemaProps{
+							Description: "compression applied before encryption; default zstd.\n\nPossible enum values:\n - `\"none\"` stores the files as they are (encrypted).\n - `\"zstd\"` compresses with zstd.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"none", "zstd"},
+						},
+					},
+					"retention": {
+						SchemaProps: spec.SchemaProps{
+							Description: "retention says which backups are kept: those within both limits that are set. Older ones are deleted, from the target and the API, only after a newer backup succeeded.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.BackupRetention{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"schedule", "target", "encryption", "retention"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.BackupEncryption{}.OpenAPIModelName(), v1alpha1.BackupRetention{}.OpenAPIModelName(), v1alpha1.BackupTarget{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_ClusterBackupStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterBackupStatus is what the backup schedule did last.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lastScheduleTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastScheduleTime is the last time the schedule created a TalosBackup.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"lastSuccessfulBackup": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastSuccessfulBackup is the newest TalosBackup that succeeded.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastSuccessfulTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastSuccessfulTime is when it completed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -690,6 +1013,36 @@ func schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref common.ReferenceCa
 		},
 		Dependencies: []string{
 			v1alpha1.SecretKeySelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_GCSTarget(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "GCSTarget is a Google Cloud Storage bucket.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"bucket": {
+						SchemaProps: spec.SchemaProps{
+							Description: "bucket name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"credentialsRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentialsRef names a Secret whose key credentials.json is a service account key. Empty: the controller's own Google identity (workload identity).",
+							Ref:         ref(v1alpha1.LocalSecretReference{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"bucket"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -2091,6 +2444,65 @@ func schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref common.ReferenceCallbac
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_S3Target(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "S3Target is a bucket of Amazon S3 or of an S3-compatible server.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"bucket": {
+						SchemaProps: spec.SchemaProps{
+							Description: "bucket name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"region": {
+						SchemaProps: spec.SchemaProps{
+							Description: "region of the bucket (us-east-1 for most S3-compatible servers).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"endpoint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "endpoint is the https URL of an S3-compatible server; empty for AWS.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"forcePathStyle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "forcePathStyle puts the bucket in the URL's path rather than its host name, as most S3-compatible servers want.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"credentialsRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentialsRef names a Secret with the keys accessKeyID and secretAccessKey (and optionally sessionToken). Empty: the controller's own AWS identity (environment, web identity, instance role).",
+							Ref:         ref(v1alpha1.LocalSecretReference{}.OpenAPIModelName()),
+						},
+					},
+					"caBundle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caBundle is the PEM certificates that issue endpoint's certificate, when the system's roots do not.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"bucket", "region"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2118,6 +2530,252 @@ func schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref common.ReferenceCallba
 				Required: []string{"name", "key"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_TalosBackup(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TalosBackup is one backup of a cluster: its etcd snapshot and every machine's running config, encrypted to the cluster's backup recipients and written to its backup target. The cluster's schedule creates them, and an operator may create one to back up now. Deleting one deletes its files from the target.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.TalosBackupSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.TalosBackupStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TalosBackupSpec{}.OpenAPIModelName(), v1alpha1.TalosBackupStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_TalosBackupList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TalosBackupList is a list of TalosBackup objects.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.TalosBackup{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.TalosBackup{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_TalosBackupSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TalosBackupSpec says which cluster to back up. It cannot change.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"clusterName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "clusterName is the TalosCluster in this namespace to back up, with its spec.backup settings.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"clusterName"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "TalosBackupStatus is what was backed up, where, and how it went.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase of the backup.\n\nPossible enum values:\n - `\"Failed\"`\n - `\"Pending\"`\n - `\"Running\"`\n - `\"Succeeded\"`",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Failed", "Pending", "Running", "Succeeded"},
+						},
+					},
+					"startedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "startedAt is when the controller began it.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"completedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "completedAt is when it succeeded or failed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"location": {
+						SchemaProps: spec.SchemaProps{
+							Description: "location is the folder holding the files, as a URL without any credential (s3://bucket/prefix/name/).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"target": {
+						SchemaProps: spec.SchemaProps{
+							Description: "target is the cluster's backup target when the backup ran; the files are deleted from there, whatever the cluster's setting is by then.",
+							Ref:         ref(v1alpha1.BackupTarget{}.OpenAPIModelName()),
+						},
+					},
+					"recipients": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "recipients are the age public keys the files are encrypted to.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"compression": {
+						SchemaProps: spec.SchemaProps{
+							Description: "compression of the files, before encryption.\n\nPossible enum values:\n - `\"none\"` stores the files as they are (encrypted).\n - `\"zstd\"` compresses with zstd.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"none", "zstd"},
+						},
+					},
+					"etcdRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "etcdRevision is the revision of the etcd snapshot.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"files": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "files written, in order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.BackupFile{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"storedSize": {
+						SchemaProps: spec.SchemaProps{
+							Description: "storedSize is the bytes stored, summed over the files.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "conditions of the backup: Succeeded, and FilesDeleted while it is deleted.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.BackupFile{}.OpenAPIModelName(), v1alpha1.BackupTarget{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2287,12 +2945,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterSpec(ref common.ReferenceCallbac
 							Format:      "",
 						},
 					},
+					"backup": {
+						SchemaProps: spec.SchemaProps{
+							Description: "backup schedules encrypted backups of the cluster's etcd and machine configs.",
+							Ref:         ref(v1alpha1.ClusterBackup{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"talosVersion", "kubernetesVersion", "controlPlane"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ClusterAuthentication{}.OpenAPIModelName(), v1alpha1.ClusterNetwork{}.OpenAPIModelName(), v1alpha1.ClusterSecurity{}.OpenAPIModelName(), v1alpha1.ControlPlaneSpec{}.OpenAPIModelName(), v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
+			v1alpha1.ClusterAuthentication{}.OpenAPIModelName(), v1alpha1.ClusterBackup{}.OpenAPIModelName(), v1alpha1.ClusterNetwork{}.OpenAPIModelName(), v1alpha1.ClusterSecurity{}.OpenAPIModelName(), v1alpha1.ControlPlaneSpec{}.OpenAPIModelName(), v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
 	}
 }
 
@@ -2378,11 +3042,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.DisruptionStatus{}.OpenAPIModelName()),
 						},
 					},
+					"backup": {
+						SchemaProps: spec.SchemaProps{
+							Description: "backup is what the backup schedule did last.",
+							Ref:         ref(v1alpha1.ClusterBackupStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -3454,6 +4124,28 @@ func schema_pkg_apis_ichor_v1alpha1_UnmanagedMachine(ref common.ReferenceCallbac
 		},
 		Dependencies: []string{
 			v1alpha1.SecretKeySelector{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_VolumeTarget(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "VolumeTarget is a directory under ichor-controller's --backup-volume-dir.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "path of the directory, relative to --backup-volume-dir.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"path"},
+			},
+		},
 	}
 }
 

@@ -97,6 +97,12 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				s.Unmanaged.Address = hostPort(c)
 			}
 		},
+		func(b *ichor.ClusterBackup, c randfill.Continue) {
+			c.FillNoCustom(b)
+			if b.Compression == "" {
+				b.Compression = pick(c, ichor.BackupCompressionZstd, ichor.BackupCompressionNone)
+			}
+		},
 		func(s *ichor.InstallationSettings, c randfill.Continue) {
 			c.FillNoCustom(s)
 			if s.ScanInterval == nil {

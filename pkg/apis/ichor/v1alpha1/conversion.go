@@ -17,6 +17,7 @@ var SelectableFields = map[string][]string{
 	"TalosOperation":         {"spec.clusterName", "spec.type", "status.phase"},
 	"TalosCredentialRequest": {"spec.clusterName", "spec.purpose", "spec.username"},
 	"MachineReclaim":         {"spec.clusterName", "status.phase"},
+	"TalosBackup":            {"spec.clusterName", "status.phase"},
 	"IchorUser":              {"spec.role"},
 	"IchorInstallation":      {},
 }

@@ -44,6 +44,13 @@ func SetDefaults_TalosClusterSpec(obj *TalosClusterSpec) {
 	}
 }
 
+// SetDefaults_ClusterBackup compresses backups unless asked otherwise.
+func SetDefaults_ClusterBackup(obj *ClusterBackup) {
+	if obj.Compression == "" {
+		obj.Compression = BackupCompressionZstd
+	}
+}
+
 // SetDefaults_TalosMachineSpec adds the Talos API port and, for an assigned
 // machine, the worker role.
 func SetDefaults_TalosMachineSpec(obj *TalosMachineSpec) {

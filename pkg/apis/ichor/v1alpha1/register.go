@@ -41,6 +41,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&MachineReclaim{}, &MachineReclaimList{},
 		&IchorUser{}, &IchorUserList{},
 		&IchorInstallation{}, &IchorInstallationList{},
+		&TalosBackup{}, &TalosBackupList{},
 		&Override{},
 		&IchorUserPassword{},
 		&DownloadOptions{},

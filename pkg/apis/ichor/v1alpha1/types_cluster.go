@@ -50,6 +50,9 @@ type TalosClusterSpec struct {
 	// paused stops the controller from changing any machine of this cluster.
 	// +optional
 	Paused bool `json:"paused,omitempty" protobuf:"varint,9,opt,name=paused"`
+	// backup schedules encrypted backups of the cluster's etcd and machine configs.
+	// +optional
+	Backup *ClusterBackup `json:"backup,omitempty" protobuf:"bytes,10,opt,name=backup"`
 }
 
 // ControlPlaneSpec describes the cluster's control-plane endpoint.
@@ -177,6 +180,9 @@ type TalosClusterStatus struct {
 	// the action failed.
 	// +optional
 	Disruption *DisruptionStatus `json:"disruption,omitempty" protobuf:"bytes,9,opt,name=disruption"`
+	// backup is what the backup schedule did last.
+	// +optional
+	Backup *ClusterBackupStatus `json:"backup,omitempty" protobuf:"bytes,10,opt,name=backup"`
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

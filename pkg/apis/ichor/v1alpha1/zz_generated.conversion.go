@@ -58,6 +58,56 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*AzureBlobTarget)(nil), (*ichor.AzureBlobTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_AzureBlobTarget_To_ichor_AzureBlobTarget(a.(*AzureBlobTarget), b.(*ichor.AzureBlobTarget), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.AzureBlobTarget)(nil), (*AzureBlobTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_AzureBlobTarget_To_v1alpha1_AzureBlobTarget(a.(*ichor.AzureBlobTarget), b.(*AzureBlobTarget), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*BackupEncryption)(nil), (*ichor.BackupEncryption)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_BackupEncryption_To_ichor_BackupEncryption(a.(*BackupEncryption), b.(*ichor.BackupEncryption), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.BackupEncryption)(nil), (*BackupEncryption)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_BackupEncryption_To_v1alpha1_BackupEncryption(a.(*ichor.BackupEncryption), b.(*BackupEncryption), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*BackupFile)(nil), (*ichor.BackupFile)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_BackupFile_To_ichor_BackupFile(a.(*BackupFile), b.(*ichor.BackupFile), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.BackupFile)(nil), (*BackupFile)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_BackupFile_To_v1alpha1_BackupFile(a.(*ichor.BackupFile), b.(*BackupFile), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*BackupRetention)(nil), (*ichor.BackupRetention)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_BackupRetention_To_ichor_BackupRetention(a.(*BackupRetention), b.(*ichor.BackupRetention), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.BackupRetention)(nil), (*BackupRetention)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_BackupRetention_To_v1alpha1_BackupRetention(a.(*ichor.BackupRetention), b.(*BackupRetention), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*BackupTarget)(nil), (*ichor.BackupTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_BackupTarget_To_ichor_BackupTarget(a.(*BackupTarget), b.(*ichor.BackupTarget), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.BackupTarget)(nil), (*BackupTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_BackupTarget_To_v1alpha1_BackupTarget(a.(*ichor.BackupTarget), b.(*BackupTarget), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*CNISpec)(nil), (*ichor.CNISpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_CNISpec_To_ichor_CNISpec(a.(*CNISpec), b.(*ichor.CNISpec), scope)
 	}); err != nil {
@@ -75,6 +125,26 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*ichor.ClusterAuthentication)(nil), (*ClusterAuthentication)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_ichor_ClusterAuthentication_To_v1alpha1_ClusterAuthentication(a.(*ichor.ClusterAuthentication), b.(*ClusterAuthentication), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ClusterBackup)(nil), (*ichor.ClusterBackup)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_ClusterBackup_To_ichor_ClusterBackup(a.(*ClusterBackup), b.(*ichor.ClusterBackup), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.ClusterBackup)(nil), (*ClusterBackup)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_ClusterBackup_To_v1alpha1_ClusterBackup(a.(*ichor.ClusterBackup), b.(*ClusterBackup), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ClusterBackupStatus)(nil), (*ichor.ClusterBackupStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_ClusterBackupStatus_To_ichor_ClusterBackupStatus(a.(*ClusterBackupStatus), b.(*ichor.ClusterBackupStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.ClusterBackupStatus)(nil), (*ClusterBackupStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_ClusterBackupStatus_To_v1alpha1_ClusterBackupStatus(a.(*ichor.ClusterBackupStatus), b.(*ClusterBackupStatus), scope)
 	}); err != nil {
 		return err
 	}
@@ -175,6 +245,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*ichor.EtcdRestoreParameters)(nil), (*EtcdRestoreParameters)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_ichor_EtcdRestoreParameters_To_v1alpha1_EtcdRestoreParameters(a.(*ichor.EtcdRestoreParameters), b.(*EtcdRestoreParameters), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*GCSTarget)(nil), (*ichor.GCSTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_GCSTarget_To_ichor_GCSTarget(a.(*GCSTarget), b.(*ichor.GCSTarget), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.GCSTarget)(nil), (*GCSTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_GCSTarget_To_v1alpha1_GCSTarget(a.(*ichor.GCSTarget), b.(*GCSTarget), scope)
 	}); err != nil {
 		return err
 	}
@@ -488,6 +568,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*S3Target)(nil), (*ichor.S3Target)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_S3Target_To_ichor_S3Target(a.(*S3Target), b.(*ichor.S3Target), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.S3Target)(nil), (*S3Target)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_S3Target_To_v1alpha1_S3Target(a.(*ichor.S3Target), b.(*S3Target), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*SecretKeySelector)(nil), (*ichor.SecretKeySelector)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_SecretKeySelector_To_ichor_SecretKeySelector(a.(*SecretKeySelector), b.(*ichor.SecretKeySelector), scope)
 	}); err != nil {
@@ -495,6 +585,46 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*ichor.SecretKeySelector)(nil), (*SecretKeySelector)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_ichor_SecretKeySelector_To_v1alpha1_SecretKeySelector(a.(*ichor.SecretKeySelector), b.(*SecretKeySelector), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TalosBackup)(nil), (*ichor.TalosBackup)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TalosBackup_To_ichor_TalosBackup(a.(*TalosBackup), b.(*ichor.TalosBackup), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.TalosBackup)(nil), (*TalosBackup)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_TalosBackup_To_v1alpha1_TalosBackup(a.(*ichor.TalosBackup), b.(*TalosBackup), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TalosBackupList)(nil), (*ichor.TalosBackupList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TalosBackupList_To_ichor_TalosBackupList(a.(*TalosBackupList), b.(*ichor.TalosBackupList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.TalosBackupList)(nil), (*TalosBackupList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_TalosBackupList_To_v1alpha1_TalosBackupList(a.(*ichor.TalosBackupList), b.(*TalosBackupList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TalosBackupSpec)(nil), (*ichor.TalosBackupSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec(a.(*TalosBackupSpec), b.(*ichor.TalosBackupSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.TalosBackupSpec)(nil), (*TalosBackupSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec(a.(*ichor.TalosBackupSpec), b.(*TalosBackupSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*TalosBackupStatus)(nil), (*ichor.TalosBackupStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus(a.(*TalosBackupStatus), b.(*ichor.TalosBackupStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.TalosBackupStatus)(nil), (*TalosBackupStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus(a.(*ichor.TalosBackupStatus), b.(*TalosBackupStatus), scope)
 	}); err != nil {
 		return err
 	}
@@ -718,6 +848,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*VolumeTarget)(nil), (*ichor.VolumeTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_VolumeTarget_To_ichor_VolumeTarget(a.(*VolumeTarget), b.(*ichor.VolumeTarget), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*ichor.VolumeTarget)(nil), (*VolumeTarget)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_ichor_VolumeTarget_To_v1alpha1_VolumeTarget(a.(*ichor.VolumeTarget), b.(*VolumeTarget), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*url.Values)(nil), (*DownloadOptions)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_url_Values_To_v1alpha1_DownloadOptions(a.(*url.Values), b.(*DownloadOptions), scope)
 	}); err != nil {
@@ -771,6 +911,106 @@ func Convert_ichor_ApprovalStatus_To_v1alpha1_ApprovalStatus(in *ichor.ApprovalS
 	return autoConvert_ichor_ApprovalStatus_To_v1alpha1_ApprovalStatus(in, out, s)
 }
 
+func autoConvert_v1alpha1_AzureBlobTarget_To_ichor_AzureBlobTarget(in *AzureBlobTarget, out *ichor.AzureBlobTarget, s conversion.Scope) error {
+	*out = *(*ichor.AzureBlobTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_AzureBlobTarget_To_ichor_AzureBlobTarget is an autogenerated conversion function.
+func Convert_v1alpha1_AzureBlobTarget_To_ichor_AzureBlobTarget(in *AzureBlobTarget, out *ichor.AzureBlobTarget, s conversion.Scope) error {
+	return autoConvert_v1alpha1_AzureBlobTarget_To_ichor_AzureBlobTarget(in, out, s)
+}
+
+func autoConvert_ichor_AzureBlobTarget_To_v1alpha1_AzureBlobTarget(in *ichor.AzureBlobTarget, out *AzureBlobTarget, s conversion.Scope) error {
+	*out = *(*AzureBlobTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_AzureBlobTarget_To_v1alpha1_AzureBlobTarget is an autogenerated conversion function.
+func Convert_ichor_AzureBlobTarget_To_v1alpha1_AzureBlobTarget(in *ichor.AzureBlobTarget, out *AzureBlobTarget, s conversion.Scope) error {
+	return autoConvert_ichor_AzureBlobTarget_To_v1alpha1_AzureBlobTarget(in, out, s)
+}
+
+func autoConvert_v1alpha1_BackupEncryption_To_ichor_BackupEncryption(in *BackupEncryption, out *ichor.BackupEncryption, s conversion.Scope) error {
+	*out = *(*ichor.BackupEncryption)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_BackupEncryption_To_ichor_BackupEncryption is an autogenerated conversion function.
+func Convert_v1alpha1_BackupEncryption_To_ichor_BackupEncryption(in *BackupEncryption, out *ichor.BackupEncryption, s conversion.Scope) error {
+	return autoConvert_v1alpha1_BackupEncryption_To_ichor_BackupEncryption(in, out, s)
+}
+
+func autoConvert_ichor_BackupEncryption_To_v1alpha1_BackupEncryption(in *ichor.BackupEncryption, out *BackupEncryption, s conversion.Scope) error {
+	*out = *(*BackupEncryption)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_BackupEncryption_To_v1alpha1_BackupEncryption is an autogenerated conversion function.
+func Convert_ichor_BackupEncryption_To_v1alpha1_BackupEncryption(in *ichor.BackupEncryption, out *BackupEncryption, s conversion.Scope) error {
+	return autoConvert_ichor_BackupEncryption_To_v1alpha1_BackupEncryption(in, out, s)
+}
+
+func autoConvert_v1alpha1_BackupFile_To_ichor_BackupFile(in *BackupFile, out *ichor.BackupFile, s conversion.Scope) error {
+	*out = *(*ichor.BackupFile)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_BackupFile_To_ichor_BackupFile is an autogenerated conversion function.
+func Convert_v1alpha1_BackupFile_To_ichor_BackupFile(in *BackupFile, out *ichor.BackupFile, s conversion.Scope) error {
+	return autoConvert_v1alpha1_BackupFile_To_ichor_BackupFile(in, out, s)
+}
+
+func autoConvert_ichor_BackupFile_To_v1alpha1_BackupFile(in *ichor.BackupFile, out *BackupFile, s conversion.Scope) error {
+	*out = *(*BackupFile)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_BackupFile_To_v1alpha1_BackupFile is an autogenerated conversion function.
+func Convert_ichor_BackupFile_To_v1alpha1_BackupFile(in *ichor.BackupFile, out *BackupFile, s conversion.Scope) error {
+	return autoConvert_ichor_BackupFile_To_v1alpha1_BackupFile(in, out, s)
+}
+
+func autoConvert_v1alpha1_BackupRetention_To_ichor_BackupRetention(in *BackupRetention, out *ichor.BackupRetention, s conversion.Scope) error {
+	*out = *(*ichor.BackupRetention)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_BackupRetention_To_ichor_BackupRetention is an autogenerated conversion function.
+func Convert_v1alpha1_BackupRetention_To_ichor_BackupRetention(in *BackupRetention, out *ichor.BackupRetention, s conversion.Scope) error {
+	return autoConvert_v1alpha1_BackupRetention_To_ichor_BackupRetention(in, out, s)
+}
+
+func autoConvert_ichor_BackupRetention_To_v1alpha1_BackupRetention(in *ichor.BackupRetention, out *BackupRetention, s conversion.Scope) error {
+	*out = *(*BackupRetention)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_BackupRetention_To_v1alpha1_BackupRetention is an autogenerated conversion function.
+func Convert_ichor_BackupRetention_To_v1alpha1_BackupRetention(in *ichor.BackupRetention, out *BackupRetention, s conversion.Scope) error {
+	return autoConvert_ichor_BackupRetention_To_v1alpha1_BackupRetention(in, out, s)
+}
+
+func autoConvert_v1alpha1_BackupTarget_To_ichor_BackupTarget(in *BackupTarget, out *ichor.BackupTarget, s conversion.Scope) error {
+	*out = *(*ichor.BackupTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_BackupTarget_To_ichor_BackupTarget is an autogenerated conversion function.
+func Convert_v1alpha1_BackupTarget_To_ichor_BackupTarget(in *BackupTarget, out *ichor.BackupTarget, s conversion.Scope) error {
+	return autoConvert_v1alpha1_BackupTarget_To_ichor_BackupTarget(in, out, s)
+}
+
+func autoConvert_ichor_BackupTarget_To_v1alpha1_BackupTarget(in *ichor.BackupTarget, out *BackupTarget, s conversion.Scope) error {
+	*out = *(*BackupTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_BackupTarget_To_v1alpha1_BackupTarget is an autogenerated conversion function.
+func Convert_ichor_BackupTarget_To_v1alpha1_BackupTarget(in *ichor.BackupTarget, out *BackupTarget, s conversion.Scope) error {
+	return autoConvert_ichor_BackupTarget_To_v1alpha1_BackupTarget(in, out, s)
+}
+
 func autoConvert_v1alpha1_CNISpec_To_ichor_CNISpec(in *CNISpec, out *ichor.CNISpec, s conversion.Scope) error {
 	*out = *(*ichor.CNISpec)(unsafe.Pointer(in))
 	return nil
@@ -809,6 +1049,46 @@ func autoConvert_ichor_ClusterAuthentication_To_v1alpha1_ClusterAuthentication(i
 // Convert_ichor_ClusterAuthentication_To_v1alpha1_ClusterAuthentication is an autogenerated conversion function.
 func Convert_ichor_ClusterAuthentication_To_v1alpha1_ClusterAuthentication(in *ichor.ClusterAuthentication, out *ClusterAuthentication, s conversion.Scope) error {
 	return autoConvert_ichor_ClusterAuthentication_To_v1alpha1_ClusterAuthentication(in, out, s)
+}
+
+func autoConvert_v1alpha1_ClusterBackup_To_ichor_ClusterBackup(in *ClusterBackup, out *ichor.ClusterBackup, s conversion.Scope) error {
+	*out = *(*ichor.ClusterBackup)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_ClusterBackup_To_ichor_ClusterBackup is an autogenerated conversion function.
+func Convert_v1alpha1_ClusterBackup_To_ichor_ClusterBackup(in *ClusterBackup, out *ichor.ClusterBackup, s conversion.Scope) error {
+	return autoConvert_v1alpha1_ClusterBackup_To_ichor_ClusterBackup(in, out, s)
+}
+
+func autoConvert_ichor_ClusterBackup_To_v1alpha1_ClusterBackup(in *ichor.ClusterBackup, out *ClusterBackup, s conversion.Scope) error {
+	*out = *(*ClusterBackup)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_ClusterBackup_To_v1alpha1_ClusterBackup is an autogenerated conversion function.
+func Convert_ichor_ClusterBackup_To_v1alpha1_ClusterBackup(in *ichor.ClusterBackup, out *ClusterBackup, s conversion.Scope) error {
+	return autoConvert_ichor_ClusterBackup_To_v1alpha1_ClusterBackup(in, out, s)
+}
+
+func autoConvert_v1alpha1_ClusterBackupStatus_To_ichor_ClusterBackupStatus(in *ClusterBackupStatus, out *ichor.ClusterBackupStatus, s conversion.Scope) error {
+	*out = *(*ichor.ClusterBackupStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_ClusterBackupStatus_To_ichor_ClusterBackupStatus is an autogenerated conversion function.
+func Convert_v1alpha1_ClusterBackupStatus_To_ichor_ClusterBackupStatus(in *ClusterBackupStatus, out *ichor.ClusterBackupStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_ClusterBackupStatus_To_ichor_ClusterBackupStatus(in, out, s)
+}
+
+func autoConvert_ichor_ClusterBackupStatus_To_v1alpha1_ClusterBackupStatus(in *ichor.ClusterBackupStatus, out *ClusterBackupStatus, s conversion.Scope) error {
+	*out = *(*ClusterBackupStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_ClusterBackupStatus_To_v1alpha1_ClusterBackupStatus is an autogenerated conversion function.
+func Convert_ichor_ClusterBackupStatus_To_v1alpha1_ClusterBackupStatus(in *ichor.ClusterBackupStatus, out *ClusterBackupStatus, s conversion.Scope) error {
+	return autoConvert_ichor_ClusterBackupStatus_To_v1alpha1_ClusterBackupStatus(in, out, s)
 }
 
 func autoConvert_v1alpha1_ClusterNetwork_To_ichor_ClusterNetwork(in *ClusterNetwork, out *ichor.ClusterNetwork, s conversion.Scope) error {
@@ -1025,6 +1305,26 @@ func autoConvert_ichor_EtcdRestoreParameters_To_v1alpha1_EtcdRestoreParameters(i
 // Convert_ichor_EtcdRestoreParameters_To_v1alpha1_EtcdRestoreParameters is an autogenerated conversion function.
 func Convert_ichor_EtcdRestoreParameters_To_v1alpha1_EtcdRestoreParameters(in *ichor.EtcdRestoreParameters, out *EtcdRestoreParameters, s conversion.Scope) error {
 	return autoConvert_ichor_EtcdRestoreParameters_To_v1alpha1_EtcdRestoreParameters(in, out, s)
+}
+
+func autoConvert_v1alpha1_GCSTarget_To_ichor_GCSTarget(in *GCSTarget, out *ichor.GCSTarget, s conversion.Scope) error {
+	*out = *(*ichor.GCSTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_GCSTarget_To_ichor_GCSTarget is an autogenerated conversion function.
+func Convert_v1alpha1_GCSTarget_To_ichor_GCSTarget(in *GCSTarget, out *ichor.GCSTarget, s conversion.Scope) error {
+	return autoConvert_v1alpha1_GCSTarget_To_ichor_GCSTarget(in, out, s)
+}
+
+func autoConvert_ichor_GCSTarget_To_v1alpha1_GCSTarget(in *ichor.GCSTarget, out *GCSTarget, s conversion.Scope) error {
+	*out = *(*GCSTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_GCSTarget_To_v1alpha1_GCSTarget is an autogenerated conversion function.
+func Convert_ichor_GCSTarget_To_v1alpha1_GCSTarget(in *ichor.GCSTarget, out *GCSTarget, s conversion.Scope) error {
+	return autoConvert_ichor_GCSTarget_To_v1alpha1_GCSTarget(in, out, s)
 }
 
 func autoConvert_v1alpha1_HardwareStatus_To_ichor_HardwareStatus(in *HardwareStatus, out *ichor.HardwareStatus, s conversion.Scope) error {
@@ -1775,6 +2075,26 @@ func Convert_ichor_RebootParameters_To_v1alpha1_RebootParameters(in *ichor.Reboo
 	return autoConvert_ichor_RebootParameters_To_v1alpha1_RebootParameters(in, out, s)
 }
 
+func autoConvert_v1alpha1_S3Target_To_ichor_S3Target(in *S3Target, out *ichor.S3Target, s conversion.Scope) error {
+	*out = *(*ichor.S3Target)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_S3Target_To_ichor_S3Target is an autogenerated conversion function.
+func Convert_v1alpha1_S3Target_To_ichor_S3Target(in *S3Target, out *ichor.S3Target, s conversion.Scope) error {
+	return autoConvert_v1alpha1_S3Target_To_ichor_S3Target(in, out, s)
+}
+
+func autoConvert_ichor_S3Target_To_v1alpha1_S3Target(in *ichor.S3Target, out *S3Target, s conversion.Scope) error {
+	*out = *(*S3Target)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_S3Target_To_v1alpha1_S3Target is an autogenerated conversion function.
+func Convert_ichor_S3Target_To_v1alpha1_S3Target(in *ichor.S3Target, out *S3Target, s conversion.Scope) error {
+	return autoConvert_ichor_S3Target_To_v1alpha1_S3Target(in, out, s)
+}
+
 func autoConvert_v1alpha1_SecretKeySelector_To_ichor_SecretKeySelector(in *SecretKeySelector, out *ichor.SecretKeySelector, s conversion.Scope) error {
 	*out = *(*ichor.SecretKeySelector)(unsafe.Pointer(in))
 	return nil
@@ -1793,6 +2113,100 @@ func autoConvert_ichor_SecretKeySelector_To_v1alpha1_SecretKeySelector(in *ichor
 // Convert_ichor_SecretKeySelector_To_v1alpha1_SecretKeySelector is an autogenerated conversion function.
 func Convert_ichor_SecretKeySelector_To_v1alpha1_SecretKeySelector(in *ichor.SecretKeySelector, out *SecretKeySelector, s conversion.Scope) error {
 	return autoConvert_ichor_SecretKeySelector_To_v1alpha1_SecretKeySelector(in, out, s)
+}
+
+func autoConvert_v1alpha1_TalosBackup_To_ichor_TalosBackup(in *TalosBackup, out *ichor.TalosBackup, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_TalosBackup_To_ichor_TalosBackup is an autogenerated conversion function.
+func Convert_v1alpha1_TalosBackup_To_ichor_TalosBackup(in *TalosBackup, out *ichor.TalosBackup, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TalosBackup_To_ichor_TalosBackup(in, out, s)
+}
+
+func autoConvert_ichor_TalosBackup_To_v1alpha1_TalosBackup(in *ichor.TalosBackup, out *TalosBackup, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_ichor_TalosBackup_To_v1alpha1_TalosBackup is an autogenerated conversion function.
+func Convert_ichor_TalosBackup_To_v1alpha1_TalosBackup(in *ichor.TalosBackup, out *TalosBackup, s conversion.Scope) error {
+	return autoConvert_ichor_TalosBackup_To_v1alpha1_TalosBackup(in, out, s)
+}
+
+func autoConvert_v1alpha1_TalosBackupList_To_ichor_TalosBackupList(in *TalosBackupList, out *ichor.TalosBackupList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]ichor.TalosBackup)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_TalosBackupList_To_ichor_TalosBackupList is an autogenerated conversion function.
+func Convert_v1alpha1_TalosBackupList_To_ichor_TalosBackupList(in *TalosBackupList, out *ichor.TalosBackupList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TalosBackupList_To_ichor_TalosBackupList(in, out, s)
+}
+
+func autoConvert_ichor_TalosBackupList_To_v1alpha1_TalosBackupList(in *ichor.TalosBackupList, out *TalosBackupList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]TalosBackup)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_ichor_TalosBackupList_To_v1alpha1_TalosBackupList is an autogenerated conversion function.
+func Convert_ichor_TalosBackupList_To_v1alpha1_TalosBackupList(in *ichor.TalosBackupList, out *TalosBackupList, s conversion.Scope) error {
+	return autoConvert_ichor_TalosBackupList_To_v1alpha1_TalosBackupList(in, out, s)
+}
+
+func autoConvert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec(in *TalosBackupSpec, out *ichor.TalosBackupSpec, s conversion.Scope) error {
+	*out = *(*ichor.TalosBackupSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec is an autogenerated conversion function.
+func Convert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec(in *TalosBackupSpec, out *ichor.TalosBackupSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TalosBackupSpec_To_ichor_TalosBackupSpec(in, out, s)
+}
+
+func autoConvert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec(in *ichor.TalosBackupSpec, out *TalosBackupSpec, s conversion.Scope) error {
+	*out = *(*TalosBackupSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec is an autogenerated conversion function.
+func Convert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec(in *ichor.TalosBackupSpec, out *TalosBackupSpec, s conversion.Scope) error {
+	return autoConvert_ichor_TalosBackupSpec_To_v1alpha1_TalosBackupSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus(in *TalosBackupStatus, out *ichor.TalosBackupStatus, s conversion.Scope) error {
+	*out = *(*ichor.TalosBackupStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus is an autogenerated conversion function.
+func Convert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus(in *TalosBackupStatus, out *ichor.TalosBackupStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_TalosBackupStatus_To_ichor_TalosBackupStatus(in, out, s)
+}
+
+func autoConvert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus(in *ichor.TalosBackupStatus, out *TalosBackupStatus, s conversion.Scope) error {
+	*out = *(*TalosBackupStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus is an autogenerated conversion function.
+func Convert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus(in *ichor.TalosBackupStatus, out *TalosBackupStatus, s conversion.Scope) error {
+	return autoConvert_ichor_TalosBackupStatus_To_v1alpha1_TalosBackupStatus(in, out, s)
 }
 
 func autoConvert_v1alpha1_TalosCluster_To_ichor_TalosCluster(in *TalosCluster, out *ichor.TalosCluster, s conversion.Scope) error {
@@ -2303,4 +2717,24 @@ func autoConvert_ichor_UnmanagedMachine_To_v1alpha1_UnmanagedMachine(in *ichor.U
 // Convert_ichor_UnmanagedMachine_To_v1alpha1_UnmanagedMachine is an autogenerated conversion function.
 func Convert_ichor_UnmanagedMachine_To_v1alpha1_UnmanagedMachine(in *ichor.UnmanagedMachine, out *UnmanagedMachine, s conversion.Scope) error {
 	return autoConvert_ichor_UnmanagedMachine_To_v1alpha1_UnmanagedMachine(in, out, s)
+}
+
+func autoConvert_v1alpha1_VolumeTarget_To_ichor_VolumeTarget(in *VolumeTarget, out *ichor.VolumeTarget, s conversion.Scope) error {
+	*out = *(*ichor.VolumeTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_VolumeTarget_To_ichor_VolumeTarget is an autogenerated conversion function.
+func Convert_v1alpha1_VolumeTarget_To_ichor_VolumeTarget(in *VolumeTarget, out *ichor.VolumeTarget, s conversion.Scope) error {
+	return autoConvert_v1alpha1_VolumeTarget_To_ichor_VolumeTarget(in, out, s)
+}
+
+func autoConvert_ichor_VolumeTarget_To_v1alpha1_VolumeTarget(in *ichor.VolumeTarget, out *VolumeTarget, s conversion.Scope) error {
+	*out = *(*VolumeTarget)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_ichor_VolumeTarget_To_v1alpha1_VolumeTarget is an autogenerated conversion function.
+func Convert_ichor_VolumeTarget_To_v1alpha1_VolumeTarget(in *ichor.VolumeTarget, out *VolumeTarget, s conversion.Scope) error {
+	return autoConvert_ichor_VolumeTarget_To_v1alpha1_VolumeTarget(in, out, s)
 }

@@ -66,6 +66,9 @@ func SetObjectDefaults_MachineReclaimList(in *MachineReclaimList) {
 
 func SetObjectDefaults_TalosCluster(in *TalosCluster) {
 	SetDefaults_TalosClusterSpec(&in.Spec)
+	if in.Spec.Backup != nil {
+		SetDefaults_ClusterBackup(in.Spec.Backup)
+	}
 }
 
 func SetObjectDefaults_TalosClusterList(in *TalosClusterList) {

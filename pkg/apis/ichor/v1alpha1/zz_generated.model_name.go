@@ -32,6 +32,31 @@ func (in ApprovalStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AzureBlobTarget) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AzureBlobTarget"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackupEncryption) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupEncryption"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackupFile) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupFile"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackupRetention) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupRetention"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackupTarget) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupTarget"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CNISpec) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec"
 }
@@ -39,6 +64,16 @@ func (in CNISpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterAuthentication) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterBackup) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackup"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterBackupStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackupStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -89,6 +124,11 @@ func (in DownloadOptions) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in EtcdRestoreParameters) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in GCSTarget) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.GCSTarget"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -247,8 +287,33 @@ func (in RebootParameters) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in S3Target) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.S3Target"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretKeySelector) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TalosBackup) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackup"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TalosBackupList) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TalosBackupSpec) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in TalosBackupStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -359,4 +424,9 @@ func (in TalosUpgradeParameters) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in UnmanagedMachine) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.UnmanagedMachine"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in VolumeTarget) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.VolumeTarget"
 }

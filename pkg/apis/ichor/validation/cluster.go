@@ -117,6 +117,9 @@ func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) fi
 			errs = append(errs, field.Required(authPath.Child("clientID"), ""))
 		}
 	}
+	if s.Backup != nil {
+		errs = append(errs, validateClusterBackup(s.Backup, fldPath.Child("backup"))...)
+	}
 	ksc := s.Security.KubeletServingCertificates
 	if ksc.VerifyFromAPIServer && !ksc.Enabled {
 		errs = append(errs, field.Forbidden(fldPath.Child("security", "kubeletServingCertificates", "verifyFromAPIServer"),

@@ -69,6 +69,83 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: reason
       type:
         scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AzureBlobTarget
+  map:
+    fields:
+    - name: container
+      type:
+        scalar: string
+      default: ""
+    - name: credentialsRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
+    - name: storageAccount
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupEncryption
+  map:
+    fields:
+    - name: recipients
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupFile
+  map:
+    fields:
+    - name: content
+      type:
+        scalar: string
+      default: ""
+    - name: contentSize
+      type:
+        scalar: numeric
+      default: 0
+    - name: digest
+      type:
+        scalar: string
+      default: ""
+    - name: machine
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: storedSize
+      type:
+        scalar: numeric
+      default: 0
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupRetention
+  map:
+    fields:
+    - name: count
+      type:
+        scalar: numeric
+    - name: maxAge
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupTarget
+  map:
+    fields:
+    - name: azureBlob
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.AzureBlobTarget
+    - name: gcs
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.GCSTarget
+    - name: prefix
+      type:
+        scalar: string
+    - name: s3
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.S3Target
+    - name: volume
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.VolumeTarget
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
   map:
     fields:
@@ -92,6 +169,46 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: usernameClaim
       type:
         scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackup
+  map:
+    fields:
+    - name: compression
+      type:
+        scalar: string
+    - name: encryption
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupEncryption
+      default: {}
+    - name: retention
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupRetention
+      default: {}
+    - name: schedule
+      type:
+        scalar: string
+      default: ""
+    - name: suspend
+      type:
+        scalar: boolean
+    - name: target
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupTarget
+      default: {}
+    - name: timeZone
+      type:
+        scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackupStatus
+  map:
+    fields:
+    - name: lastScheduleTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: lastSuccessfulBackup
+      type:
+        scalar: string
+    - name: lastSuccessfulTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork
   map:
     fields:
@@ -211,6 +328,16 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
       default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.GCSTarget
+  map:
+    fields:
+    - name: bucket
+      type:
+        scalar: string
+      default: ""
+    - name: credentialsRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.HardwareStatus
   map:
     fields:
@@ -606,6 +733,29 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: force
       type:
         scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.S3Target
+  map:
+    fields:
+    - name: bucket
+      type:
+        scalar: string
+      default: ""
+    - name: caBundle
+      type:
+        scalar: string
+    - name: credentialsRef
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
+    - name: endpoint
+      type:
+        scalar: string
+    - name: forcePathStyle
+      type:
+        scalar: boolean
+    - name: region
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
   map:
     fields:
@@ -617,6 +767,81 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackup
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupStatus
+      default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupSpec
+  map:
+    fields:
+    - name: clusterName
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupStatus
+  map:
+    fields:
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: compression
+      type:
+        scalar: string
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: etcdRevision
+      type:
+        scalar: numeric
+    - name: files
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupFile
+          elementRelationship: atomic
+    - name: location
+      type:
+        scalar: string
+    - name: phase
+      type:
+        scalar: string
+    - name: recipients
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: storedSize
+      type:
+        scalar: numeric
+    - name: target
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupTarget
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosCluster
   map:
     fields:
@@ -644,6 +869,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: authentication
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication
+    - name: backup
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackup
     - name: ciliumValues
       type:
         scalar: string
@@ -676,6 +904,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosClusterStatus
   map:
     fields:
+    - name: backup
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterBackupStatus
     - name: bootstrappedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -1051,6 +1282,13 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
       default: {}
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.VolumeTarget
+  map:
+    fields:
+    - name: path
+      type:
+        scalar: string
+      default: ""
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:

@@ -59,6 +59,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Ichor().V1alpha1().IchorUsers().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("machinereclaims"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Ichor().V1alpha1().MachineReclaims().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("talosbackups"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Ichor().V1alpha1().TalosBackups().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("talosclusters"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Ichor().V1alpha1().TalosClusters().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("talosconfigpatches"):

@@ -42,6 +42,8 @@ type TalosClusterSpecApplyConfiguration struct {
 	Security *ClusterSecurityApplyConfiguration `json:"security,omitempty"`
 	// paused stops the controller from changing any machine of this cluster.
 	Paused *bool `json:"paused,omitempty"`
+	// backup schedules encrypted backups of the cluster's etcd and machine configs.
+	Backup *ClusterBackupApplyConfiguration `json:"backup,omitempty"`
 }
 
 // TalosClusterSpecApplyConfiguration constructs a declarative configuration of the TalosClusterSpec type for use with
@@ -119,5 +121,13 @@ func (b *TalosClusterSpecApplyConfiguration) WithSecurity(value *ClusterSecurity
 // If called multiple times, the Paused field is set to the value of the last call.
 func (b *TalosClusterSpecApplyConfiguration) WithPaused(value bool) *TalosClusterSpecApplyConfiguration {
 	b.Paused = &value
+	return b
+}
+
+// WithBackup sets the Backup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *TalosClusterSpecApplyConfiguration) WithBackup(value *ClusterBackupApplyConfiguration) *TalosClusterSpecApplyConfiguration {
+	b.Backup = value
 	return b
 }

@@ -53,6 +53,8 @@ type TalosClusterStatusApplyConfiguration struct {
 	// restarted, reset), and it holds the budget until its node is back or
 	// the action failed.
 	Disruption *DisruptionStatusApplyConfiguration `json:"disruption,omitempty"`
+	// backup is what the backup schedule did last.
+	Backup *ClusterBackupStatusApplyConfiguration `json:"backup,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -135,5 +137,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithBootstrappedAt(value metav1.T
 // If called multiple times, the Disruption field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithDisruption(value *DisruptionStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
 	b.Disruption = value
+	return b
+}
+
+// WithBackup sets the Backup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithBackup(value *ClusterBackupStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.Backup = value
 	return b
 }

@@ -34,6 +34,14 @@ type MachineReclaimListerExpansion interface{}
 // MachineReclaimNamespaceLister.
 type MachineReclaimNamespaceListerExpansion interface{}
 
+// TalosBackupListerExpansion allows custom methods to be added to
+// TalosBackupLister.
+type TalosBackupListerExpansion interface{}
+
+// TalosBackupNamespaceListerExpansion allows custom methods to be added to
+// TalosBackupNamespaceLister.
+type TalosBackupNamespaceListerExpansion interface{}
+
 // TalosClusterListerExpansion allows custom methods to be added to
 // TalosClusterLister.
 type TalosClusterListerExpansion interface{}

@@ -30,6 +30,8 @@ type Interface interface {
 	IchorUsers() TypedIchorUserInformer
 	// MachineReclaims returns a MachineReclaimInformer.
 	MachineReclaims() TypedMachineReclaimInformer
+	// TalosBackups returns a TalosBackupInformer.
+	TalosBackups() TypedTalosBackupInformer
 	// TalosClusters returns a TalosClusterInformer.
 	TalosClusters() TypedTalosClusterInformer
 	// TalosConfigPatches returns a TalosConfigPatchInformer.
@@ -66,6 +68,11 @@ func (v *version) IchorUsers() TypedIchorUserInformer {
 // MachineReclaims returns a TypedMachineReclaimInformer.
 func (v *version) MachineReclaims() TypedMachineReclaimInformer {
 	return &machineReclaimInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// TalosBackups returns a TypedTalosBackupInformer.
+func (v *version) TalosBackups() TypedTalosBackupInformer {
+	return &talosBackupInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // TalosClusters returns a TypedTalosClusterInformer.

@@ -24,6 +24,8 @@ type IchorUserExpansion interface{}
 
 type MachineReclaimExpansion interface{}
 
+type TalosBackupExpansion interface{}
+
 type TalosClusterExpansion interface{}
 
 type TalosConfigPatchExpansion interface{}

@@ -31,6 +31,7 @@ type IchorV1alpha1Interface interface {
 	IchorInstallationsGetter
 	IchorUsersGetter
 	MachineReclaimsGetter
+	TalosBackupsGetter
 	TalosClustersGetter
 	TalosConfigPatchesGetter
 	TalosCredentialRequestsGetter
@@ -53,6 +54,10 @@ func (c *IchorV1alpha1Client) IchorUsers() IchorUserInterface {
 
 func (c *IchorV1alpha1Client) MachineReclaims(namespace string) MachineReclaimInterface {
 	return newMachineReclaims(c, namespace)
+}
+
+func (c *IchorV1alpha1Client) TalosBackups(namespace string) TalosBackupInterface {
+	return newTalosBackups(c, namespace)
 }
 
 func (c *IchorV1alpha1Client) TalosClusters(namespace string) TalosClusterInterface {

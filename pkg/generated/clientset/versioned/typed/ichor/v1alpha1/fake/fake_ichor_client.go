@@ -40,6 +40,10 @@ func (c *FakeIchorV1alpha1) MachineReclaims(namespace string) v1alpha1.MachineRe
 	return newFakeMachineReclaims(c, namespace)
 }
 
+func (c *FakeIchorV1alpha1) TalosBackups(namespace string) v1alpha1.TalosBackupInterface {
+	return newFakeTalosBackups(c, namespace)
+}
+
 func (c *FakeIchorV1alpha1) TalosClusters(namespace string) v1alpha1.TalosClusterInterface {
 	return newFakeTalosClusters(c, namespace)
 }

@@ -1,0 +1,222 @@
+// Package store opens a backup target (TalosCluster spec.backup.target) as
+// a gocloud.dev blob bucket: one library for Amazon S3 and S3-compatible
+// servers, Google Cloud Storage, Azure Blob Storage and a mounted volume.
+// Credentials come from the Secret the admin names, or, when none is named,
+// from the controller's own cloud identity.
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/azureblob"
+	"gocloud.dev/blob/fileblob"
+	"gocloud.dev/blob/gcsblob"
+	"gocloud.dev/blob/s3blob"
+	"gocloud.dev/gcp"
+	"golang.org/x/oauth2/google"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+// The keys of a target's credentials Secret.
+const (
+	KeyS3AccessKeyID     = "accessKeyID"
+	KeyS3SecretAccessKey = "secretAccessKey"
+	KeyS3SessionToken    = "sessionToken"
+	KeyGCSCredentials    = "credentials.json"
+	KeyAzureAccountKey   = "accountKey"
+	KeyAzureSASToken     = "sasToken"
+)
+
+// Target is an opened backup target.
+type Target struct {
+	// Bucket is where the files go; its keys start at the target's prefix.
+	*blob.Bucket
+	// Location is the target's URL, without credentials, ending in /.
+	Location string
+}
+
+// Options are what opening a target needs beyond its spec.
+type Options struct {
+	// Credentials is the data of the Secret the target's credentialsRef
+	// names; nil when it names none.
+	Credentials map[string][]byte
+	// VolumeDir is the directory volume targets are paths under
+	// (ichor-controller's --backup-volume-dir); empty refuses them.
+	VolumeDir string
+	// Prefix is the key prefix when the target sets none.
+	DefaultPrefix string
+}
+
+// Open opens t. The caller closes the Target.
+func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target, error) {
+	prefix := t.Prefix
+	if prefix == "" {
+		prefix = opts.DefaultPrefix
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	var (
+		b        *blob.Bucket
+		location string
+		err      error
+	)
+	switch {
+	case t.S3 != nil:
+		b, err = openS3(ctx, t.S3, opts.Credentials)
+		location = "s3://" + t.S3.Bucket + "/"
+	case t.GCS != nil:
+		b, err = openGCS(ctx, t.GCS, opts.Credentials)
+		location = "gs://" + t.GCS.Bucket + "/"
+	case t.AzureBlob != nil:
+		b, err = openAzure(ctx, t.AzureBlob, opts.Credentials)
+		location = "azblob://" + t.AzureBlob.StorageAccount + "/" + t.AzureBlob.Container + "/"
+	case t.Volume != nil:
+		var dir string
+		dir, err = volumePath(opts.VolumeDir, t.Volume.Path)
+		if err == nil {
+			b, err = fileblob.OpenBucket(dir, &fileblob.Options{CreateDir: true, DirFileMode: 0o700, NoTempDir: true, Metadata: fileblob.MetadataDontWrite})
+		}
+		location = "file://" + filepath.ToSlash(dir) + "/"
+	default:
+		return nil, errors.New("the backup target names no store: set one of s3, gcs, azureBlob and volume")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if prefix != "" {
+		b = blob.PrefixedBucket(b, prefix)
+	}
+	return &Target{Bucket: b, Location: location + prefix}, nil
+}
+
+// volumePath resolves a volume target's path under dir, refusing any that
+// would leave it.
+func volumePath(dir, p string) (string, error) {
+	if dir == "" {
+		return "", errors.New("volume targets are off: start ichor-controller with --backup-volume-dir where a volume is mounted")
+	}
+	clean := path.Clean("/" + p)
+	if clean == "/" || clean != "/"+p {
+		return "", fmt.Errorf("volume path %q must be a clean relative path", p)
+	}
+	return filepath.Join(dir, filepath.FromSlash(clean)), nil
+}
+
+func openS3(ctx context.Context, t *v1alpha1.S3Target, creds map[string][]byte) (*blob.Bucket, error) {
+	loadOpts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(t.Region)}
+	if creds != nil {
+		id, secret := string(creds[KeyS3AccessKeyID]), string(creds[KeyS3SecretAccessKey])
+		if id == "" || secret == "" {
+			return nil, fmt.Errorf("the credentials Secret needs the keys %s and %s", KeyS3AccessKeyID, KeyS3SecretAccessKey)
+		}
+		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(id, secret, string(creds[KeyS3SessionToken]))))
+	}
+	if t.CABundle != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(t.CABundle)) {
+			return nil, errors.New("caBundle holds no PEM certificate")
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		loadOpts = append(loadOpts, awsconfig.WithHTTPClient(&http.Client{Transport: transport}))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("AWS configuration: %w", err)
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if t.Endpoint != "" {
+			o.BaseEndpoint = aws.String(t.Endpoint)
+			// S3-compatible servers differ in the integrity checksums
+			// they accept: send them only where S3 requires them.
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+		o.UsePathStyle = t.ForcePathStyle
+	})
+	return s3blob.OpenBucket(ctx, client, t.Bucket, nil)
+}
+
+func openGCS(ctx context.Context, t *v1alpha1.GCSTarget, creds map[string][]byte) (*blob.Bucket, error) {
+	var (
+		c   *google.Credentials
+		err error
+	)
+	if creds != nil {
+		key := creds[KeyGCSCredentials]
+		if len(key) == 0 {
+			return nil, fmt.Errorf("the credentials Secret needs the key %s (a service account key)", KeyGCSCredentials)
+		}
+		// Only service account keys: other credential types name files
+		// and URLs the controller would read.
+		c, err = google.CredentialsFromJSONWithType(ctx, key, google.ServiceAccount, "https://www.googleapis.com/auth/devstorage.read_write")
+	} else {
+		c, err = gcp.DefaultCredentials(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("Google credentials: %w", err)
+	}
+	client, err := gcp.NewHTTPClient(gcp.DefaultTransport(), gcp.CredentialsTokenSource(c))
+	if err != nil {
+		return nil, err
+	}
+	return gcsblob.OpenBucket(ctx, client, t.Bucket, nil)
+}
+
+func openAzure(ctx context.Context, t *v1alpha1.AzureBlobTarget, creds map[string][]byte) (*blob.Bucket, error) {
+	url := fmt.Sprintf("https://%s.blob.core.windows.net/%s", t.StorageAccount, t.Container)
+	var (
+		client *container.Client
+		err    error
+	)
+	switch {
+	case creds == nil:
+		var cred *azidentity.DefaultAzureCredential
+		if cred, err = azidentity.NewDefaultAzureCredential(nil); err == nil {
+			client, err = container.NewClient(url, cred, nil)
+		}
+	case len(creds[KeyAzureAccountKey]) > 0:
+		var cred *azblob.SharedKeyCredential
+		if cred, err = azblob.NewSharedKeyCredential(t.StorageAccount, string(creds[KeyAzureAccountKey])); err == nil {
+			client, err = container.NewClientWithSharedKeyCredential(url, cred, nil)
+		}
+	case len(creds[KeyAzureSASToken]) > 0:
+		client, err = container.NewClientWithNoCredential(url+"?"+strings.TrimPrefix(string(creds[KeyAzureSASToken]), "?"), nil)
+	default:
+		return nil, fmt.Errorf("the credentials Secret needs the key %s or %s", KeyAzureAccountKey, KeyAzureSASToken)
+	}
+	if err != nil {
+		// The SDK's errors may quote the key: say only which step failed.
+		return nil, errors.New("Azure credentials: the Secret's key does not form a valid credential")
+	}
+	return azureblob.OpenBucket(ctx, client, nil)
+}
+
+// WriterOptions bound what a write holds in memory: parts of this size,
+// this many in flight.
+var WriterOptions = &blob.WriterOptions{BufferSize: 8 << 20, MaxConcurrency: 2, ContentType: "application/octet-stream"}
+
+// Timeout bounds one call to the store that moves no file (a delete, a
+// listing page, an attribute read).
+const Timeout = 30 * time.Second
+
