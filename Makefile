@@ -5,6 +5,7 @@ GO            ?= go
 BIN           := bin
 CONTROLPLANE  := bash hack/build-controlplane.sh
 TALOSCTL      := bash hack/build-talosctl.sh
+SEAWEEDFS     := bash hack/build-seaweedfs.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 20m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
@@ -25,7 +26,8 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 	@$(CONTROLPLANE) >/dev/null
 
 test: ## Run all tests with the race detector.
-	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver

@@ -54,6 +54,9 @@ const clusterWait = 5 * time.Minute
 // operator is the user the cluster tests act as: in the ichor:operator group, nothing more.
 var operator = []string{"--as=olivia", "--as-group=ichor:operator"}
 
+// viewer is a user who may only read.
+var viewer = []string{"--as=victor", "--as-group=ichor:viewer"}
+
 // admin is the user for what only admins may do, like deleting a machine (which resets its node).
 var admin = []string{"--as=carol", "--as-group=ichor:admin"}
 

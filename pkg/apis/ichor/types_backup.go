@@ -188,8 +188,6 @@ type TalosBackupStatus struct {
 	Recipients []string
 	// compression of the files, before encryption.
 	Compression BackupCompression
-	// etcdRevision is the revision of the etcd snapshot.
-	EtcdRevision int64
 	// files written, in order.
 	Files []BackupFile
 	// storedSize is the bytes stored, summed over the files.

@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
@@ -125,6 +126,11 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 				InstallImage: o.InstallImage,
 			},
 		},
+		&backup.Runner{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+			Options: backup.Options{VolumeDir: o.BackupVolumeDir},
+		},
+		&backup.Scheduler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder},
 		&credentialrequest.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Recorder: recorder,
 			Options: credentialrequest.Options{Retention: o.CredentialRequestRetention},

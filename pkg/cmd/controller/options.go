@@ -76,6 +76,9 @@ type Options struct {
 	// OperationStepTimeout is how long a node may take to come back from an
 	// operation's reboot before its step fails.
 	OperationStepTimeout time.Duration
+	// BackupVolumeDir is the directory volume backup targets are paths
+	// under (a mounted PersistentVolume); empty refuses volume targets.
+	BackupVolumeDir string
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -145,6 +148,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often a running TalosOperation's step in flight, or a started operation that waits, is looked at.")
 	fs.DurationVar(&o.OperationStepTimeout, "operation-step-timeout", o.OperationStepTimeout,
 		"How long a node may take to come back from an operation's reboot before its step fails and the operation stops.")
+	fs.StringVar(&o.BackupVolumeDir, "backup-volume-dir", o.BackupVolumeDir,
+		"Directory where a volume is mounted for TalosClusters whose spec.backup.target.volume names a path below it; empty refuses volume targets.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
 		"Requests per second the controller makes to the management cluster's API, sustained.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst,

@@ -1,5 +1,5 @@
 // Package clusterindex is how reconcilers find the objects of one
-// TalosCluster: TalosMachines and TalosConfigPatches are indexed by the
+// TalosCluster: TalosMachines, TalosConfigPatches and TalosBackups are indexed by the
 // cluster they name, and the handlers here map a change of any of the three
 // kinds to the objects of its cluster that must look again.
 package clusterindex
@@ -18,12 +18,12 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
-// Field is the index of TalosMachines and TalosConfigPatches by spec.clusterName.
+// Field is the index of TalosMachines, TalosConfigPatches and TalosBackups by spec.clusterName.
 const Field = "spec.clusterName"
 
 // Register adds the indexes to mgr's cache; call it once, before the reconcilers.
 func Register(ctx context.Context, mgr manager.Manager) error {
-	for _, obj := range []client.Object{&v1alpha1.TalosMachine{}, &v1alpha1.TalosConfigPatch{}} {
+	for _, obj := range []client.Object{&v1alpha1.TalosMachine{}, &v1alpha1.TalosConfigPatch{}, &v1alpha1.TalosBackup{}} {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, Field, func(o client.Object) []string {
 			return []string{ClusterOf(o)}
 		}); err != nil {
@@ -41,6 +41,8 @@ func ClusterOf(o client.Object) string {
 	case *v1alpha1.TalosMachine:
 		return o.Spec.ClusterName
 	case *v1alpha1.TalosConfigPatch:
+		return o.Spec.ClusterName
+	case *v1alpha1.TalosBackup:
 		return o.Spec.ClusterName
 	}
 	return ""

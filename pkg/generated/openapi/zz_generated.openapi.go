@@ -2718,13 +2718,6 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref common.ReferenceCallba
 							Enum:        []interface{}{"none", "zstd"},
 						},
 					},
-					"etcdRevision": {
-						SchemaProps: spec.SchemaProps{
-							Description: "etcdRevision is the revision of the etcd snapshot.",
-							Type:        []string{"integer"},
-							Format:      "int64",
-						},
-					},
 					"files": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{

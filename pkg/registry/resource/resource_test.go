@@ -20,6 +20,7 @@ import (
 	"ichor.dev/ichor/pkg/registry/ichor/ichorinstallation"
 	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"
 	"ichor.dev/ichor/pkg/registry/ichor/machinereclaim"
+	"ichor.dev/ichor/pkg/registry/ichor/talosbackup"
 	"ichor.dev/ichor/pkg/registry/ichor/taloscluster"
 	"ichor.dev/ichor/pkg/registry/ichor/talosconfigpatch"
 	"ichor.dev/ichor/pkg/registry/ichor/taloscredentialrequest"
@@ -54,6 +55,7 @@ var kinds = []kindCheck{
 	check(talosoperation.Definition, true),
 	check(taloscredentialrequest.Definition, true),
 	check(machinereclaim.Definition, true),
+	check(talosbackup.Definition, true),
 	check(ichoruser.Definition, false),
 	check(ichorinstallation.Definition, false),
 }

@@ -18,6 +18,10 @@ const BinDirEnv = "ICHOR_CONTROLPLANE_BIN"
 // test` sets it from hack/build-talosctl.sh.
 const TalosctlBinDirEnv = "ICHOR_TALOSCTL_BIN"
 
+// SeaweedFSBinDirEnv names the environment variable that points at the directory holding SeaweedFS's weed;
+// `make test` sets it from hack/build-seaweedfs.sh.
+const SeaweedFSBinDirEnv = "ICHOR_SEAWEEDFS_BIN"
+
 // BinDir returns the directory holding kube-apiserver, kube-controller-manager, kubectl and etcd,
 // building them with hack/build-controlplane.sh when ICHOR_CONTROLPLANE_BIN is unset.
 var BinDir = toolDir(BinDirEnv, "build-controlplane.sh")
@@ -25,6 +29,10 @@ var BinDir = toolDir(BinDirEnv, "build-controlplane.sh")
 // TalosctlBinDir returns the directory holding talosctl, building it with hack/build-talosctl.sh when
 // ICHOR_TALOSCTL_BIN is unset.
 var TalosctlBinDir = toolDir(TalosctlBinDirEnv, "build-talosctl.sh")
+
+// SeaweedFSBinDir returns the directory holding weed, building it with hack/build-seaweedfs.sh when
+// ICHOR_SEAWEEDFS_BIN is unset.
+var SeaweedFSBinDir = toolDir(SeaweedFSBinDirEnv, "build-seaweedfs.sh")
 
 // toolDir returns a function that finds a directory of built tools once per process: the directory env
 // names, or else what hack/<script> prints on stdout after building (or reusing) them.

@@ -227,3 +227,41 @@ const (
 	ConditionStarted    = "Started"
 	ReasonStartedByUser = "StartedByUser"
 )
+
+// The condition a TalosCluster with a backup setting carries, written by
+// ichor-controller's backup schedule.
+const (
+	// ClusterConditionBackupSucceeded says whether the cluster's latest
+	// finished TalosBackup succeeded. Not part of Ready.
+	ClusterConditionBackupSucceeded = "BackupSucceeded"
+)
+
+// Condition types of a TalosBackup.
+const (
+	// BackupConditionSucceeded says whether the backup's files were all
+	// written; False with the reason when it failed.
+	BackupConditionSucceeded = "Succeeded"
+	// BackupConditionFilesDeleted says, on a deleted backup, whether its
+	// files are gone from the target; False with what stops it.
+	BackupConditionFilesDeleted = "FilesDeleted"
+)
+
+// Reasons of the conditions of a TalosBackup, which the cluster's
+// BackupSucceeded condition repeats.
+const (
+	BackupReasonWritten             = "Written"
+	BackupReasonNoBackupSetting     = "NoBackupSetting"
+	BackupReasonClusterNotFound     = "ClusterNotFound"
+	BackupReasonNotBootstrapped     = "NotBootstrapped"
+	BackupReasonSecretsNotReady     = "SecretsNotReady"
+	BackupReasonCredentialsNotFound = "CredentialsNotFound"
+	BackupReasonTargetUnavailable   = "TargetUnavailable"
+	BackupReasonTargetRefused       = "TargetRefused"
+	BackupReasonBucketNotFound      = "BucketNotFound"
+	BackupReasonSnapshotFailed      = "SnapshotFailed"
+	BackupReasonMachineConfigFailed = "MachineConfigFailed"
+	BackupReasonInvalidSetting      = "InvalidSetting"
+	BackupReasonNoBackupYet         = "NoBackupYet"
+	BackupReasonDeleting            = "Deleting"
+	BackupReasonDeleteFailed        = "DeleteFailed"
+)

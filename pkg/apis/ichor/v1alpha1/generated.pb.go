@@ -2897,12 +2897,12 @@ func (m *TalosBackupStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 				i = encodeVarintGenerated(dAtA, i, uint64(size))
 			}
 			i--
-			dAtA[i] = 0x5a
+			dAtA[i] = 0x52
 		}
 	}
 	i = encodeVarintGenerated(dAtA, i, uint64(m.StoredSize))
 	i--
-	dAtA[i] = 0x50
+	dAtA[i] = 0x48
 	if len(m.Files) > 0 {
 		for iNdEx := len(m.Files) - 1; iNdEx >= 0; iNdEx-- {
 			{
@@ -2914,12 +2914,9 @@ func (m *TalosBackupStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 				i = encodeVarintGenerated(dAtA, i, uint64(size))
 			}
 			i--
-			dAtA[i] = 0x4a
+			dAtA[i] = 0x42
 		}
 	}
-	i = encodeVarintGenerated(dAtA, i, uint64(m.EtcdRevision))
-	i--
-	dAtA[i] = 0x40
 	i -= len(m.Compression)
 	copy(dAtA[i:], m.Compression)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Compression)))
@@ -5468,7 +5465,6 @@ func (m *TalosBackupStatus) Size() (n int) {
 	}
 	l = len(m.Compression)
 	n += 1 + l + sovGenerated(uint64(l))
-	n += 1 + sovGenerated(uint64(m.EtcdRevision))
 	if len(m.Files) > 0 {
 		for _, e := range m.Files {
 			l = e.Size()
@@ -6778,7 +6774,6 @@ func (this *TalosBackupStatus) String() string {
 		`Target:` + strings.Replace(this.Target.String(), "BackupTarget", "BackupTarget", 1) + `,`,
 		`Recipients:` + fmt.Sprintf("%v", this.Recipients) + `,`,
 		`Compression:` + fmt.Sprintf("%v", this.Compression) + `,`,
-		`EtcdRevision:` + fmt.Sprintf("%v", this.EtcdRevision) + `,`,
 		`Files:` + repeatedStringForFiles + `,`,
 		`StoredSize:` + fmt.Sprintf("%v", this.StoredSize) + `,`,
 		`Conditions:` + repeatedStringForConditions + `,`,
@@ -15790,25 +15785,6 @@ func (m *TalosBackupStatus) Unmarshal(dAtA []byte) error {
 			m.Compression = BackupCompression(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		case 8:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field EtcdRevision", wireType)
-			}
-			m.EtcdRevision = 0
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return ErrIntOverflowGenerated
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				m.EtcdRevision |= int64(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-		case 9:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Files", wireType)
 			}
@@ -15842,7 +15818,7 @@ func (m *TalosBackupStatus) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
-		case 10:
+		case 9:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field StoredSize", wireType)
 			}
@@ -15861,7 +15837,7 @@ func (m *TalosBackupStatus) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
-		case 11:
+		case 10:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Conditions", wireType)
 			}

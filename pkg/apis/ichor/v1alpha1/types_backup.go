@@ -220,21 +220,18 @@ type TalosBackupStatus struct {
 	// compression of the files, before encryption.
 	// +optional
 	Compression BackupCompression `json:"compression,omitempty" protobuf:"bytes,7,opt,name=compression,casttype=BackupCompression"`
-	// etcdRevision is the revision of the etcd snapshot.
-	// +optional
-	EtcdRevision int64 `json:"etcdRevision,omitempty" protobuf:"varint,8,opt,name=etcdRevision"`
 	// files written, in order.
 	// +optional
 	// +listType=atomic
-	Files []BackupFile `json:"files,omitempty" protobuf:"bytes,9,rep,name=files"`
+	Files []BackupFile `json:"files,omitempty" protobuf:"bytes,8,rep,name=files"`
 	// storedSize is the bytes stored, summed over the files.
 	// +optional
-	StoredSize int64 `json:"storedSize,omitempty" protobuf:"varint,10,opt,name=storedSize"`
+	StoredSize int64 `json:"storedSize,omitempty" protobuf:"varint,9,opt,name=storedSize"`
 	// conditions of the backup: Succeeded, and FilesDeleted while it is deleted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,11,rep,name=conditions"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,10,rep,name=conditions"`
 }
 
 // BackupFile is one file of a backup.

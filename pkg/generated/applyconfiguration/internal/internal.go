@@ -812,9 +812,6 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
-    - name: etcdRevision
-      type:
-        scalar: numeric
     - name: files
       type:
         list:

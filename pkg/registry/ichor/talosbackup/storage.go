@@ -43,7 +43,6 @@ var Definition = &resource.Definition[*ichor.TalosBackup]{
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "TalosCluster backed up."},
 		{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded or Failed."},
-		{Name: "Revision", Type: "integer", Description: "The etcd revision of the snapshot."},
 		{Name: "Size", Type: "string", Description: "Bytes stored, compressed and encrypted, over every file."},
 		{Name: "Snapshot Digest", Type: "string", Description: "SHA-256 of the etcd snapshot, before compression and encryption (its first 12 hex digits)."},
 		{Name: "Location", Type: "string", Description: "Where the files are."},
@@ -60,6 +59,6 @@ var Definition = &resource.Definition[*ichor.TalosBackup]{
 				sum = f.Digest[:len("sha256:")+12]
 			}
 		}
-		return []any{b.Spec.ClusterName, string(s.Phase), s.EtcdRevision, size, sum, s.Location, int64(len(s.Files))}
+		return []any{b.Spec.ClusterName, string(s.Phase), size, sum, s.Location, int64(len(s.Files))}
 	},
 }

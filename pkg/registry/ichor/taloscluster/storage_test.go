@@ -14,7 +14,7 @@ import (
 // the versioned type: each subresource leaves status and every other spec
 // field alone under server-side apply, and owns its own field.
 func TestFieldSubresourcesOwnOnlyTheirField(t *testing.T) {
-	owned := map[string]string{"cilium-values": "ciliumValues", "secret-references": "secretsRef", "authentication": "authentication", "kubernetes-version": "kubernetesVersion"}
+	owned := map[string]string{"cilium-values": "ciliumValues", "secret-references": "secretsRef", "authentication": "authentication", "backup": "backup", "kubernetes-version": "kubernetesVersion"}
 	if len(Definition.Subresources) != len(owned) {
 		t.Fatalf("%d subresources, want %d", len(Definition.Subresources), len(owned))
 	}
@@ -52,7 +52,8 @@ func TestFieldSubresourcesWriteOnlyTheirField(t *testing.T) {
 	stored := func() *ichor.TalosCluster {
 		return &ichor.TalosCluster{
 			Spec: ichor.TalosClusterSpec{TalosVersion: "v1.13.0", CiliumValues: "a: 1",
-				SecretsRef: &ichor.LocalSecretReference{Name: "bundle"}, Authentication: &ichor.ClusterAuthentication{}},
+				SecretsRef: &ichor.LocalSecretReference{Name: "bundle"}, Authentication: &ichor.ClusterAuthentication{},
+				Backup: &ichor.ClusterBackup{Schedule: "@daily"}},
 			Status: ichor.TalosClusterStatus{Phase: ichor.ClusterPhaseReady},
 		}
 	}
@@ -74,6 +75,8 @@ func TestFieldSubresourcesWriteOnlyTheirField(t *testing.T) {
 			want.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "other"}
 		case "authentication":
 			want.Spec.Authentication = nil
+		case "backup":
+			want.Spec.Backup = nil
 		}
 		if !apiequality.Semantic.DeepEqual(obj, want) {
 			t.Errorf("%s wrote %+v, want %+v", sub.Name, obj, want)

@@ -45,8 +45,6 @@ type TalosBackupStatusApplyConfiguration struct {
 	Recipients []string `json:"recipients,omitempty"`
 	// compression of the files, before encryption.
 	Compression *ichorv1alpha1.BackupCompression `json:"compression,omitempty"`
-	// etcdRevision is the revision of the etcd snapshot.
-	EtcdRevision *int64 `json:"etcdRevision,omitempty"`
 	// files written, in order.
 	Files []BackupFileApplyConfiguration `json:"files,omitempty"`
 	// storedSize is the bytes stored, summed over the files.
@@ -116,14 +114,6 @@ func (b *TalosBackupStatusApplyConfiguration) WithRecipients(values ...string) *
 // If called multiple times, the Compression field is set to the value of the last call.
 func (b *TalosBackupStatusApplyConfiguration) WithCompression(value ichorv1alpha1.BackupCompression) *TalosBackupStatusApplyConfiguration {
 	b.Compression = &value
-	return b
-}
-
-// WithEtcdRevision sets the EtcdRevision field in the declarative configuration to the given value
-// and returns the receiver, so that objects can be built by chaining "With" function invocations.
-// If called multiple times, the EtcdRevision field is set to the value of the last call.
-func (b *TalosBackupStatusApplyConfiguration) WithEtcdRevision(value int64) *TalosBackupStatusApplyConfiguration {
-	b.EtcdRevision = &value
 	return b
 }
 

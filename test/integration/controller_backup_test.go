@@ -1,0 +1,373 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	bolt "go.etcd.io/bbolt"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/backup/archive"
+	"ichor.dev/ichor/pkg/backup/store"
+	"ichor.dev/ichor/pkg/controller/backup"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/objectstore"
+)
+
+// backupBucket is the bucket demo's backups go to.
+const backupBucket = "demo-backups"
+
+// backups: an admin gives demo a backup setting that writes to a real
+// S3-compatible server (SeaweedFS over TLS); an operator backs up now;
+// every way the target can fail is a failed backup with its reason that
+// deletes nothing; then the schedule runs every minute, records two
+// backups, and prunes the older one to the retention.
+func (d *demoCluster) backups(t *testing.T) {
+	ctx := d.ctx
+	srv, err := objectstore.Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	if err := srv.CreateBucket(ctx, backupBucket); err != nil {
+		t.Fatal(err)
+	}
+	identity, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	for name, c := range map[string]objectstore.Credentials{
+		"s3-writer": srv.Admin, "s3-reader": srv.ReadOnly,
+		"s3-wrong": {AccessKeyID: srv.Admin.AccessKeyID, SecretAccessKey: "not-the-secret-key"},
+	} {
+		_, err := kube.CoreV1().Secrets(d.ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Data:       map[string][]byte{store.KeyS3AccessKeyID: []byte(c.AccessKeyID), store.KeyS3SecretAccessKey: []byte(c.SecretAccessKey)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	setting := func(schedule, endpoint, bucket, secret, retention string) string {
+		return fmt.Sprintf(`{"spec":{"backup":{"schedule":%q,"timeZone":"Europe/Paris",
+"target":{"s3":{"bucket":%q,"region":%q,"endpoint":%q,"forcePathStyle":true,"credentialsRef":{"name":%q},"caBundle":%q}},
+"encryption":{"recipients":[%q]},"retention":%s}}}`,
+			schedule, bucket, objectstore.Region, endpoint, secret, string(srv.CAPEM), identity.Recipient().String(), retention)
+	}
+	set := func(t *testing.T, who []string, patch string) (string, error) {
+		t.Helper()
+		return cp.Kubectl(ctx, append(who, "-n", d.ns, "patch", "taloscluster", "demo", "--subresource=backup", "--type=merge", "-p", patch)...)
+	}
+	const yearly = "0 3 1 1 *" // nothing scheduled while the test runs
+	good := setting(yearly, srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`)
+
+	t.Run("bad settings are refused with the field, an identity never echoed", func(t *testing.T) {
+		for _, c := range []struct{ patch, want string }{
+			{setting("61 * * * *", srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`), "spec.backup.schedule"},
+			{setting("TZ=UTC 0 3 * * *", srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`), "set timeZone instead"},
+			{setting(yearly, srv.Endpoint, backupBucket, "s3-writer", `{"count":0}`), "spec.backup.retention.count"},
+			{setting(yearly, srv.Endpoint, backupBucket, "s3-writer", `{}`), "spec.backup.retention: Required"},
+			{setting(yearly, "http://"+strings.TrimPrefix(srv.Endpoint, "https://"), backupBucket, "s3-writer", `{"count":1}`), "must use the https scheme"},
+			{strings.Replace(good, identity.Recipient().String(), "age1notakey", 1), "spec.backup.encryption.recipients[0]"},
+			{strings.Replace(good, identity.Recipient().String(), identity.String(), 1), "is an age identity (a secret key)"},
+			{strings.Replace(good, `"timeZone":"Europe/Paris"`, `"timeZone":"Mars/Olympus"`, 1), "spec.backup.timeZone"},
+		} {
+			out, err := set(t, admin, c.patch)
+			if err == nil || !strings.Contains(out, c.want) {
+				t.Errorf("setting %s: want a refusal naming %q, got %v\n%s", c.want, c.want, err, out)
+			}
+			if strings.Contains(out, "AGE-SECRET-KEY") {
+				t.Errorf("the refusal echoes an age identity:\n%s", out)
+			}
+		}
+	})
+
+	t.Run("an operator may not set backups; an admin may", func(t *testing.T) {
+		out, err := set(t, operator, good)
+		if err == nil || !strings.Contains(out, "forbidden") || !strings.Contains(out, "backup") {
+			t.Fatalf("an operator's backup setting: %v\n%s", err, out)
+		}
+		out, err = cp.Kubectl(ctx, append(operator, "-n", d.ns, "patch", "taloscluster", "demo", "--type=merge", "-p", good)...)
+		if err == nil || !strings.Contains(out, "talosclusters/backup") {
+			t.Fatalf("an operator's backup setting through the main endpoint: %v\n%s", err, out)
+		}
+		if out, err := set(t, admin, good); err != nil {
+			t.Fatalf("an admin's backup setting: %v\n%s", err, out)
+		}
+	})
+
+	var first *v1alpha1.TalosBackup
+	t.Run("an operator backs up now: a snapshot and every running config, encrypted", func(t *testing.T) {
+		if out, err := cp.KubectlWithInput(ctx, []byte(d.backupManifest("viewer-now")), append(viewer, "create", "-f", "-")...); err == nil {
+			t.Fatalf("a viewer created a TalosBackup:\n%s", out)
+		}
+		first = d.backUpNow(t, "now-1", v1alpha1.BackupSucceeded)
+		if !strings.HasPrefix(first.Status.Location, "s3://"+backupBucket+"/"+d.ns+"/demo/now-1/") {
+			t.Errorf("location %q", first.Status.Location)
+		}
+		var names []string
+		for _, f := range first.Status.Files {
+			names = append(names, f.Name)
+		}
+		want := []string{"etcd.snapshot.zst.age", "machines/cp-1.yaml.zst.age", "machines/cp-2.yaml.zst.age", "machines/cp-3.yaml.zst.age",
+			"machines/worker-1.yaml.zst.age", "machines/worker-2.yaml.zst.age"}
+		if !slices.Equal(names, want) {
+			t.Fatalf("files %v, want %v", names, want)
+		}
+		keys := d.backupKeys(t, srv, "now-1")
+		if !slices.Equal(keys, append(prefixed(d.ns+"/demo/now-1/", want), d.ns+"/demo/now-1/"+backup.ManifestFile)) {
+			t.Fatalf("objects %v", keys)
+		}
+		// The snapshot decrypts with the admin's identity only, matches its
+		// digest, and is an etcd database.
+		snapshot := d.readBackupFile(t, srv, first, first.Status.Files[0], identity)
+		dbPath := filepath.Join(t.TempDir(), "db")
+		if err := os.WriteFile(dbPath, snapshot, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		db, err := bolt.Open(dbPath, 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("the snapshot is no bbolt database: %v", err)
+		}
+		if err := db.View(func(tx *bolt.Tx) error {
+			if tx.Bucket([]byte("key")) == nil {
+				return fmt.Errorf("no key bucket")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		other, _ := age.GenerateX25519Identity()
+		if _, err := archive.Read(io.Discard, bytes.NewReader(d.object(t, srv, first, first.Status.Files[0])), []age.Identity{other}, first.Status.Compression, ""); err == nil {
+			t.Fatal("another identity decrypted the snapshot")
+		}
+		cfg := d.readBackupFile(t, srv, first, first.Status.Files[1], identity)
+		if !bytes.Contains(cfg, []byte("clusterName: demo")) {
+			t.Fatalf("cp-1's config does not name its cluster:\n%.300s", cfg)
+		}
+		// Nothing readable by the operator says more than where and how big.
+		if strings.Contains(mustKubectl(ctx, t, append(operator, "-n", d.ns, "get", "talosbackup", "now-1", "-o", "yaml")...), "secretAccessKey") {
+			t.Fatal("the record shows a credential")
+		}
+		out := mustKubectl(ctx, t, append(viewer, "-n", d.ns, "get", "talosbackups")...)
+		if !strings.Contains(out, "SNAPSHOT DIGEST") || !strings.Contains(out, first.Status.Files[0].Digest[:19]) {
+			t.Fatalf("kubectl get talosbackups:\n%s", out)
+		}
+		d.waitBackupCondition(t, metav1.ConditionTrue, v1alpha1.BackupReasonWritten)
+		if out, err := cp.Kubectl(ctx, append(operator, "-n", d.ns, "delete", "talosbackup", "now-1")...); err == nil {
+			t.Fatalf("an operator deleted a backup:\n%s", out)
+		}
+	})
+
+	unreachable := func() string {
+		ports, err := proc.FreePorts("127.0.0.1", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	}()
+	for i, c := range []struct {
+		name, patch, reason string
+	}{
+		{"a read-only identity", setting(yearly, srv.Endpoint, backupBucket, "s3-reader", `{"count":1}`), v1alpha1.BackupReasonTargetRefused},
+		{"a wrong secret key", setting(yearly, srv.Endpoint, backupBucket, "s3-wrong", `{"count":1}`), v1alpha1.BackupReasonTargetRefused},
+		{"a bucket that does not exist", setting(yearly, srv.Endpoint, "no-such-bucket", "s3-writer", `{"count":1}`), v1alpha1.BackupReasonBucketNotFound},
+		{"an unreachable store", setting(yearly, unreachable, backupBucket, "s3-writer", `{"count":1}`), v1alpha1.BackupReasonTargetUnavailable},
+		{"a credentials Secret that does not exist", setting(yearly, srv.Endpoint, backupBucket, "s3-missing", `{"count":1}`), v1alpha1.BackupReasonCredentialsNotFound},
+	} {
+		t.Run("a backup to "+c.name+" fails with the reason and deletes nothing", func(t *testing.T) {
+			if out, err := set(t, admin, c.patch); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			name := fmt.Sprintf("failing-%d", i)
+			b := d.backUpNow(t, name, v1alpha1.BackupFailed)
+			cond := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.BackupConditionSucceeded)
+			if cond == nil || cond.Reason != c.reason {
+				t.Fatalf("condition %+v, want reason %s", cond, c.reason)
+			}
+			if strings.Contains(cond.Message, srv.Admin.SecretAccessKey) || strings.Contains(cond.Message, srv.ReadOnly.SecretAccessKey) {
+				t.Fatalf("the failure names a secret key: %s", cond.Message)
+			}
+			d.waitBackupCondition(t, metav1.ConditionFalse, c.reason)
+			waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeWarning, backup.EventFailed)
+			if len(d.backupKeys(t, srv, name)) != 0 {
+				t.Fatalf("the failed backup left objects: %v", d.backupKeys(t, srv, name))
+			}
+			if _, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, "now-1", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the earlier backup is gone: %v", err)
+			}
+			if len(d.backupKeys(t, srv, "now-1")) != 7 {
+				t.Fatalf("the earlier backup's objects changed: %v", d.backupKeys(t, srv, "now-1"))
+			}
+		})
+	}
+
+	t.Run("every minute: two runs recorded, the older pruned to the retention", func(t *testing.T) {
+		if out, err := set(t, admin, setting("* * * * *", srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`)); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		scheduled := func(l *v1alpha1.TalosBackupList) []v1alpha1.TalosBackup {
+			var out []v1alpha1.TalosBackup
+			for _, b := range l.Items {
+				if b.Annotations[backup.AnnotationScheduledAt] != "" && b.Status.Phase == v1alpha1.BackupSucceeded {
+					out = append(out, b)
+				}
+			}
+			return out
+		}
+		var older string
+		list := d.waitBackups(t, "a scheduled backup succeeded", func(l *v1alpha1.TalosBackupList) bool { return len(scheduled(l)) >= 1 })
+		older = scheduled(list)[0].Name
+		if len(d.backupKeys(t, srv, older)) != 7 {
+			t.Fatalf("the scheduled backup's objects: %v", d.backupKeys(t, srv, older))
+		}
+		list = d.waitBackups(t, "a second scheduled backup succeeded and the older was pruned", func(l *v1alpha1.TalosBackupList) bool {
+			s := scheduled(l)
+			return len(s) == 1 && s[0].Name != older && len(l.Items) == 1
+		})
+		newer := list.Items[0].Name
+		for _, gone := range []string{older, "now-1"} {
+			if keys := d.backupKeys(t, srv, gone); len(keys) != 0 {
+				t.Fatalf("pruned backup %s left objects: %v", gone, keys)
+			}
+		}
+		if len(d.backupKeys(t, srv, newer)) != 7 {
+			t.Fatalf("the kept backup's objects: %v", d.backupKeys(t, srv, newer))
+		}
+		c := waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionBackupSucceeded, metav1.ConditionTrue, v1alpha1.BackupReasonWritten)
+		if c.Status.Backup == nil || c.Status.Backup.LastSuccessfulBackup == "" || c.Status.Backup.LastScheduleTime == nil {
+			t.Fatalf("status.backup %+v", c.Status.Backup)
+		}
+		// Suspended, nothing more is scheduled; an admin deletes the last
+		// backup, and its files go with it.
+		if out, err := set(t, admin, `{"spec":{"backup":{"suspend":true}}}`); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		mustKubectl(ctx, t, append(admin, "-n", d.ns, "delete", "talosbackup", newer, "--wait=true")...)
+		if keys := d.backupKeys(t, srv, newer); len(keys) != 0 {
+			t.Fatalf("a deleted backup left objects: %v", keys)
+		}
+	})
+}
+
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
+}
+
+func (d *demoCluster) backupManifest(name string) string {
+	return fmt.Sprintf("apiVersion: ichor.dev/v1alpha1\nkind: TalosBackup\nmetadata: {name: %s, namespace: %s}\nspec: {clusterName: demo}\n", name, d.ns)
+}
+
+// backUpNow creates TalosBackup name as the operator and waits for it to end in phase want.
+func (d *demoCluster) backUpNow(t *testing.T, name string, want v1alpha1.BackupPhase) *v1alpha1.TalosBackup {
+	t.Helper()
+	if out, err := cp.KubectlWithInput(d.ctx, []byte(d.backupManifest(name)), append(operator, "create", "-f", "-")...); err != nil {
+		t.Fatalf("kubectl create TalosBackup %s: %v\n%s", name, err, out)
+	}
+	var last *v1alpha1.TalosBackup
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = b
+		return b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed, nil
+	})
+	if err != nil || last.Status.Phase != want {
+		t.Fatalf("TalosBackup %s: want %s: %v; status %+v", name, want, err, last.Status)
+	}
+	return last
+}
+
+func (d *demoCluster) waitBackups(t *testing.T, what string, done func(*v1alpha1.TalosBackupList) bool) *v1alpha1.TalosBackupList {
+	t.Helper()
+	var last *v1alpha1.TalosBackupList
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = l
+		return done(l), nil
+	})
+	if err != nil {
+		var got []string
+		if last != nil {
+			for _, b := range last.Items {
+				got = append(got, b.Name+"="+string(b.Status.Phase))
+			}
+		}
+		t.Fatalf("backups: %s: %v; have %v", what, err, got)
+	}
+	return last
+}
+
+func (d *demoCluster) waitBackupCondition(t *testing.T, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	waitCluster(d.ctx, t, d.ns, "demo", v1alpha1.ClusterConditionBackupSucceeded, status, reason)
+}
+
+// backupKeys lists the objects of backup name in the bucket.
+func (d *demoCluster) backupKeys(t *testing.T, srv *objectstore.Server, name string) []string {
+	t.Helper()
+	keys, err := srv.Keys(d.ctx, backupBucket, d.ns+"/demo/"+name+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// object reads a backup file's object with the store's own client.
+func (d *demoCluster) object(t *testing.T, srv *objectstore.Server, b *v1alpha1.TalosBackup, f v1alpha1.BackupFile) []byte {
+	t.Helper()
+	key := strings.TrimPrefix(b.Status.Location, "s3://"+backupBucket+"/") + f.Name
+	out, err := srv.Client(srv.Admin).GetObject(d.ctx, &s3.GetObjectInput{Bucket: aws.String(backupBucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	data, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(data)) != f.StoredSize {
+		t.Fatalf("%s: %d bytes stored, the record says %d", key, len(data), f.StoredSize)
+	}
+	return data
+}
+
+// readBackupFile decrypts a backup file with identity, checking its digest.
+func (d *demoCluster) readBackupFile(t *testing.T, srv *objectstore.Server, b *v1alpha1.TalosBackup, f v1alpha1.BackupFile, identity age.Identity) []byte {
+	t.Helper()
+	var content bytes.Buffer
+	n, err := archive.Read(&content, bytes.NewReader(d.object(t, srv, b, f)), []age.Identity{identity}, b.Status.Compression, f.Digest)
+	if err != nil {
+		t.Fatalf("%s: %v", f.Name, err)
+	}
+	if n != f.ContentSize {
+		t.Fatalf("%s: %d bytes of content, the record says %d", f.Name, n, f.ContentSize)
+	}
+	return content.Bytes()
+}
