@@ -137,6 +137,7 @@ func TestAPISelectableFieldsServed(t *testing.T) {
 		"TalosOperation":         {"talosoperations", true},
 		"TalosCredentialRequest": {"taloscredentialrequests", true},
 		"MachineReclaim":         {"machinereclaims", true},
+		"TalosBackup":            {"talosbackups", true},
 		"IchorUser":              {"ichorusers", false},
 		"IchorInstallation":      {"ichorinstallations", false},
 	}

@@ -209,6 +209,9 @@ func alreadyOwned(err error) bool {
 	return errors.As(err, &owned) && (owned.ErrorCode() == "BucketAlreadyOwnedByYou" || owned.ErrorCode() == "BucketAlreadyExists")
 }
 
+// LogTail is the end of the server's log, for a test that failed.
+func (s *Server) LogTail() string { return s.p.LogTail() }
+
 // Stop stops the server.
 func (s *Server) Stop() {
 	if s.p != nil {

@@ -182,7 +182,8 @@ type TalosBackupStatus struct {
 	// credential (s3://bucket/prefix/name/).
 	Location string
 	// target is the cluster's backup target when the backup ran; the files
-	// are deleted from there, whatever the cluster's setting is by then.
+	// are deleted from there, whatever the cluster's setting is by then. A
+	// failed backup that left no file has none.
 	Target *BackupTarget
 	// recipients are the age public keys the files are encrypted to.
 	Recipients []string

@@ -15,8 +15,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -29,8 +29,10 @@ import (
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/gcsblob"
 	"gocloud.dev/blob/s3blob"
+	"gocloud.dev/gcerrors"
 	"gocloud.dev/gcp"
 	"golang.org/x/oauth2/google"
+	"google.golang.org/api/googleapi"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
@@ -122,27 +124,32 @@ func volumePath(dir, p string) (string, error) {
 }
 
 func openS3(ctx context.Context, t *v1alpha1.S3Target, creds map[string][]byte) (*blob.Bucket, error) {
-	loadOpts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(t.Region)}
+	var cfg aws.Config
 	if creds != nil {
+		// Only what the target says: no setting of the controller's
+		// environment (AWS_* variables, shared files) applies to it.
 		id, secret := string(creds[KeyS3AccessKeyID]), string(creds[KeyS3SecretAccessKey])
 		if id == "" || secret == "" {
 			return nil, fmt.Errorf("the credentials Secret needs the keys %s and %s", KeyS3AccessKeyID, KeyS3SecretAccessKey)
 		}
-		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(
-			credentials.NewStaticCredentialsProvider(id, secret, string(creds[KeyS3SessionToken]))))
+		cfg = aws.Config{Region: t.Region, Credentials: aws.NewCredentialsCache(
+			credentials.NewStaticCredentialsProvider(id, secret, string(creds[KeyS3SessionToken])))}
+	} else {
+		var err error
+		if cfg, err = awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(t.Region)); err != nil {
+			return nil, fmt.Errorf("the controller's AWS identity: %w", err)
+		}
 	}
+	var httpClient *http.Client
 	if t.CABundle != "" {
+		// The bundle is all the endpoint is trusted by.
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(t.CABundle)) {
 			return nil, errors.New("caBundle holds no PEM certificate")
 		}
 		transport := http.DefaultTransport.(*http.Transport).Clone()
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		loadOpts = append(loadOpts, awsconfig.WithHTTPClient(&http.Client{Transport: transport}))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("AWS configuration: %w", err)
+		httpClient = &http.Client{Transport: transport}
 	}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if t.Endpoint != "" {
@@ -151,6 +158,9 @@ func openS3(ctx context.Context, t *v1alpha1.S3Target, creds map[string][]byte) 
 			// they accept: send them only where S3 requires them.
 			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+		if httpClient != nil {
+			o.HTTPClient = httpClient
 		}
 		o.UsePathStyle = t.ForcePathStyle
 	})
@@ -216,7 +226,44 @@ func openAzure(ctx context.Context, t *v1alpha1.AzureBlobTarget, creds map[strin
 // this many in flight.
 var WriterOptions = &blob.WriterOptions{BufferSize: 8 << 20, MaxConcurrency: 2, ContentType: "application/octet-stream"}
 
-// Timeout bounds one call to the store that moves no file (a delete, a
-// listing page, an attribute read).
-const Timeout = 30 * time.Second
+// Failure is how a target failed, for the reason a backup gives.
+type Failure int
 
+const (
+	// Unavailable: the store did not answer, or failed on its side.
+	Unavailable Failure = iota
+	// Refused: the store refused the credentials or the operation.
+	Refused
+	// NotFound: the bucket or container does not exist.
+	NotFound
+)
+
+// Classify says how err, from a target, failed: by gocloud's error code,
+// else by the HTTP status the store answered, whatever its SDK.
+func Classify(err error) Failure {
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return NotFound
+	case gcerrors.PermissionDenied:
+		return Refused
+	}
+	status := 0
+	var withStatus interface{ HTTPStatusCode() int } // AWS
+	var az *azcore.ResponseError
+	var g *googleapi.Error
+	switch {
+	case errors.As(err, &withStatus):
+		status = withStatus.HTTPStatusCode()
+	case errors.As(err, &az):
+		status = az.StatusCode
+	case errors.As(err, &g):
+		status = g.Code
+	}
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return Refused
+	case http.StatusNotFound:
+		return NotFound
+	}
+	return Unavailable
+}

@@ -38,7 +38,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -188,13 +187,17 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 
 	runCtx, cancel := context.WithTimeout(ctx, r.Options.Timeout)
 	defer cancel()
-	files, location, reason, err := r.run(runCtx, &b, &cluster)
+	out, err := r.run(runCtx, &b, &cluster)
 	if err != nil {
-		if location != "" {
-			b.Status.Location = location
+		if out.leftovers {
+			// The files it could not delete go when the record does.
+			b.Status.Location = out.location
+		} else {
+			b.Status.Target = nil
 		}
-		return ctrl.Result{}, r.fail(ctx, &b, &cluster, reason, err)
+		return ctrl.Result{}, r.fail(ctx, &b, &cluster, out.reason, err)
 	}
+	files, location := out.files, out.location
 	now := metav1.NewTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupSucceeded
 	b.Status.CompletedAt = &now
@@ -247,57 +250,74 @@ func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1a
 	if err := r.Client.Status().Update(ctx, b); err != nil {
 		return err
 	}
-	var related runtime.Object // not a nil *TalosCluster
-	if cluster != nil {
-		related = cluster
+	if cluster == nil {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFailed, "Backup", "%s", err.Error())
+		return nil
 	}
-	r.Recorder.Eventf(b, related, corev1.EventTypeWarning, EventFailed, "Backup", "%s", err.Error())
+	r.Recorder.Eventf(b, cluster, corev1.EventTypeWarning, EventFailed, "Backup", "%s", err.Error())
+	r.Recorder.Eventf(cluster, b, corev1.EventTypeWarning, EventFailed, "Backup", "TalosBackup %s failed: %s", b.Name, err.Error())
 	return nil
+}
+
+// outcome is what run did: the files written and where, or why it failed
+// and whether files it wrote are left on the target.
+type outcome struct {
+	files     []v1alpha1.BackupFile
+	location  string
+	reason    string
+	leftovers bool
 }
 
 // run writes the backup's files and its manifest. On an error it deletes
 // what it wrote, and says why with a reason.
-func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) (files []v1alpha1.BackupFile, location, reason string, err error) {
+func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) (out outcome, err error) {
 	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionBootstrapped) {
-		return nil, "", v1alpha1.BackupReasonNotBootstrapped, fmt.Errorf("TalosCluster %s is not bootstrapped: there is no etcd to back up yet", cluster.Name)
+		out.reason = v1alpha1.BackupReasonNotBootstrapped
+		return out, fmt.Errorf("TalosCluster %s is not bootstrapped: there is no etcd to back up yet", cluster.Name)
 	}
 	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
 	if err != nil {
-		return nil, "", v1alpha1.BackupReasonSecretsNotReady, err
+		out.reason = v1alpha1.BackupReasonSecretsNotReady
+		return out, err
 	}
 	recipients, err := archive.ParseRecipients(b.Status.Recipients)
 	if err != nil {
-		return nil, "", v1alpha1.BackupReasonInvalidSetting, err
+		out.reason = v1alpha1.BackupReasonInvalidSetting
+		return out, err
 	}
 	target, reason, err := r.open(ctx, b.Namespace, cluster.Name, b.Status.Target)
 	if err != nil {
-		return nil, "", reason, err
+		out.reason = reason
+		return out, err
 	}
 	defer target.Close()
 	folder := b.Name + "/"
-	location = target.Location + folder
+	out.location = target.Location + folder
 
 	machines, err := r.members(ctx, cluster)
 	if err != nil {
-		return nil, location, "", err
+		return out, err
 	}
 	w := &writer{target: target, folder: folder, recipients: recipients, compression: b.Status.Compression}
 	defer func() {
 		if err != nil {
-			w.abandon(r.Options.CallTimeout)
+			out.leftovers = !w.abandon(r.Options.CallTimeout)
 		}
 	}()
 
-	if reason, err = r.snapshot(ctx, w, bundle, machines); err != nil {
-		return nil, location, reason, err
+	if out.reason, err = r.snapshot(ctx, w, bundle, machines); err != nil {
+		return out, err
 	}
 	if err = r.configs(ctx, w, bundle, machines); err != nil {
-		return nil, location, v1alpha1.BackupReasonMachineConfigFailed, err
+		out.reason = v1alpha1.BackupReasonMachineConfigFailed
+		return out, err
 	}
 	if err = w.manifest(ctx, b, cluster); err != nil {
-		return nil, location, storeReason(err), err
+		out.reason = storeReason(err)
+		return out, err
 	}
-	return w.files, location, "", nil
+	out.files = w.files
+	return out, nil
 }
 
 // open opens a backup target, reading its credentials Secret in namespace.
@@ -319,6 +339,19 @@ func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha
 	target, err := store.Open(ctx, t, opts)
 	if err != nil {
 		return nil, v1alpha1.BackupReasonInvalidSetting, fmt.Errorf("open the backup target: %w", err)
+	}
+	// Before any node is asked for anything: the bucket is there and the
+	// credentials open it.
+	callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
+	defer cancel()
+	ok, err := target.IsAccessible(callCtx)
+	if err == nil && !ok {
+		err = &storeError{fmt.Errorf("the bucket or container of %s does not exist", target.Location)}
+		return nil, v1alpha1.BackupReasonBucketNotFound, errors.Join(err, target.Close())
+	}
+	if err != nil {
+		err = explainStore(err)
+		return nil, storeReason(err), errors.Join(err, target.Close())
 	}
 	return target, "", nil
 }
@@ -471,15 +504,15 @@ func (w *writer) write(ctx context.Context, name string, content v1alpha1.Backup
 		return &storeError{explainStore(err)}
 	}
 	w.written = append(w.written, key)
-	sum, err := archive.Write(bw, src, w.recipients, w.compression)
+	source := &readErr{r: src}
+	sum, err := archive.Write(bw, source, w.recipients, w.compression)
 	if err != nil {
 		cancel() // a writer closed after its context ends discards what it got
 		_ = bw.Close()
-		var se *storeError
-		if errors.As(err, &se) || isStoreError(err) {
-			return &storeError{explainStore(err)}
+		if source.err != nil {
+			return err // the node's stream broke, not the target
 		}
-		return err
+		return &storeError{explainStore(err)}
 	}
 	if err := bw.Close(); err != nil {
 		return &storeError{explainStore(err)}
@@ -491,9 +524,19 @@ func (w *writer) write(ctx context.Context, name string, content v1alpha1.Backup
 	return nil
 }
 
-// isStoreError tells a gocloud error (which carries a code) from a source's.
-func isStoreError(err error) bool {
-	return gcerrors.Code(err) != gcerrors.Unknown
+// readErr remembers the error its reader returned, other than io.EOF: what
+// failed, the content's source or the target.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (r *readErr) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
 }
 
 // Manifest is backup.json: what a backup holds, for whoever restores it
@@ -526,33 +569,38 @@ func (w *writer) manifest(ctx context.Context, b *v1alpha1.TalosBackup, cluster 
 	return nil
 }
 
-// abandon deletes what a failed backup wrote, as far as the target lets it.
-func (w *writer) abandon(timeout time.Duration) {
+// abandon deletes what a failed backup wrote, as far as the target lets
+// it, and says whether nothing is left.
+func (w *writer) abandon(timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	clean := true
 	for _, key := range w.written {
-		_ = w.target.Delete(ctx, key)
+		if err := w.target.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			clean = false
+		}
 	}
+	return clean
 }
 
-// explainStore words a target's error for people: the gocloud error with
-// what its code means here.
+// explainStore words a target's error for people: what it means here,
+// then the store's own error.
 func explainStore(err error) error {
-	switch gcerrors.Code(err) {
-	case gcerrors.NotFound:
-		return fmt.Errorf("the bucket or container does not exist, or the path is not there: %w", err)
-	case gcerrors.PermissionDenied:
-		return fmt.Errorf("the target refused the write: check the credentials Secret and what they may do: %w", err)
+	switch store.Classify(err) {
+	case store.NotFound:
+		return fmt.Errorf("the bucket or container does not exist: %w", err)
+	case store.Refused:
+		return fmt.Errorf("the target refused: check the credentials Secret and what they may do: %w", err)
 	}
-	return fmt.Errorf("the backup target: %w", err)
+	return fmt.Errorf("the backup target did not answer as it should: %w", err)
 }
 
 // storeReason is the condition reason of a target's error.
 func storeReason(err error) string {
-	switch gcerrors.Code(err) {
-	case gcerrors.NotFound:
+	switch store.Classify(err) {
+	case store.NotFound:
 		return v1alpha1.BackupReasonBucketNotFound
-	case gcerrors.PermissionDenied:
+	case store.Refused:
 		return v1alpha1.BackupReasonTargetRefused
 	}
 	return v1alpha1.BackupReasonTargetUnavailable
@@ -566,8 +614,10 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 		return nil
 	}
 	if t := b.Status.Target; t != nil {
-		target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
-		if err == nil {
+		target, reason, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
+		if reason == v1alpha1.BackupReasonBucketNotFound {
+			err = nil // the bucket went, and the files with it
+		} else if err == nil {
 			defer target.Close()
 			err = r.deleteFolder(ctx, target, b.Name+"/")
 		}

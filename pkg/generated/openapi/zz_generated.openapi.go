@@ -2687,7 +2687,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref common.ReferenceCallba
 					},
 					"target": {
 						SchemaProps: spec.SchemaProps{
-							Description: "target is the cluster's backup target when the backup ran; the files are deleted from there, whatever the cluster's setting is by then.",
+							Description: "target is the cluster's backup target when the backup ran; the files are deleted from there, whatever the cluster's setting is by then. A failed backup that left no file has none.",
 							Ref:         ref(v1alpha1.BackupTarget{}.OpenAPIModelName()),
 						},
 					},

@@ -210,7 +210,8 @@ type TalosBackupStatus struct {
 	// +optional
 	Location string `json:"location,omitempty" protobuf:"bytes,4,opt,name=location"`
 	// target is the cluster's backup target when the backup ran; the files
-	// are deleted from there, whatever the cluster's setting is by then.
+	// are deleted from there, whatever the cluster's setting is by then. A
+	// failed backup that left no file has none.
 	// +optional
 	Target *BackupTarget `json:"target,omitempty" protobuf:"bytes,5,opt,name=target"`
 	// recipients are the age public keys the files are encrypted to.

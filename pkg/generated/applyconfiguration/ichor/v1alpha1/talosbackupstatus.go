@@ -39,7 +39,8 @@ type TalosBackupStatusApplyConfiguration struct {
 	// credential (s3://bucket/prefix/name/).
 	Location *string `json:"location,omitempty"`
 	// target is the cluster's backup target when the backup ran; the files
-	// are deleted from there, whatever the cluster's setting is by then.
+	// are deleted from there, whatever the cluster's setting is by then. A
+	// failed backup that left no file has none.
 	Target *BackupTargetApplyConfiguration `json:"target,omitempty"`
 	// recipients are the age public keys the files are encrypted to.
 	Recipients []string `json:"recipients,omitempty"`

@@ -1,0 +1,116 @@
+package backup
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
+
+func record(name string, phase v1alpha1.BackupPhase, completed time.Duration) *v1alpha1.TalosBackup {
+	at := metav1.NewTime(t0.Add(completed))
+	return &v1alpha1.TalosBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec:       v1alpha1.TalosBackupSpec{ClusterName: "prod"},
+		Status:     v1alpha1.TalosBackupStatus{Phase: phase, CompletedAt: &at},
+	}
+}
+
+// TestPrune: retention keeps what every set limit keeps, measured from the
+// newest success; a failing schedule deletes nothing.
+func TestPrune(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	day := 24 * time.Hour
+	count := func(n int32) *int32 { return &n }
+	for _, c := range []struct {
+		name    string
+		ret     v1alpha1.BackupRetention
+		backups []*v1alpha1.TalosBackup
+		kept    []string
+	}{
+		{
+			name: "count keeps the newest successes and the failures after the oldest kept",
+			ret:  v1alpha1.BackupRetention{Count: count(2)},
+			backups: []*v1alpha1.TalosBackup{
+				record("a", v1alpha1.BackupSucceeded, 0), record("b", v1alpha1.BackupFailed, day),
+				record("c", v1alpha1.BackupSucceeded, 2*day), record("d", v1alpha1.BackupFailed, 3*day),
+				record("e", v1alpha1.BackupSucceeded, 4*day), record("f", v1alpha1.BackupRunning, 0),
+			},
+			kept: []string{"c", "d", "e", "f"},
+		},
+		{
+			name: "maxAge is measured from the newest success, not from now",
+			ret:  v1alpha1.BackupRetention{MaxAge: &metav1.Duration{Duration: 36 * time.Hour}},
+			backups: []*v1alpha1.TalosBackup{
+				record("a", v1alpha1.BackupSucceeded, 0), record("b", v1alpha1.BackupSucceeded, day),
+				record("c", v1alpha1.BackupSucceeded, 2*day), record("late-failure", v1alpha1.BackupFailed, 30*day),
+			},
+			kept: []string{"b", "c", "late-failure"},
+		},
+		{
+			name: "both limits: the newest success is kept even outside maxAge",
+			ret:  v1alpha1.BackupRetention{Count: count(5), MaxAge: &metav1.Duration{Duration: time.Hour}},
+			backups: []*v1alpha1.TalosBackup{
+				record("a", v1alpha1.BackupSucceeded, 0), record("b", v1alpha1.BackupSucceeded, day),
+			},
+			kept: []string{"b"},
+		},
+		{
+			name: "no success: nothing is deleted",
+			ret:  v1alpha1.BackupRetention{Count: count(1)},
+			backups: []*v1alpha1.TalosBackup{
+				record("a", v1alpha1.BackupFailed, 0), record("b", v1alpha1.BackupFailed, day),
+			},
+			kept: []string{"a", "b"},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var objs []client.Object
+			var items []v1alpha1.TalosBackup
+			for _, b := range c.backups {
+				objs = append(objs, b.DeepCopy())
+				items = append(items, *b)
+			}
+			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+			s := &Scheduler{Client: cl, Recorder: events.NewFakeRecorder(100), Now: func() time.Time { return t0.Add(100 * day) }}
+			cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "prod"}}
+			s.prune(context.Background(), cluster, c.ret, items)
+			var left v1alpha1.TalosBackupList
+			if err := cl.List(context.Background(), &left); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, b := range left.Items {
+				names = append(names, b.Name)
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, c.kept) {
+				t.Fatalf("kept %v, want %v", names, c.kept)
+			}
+		})
+	}
+}
+
+func TestScheduledNameIsStableAndValid(t *testing.T) {
+	at := time.Date(2026, 12, 4, 4, 30, 59, 0, time.FixedZone("CET", 3600))
+	if got := ScheduledName("prod", at); got != "prod-20261204-0330" {
+		t.Fatalf("ScheduledName = %q", got)
+	}
+	long := string(make([]byte, 250))
+	if got := ScheduledName(long, at); len(got) != 253 {
+		t.Fatalf("a long cluster name gives %d characters", len(got))
+	}
+}
