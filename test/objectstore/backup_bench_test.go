@@ -57,7 +57,7 @@ func BenchmarkBackupToS3(b *testing.B) {
 	for _, c := range []v1alpha1.BackupCompression{v1alpha1.BackupCompressionNone, v1alpha1.BackupCompressionZstd} {
 		b.Run("compression="+string(c), func(b *testing.B) {
 			for i := range b.N {
-				anchor := timed(b, func() error {
+				anchor := timed(b, srv, func() error {
 					tm := transfermanager.New(srv.Client(srv.Admin))
 					_, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{
 						Bucket: aws.String(benchBucket), Key: aws.String(fmt.Sprintf("anchor-%s-%d", c, i)), Body: newSnapshotLike(size),
@@ -66,7 +66,7 @@ func BenchmarkBackupToS3(b *testing.B) {
 				})
 				var stored int64
 				heap := peakHeap(func() {
-					backup := timed(b, func() error {
+					backup := timed(b, srv, func() error {
 						t, err := store.Open(ctx, target, store.Options{Credentials: creds})
 						if err != nil {
 							return err
@@ -96,11 +96,11 @@ func BenchmarkBackupToS3(b *testing.B) {
 	}
 }
 
-func timed(b *testing.B, f func() error) time.Duration {
+func timed(b *testing.B, srv *Server, f func() error) time.Duration {
 	b.Helper()
 	start := time.Now()
 	if err := f(); err != nil {
-		b.Fatal(err)
+		b.Fatalf("%v\nobject store log:\n%s", err, srv.LogTail())
 	}
 	return time.Since(start)
 }
