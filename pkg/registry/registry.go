@@ -98,6 +98,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosbackups":                     backups.Store,
 		"talosbackups/status":              backups.Status,
 		"talosbackups/finalizers":          backups.Subresources["finalizers"],
+		"talosbackups/schedule":            backups.Subresources["schedule"],
 		"ichorusers":                       users.Store,
 		"ichorusers/status":                users.Status,
 		"ichorusers/password":              users.Actions[ichoruser.PasswordSubresource],

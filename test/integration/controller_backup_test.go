@@ -117,6 +117,11 @@ func (d *demoCluster) backups(t *testing.T) {
 
 	var first *v1alpha1.TalosBackup
 	t.Run("an operator backs up now: a snapshot and every running config, encrypted", func(t *testing.T) {
+		// Only the schedule marks a backup as its own, which retention may prune.
+		squat := fmt.Sprintf("apiVersion: ichor.dev/v1alpha1\nkind: TalosBackup\nmetadata: {name: forged, namespace: %s}\nspec: {clusterName: demo, scheduledAt: \"2026-01-01T00:00:00Z\"}\n", d.ns)
+		if out, err := cp.KubectlWithInput(ctx, []byte(squat), append(operator, "create", "-f", "-")...); err == nil || !strings.Contains(fmt.Sprint(err, out), "talosbackups/schedule") && !strings.Contains(fmt.Sprint(err, out), `subresource "schedule"`) {
+			t.Fatalf("an operator marked a backup as scheduled: %v\n%s", err, tail(fmt.Sprint(out)))
+		}
 		if out, err := cp.KubectlWithInput(ctx, []byte(d.backupManifest("viewer-now")), append(viewer, "create", "-f", "-")...); err == nil {
 			t.Fatalf("a viewer created a TalosBackup:\n%s", out)
 		}
@@ -225,6 +230,39 @@ func (d *demoCluster) backups(t *testing.T) {
 		})
 	}
 
+	t.Run("a controller stopped mid-backup writes it again from the start", func(t *testing.T) {
+		if out, err := set(t, admin, setting(yearly, srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`)); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if out, err := cp.KubectlWithInput(ctx, []byte(d.backupManifest("restarted")), append(operator, "create", "-f", "-")...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		wctx, cancel := context.WithTimeout(ctx, clusterWait)
+		defer cancel()
+		w, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=restarted"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ev := range w.ResultChan() {
+			if b, ok := ev.Object.(*v1alpha1.TalosBackup); ok && b.Status.Phase == v1alpha1.BackupRunning {
+				break
+			}
+		}
+		w.Stop()
+		d.controller.stop()
+		b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, "restarted", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stopped the controller with the backup %s and %d objects written", b.Status.Phase, len(d.backupKeys(t, srv, "restarted")))
+		d.controller = runController(d.parent, d.tune)
+		b = d.waitBackupEnds(t, "restarted", v1alpha1.BackupSucceeded)
+		if keys := d.backupKeys(t, srv, "restarted"); len(keys) != 7 || len(b.Status.Files) != 6 {
+			t.Fatalf("after the restart: objects %v, files %+v", keys, b.Status.Files)
+		}
+		d.readBackupFile(t, srv, b, b.Status.Files[0], identity)
+	})
+
 	t.Run("every minute: two runs recorded, the older pruned to the retention", func(t *testing.T) {
 		if out, err := set(t, admin, setting("* * * * *", srv.Endpoint, backupBucket, "s3-writer", `{"count":1}`)); err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -232,7 +270,7 @@ func (d *demoCluster) backups(t *testing.T) {
 		scheduled := func(l *v1alpha1.TalosBackupList) []v1alpha1.TalosBackup {
 			var out []v1alpha1.TalosBackup
 			for _, b := range l.Items {
-				if b.Annotations[backup.AnnotationScheduledAt] != "" && b.Status.Phase == v1alpha1.BackupSucceeded {
+				if b.Spec.ScheduledAt != nil && b.Status.Phase == v1alpha1.BackupSucceeded {
 					out = append(out, b)
 				}
 			}
@@ -247,7 +285,7 @@ func (d *demoCluster) backups(t *testing.T) {
 		// A store may fail a run now and then (the SDK retries a part three
 		// times): the schedule goes on, and retention waits for a success.
 		var newer string
-		d.waitBackups(t, "a second scheduled backup succeeded, and the older, the first and the failed ones were pruned", func(l *v1alpha1.TalosBackupList) bool {
+		d.waitBackups(t, "a second scheduled backup succeeded, and the older and the failed ones were pruned", func(l *v1alpha1.TalosBackupList) bool {
 			newer = ""
 			for _, b := range scheduled(l) {
 				if b.Name != older {
@@ -264,17 +302,19 @@ func (d *demoCluster) backups(t *testing.T) {
 				}
 			}
 			for _, b := range l.Items {
-				if b.Name == older || b.Name == "now-1" ||
-					b.Status.Phase == v1alpha1.BackupFailed && b.Status.CompletedAt.Before(newest.Status.CompletedAt) {
+				if b.Name == older ||
+					b.Spec.ScheduledAt != nil && b.Status.Phase == v1alpha1.BackupFailed && b.Status.CompletedAt.Before(newest.Status.CompletedAt) {
 					return false
 				}
 			}
 			return true
 		}, srv)
-		for _, gone := range []string{older, "now-1"} {
-			if keys := d.backupKeys(t, srv, gone); len(keys) != 0 {
-				t.Fatalf("pruned backup %s left objects: %v", gone, keys)
-			}
+		if keys := d.backupKeys(t, srv, older); len(keys) != 0 {
+			t.Fatalf("pruned backup %s left objects: %v", older, keys)
+		}
+		// Backups made by hand are not the retention's.
+		if len(d.backupKeys(t, srv, "now-1")) != 7 {
+			t.Fatalf("the backup made by hand was pruned: %v", d.backupKeys(t, srv, "now-1"))
 		}
 		if len(d.backupKeys(t, srv, newer)) != 7 {
 			t.Fatalf("the kept backup's objects: %v", d.backupKeys(t, srv, newer))
@@ -283,15 +323,24 @@ func (d *demoCluster) backups(t *testing.T) {
 		if c.Status.Backup == nil || c.Status.Backup.LastSuccessfulBackup == "" || c.Status.Backup.LastScheduleTime == nil {
 			t.Fatalf("status.backup %+v", c.Status.Backup)
 		}
-		// Suspended, nothing more is scheduled; an admin deletes the last
-		// backup, and its files go with it.
+		// Suspended, nothing more is scheduled. An admin deletes a backup,
+		// and its files go with it; annotated keep-files, they stay.
 		if out, err := set(t, admin, `{"spec":{"backup":{"suspend":true}}}`); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		mustKubectl(ctx, t, append(admin, "-n", d.ns, "delete", "talosbackup", newer, "--wait=true")...)
-		if keys := d.backupKeys(t, srv, newer); len(keys) != 0 {
+		mustKubectl(ctx, t, append(admin, "-n", d.ns, "delete", "talosbackup", "now-1", "--wait=true")...)
+		if keys := d.backupKeys(t, srv, "now-1"); len(keys) != 0 {
 			t.Fatalf("a deleted backup left objects: %v", keys)
 		}
+		if out, err := cp.Kubectl(ctx, append(operator, "-n", d.ns, "annotate", "talosbackup", newer, v1alpha1.AnnotationKeepFiles+"=true")...); err == nil {
+			t.Fatalf("an operator annotated a backup:\n%s", out)
+		}
+		mustKubectl(ctx, t, append(admin, "-n", d.ns, "annotate", "talosbackup", newer, v1alpha1.AnnotationKeepFiles+"=true")...)
+		mustKubectl(ctx, t, append(admin, "-n", d.ns, "delete", "talosbackup", newer, "--wait=true")...)
+		if keys := d.backupKeys(t, srv, newer); len(keys) != 7 {
+			t.Fatalf("a backup deleted with keep-files lost its objects: %v", keys)
+		}
+		waitEvent(ctx, t, d.ns, newer, corev1.EventTypeWarning, backup.EventFilesKept)
 	})
 }
 
@@ -322,6 +371,12 @@ func (d *demoCluster) backUpNow(t *testing.T, name string, want v1alpha1.BackupP
 	if out, err := cp.KubectlWithInput(d.ctx, []byte(d.backupManifest(name)), append(operator, "create", "-f", "-")...); err != nil {
 		t.Fatalf("kubectl create TalosBackup %s: %v\n%s", name, err, out)
 	}
+	return d.waitBackupEnds(t, name, want)
+}
+
+// waitBackupEnds waits for TalosBackup name to end in phase want.
+func (d *demoCluster) waitBackupEnds(t *testing.T, name string, want v1alpha1.BackupPhase) *v1alpha1.TalosBackup {
+	t.Helper()
 	var last *v1alpha1.TalosBackup
 	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
 		b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, name, metav1.GetOptions{})

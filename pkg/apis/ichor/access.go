@@ -1,5 +1,7 @@
 package ichor
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // The custom RBAC verbs of Ichor's actions. Each is asked of the authorizer
 // beyond the HTTP method's verb, on the subresource the action names, so RBAC
 // rules can grant exactly one action and `kubectl auth can-i` tells the truth
@@ -97,6 +99,9 @@ var FieldSubresources = []FieldSubresource{
 	// ichor-controller, which writes no other spec, moves it at the end of a
 	// kubernetes-upgrade.
 	shared(specField("talosclusters", "kubernetes-version", "spec.kubernetesVersion", func(c *TalosCluster) *string { return &c.Spec.KubernetesVersion })),
+	// The schedule marks the backups it creates; retention prunes only
+	// those, so nobody else may mark one.
+	specField("talosbackups", "schedule", "spec.scheduledAt", func(b *TalosBackup) **metav1.Time { return &b.Spec.ScheduledAt }),
 	specField("ichorinstallations", "version", "spec.version", func(i *IchorInstallation) *string { return &i.Spec.Version }),
 	specField("ichorinstallations", "settings", "spec.settings", func(i *IchorInstallation) *InstallationSettings { return &i.Spec.Settings }),
 }

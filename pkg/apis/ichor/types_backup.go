@@ -40,8 +40,8 @@ type BackupTarget struct {
 	// volume is a directory on a volume mounted into ichor-controller
 	// (a PersistentVolumeClaim), under its --backup-volume-dir.
 	Volume *VolumeTarget
-	// prefix starts the key of every object Ichor writes; default
-	// "<namespace>/<cluster>/". Each backup is a folder below it.
+	// prefix starts the key of every object Ichor writes, before
+	// "<namespace>/<cluster>/<backup>/".
 	Prefix string
 }
 
@@ -114,7 +114,8 @@ const (
 type BackupRetention struct {
 	// count keeps the newest count successful backups.
 	Count *int32
-	// maxAge keeps backups younger than this duration (72h).
+	// maxAge keeps the backups completed within this duration (72h) of the
+	// newest successful one.
 	MaxAge *metav1.Duration
 }
 
@@ -148,6 +149,9 @@ type TalosBackupSpec struct {
 	// clusterName is the TalosCluster in this namespace to back up, with
 	// its spec.backup settings.
 	ClusterName string
+	// scheduledAt is the run time of the cluster's schedule this backup
+	// stands for; empty for a backup created by hand.
+	ScheduledAt *metav1.Time
 }
 
 // BackupPhase is where a backup is in its life.

@@ -43,6 +43,9 @@ func Parse(expr, tz string) (*Schedule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a cron schedule: %w", err)
 	}
+	if every, ok := c.(cron.ConstantDelaySchedule); ok && every.Delay < time.Minute {
+		return nil, errors.New("runs less than a minute apart: a schedule's runs are named by the minute")
+	}
 	return &Schedule{cron: c, loc: loc}, nil
 }
 

@@ -11,6 +11,8 @@ func TestParse(t *testing.T) {
 		{"0 3 * * *", "", ""},
 		{"@daily", "Europe/Paris", ""},
 		{"@every 6h", "", ""},
+		{"@every 1m", "", ""},
+		{"@every 30s", "", "less than a minute apart"},
 		{"61 * * * *", "", "not a cron schedule"},
 		{"* * * * * *", "", "not a cron schedule"}, // no seconds field
 		{"TZ=UTC 0 3 * * *", "", "set timeZone instead"},

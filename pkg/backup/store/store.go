@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -53,6 +54,32 @@ type Target struct {
 	*blob.Bucket
 	// Location is the target's URL, without credentials, ending in /.
 	Location string
+
+	secrets []string // the credential values, which no message may carry
+}
+
+// urlQuery matches the query of a URL in a message: SAS tokens and
+// presigned URLs carry credentials there.
+var urlQuery = regexp.MustCompile(`(https?://[^\s?"'<>]*)\?[^\s"'<>]*`)
+
+// Redact returns err's message as an error with every credential value of
+// the target, and every URL query, replaced: a store's SDK may quote a
+// request's URL in its errors, and messages go to status and Events.
+func (t *Target) Redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	return errors.New(RedactMessage(err.Error(), t.secrets...))
+}
+
+// RedactMessage replaces each secret, and every URL query, in msg.
+func RedactMessage(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, s, "<redacted>")
+		}
+	}
+	return urlQuery.ReplaceAllString(msg, "$1?<redacted>")
 }
 
 // Options are what opening a target needs beyond its spec.
@@ -63,19 +90,19 @@ type Options struct {
 	// VolumeDir is the directory volume targets are paths under
 	// (ichor-controller's --backup-volume-dir); empty refuses them.
 	VolumeDir string
-	// Prefix is the key prefix when the target sets none.
-	DefaultPrefix string
+	// Folder is where below the target's prefix this cluster's backups go:
+	// "<namespace>/<cluster>/", so that clusters of the same name in two
+	// namespaces never share a folder, whatever prefix an admin chose.
+	Folder string
 }
 
 // Open opens t. The caller closes the Target.
 func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target, error) {
 	prefix := t.Prefix
-	if prefix == "" {
-		prefix = opts.DefaultPrefix
-	}
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
+	prefix += opts.Folder
 	var (
 		b        *blob.Bucket
 		location string
@@ -107,7 +134,11 @@ func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target,
 	if prefix != "" {
 		b = blob.PrefixedBucket(b, prefix)
 	}
-	return &Target{Bucket: b, Location: location + prefix}, nil
+	var secrets []string
+	for _, v := range opts.Credentials {
+		secrets = append(secrets, string(v))
+	}
+	return &Target{Bucket: b, Location: location + prefix, secrets: secrets}, nil
 }
 
 // volumePath resolves a volume target's path under dir, refusing any that
@@ -193,7 +224,13 @@ func openGCS(ctx context.Context, t *v1alpha1.GCSTarget, creds map[string][]byte
 	return gcsblob.OpenBucket(ctx, client, t.Bucket, nil)
 }
 
+// storageAccount is what Azure allows as an account name, which becomes a host name.
+var storageAccount = regexp.MustCompile(`^[a-z0-9]{3,24}$`)
+
 func openAzure(ctx context.Context, t *v1alpha1.AzureBlobTarget, creds map[string][]byte) (*blob.Bucket, error) {
+	if !storageAccount.MatchString(t.StorageAccount) {
+		return nil, fmt.Errorf("storage account %q must be 3 to 24 lowercase letters and digits", t.StorageAccount)
+	}
 	url := fmt.Sprintf("https://%s.blob.core.windows.net/%s", t.StorageAccount, t.Container)
 	var (
 		client *container.Client

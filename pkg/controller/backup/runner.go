@@ -7,12 +7,14 @@
 // pkg/backup/archive (digest, zstd, age) into the cluster's backup target.
 // A manifest (backup.json, no secret in it) is written last, so a folder
 // without one is an incomplete backup. The controller holds no identity
-// that decrypts what it wrote.
+// that decrypts what it wrote. Each backup is the folder
+// <prefix><namespace>/<cluster>/<backup>/ of the target.
 //
 // A backup the controller was running when it stopped is run again from the
 // start: it changes no node, and its files are written over. A backup that
-// fails deletes what it wrote. Deleting a TalosBackup deletes its files from
-// the target recorded in its status (the finalizer ichor.dev/backup-files).
+// fails deletes its folder. Deleting a TalosBackup deletes its files from
+// the target recorded in its status (the finalizer ichor.dev/backup-files),
+// unless an admin annotated it ichor.dev/keep-files.
 //
 // Scheduler (schedule.go) creates TalosBackups on each cluster's schedule,
 // applies the retention after a backup succeeded, and reports the latest
@@ -27,6 +29,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"filippo.io/age"
@@ -65,6 +68,7 @@ const (
 	EventSucceeded    = "BackupSucceeded"
 	EventFailed       = "BackupFailed"
 	EventFilesDeleted = "BackupFilesDeleted"
+	EventFilesKept    = "BackupFilesKept"
 )
 
 // The names of a backup's files, below its folder.
@@ -116,6 +120,11 @@ type Runner struct {
 	Options Options
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+
+	// running holds the clusters (namespace/name) a backup is being
+	// written for, in this process: with runningOn, which sees other
+	// processes' through the API, one backup per cluster at a time.
+	running sync.Map
 }
 
 // SetupWithManager registers the runner.
@@ -127,7 +136,9 @@ func (r *Runner) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(RunnerName).
 		For(&v1alpha1.TalosBackup{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		// Backups of different clusters run side by side, and a long one
+		// leaves room for deletions.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
 
@@ -165,6 +176,11 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 		}
 	}
+	key := b.Namespace + "/" + b.Spec.ClusterName
+	if _, busy := r.running.LoadOrStore(key, b.Name); busy {
+		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+	}
+	defer r.running.Delete(key)
 	if !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		patch := client.MergeFrom(b.DeepCopy())
 		controllerutil.AddFinalizer(&b, Finalizer)
@@ -240,6 +256,10 @@ func (r *Runner) runningOn(ctx context.Context, b *v1alpha1.TalosBackup) (string
 // cluster (when known). The message is err's: errors here never carry a
 // credential.
 func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster, reason string, err error) error {
+	if reason == "" {
+		reason = v1alpha1.BackupReasonTargetUnavailable
+	}
+	err = errors.New(truncate(store.RedactMessage(err.Error()), maxMessage))
 	now := metav1.NewTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupFailed
 	b.Status.CompletedAt = &now
@@ -268,6 +288,17 @@ type outcome struct {
 	leftovers bool
 }
 
+// maxMessage bounds a failure's message: a condition holds 32 KiB, an
+// Event's note 1 KiB, and a person reads the start.
+const maxMessage = 1000
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-len("…")] + "…"
+}
+
 // run writes the backup's files and its manifest. On an error it deletes
 // what it wrote, and says why with a reason.
 func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) (out outcome, err error) {
@@ -291,17 +322,21 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 		return out, err
 	}
 	defer target.Close()
+	defer func() { err = target.Redact(err) }()
 	folder := b.Name + "/"
 	out.location = target.Location + folder
 
 	machines, err := r.members(ctx, cluster)
 	if err != nil {
+		out.reason = v1alpha1.BackupReasonSnapshotFailed
 		return out, err
 	}
 	w := &writer{target: target, folder: folder, recipients: recipients, compression: b.Status.Compression}
 	defer func() {
 		if err != nil {
-			out.leftovers = !w.abandon(r.Options.CallTimeout)
+			// The whole folder: an attempt before a restart may have
+			// written files this one did not get to.
+			out.leftovers = r.deleteFolder(context.WithoutCancel(ctx), target, folder) != nil
 		}
 	}()
 
@@ -322,7 +357,7 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 
 // open opens a backup target, reading its credentials Secret in namespace.
 func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha1.BackupTarget) (*store.Target, string, error) {
-	opts := store.Options{VolumeDir: r.Options.VolumeDir, DefaultPrefix: namespace + "/" + cluster + "/"}
+	opts := store.Options{VolumeDir: r.Options.VolumeDir, Folder: namespace + "/" + cluster + "/"}
 	if ref := credentialsRef(t); ref != nil {
 		var s corev1.Secret
 		if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &s); err != nil {
@@ -422,7 +457,9 @@ func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secrets.Bundle
 	var tried []string
 	for _, m := range cps {
 		err := func() error {
-			node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
+			dialCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
+			node, err := r.Dialer.Configured(dialCtx, m.Spec.Address, creds)
+			cancel()
 			if err != nil {
 				return err
 			}
@@ -484,7 +521,6 @@ type writer struct {
 	recipients  []age.Recipient
 	compression v1alpha1.BackupCompression
 	files       []v1alpha1.BackupFile
-	written     []string // keys, the manifest's included
 }
 
 // storeError is a failure of the target, not of the content's source.
@@ -503,7 +539,6 @@ func (w *writer) write(ctx context.Context, name string, content v1alpha1.Backup
 	if err != nil {
 		return &storeError{explainStore(err)}
 	}
-	w.written = append(w.written, key)
 	source := &readErr{r: src}
 	sum, err := archive.Write(bw, source, w.recipients, w.compression)
 	if err != nil {
@@ -562,25 +597,10 @@ func (w *writer) manifest(ctx context.Context, b *v1alpha1.TalosBackup, cluster 
 		return err
 	}
 	key := w.folder + ManifestFile
-	w.written = append(w.written, key)
 	if err := w.target.WriteAll(ctx, key, append(data, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
 		return &storeError{explainStore(err)}
 	}
 	return nil
-}
-
-// abandon deletes what a failed backup wrote, as far as the target lets
-// it, and says whether nothing is left.
-func (w *writer) abandon(timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	clean := true
-	for _, key := range w.written {
-		if err := w.target.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			clean = false
-		}
-	}
-	return clean
 }
 
 // explainStore words a target's error for people: what it means here,
@@ -613,17 +633,22 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 	if !controllerutil.ContainsFinalizer(b, Finalizer) {
 		return nil
 	}
-	if t := b.Status.Target; t != nil {
+	if t := b.Status.Target; t != nil && b.Annotations[v1alpha1.AnnotationKeepFiles] == "true" {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFilesKept, "Delete",
+			"deleted without its files, as annotated %s: they stay at %s", v1alpha1.AnnotationKeepFiles, b.Status.Location)
+	} else if t != nil {
 		target, reason, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
 		if reason == v1alpha1.BackupReasonBucketNotFound {
 			err = nil // the bucket went, and the files with it
 		} else if err == nil {
 			defer target.Close()
-			err = r.deleteFolder(ctx, target, b.Name+"/")
+			err = target.Redact(r.deleteFolder(ctx, target, b.Name+"/"))
 		}
 		if err != nil {
+			msg := truncate(store.RedactMessage(err.Error()), maxMessage) +
+				"; an admin who gives up on these files annotates the backup " + v1alpha1.AnnotationKeepFiles + "=true"
 			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionFilesDeleted, Status: metav1.ConditionFalse,
-				Reason: v1alpha1.BackupReasonDeleteFailed, Message: err.Error()})
+				Reason: v1alpha1.BackupReasonDeleteFailed, Message: msg})
 			if uerr := r.Client.Status().Update(ctx, b); uerr != nil {
 				return uerr
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,15 +31,18 @@ const SchedulerName = "backupschedule"
 // TalosClusters.
 const FieldManager = "ichor-backup"
 
-// AnnotationScheduledAt is set on the TalosBackups the schedule creates:
-// the run time they stand for (RFC 3339).
-const AnnotationScheduledAt = "ichor.dev/scheduled-at"
-
 // Events of a TalosCluster.
 const (
 	EventScheduled = "BackupScheduled"
 	EventPruned    = "BackupPruned"
+	// EventNameTaken: a TalosBackup created by hand holds the name of a
+	// scheduled run, which then gets a generated name.
+	EventNameTaken = "BackupNameTaken"
 )
+
+// maxFailedKept bounds the failed scheduled backups kept per cluster: a
+// schedule that fails every minute must not fill etcd.
+const maxFailedKept = 10
 
 // Scheduler creates each cluster's TalosBackups on its schedule, prunes
 // them to its retention, and reports the latest one on the cluster.
@@ -113,20 +117,33 @@ func (s *Scheduler) schedule(ctx context.Context, cluster *v1alpha1.TalosCluster
 	if due.IsZero() {
 		return nil
 	}
+	at := metav1.NewTime(due)
 	b := &v1alpha1.TalosBackup{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   cluster.Namespace,
-			Name:        ScheduledName(cluster.Name, due),
-			Annotations: map[string]string{AnnotationScheduledAt: due.UTC().Format(time.RFC3339)},
-		},
-		Spec: v1alpha1.TalosBackupSpec{ClusterName: cluster.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: ScheduledName(cluster.Name, due)},
+		Spec:       v1alpha1.TalosBackupSpec{ClusterName: cluster.Name, ScheduledAt: &at},
 	}
 	err := s.Client.Create(ctx, b)
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create TalosBackup %s: %w", b.Name, err)
+	if apierrors.IsAlreadyExists(err) {
+		var held v1alpha1.TalosBackup
+		if err := s.APIReader.Get(ctx, client.ObjectKeyFromObject(b), &held); err != nil {
+			return fmt.Errorf("read TalosBackup %s: %w", b.Name, err)
+		}
+		if held.Spec.ClusterName == cluster.Name && held.Spec.ScheduledAt != nil && held.Spec.ScheduledAt.Equal(&at) {
+			err = nil // created before a restart: this run exists
+		} else {
+			// Someone took the name by hand: the run gets another one.
+			s.Recorder.Eventf(cluster, &held, corev1.EventTypeWarning, EventNameTaken, "Schedule",
+				"TalosBackup %s, created by hand, holds the name of the run at %s; that run gets a generated name", held.Name, due.UTC().Format(time.RFC3339))
+			b.GenerateName, b.Name = b.Name+"-", ""
+			if err = s.Client.Create(ctx, b); err == nil {
+				s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
+			}
+		}
+	} else if err == nil {
+		s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
 	}
-	if err == nil {
-		s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, b.Annotations[AnnotationScheduledAt])
+	if err != nil {
+		return fmt.Errorf("create the TalosBackup of the run at %s: %w", due.UTC().Format(time.RFC3339), err)
 	}
 	if cluster.Status.Backup == nil {
 		cluster.Status.Backup = &v1alpha1.ClusterBackupStatus{}
@@ -140,9 +157,10 @@ func (s *Scheduler) schedule(ctx context.Context, cluster *v1alpha1.TalosCluster
 // same for every attempt, so a restarted controller never creates a run twice.
 func ScheduledName(cluster string, t time.Time) string {
 	suffix := "-" + t.UTC().Format("20060102-1504")
-	const maxName = 253
+	// Room for the generated suffix of a taken name, too.
+	const maxName = 253 - 6
 	if len(cluster)+len(suffix) > maxName {
-		cluster = cluster[:maxName-len(suffix)]
+		cluster = strings.TrimRight(cluster[:maxName-len(suffix)], "-.")
 	}
 	return cluster + suffix
 }
@@ -164,17 +182,32 @@ func finished(backups []v1alpha1.TalosBackup) []*v1alpha1.TalosBackup {
 	return out
 }
 
-// prune deletes the backups outside the retention. It measures from the
-// latest successful backup, not from now: only a newer successful backup
-// moves the window, so a failing schedule never deletes the backups it
-// could not replace. The latest successful backup is always kept, and a
-// failed one is kept while it is newer than the oldest successful one kept.
+// prune deletes the scheduled backups outside the retention (those created
+// by hand stay until someone deletes them). It measures from the latest
+// successful backup, not from now: only a newer successful backup moves the
+// window, so a failing schedule never deletes the backups it could not
+// replace. The latest successful backup is always kept, and a failed one is
+// kept while it is newer than the oldest successful one kept, up to
+// maxFailedKept.
 func (s *Scheduler) prune(ctx context.Context, cluster *v1alpha1.TalosCluster, ret v1alpha1.BackupRetention, backups []v1alpha1.TalosBackup) {
-	done := finished(backups)
-	var succeeded []*v1alpha1.TalosBackup
-	for _, b := range done {
+	var done, succeeded, failed []*v1alpha1.TalosBackup
+	for _, b := range finished(backups) {
+		if b.Spec.ScheduledAt == nil {
+			continue
+		}
+		done = append(done, b)
 		if b.Status.Phase == v1alpha1.BackupSucceeded {
 			succeeded = append(succeeded, b)
+		} else {
+			failed = append(failed, b)
+		}
+	}
+	// Failed backups beyond the newest maxFailedKept go whatever else
+	// happens: they are records of attempts (what one left on the target
+	// goes with it, through the runner's finalizer).
+	if len(failed) > maxFailedKept {
+		for _, b := range failed[maxFailedKept:] {
+			s.delete(ctx, cluster, b, fmt.Sprintf("more than %d failed backups are kept", maxFailedKept))
 		}
 	}
 	if len(succeeded) == 0 {
@@ -195,16 +228,25 @@ func (s *Scheduler) prune(ctx context.Context, cluster *v1alpha1.TalosCluster, r
 		if keep[b.Name] || (b.Status.Phase == v1alpha1.BackupFailed && !b.Status.CompletedAt.Time.Before(oldestKept)) {
 			continue
 		}
-		err := s.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID})
-		if client.IgnoreNotFound(err) != nil {
-			// The next reconcile tries again; the backup stays meanwhile.
-			ctrl.LoggerFrom(ctx).Error(err, "prune a backup", "backup", b.Name)
-			continue
-		}
-		if err == nil {
-			s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventPruned, "Prune",
-				"deleted TalosBackup %s: it falls outside the retention after %s succeeded", b.Name, succeeded[0].Name)
-		}
+		s.delete(ctx, cluster, b, fmt.Sprintf("it falls outside the retention after %s succeeded", succeeded[0].Name))
+	}
+}
+
+// delete deletes a backup the retention lets go (its files go through the
+// runner's finalizer), with an Event saying why.
+func (s *Scheduler) delete(ctx context.Context, cluster *v1alpha1.TalosCluster, b *v1alpha1.TalosBackup, why string) {
+	if !b.DeletionTimestamp.IsZero() {
+		return
+	}
+	err := s.Client.Delete(ctx, b, client.Preconditions{UID: &b.UID})
+	if client.IgnoreNotFound(err) != nil {
+		// The next reconcile tries again; the backup stays meanwhile.
+		ctrl.LoggerFrom(ctx).Error(err, "prune a backup", "backup", b.Name)
+		return
+	}
+	if err == nil {
+		b.DeletionTimestamp = &metav1.Time{Time: s.Now()} // not pruned twice in one pass
+		s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventPruned, "Prune", "deleted TalosBackup %s: %s", b.Name, why)
 	}
 }
 
@@ -232,7 +274,7 @@ func (s *Scheduler) report(cluster *v1alpha1.TalosCluster, backups []v1alpha1.Ta
 		return
 	}
 	latest := done[0]
-	c := metav1.Condition{Type: v1alpha1.ClusterConditionBackupSucceeded, ObservedGeneration: cluster.Generation}
+	c := metav1.Condition{Type: v1alpha1.ClusterConditionBackupSucceeded}
 	if latest.Status.Phase == v1alpha1.BackupSucceeded {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.BackupReasonWritten
 		c.Message = fmt.Sprintf("TalosBackup %s succeeded at %s", latest.Name, latest.Status.CompletedAt.UTC().Format(time.RFC3339))

@@ -2,7 +2,9 @@ package backup
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,13 +19,21 @@ import (
 
 var t0 = time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
 
+// record is a scheduled backup that ended in phase at t0+completed.
 func record(name string, phase v1alpha1.BackupPhase, completed time.Duration) *v1alpha1.TalosBackup {
 	at := metav1.NewTime(t0.Add(completed))
 	return &v1alpha1.TalosBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-		Spec:       v1alpha1.TalosBackupSpec{ClusterName: "prod"},
+		Spec:       v1alpha1.TalosBackupSpec{ClusterName: "prod", ScheduledAt: &at},
 		Status:     v1alpha1.TalosBackupStatus{Phase: phase, CompletedAt: &at},
 	}
+}
+
+// byHand is a backup someone created, which ended in phase at t0+completed.
+func byHand(name string, phase v1alpha1.BackupPhase, completed time.Duration) *v1alpha1.TalosBackup {
+	b := record(name, phase, completed)
+	b.Spec.ScheduledAt = nil
+	return b
 }
 
 // TestPrune: retention keeps what every set limit keeps, measured from the
@@ -76,6 +86,28 @@ func TestPrune(t *testing.T) {
 			},
 			kept: []string{"a", "b"},
 		},
+		{
+			name: "backups made by hand are not the retention's",
+			ret:  v1alpha1.BackupRetention{Count: count(1)},
+			backups: []*v1alpha1.TalosBackup{
+				byHand("before-upgrade", v1alpha1.BackupSucceeded, 0), byHand("x1", v1alpha1.BackupSucceeded, 2*day),
+				byHand("x2", v1alpha1.BackupSucceeded, 3*day), record("a", v1alpha1.BackupSucceeded, day),
+				record("b", v1alpha1.BackupSucceeded, 4*day),
+			},
+			kept: []string{"b", "before-upgrade", "x1", "x2"},
+		},
+		{
+			name: "at most ten failed backups are kept, the newest",
+			ret:  v1alpha1.BackupRetention{Count: count(1)},
+			backups: func() []*v1alpha1.TalosBackup {
+				var bs []*v1alpha1.TalosBackup
+				for i := range 12 {
+					bs = append(bs, record(fmt.Sprintf("f%02d", i), v1alpha1.BackupFailed, time.Duration(i)*time.Minute))
+				}
+				return bs
+			}(),
+			kept: []string{"f02", "f03", "f04", "f05", "f06", "f07", "f08", "f09", "f10", "f11"},
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var objs []client.Object
@@ -109,8 +141,11 @@ func TestScheduledNameIsStableAndValid(t *testing.T) {
 	if got := ScheduledName("prod", at); got != "prod-20261204-0330" {
 		t.Fatalf("ScheduledName = %q", got)
 	}
-	long := string(make([]byte, 250))
-	if got := ScheduledName(long, at); len(got) != 253 {
-		t.Fatalf("a long cluster name gives %d characters", len(got))
+	// Room stays for the five characters of a generated name's suffix, and
+	// a cut name does not end in a dash.
+	long := strings.Repeat("a", 200) + strings.Repeat("-b", 30)
+	got := ScheduledName(long, at)
+	if len(got) > 253-6 || strings.Contains(got, "--") {
+		t.Fatalf("a long cluster name gives %q (%d characters)", got, len(got))
 	}
 }

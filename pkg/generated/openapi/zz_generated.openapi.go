@@ -395,7 +395,7 @@ func schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "BackupRetention limits the backups kept. At least one limit is set; the newest successful backup is always kept.",
+				Description: "BackupRetention limits the scheduled backups kept (a backup created by hand stays until it is deleted). At least one limit is set; the newest successful backup is always kept.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"count": {
@@ -407,7 +407,7 @@ func schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref common.ReferenceCallback
 					},
 					"maxAge": {
 						SchemaProps: spec.SchemaProps{
-							Description: "maxAge keeps backups younger than this duration (72h).",
+							Description: "maxAge keeps the backups completed within this duration (72h) of the newest successful one.",
 							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
 						},
 					},
@@ -452,7 +452,7 @@ func schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref common.ReferenceCallback) c
 					},
 					"prefix": {
 						SchemaProps: spec.SchemaProps{
-							Description: "prefix starts the key of every object Ichor writes; default \"<namespace>/<cluster>/\". Each backup is a folder below it.",
+							Description: "prefix starts the key of every object Ichor writes, before \"<namespace>/<cluster>/<backup>/\".",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2537,7 +2537,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackup(ref common.ReferenceCallback) co
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "TalosBackup is one backup of a cluster: its etcd snapshot and every machine's running config, encrypted to the cluster's backup recipients and written to its backup target. The cluster's schedule creates them, and an operator may create one to back up now. Deleting one deletes its files from the target.",
+				Description: "TalosBackup is one backup of a cluster: its etcd snapshot and every machine's running config, encrypted to the cluster's backup recipients and written to its backup target. The cluster's schedule creates them, and an operator may create one to back up now. Deleting one deletes its files from the target, unless an admin annotated it ichor.dev/keep-files: \"true\" (a target that is gone for good).",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -2644,10 +2644,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupSpec(ref common.ReferenceCallback
 							Format:      "",
 						},
 					},
+					"scheduledAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scheduledAt is the run time of the cluster's schedule this backup stands for; empty for a backup created by hand. Only the schedule sets it (it needs the update verb on talosbackups/schedule, which ichor-controller alone holds), and only scheduled backups are pruned by the cluster's retention.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"clusterName"},
 			},
 		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 

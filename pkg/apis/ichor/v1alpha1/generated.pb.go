@@ -2858,6 +2858,18 @@ func (m *TalosBackupSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.ScheduledAt != nil {
+		{
+			size, err := m.ScheduledAt.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x12
+	}
 	i -= len(m.ClusterName)
 	copy(dAtA[i:], m.ClusterName)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ClusterName)))
@@ -5432,6 +5444,10 @@ func (m *TalosBackupSpec) Size() (n int) {
 	_ = l
 	l = len(m.ClusterName)
 	n += 1 + l + sovGenerated(uint64(l))
+	if m.ScheduledAt != nil {
+		l = m.ScheduledAt.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -6748,6 +6764,7 @@ func (this *TalosBackupSpec) String() string {
 	}
 	s := strings.Join([]string{`&TalosBackupSpec{`,
 		`ClusterName:` + fmt.Sprintf("%v", this.ClusterName) + `,`,
+		`ScheduledAt:` + strings.Replace(fmt.Sprintf("%v", this.ScheduledAt), "Time", "v1.Time", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -15497,6 +15514,42 @@ func (m *TalosBackupSpec) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.ClusterName = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ScheduledAt", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.ScheduledAt == nil {
+				m.ScheduledAt = &v1.Time{}
+			}
+			if err := m.ScheduledAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

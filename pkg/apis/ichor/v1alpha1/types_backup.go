@@ -47,8 +47,8 @@ type BackupTarget struct {
 	// (a PersistentVolumeClaim), under its --backup-volume-dir.
 	// +optional
 	Volume *VolumeTarget `json:"volume,omitempty" protobuf:"bytes,4,opt,name=volume"`
-	// prefix starts the key of every object Ichor writes; default
-	// "<namespace>/<cluster>/". Each backup is a folder below it.
+	// prefix starts the key of every object Ichor writes, before
+	// "<namespace>/<cluster>/<backup>/".
 	// +optional
 	Prefix string `json:"prefix,omitempty" protobuf:"bytes,5,opt,name=prefix"`
 }
@@ -125,13 +125,15 @@ const (
 	BackupCompressionNone BackupCompression = "none"
 )
 
-// BackupRetention limits the backups kept. At least one limit is set; the
-// newest successful backup is always kept.
+// BackupRetention limits the scheduled backups kept (a backup created by
+// hand stays until it is deleted). At least one limit is set; the newest
+// successful backup is always kept.
 type BackupRetention struct {
 	// count keeps the newest count successful backups.
 	// +optional
 	Count *int32 `json:"count,omitempty" protobuf:"varint,1,opt,name=count"`
-	// maxAge keeps backups younger than this duration (72h).
+	// maxAge keeps the backups completed within this duration (72h) of the
+	// newest successful one.
 	// +optional
 	MaxAge *metav1.Duration `json:"maxAge,omitempty" protobuf:"bytes,2,opt,name=maxAge"`
 }
@@ -156,7 +158,8 @@ type ClusterBackupStatus struct {
 // machine's running config, encrypted to the cluster's backup recipients
 // and written to its backup target. The cluster's schedule creates them,
 // and an operator may create one to back up now. Deleting one deletes its
-// files from the target.
+// files from the target, unless an admin annotated it
+// ichor.dev/keep-files: "true" (a target that is gone for good).
 type TalosBackup struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
@@ -170,7 +173,20 @@ type TalosBackupSpec struct {
 	// clusterName is the TalosCluster in this namespace to back up, with
 	// its spec.backup settings.
 	ClusterName string `json:"clusterName" protobuf:"bytes,1,opt,name=clusterName"`
+	// scheduledAt is the run time of the cluster's schedule this backup
+	// stands for; empty for a backup created by hand. Only the schedule
+	// sets it (it needs the update verb on talosbackups/schedule, which
+	// ichor-controller alone holds), and only scheduled backups are pruned
+	// by the cluster's retention.
+	// +optional
+	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty" protobuf:"bytes,2,opt,name=scheduledAt"`
 }
+
+// AnnotationKeepFiles, set to "true" on a TalosBackup by an admin, lets a
+// deleted backup go without deleting its files: for a target that is gone
+// for good, or files an admin keeps elsewhere. The controller records an
+// Event naming the files it left.
+const AnnotationKeepFiles = "ichor.dev/keep-files"
 
 // BackupPhase is where a backup is in its life.
 // +enum

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"path"
+	"regexp"
 	"strings"
 
 	"filippo.io/age"
@@ -12,6 +13,10 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/backup/schedule"
 )
+
+// azureStorageAccount is what Azure allows as a storage account name, which
+// becomes a host name.
+var azureStorageAccount = regexp.MustCompile(`^[a-z0-9]{3,24}$`)
 
 // maxBackupRecipients bounds the age recipients: every file carries a
 // stanza per recipient.
@@ -66,7 +71,9 @@ func validateBackupTarget(t *ichor.BackupTarget, fldPath *field.Path) field.Erro
 	if a := t.AzureBlob; a != nil {
 		set++
 		p := fldPath.Child("azureBlob")
-		errs = append(errs, validateBucketName(a.StorageAccount, p.Child("storageAccount"))...)
+		if !azureStorageAccount.MatchString(a.StorageAccount) {
+			errs = append(errs, field.Invalid(p.Child("storageAccount"), a.StorageAccount, "must be 3 to 24 lowercase letters and digits"))
+		}
 		errs = append(errs, validateBucketName(a.Container, p.Child("container"))...)
 		if a.CredentialsRef != nil {
 			errs = append(errs, validateRequiredName(a.CredentialsRef.Name, p.Child("credentialsRef", "name"))...)
@@ -156,13 +163,13 @@ func validateBackupRecipients(recipients []string, fldPath *field.Path) field.Er
 	seen := map[string]bool{}
 	for i, r := range recipients {
 		p := fldPath.Index(i)
-		if strings.HasPrefix(r, "AGE-SECRET-KEY-") {
-			// Never echo an identity that was pasted by mistake.
+		if strings.Contains(strings.ToUpper(r), "AGE-SECRET-KEY-") {
 			errs = append(errs, field.Invalid(p, field.OmitValueType{}, "is an age identity (a secret key), not a recipient: give its public key (age-keygen -y) and keep the identity elsewhere"))
 			continue
 		}
 		if _, err := age.ParseX25519Recipient(r); err != nil {
-			errs = append(errs, field.Invalid(p, r, "must be an age X25519 public key (age1…): "+err.Error()))
+			// Not echoed: what is not a public key may be a mangled secret one.
+			errs = append(errs, field.Invalid(p, field.OmitValueType{}, "must be an age X25519 public key (age1…, as age-keygen -y prints it)"))
 			continue
 		}
 		if seen[r] {

@@ -41,9 +41,16 @@ func TestValidateClusterBackup(t *testing.T) {
 			b.Target = ichor.BackupTarget{Volume: &ichor.VolumeTarget{Path: "clusters/prod"}, Prefix: "nightly/"}
 			b.Retention.MaxAge = nil
 		}},
-		{name: "valid GCS and Azure", mutate: func(b *ichor.ClusterBackup) {
+		{name: "valid GCS", mutate: func(b *ichor.ClusterBackup) {
 			b.Target = ichor.BackupTarget{GCS: &ichor.GCSTarget{Bucket: "b"}}
 		}},
+		{name: "valid Azure", mutate: func(b *ichor.ClusterBackup) {
+			b.Target = ichor.BackupTarget{AzureBlob: &ichor.AzureBlobTarget{StorageAccount: "acct01", Container: "backups"}}
+		}},
+		{name: "an Azure account that is no host name", mutate: func(b *ichor.ClusterBackup) {
+			b.Target = ichor.BackupTarget{AzureBlob: &ichor.AzureBlobTarget{StorageAccount: "evil.example.com#", Container: "c"}}
+		}, want: []fe{invalid(p + "target.azureBlob.storageAccount")}},
+		{name: "runs under a minute apart", mutate: func(b *ichor.ClusterBackup) { b.Schedule = "@every 10s" }, want: []fe{invalid(p + "schedule")}},
 		{name: "bad schedule and time zone", mutate: func(b *ichor.ClusterBackup) { b.Schedule = "every night"; b.TimeZone = "Mars/Olympus" },
 			want: []fe{invalid(p + "schedule"), invalid(p + "timeZone")}},
 		{name: "no schedule", mutate: func(b *ichor.ClusterBackup) { b.Schedule = "" }, want: []fe{required(p + "schedule")}},
@@ -78,13 +85,15 @@ func TestValidateClusterBackup(t *testing.T) {
 }
 
 func TestAnIdentityPastedAsRecipientIsNeverEchoed(t *testing.T) {
-	cl := validCluster()
-	cl.Spec.Backup = validBackup()
-	cl.Spec.Backup.Encryption.Recipients = []string{testIdentity}
-	errs := ValidateTalosCluster(cl)
-	expectErrors(t, errs, invalid("spec.backup.encryption.recipients[0]"))
-	if msg := errs.ToAggregate().Error(); strings.Contains(msg, "AGE-SECRET-KEY") || !strings.Contains(msg, "age-keygen -y") {
-		t.Fatalf("error: %s", msg)
+	for _, pasted := range []string{testIdentity, strings.ToLower(testIdentity), " " + testIdentity[:40]} {
+		cl := validCluster()
+		cl.Spec.Backup = validBackup()
+		cl.Spec.Backup.Encryption.Recipients = []string{pasted}
+		errs := ValidateTalosCluster(cl)
+		expectErrors(t, errs, invalid("spec.backup.encryption.recipients[0]"))
+		if msg := errs.ToAggregate().Error(); strings.Contains(strings.ToUpper(msg), "AGE-SECRET-KEY") || !strings.Contains(msg, "age-keygen -y") {
+			t.Fatalf("error: %s", msg)
+		}
 	}
 }
 

@@ -795,6 +795,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: scheduledAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupStatus
   map:
     fields:

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/apis/ichor/validation"
 	"ichor.dev/ichor/pkg/bytesize"
 	"ichor.dev/ichor/pkg/registry/resource"
@@ -24,13 +25,18 @@ var Definition = &resource.Definition[*ichor.TalosBackup]{
 	New:     func() *ichor.TalosBackup { return &ichor.TalosBackup{} },
 	NewList: func() runtime.Object { return &ichor.TalosBackupList{} },
 
-	// A backup waits for the controller.
+	// A backup waits for the controller, which alone adds the finalizer
+	// that holds it until its files are deleted: a creator's finalizers
+	// would hold it where nobody but admins could let it go.
 	PrepareForCreate: func(_ context.Context, b *ichor.TalosBackup) {
 		b.Status = ichor.TalosBackupStatus{Phase: ichor.BackupPending}
+		b.Finalizers = nil
 	},
 
-	// The controller holds a backup until its files are deleted from the target.
-	Subresources: []resource.Subresource[*ichor.TalosBackup]{resource.Finalizers[*ichor.TalosBackup]()},
+	// finalizers: the controller holds a backup until its files are
+	// deleted. schedule: the verb that marks a backup as the schedule's.
+	Subresources: append([]resource.Subresource[*ichor.TalosBackup]{resource.Finalizers[*ichor.TalosBackup]()},
+		resource.FieldSubresources[*ichor.TalosBackup]("talosbackups", v1alpha1.TalosBackup{}, validation.ValidateTalosBackupUpdate)...),
 
 	Validate:             validation.ValidateTalosBackup,
 	ValidateUpdate:       validation.ValidateTalosBackupUpdate,
@@ -42,6 +48,7 @@ var Definition = &resource.Definition[*ichor.TalosBackup]{
 
 	Columns: []metav1.TableColumnDefinition{
 		{Name: "Cluster", Type: "string", Description: "TalosCluster backed up."},
+		{Name: "Scheduled", Type: "string", Description: "The schedule's run time it stands for; empty for a backup created by hand."},
 		{Name: "Phase", Type: "string", Description: "Pending, Running, Succeeded or Failed."},
 		{Name: "Size", Type: "string", Description: "Bytes stored, compressed and encrypted, over every file."},
 		{Name: "Snapshot Digest", Type: "string", Description: "SHA-256 of the etcd snapshot, before compression and encryption (its first 12 hex digits)."},
@@ -59,6 +66,10 @@ var Definition = &resource.Definition[*ichor.TalosBackup]{
 				sum = f.Digest[:len("sha256:")+12]
 			}
 		}
-		return []any{b.Spec.ClusterName, string(s.Phase), size, sum, s.Location, int64(len(s.Files))}
+		scheduled := ""
+		if b.Spec.ScheduledAt != nil {
+			scheduled = b.Spec.ScheduledAt.UTC().Format("2006-01-02T15:04Z")
+		}
+		return []any{b.Spec.ClusterName, scheduled, string(s.Phase), size, sum, s.Location, int64(len(s.Files))}
 	},
 }

@@ -25,12 +25,14 @@ import (
 // BackupRetentionApplyConfiguration represents a declarative configuration of the BackupRetention type for use
 // with apply.
 //
-// BackupRetention limits the backups kept. At least one limit is set; the
-// newest successful backup is always kept.
+// BackupRetention limits the scheduled backups kept (a backup created by
+// hand stays until it is deleted). At least one limit is set; the newest
+// successful backup is always kept.
 type BackupRetentionApplyConfiguration struct {
 	// count keeps the newest count successful backups.
 	Count *int32 `json:"count,omitempty"`
-	// maxAge keeps backups younger than this duration (72h).
+	// maxAge keeps the backups completed within this duration (72h) of the
+	// newest successful one.
 	MaxAge *v1.Duration `json:"maxAge,omitempty"`
 }
 

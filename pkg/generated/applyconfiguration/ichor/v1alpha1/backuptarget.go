@@ -33,8 +33,8 @@ type BackupTargetApplyConfiguration struct {
 	// volume is a directory on a volume mounted into ichor-controller
 	// (a PersistentVolumeClaim), under its --backup-volume-dir.
 	Volume *VolumeTargetApplyConfiguration `json:"volume,omitempty"`
-	// prefix starts the key of every object Ichor writes; default
-	// "<namespace>/<cluster>/". Each backup is a folder below it.
+	// prefix starts the key of every object Ichor writes, before
+	// "<namespace>/<cluster>/<backup>/".
 	Prefix *string `json:"prefix,omitempty"`
 }
 

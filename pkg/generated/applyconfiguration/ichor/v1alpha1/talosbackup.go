@@ -34,7 +34,8 @@ import (
 // machine's running config, encrypted to the cluster's backup recipients
 // and written to its backup target. The cluster's schedule creates them,
 // and an operator may create one to back up now. Deleting one deletes its
-// files from the target.
+// files from the target, unless an admin annotated it
+// ichor.dev/keep-files: "true" (a target that is gone for good).
 type TalosBackupApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:""`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`

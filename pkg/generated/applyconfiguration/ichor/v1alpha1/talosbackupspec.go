@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // TalosBackupSpecApplyConfiguration represents a declarative configuration of the TalosBackupSpec type for use
 // with apply.
 //
@@ -26,6 +30,12 @@ type TalosBackupSpecApplyConfiguration struct {
 	// clusterName is the TalosCluster in this namespace to back up, with
 	// its spec.backup settings.
 	ClusterName *string `json:"clusterName,omitempty"`
+	// scheduledAt is the run time of the cluster's schedule this backup
+	// stands for; empty for a backup created by hand. Only the schedule
+	// sets it (it needs the update verb on talosbackups/schedule, which
+	// ichor-controller alone holds), and only scheduled backups are pruned
+	// by the cluster's retention.
+	ScheduledAt *v1.Time `json:"scheduledAt,omitempty"`
 }
 
 // TalosBackupSpecApplyConfiguration constructs a declarative configuration of the TalosBackupSpec type for use with
@@ -39,5 +49,13 @@ func TalosBackupSpec() *TalosBackupSpecApplyConfiguration {
 // If called multiple times, the ClusterName field is set to the value of the last call.
 func (b *TalosBackupSpecApplyConfiguration) WithClusterName(value string) *TalosBackupSpecApplyConfiguration {
 	b.ClusterName = &value
+	return b
+}
+
+// WithScheduledAt sets the ScheduledAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ScheduledAt field is set to the value of the last call.
+func (b *TalosBackupSpecApplyConfiguration) WithScheduledAt(value v1.Time) *TalosBackupSpecApplyConfiguration {
+	b.ScheduledAt = &value
 	return b
 }
