@@ -101,8 +101,9 @@ type NodeResetParameters struct {
 
 // EtcdRestoreParameters are the inputs of an etcd restore.
 type EtcdRestoreParameters struct {
-	// snapshot is the Secret key holding the etcd snapshot to restore.
-	Snapshot SecretKeySelector
+	// backup is the succeeded TalosBackup of the same cluster, in this
+	// namespace, whose etcd snapshot is restored.
+	Backup string
 }
 
 // OperationPhase is where an operation is in its life.

@@ -1000,19 +1000,18 @@ func schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref common.ReferenceCa
 				Description: "EtcdRestoreParameters are the inputs of an etcd restore.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
-					"snapshot": {
+					"backup": {
 						SchemaProps: spec.SchemaProps{
-							Description: "snapshot is the Secret key holding the etcd snapshot to restore.",
-							Default:     map[string]interface{}{},
-							Ref:         ref(v1alpha1.SecretKeySelector{}.OpenAPIModelName()),
+							Description: "backup is the succeeded TalosBackup of the same cluster, in this namespace, whose etcd snapshot is restored. Snapshots are gigabytes: they come from the backup target, never from a Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},
-				Required: []string{"snapshot"},
+				Required: []string{"backup"},
 			},
 		},
-		Dependencies: []string{
-			v1alpha1.SecretKeySelector{}.OpenAPIModelName()},
 	}
 }
 

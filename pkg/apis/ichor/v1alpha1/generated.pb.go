@@ -1119,14 +1119,9 @@ func (m *EtcdRestoreParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
-	{
-		size, err := m.Snapshot.MarshalToSizedBuffer(dAtA[:i])
-		if err != nil {
-			return 0, err
-		}
-		i -= size
-		i = encodeVarintGenerated(dAtA, i, uint64(size))
-	}
+	i -= len(m.Backup)
+	copy(dAtA[i:], m.Backup)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Backup)))
 	i--
 	dAtA[i] = 0xa
 	return len(dAtA) - i, nil
@@ -4819,7 +4814,7 @@ func (m *EtcdRestoreParameters) Size() (n int) {
 	}
 	var l int
 	_ = l
-	l = m.Snapshot.Size()
+	l = len(m.Backup)
 	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
@@ -6273,7 +6268,7 @@ func (this *EtcdRestoreParameters) String() string {
 		return "nil"
 	}
 	s := strings.Join([]string{`&EtcdRestoreParameters{`,
-		`Snapshot:` + strings.Replace(strings.Replace(this.Snapshot.String(), "SecretKeySelector", "SecretKeySelector", 1), `&`, ``, 1) + `,`,
+		`Backup:` + fmt.Sprintf("%v", this.Backup) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -10176,9 +10171,9 @@ func (m *EtcdRestoreParameters) Unmarshal(dAtA []byte) error {
 		switch fieldNum {
 		case 1:
 			if wireType != 2 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Snapshot", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Backup", wireType)
 			}
-			var msglen int
+			var stringLen uint64
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return ErrIntOverflowGenerated
@@ -10188,24 +10183,23 @@ func (m *EtcdRestoreParameters) Unmarshal(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				msglen |= int(b&0x7F) << shift
+				stringLen |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-			if msglen < 0 {
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
 				return ErrInvalidLengthGenerated
 			}
-			postIndex := iNdEx + msglen
+			postIndex := iNdEx + intStringLen
 			if postIndex < 0 {
 				return ErrInvalidLengthGenerated
 			}
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			if err := m.Snapshot.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
-				return err
-			}
+			m.Backup = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -133,8 +133,10 @@ type NodeResetParameters struct {
 
 // EtcdRestoreParameters are the inputs of an etcd restore.
 type EtcdRestoreParameters struct {
-	// snapshot is the Secret key holding the etcd snapshot to restore.
-	Snapshot SecretKeySelector `json:"snapshot" protobuf:"bytes,1,opt,name=snapshot"`
+	// backup is the succeeded TalosBackup of the same cluster, in this
+	// namespace, whose etcd snapshot is restored. Snapshots are gigabytes:
+	// they come from the backup target, never from a Secret.
+	Backup string `json:"backup" protobuf:"bytes,1,opt,name=backup"`
 }
 
 // OperationPhase is where an operation is in its life.

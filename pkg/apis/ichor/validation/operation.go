@@ -154,7 +154,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		errs = append(errs, validateOptionalEnum(r.Wipe, fldPath.Child("nodeReset", "wipe"), wipeModes...)...)
 	}
 	if r := s.EtcdRestore; r != nil {
-		errs = append(errs, validateSecretKey(r.Snapshot.Name, r.Snapshot.Key, fldPath.Child("etcdRestore", "snapshot"))...)
+		errs = append(errs, validateRequiredName(r.Backup, fldPath.Child("etcdRestore", "backup"))...)
 	}
 	return errs
 }

@@ -23,7 +23,7 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	case ichor.OperationKubernetesUpgrade:
 		s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
 	case ichor.OperationEtcdRestore:
-		s.EtcdRestore = &ichor.EtcdRestoreParameters{Snapshot: ichor.SecretKeySelector{Name: "etcd-backup", Key: "db.snapshot"}}
+		s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "prod-20261204-0300"}
 	case ichor.OperationNodeReset:
 		s.Machines = []string{"node-3"}
 		s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeAll}
@@ -201,7 +201,7 @@ func TestValidateTalosOperation(t *testing.T) {
 				s.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "v1.13.1"}
 				s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
 				s.NodeReset = &ichor.NodeResetParameters{}
-				s.EtcdRestore = &ichor.EtcdRestoreParameters{Snapshot: ichor.SecretKeySelector{Name: "s", Key: "k"}}
+				s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "b"}
 			},
 			want: []fe{
 				forbidden("spec.talosUpgrade"), forbidden("spec.kubernetesUpgrade"),
@@ -221,18 +221,16 @@ func TestValidateTalosOperation(t *testing.T) {
 			want:   []fe{required("spec.etcdRestore")},
 		},
 		{
-			name:   "etcd restore with an empty snapshot reference",
+			name:   "etcd restore naming no backup",
 			typ:    ichor.OperationEtcdRestore,
-			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.Snapshot = ichor.SecretKeySelector{} },
-			want:   []fe{required("spec.etcdRestore.snapshot.name"), required("spec.etcdRestore.snapshot.key")},
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.Backup = "" },
+			want:   []fe{required("spec.etcdRestore.backup")},
 		},
 		{
-			name: "etcd restore with a bad snapshot reference",
-			typ:  ichor.OperationEtcdRestore,
-			mutate: func(s *ichor.TalosOperationSpec) {
-				s.EtcdRestore.Snapshot = ichor.SecretKeySelector{Name: "Backups", Key: "db/snapshot"}
-			},
-			want: []fe{invalid("spec.etcdRestore.snapshot.name"), invalid("spec.etcdRestore.snapshot.key")},
+			name:   "etcd restore naming a backup by no valid name",
+			typ:    ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.Backup = "Backups/db" },
+			want:   []fe{invalid("spec.etcdRestore.backup")},
 		},
 	}
 	for _, tc := range cases {

@@ -324,10 +324,10 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters
   map:
     fields:
-    - name: snapshot
+    - name: backup
       type:
-        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
-      default: {}
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.GCSTarget
   map:
     fields:

@@ -23,8 +23,10 @@ package v1alpha1
 //
 // EtcdRestoreParameters are the inputs of an etcd restore.
 type EtcdRestoreParametersApplyConfiguration struct {
-	// snapshot is the Secret key holding the etcd snapshot to restore.
-	Snapshot *SecretKeySelectorApplyConfiguration `json:"snapshot,omitempty"`
+	// backup is the succeeded TalosBackup of the same cluster, in this
+	// namespace, whose etcd snapshot is restored. Snapshots are gigabytes:
+	// they come from the backup target, never from a Secret.
+	Backup *string `json:"backup,omitempty"`
 }
 
 // EtcdRestoreParametersApplyConfiguration constructs a declarative configuration of the EtcdRestoreParameters type for use with
@@ -33,10 +35,10 @@ func EtcdRestoreParameters() *EtcdRestoreParametersApplyConfiguration {
 	return &EtcdRestoreParametersApplyConfiguration{}
 }
 
-// WithSnapshot sets the Snapshot field in the declarative configuration to the given value
+// WithBackup sets the Backup field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
-// If called multiple times, the Snapshot field is set to the value of the last call.
-func (b *EtcdRestoreParametersApplyConfiguration) WithSnapshot(value *SecretKeySelectorApplyConfiguration) *EtcdRestoreParametersApplyConfiguration {
-	b.Snapshot = value
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *EtcdRestoreParametersApplyConfiguration) WithBackup(value string) *EtcdRestoreParametersApplyConfiguration {
+	b.Backup = &value
 	return b
 }
