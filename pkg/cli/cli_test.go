@@ -129,8 +129,10 @@ func TestStatus(t *testing.T) {
 	ns := "demo"
 	objs := []runtime.Object{
 		&v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: ns},
-			Spec: v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", KubernetesVersion: "v1.36.0"},
+			Spec: v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", KubernetesVersion: "v1.36.0",
+				Backup: &v1alpha1.ClusterBackup{Schedule: "0 3 * * *", TimeZone: "Europe/Paris"}},
 			Status: v1alpha1.TalosClusterStatus{Phase: "Ready", Machines: v1alpha1.MachineCounts{Total: 2, Ready: 1},
+				Backup: &v1alpha1.ClusterBackupStatus{LastSuccessfulBackup: "demo-20261204-0200", LastSuccessfulTime: &metav1.Time{Time: now.Add(-9 * time.Hour)}},
 				Conditions: []metav1.Condition{
 					{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready"},
 					{Type: "NodesReady", Status: metav1.ConditionFalse, Reason: "NodesNotReady", Message: "1 of 2 machines have a Ready Node"},
@@ -163,6 +165,7 @@ func TestStatus(t *testing.T) {
 		"├─ Conditions not True\n│  └─ NodesReady=False NodesNotReady: 1 of 2 machines have a Ready Node",
 		"cp-1             controlplane Ready            10.0.0.11:50000        cp-1             v1.13.0",
 		"upgrade                  talos-upgrade      Running   1/2  worker-1",
+		"├─ Backups\n│  ├─ schedule \"0 3 * * *\" (Europe/Paris)\n│  └─ last success demo-20261204-0200, 9h ago",
 		"└─ Warnings (last hour)\n   └─ 2m ago  TalosOperation/upgrade  StepFailed: worker-1: did not come back",
 	} {
 		if !strings.Contains(got, want) {

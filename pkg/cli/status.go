@@ -141,6 +141,20 @@ func printCluster(w io.Writer, tc *v1alpha1.TalosCluster, machines []v1alpha1.Ta
 	}
 	sections = append(sections, append([]string{"Operations"}, orNone(os)...))
 
+	if b := tc.Spec.Backup; b != nil {
+		line := fmt.Sprintf("schedule %q (%s)", b.Schedule, cmp.Or(b.TimeZone, "UTC"))
+		if b.Suspend {
+			line += ", suspended"
+		}
+		lines := []string{line}
+		if st := tc.Status.Backup; st != nil && st.LastSuccessfulTime != nil {
+			lines = append(lines, fmt.Sprintf("last success %s, %s ago", st.LastSuccessfulBackup, duration.HumanDuration(now.Sub(st.LastSuccessfulTime.Time))))
+		} else {
+			lines = append(lines, "no successful backup yet")
+		}
+		sections = append(sections, append([]string{"Backups"}, lines...))
+	}
+
 	var warns []string
 	if events != nil {
 		items := slices.Clone(events.Items)

@@ -335,8 +335,11 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 	defer func() {
 		if err != nil {
 			// The whole folder: an attempt before a restart may have
-			// written files this one did not get to.
-			out.leftovers = r.deleteFolder(context.WithoutCancel(ctx), target, folder) != nil
+			// written files this one did not get to. Bounded, and not
+			// cut short by the run's own deadline.
+			cleanCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*r.Options.CallTimeout)
+			defer cancel()
+			out.leftovers = r.deleteFolder(cleanCtx, target, folder) != nil
 		}
 	}()
 
