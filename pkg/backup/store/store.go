@@ -96,6 +96,20 @@ type Options struct {
 	Folder string
 }
 
+// CredentialsRef is the Secret t's credentials come from, or nil for the
+// controller's own cloud identity (and for a volume, which needs none).
+func CredentialsRef(t *v1alpha1.BackupTarget) *v1alpha1.LocalSecretReference {
+	switch {
+	case t.S3 != nil:
+		return t.S3.CredentialsRef
+	case t.GCS != nil:
+		return t.GCS.CredentialsRef
+	case t.AzureBlob != nil:
+		return t.AzureBlob.CredentialsRef
+	}
+	return nil
+}
+
 // Open opens t. The caller closes the Target.
 func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target, error) {
 	prefix := t.Prefix

@@ -253,13 +253,12 @@ func (r *Runner) runningOn(ctx context.Context, b *v1alpha1.TalosBackup) (string
 }
 
 // fail records b as Failed with reason, with Warning Events on it and its
-// cluster (when known). The message is err's: errors here never carry a
-// credential.
+// cluster (when known), saying err as message does.
 func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster, reason string, err error) error {
 	if reason == "" {
 		reason = v1alpha1.BackupReasonTargetUnavailable
 	}
-	err = errors.New(truncate(store.RedactMessage(err.Error()), maxMessage))
+	err = errors.New(message(err))
 	now := metav1.NewTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupFailed
 	b.Status.CompletedAt = &now
@@ -292,11 +291,14 @@ type outcome struct {
 // Event's note 1 KiB, and a person reads the start.
 const maxMessage = 1000
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
+// message is err as status and Events say it: without any URL query (a
+// store's SDK may quote a signed URL) and cut to maxMessage.
+func message(err error) string {
+	s := store.RedactMessage(err.Error())
+	if len(s) <= maxMessage {
 		return s
 	}
-	return s[:n-len("…")] + "…"
+	return s[:maxMessage-len("…")] + "…"
 }
 
 // run writes the backup's files and its manifest. On an error it deletes
@@ -361,7 +363,7 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 // open opens a backup target, reading its credentials Secret in namespace.
 func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha1.BackupTarget) (*store.Target, string, error) {
 	opts := store.Options{VolumeDir: r.Options.VolumeDir, Folder: namespace + "/" + cluster + "/"}
-	if ref := credentialsRef(t); ref != nil {
+	if ref := store.CredentialsRef(t); ref != nil {
 		var s corev1.Secret
 		if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &s); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -384,7 +386,7 @@ func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha
 	defer cancel()
 	ok, err := target.IsAccessible(callCtx)
 	if err == nil && !ok {
-		err = &storeError{fmt.Errorf("the bucket or container of %s does not exist", target.Location)}
+		err = fmt.Errorf("the bucket or container of %s does not exist", target.Location)
 		return nil, v1alpha1.BackupReasonBucketNotFound, errors.Join(err, target.Close())
 	}
 	if err != nil {
@@ -392,18 +394,6 @@ func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha
 		return nil, storeReason(err), errors.Join(err, target.Close())
 	}
 	return target, "", nil
-}
-
-func credentialsRef(t *v1alpha1.BackupTarget) *v1alpha1.LocalSecretReference {
-	switch {
-	case t.S3 != nil:
-		return t.S3.CredentialsRef
-	case t.GCS != nil:
-		return t.GCS.CredentialsRef
-	case t.AzureBlob != nil:
-		return t.AzureBlob.CredentialsRef
-	}
-	return nil
 }
 
 // members are the cluster's configured machines, control planes first.
@@ -648,7 +638,7 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 			err = target.Redact(r.deleteFolder(ctx, target, b.Name+"/"))
 		}
 		if err != nil {
-			msg := truncate(store.RedactMessage(err.Error()), maxMessage) +
+			msg := message(err) +
 				"; an admin who gives up on these files annotates the backup " + v1alpha1.AnnotationKeepFiles + "=true"
 			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionFilesDeleted, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.BackupReasonDeleteFailed, Message: msg})
