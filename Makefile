@@ -25,9 +25,10 @@ build: ## Build ichor-apiserver, ichor-controller, the ichor CLI (also as kubect
 controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubectl and etcd from source.
 	@$(CONTROLPLANE) >/dev/null
 
-test: ## Run all tests with the race detector.
+test: ## Run all tests with the race detector; on failure, repeat the failures' lines at the end.
 	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" \
+	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver

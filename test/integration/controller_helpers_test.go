@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -159,10 +160,31 @@ func runControllerWith(t testing.TB, tune func(*ctrlcmd.Options), wrap func(http
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			t.Logf("controller log:\n%s", controllerLog.String())
+			logControllerTail(t)
 		}
 	})
 	return &runningController{probes: probes, stop: stop}
+}
+
+// controllerLogTail is how many of the controller log's last lines a failed
+// test prints; the whole log goes to a file, so that the test's own failure
+// messages stay near the end of the output.
+const controllerLogTail = 40
+
+// logControllerTail writes the controller log to
+// $TMPDIR/ichor-test-logs/<test>.controller.log and prints its path and tail.
+func logControllerTail(t testing.TB) {
+	all := controllerLog.String()
+	dir := filepath.Join(os.TempDir(), "ichor-test-logs")
+	path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".controller.log")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Logf("controller log not kept: %v", err)
+	} else if err := os.WriteFile(path, []byte(all), 0o600); err != nil {
+		t.Logf("controller log not kept: %v", err)
+	}
+	lines := strings.Split(strings.TrimRight(all, "\n"), "\n")
+	t.Logf("controller log in %s; its last %d lines:\n%s", path, controllerLogTail,
+		strings.Join(lines[max(0, len(lines)-controllerLogTail):], "\n"))
 }
 
 // freeLoopbackAddress is a 127.0.0.1 port nothing listens on.

@@ -89,7 +89,7 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 		return nil, err
 	}
 	port := func(i int) string { return strconv.Itoa(ports[i]) }
-	s.p, err = proc.Start(dir, "seaweedfs", filepath.Join(binDir, "weed"), "server",
+	s.p, err = proc.Start(dir, "seaweedfs", filepath.Join(binDir, "weed"), "-logdir="+dir, "server",
 		"-dir="+data, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+port(0), "-master.port.grpc="+port(1),
 		"-volume.port="+port(2), "-volume.port.grpc="+port(3), "-volume.max=200",

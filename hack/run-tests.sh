@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the test command given as arguments, keeping its whole output in
+# $TMPDIR/ichor-test-logs/make-test.log, and when it fails repeats the lines
+# that say what failed (--- FAIL, panics, test file:line messages, FAIL) at the
+# very end, so that they are not buried under the logs of a long test.
+set -uo pipefail
+
+dir="${TMPDIR:-/tmp}/ichor-test-logs"
+mkdir -p "${dir}"
+log="${dir}/make-test.log"
+
+"$@" 2>&1 | tee "${log}"
+status=${PIPESTATUS[0]}
+
+if [[ ${status} -ne 0 ]]; then
+  echo
+  echo "=== what failed (whole output: ${log}) ==="
+  grep -E -e '^\s*--- FAIL' -e '^panic:' -e '^\s+[A-Za-z0-9_]+_test\.go:[0-9]+: ' -e '^FAIL' -e 'test timed out' "${log}" |
+    cut -c1-400 | tail -n 60
+fi
+exit "${status}"
