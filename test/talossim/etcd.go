@@ -1,13 +1,13 @@
 package talossim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 
@@ -35,12 +35,20 @@ var (
 
 // etcdLocal is a node's view of its own etcd: the member ID its data directory belongs to (0 = empty),
 // how often it joined (IDs differ per join), whether EtcdLeaveCluster stopped the service until the next
-// boot, and a snapshot uploaded with EtcdRecover.
+// boot, and the file holding a snapshot uploaded with EtcdRecover (Talos keeps it in /var, on EPHEMERAL).
 type etcdLocal struct {
 	memberID uint64
 	joins    int
 	stopped  bool
-	recovery []byte
+	recovery string
+}
+
+// dropRecoveryLocked removes the snapshot uploaded with EtcdRecover, if any.
+func (n *Node) dropRecoveryLocked() {
+	if n.etcdLocal.recovery != "" {
+		os.Remove(n.etcdLocal.recovery) //nolint:errcheck // a temporary file
+		n.etcdLocal.recovery = ""
+	}
 }
 
 // isControlPlaneLocked reports whether the active config makes this node a control plane.
@@ -113,11 +121,13 @@ func (n *Node) joinEtcd() {
 
 // Bootstrap bootstraps etcd on a running control plane: a fresh single-member cluster, or one restored
 // from the snapshot uploaded with EtcdRecover when RecoverEtcd is set. The other running control planes
-// sharing the cluster then join it.
+// sharing the cluster then join it. A snapshot of the cluster's real etcd (not one the simulator
+// generated) is restored into the Kubernetes control plane's etcd, so its objects come back.
 func (s *machineServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
 	n := s.node
 
-	if err := n.bootstrapEtcd(ctx, in); err != nil {
+	restore, err := n.bootstrapEtcd(ctx, in)
+	if err != nil {
 		return nil, err
 	}
 
@@ -126,7 +136,19 @@ func (s *machineServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequ
 		cfg := n.active
 		n.mu.Unlock()
 
-		k.bootstrap(cfg)
+		if restore != "" {
+			err = k.recoverEtcd(cfg, restore, in.GetRecoverSkipHashCheck())
+		} else {
+			k.bootstrap(cfg)
+		}
+	}
+
+	if restore != "" {
+		os.Remove(restore) //nolint:errcheck // consumed, like the snapshot file on a real node
+	}
+
+	if err != nil {
+		return nil, fmt.Errorf("failed to recover etcd: %w", err)
 	}
 
 	for _, other := range n.etcd.attached() {
@@ -138,45 +160,59 @@ func (s *machineServer) Bootstrap(ctx context.Context, in *machine.BootstrapRequ
 	return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 }
 
-// bootstrapEtcd runs Bootstrap's checks and makes this node the cluster's first member.
-func (n *Node) bootstrapEtcd(ctx context.Context, in *machine.BootstrapRequest) error {
+// bootstrapEtcd runs Bootstrap's checks and makes this node the cluster's first member. When it
+// recovers from a snapshot of a real etcd, it returns the snapshot's file, which the caller owns.
+func (n *Node) bootstrapEtcd(ctx context.Context, in *machine.BootstrapRequest) (restore string, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
 	if n.phase != PhaseRunning {
-		return status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
+		return "", status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
 	}
 
 	if err := n.checkControlplane(ctx, "bootstrap"); err != nil {
-		return err
+		return "", err
 	}
 
 	if n.etcdLocal.memberID != 0 || n.etcd.Bootstrapped() {
-		return errEtcdDataNotEmpty
+		return "", errEtcdDataNotEmpty
 	}
 
 	seed, revision := n.etcd.freshSeed(), int64(1)
 
 	if in.GetRecoverEtcd() {
-		if n.etcdLocal.recovery == nil {
-			return status.Error(codes.FailedPrecondition, "no etcd snapshot was uploaded with EtcdRecover")
+		if n.etcdLocal.recovery == "" {
+			return "", status.Error(codes.FailedPrecondition, "no etcd snapshot was uploaded with EtcdRecover")
 		}
 
-		var err error
+		data, err := parseSnapshotFile(n.etcdLocal.recovery, in.GetRecoverSkipHashCheck())
+		if err != nil {
+			return "", fmt.Errorf("failed to recover etcd: %w", err)
+		}
 
-		if seed, revision, err = parseSnapshot(n.etcdLocal.recovery, in.GetRecoverSkipHashCheck()); err != nil {
-			return fmt.Errorf("failed to recover etcd: %w", err)
+		revision = data.revision
+		if !data.foreign {
+			seed = data.seed
+		}
+
+		if data.foreign && n.opts.Kubernetes != nil {
+			restore = n.etcdLocal.recovery
+			n.etcdLocal.recovery = "" // handed to the caller
 		}
 	}
 
 	m := n.newMemberLocked()
 	if !n.etcd.bootstrap(m, seed, revision) {
-		return errEtcdDataNotEmpty
+		if restore != "" {
+			os.Remove(restore) //nolint:errcheck // a temporary file
+		}
+
+		return "", errEtcdDataNotEmpty
 	}
 
-	n.etcdLocal.recovery = nil // consumed by the restore, like the snapshot file on a real node
+	n.dropRecoveryLocked() // consumed by the restore, like the snapshot file on a real node
 
-	return n.setLocalMemberLocked(m.ID, machine.ServiceStateEvent_RUNNING, "Health check successful")
+	return restore, n.setLocalMemberLocked(m.ID, machine.ServiceStateEvent_RUNNING, "Health check successful")
 }
 
 // etcdCall runs the checks every Etcd* handler shares: control plane only (apiName as Talos names it),
@@ -334,17 +370,47 @@ func (s *machineServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*mach
 	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil
 }
 
-// EtcdSnapshot streams a snapshot of the cluster's data from this node's member: an etcd backend
-// snapshot, the same bytes for the same data and revision, about EtcdCluster.SnapshotSize long.
+// EtcdSnapshot streams a snapshot of the cluster's data from this node's member: the snapshot of the
+// Kubernetes control plane's real etcd when one runs for this node's cluster and EtcdCluster.SnapshotSize
+// is not set; otherwise a generated etcd backend snapshot, the same bytes for the same data and
+// revision, about EtcdCluster.SnapshotSize long.
 func (s *machineServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv machine.MachineService_EtcdSnapshotServer) error {
-	var snap []byte
+	var (
+		snap     []byte
+		endpoint string
+	)
 
 	if err := s.node.etcdCall(srv.Context(), "etcd snapshot", true, func(uint64) (err error) {
+		if c := s.node.active.Cluster(); c != nil && c.Endpoint() != nil {
+			endpoint = c.Endpoint().String()
+		}
+
+		if s.node.opts.Kubernetes != nil && s.node.etcd.SnapshotSize == 0 && endpoint != "" {
+			return nil
+		}
+
 		snap, err = s.node.etcd.snapshot()
 
 		return err
 	}); err != nil {
 		return err
+	}
+
+	if snap == nil {
+		rc, ok, err := s.node.opts.Kubernetes.etcdSnapshot(srv.Context(), endpoint)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "failed to take etcd snapshot: %v", err)
+		}
+
+		if ok {
+			defer rc.Close() //nolint:errcheck // read-only
+
+			return streamChunks(srv, rc)
+		}
+
+		if snap, err = s.node.etcd.snapshot(); err != nil {
+			return err
+		}
 	}
 
 	for chunk := range slices.Chunk(snap, snapshotChunkSize) {
@@ -354,6 +420,27 @@ func (s *machineServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv machine
 	}
 
 	return nil
+}
+
+// streamChunks sends r as common.Data chunks of snapshotChunkSize.
+func streamChunks(srv machine.MachineService_EtcdSnapshotServer, r io.Reader) error {
+	buf := make([]byte, snapshotChunkSize)
+
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if serr := srv.Send(&common.Data{Bytes: buf[:n]}); serr != nil {
+				return serr
+			}
+		}
+
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return nil
+		case err != nil:
+			return status.Errorf(codes.Unavailable, "failed to take etcd snapshot: %v", err)
+		}
+	}
 }
 
 // EtcdRecover receives a snapshot for a later Bootstrap with RecoverEtcd, replacing an earlier upload.
@@ -372,24 +459,49 @@ func (s *machineServer) EtcdRecover(srv machine.MachineService_EtcdRecoverServer
 		return err
 	}
 
-	var buf bytes.Buffer
+	path, err := receiveToFile(srv)
+	if err != nil {
+		return err
+	}
+
+	n.mu.Lock()
+	n.dropRecoveryLocked()
+	n.etcdLocal.recovery = path
+	n.mu.Unlock()
+
+	return srv.SendAndClose(&machine.EtcdRecoverResponse{Messages: []*machine.EtcdRecover{{}}})
+}
+
+// receiveToFile writes an EtcdRecover upload to a new temporary file, so that a snapshot of any size
+// never sits in memory, and returns its path.
+func receiveToFile(srv machine.MachineService_EtcdRecoverServer) (_ string, err error) {
+	f, err := os.CreateTemp("", "talossim-etcd-recover-*.snapshot")
+	if err != nil {
+		return "", err
+	}
+
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+
+		if err != nil {
+			os.Remove(f.Name()) //nolint:errcheck // best effort
+		}
+	}()
 
 	for {
 		msg, err := srv.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return f.Name(), nil
 		}
 
 		if err != nil {
-			return err
+			return "", err
 		}
 
-		buf.Write(msg.GetBytes())
+		if _, err = f.Write(msg.GetBytes()); err != nil {
+			return "", err
+		}
 	}
-
-	n.mu.Lock()
-	n.etcdLocal.recovery = buf.Bytes()
-	n.mu.Unlock()
-
-	return srv.SendAndClose(&machine.EtcdRecoverResponse{Messages: []*machine.EtcdRecover{{}}})
 }

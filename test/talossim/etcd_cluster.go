@@ -75,11 +75,13 @@ type EtcdCluster struct {
 	nodes     []*Node // attached nodes, in Start order
 }
 
-// clusterMember is a member plus its share of backend fragmentation.
+// clusterMember is a member plus its share of backend fragmentation, and whether its node wiped its
+// data without leaving the cluster.
 type clusterMember struct {
 	EtcdMember
 
 	fragmented int64
+	dataLost   bool
 }
 
 // Members returns the current members in join order (the bootstrap member first).
@@ -111,12 +113,29 @@ func (c *EtcdCluster) Revision() int64 {
 	return c.revision
 }
 
-// Bootstrapped reports whether the cluster has members.
+// Bootstrapped reports whether the cluster has a member that still holds its data: a cluster whose
+// members' nodes all lost their EPHEMERAL partition is gone, whatever its member list still says, and a
+// Bootstrap (with or without a snapshot to recover) starts a new one.
 func (c *EtcdCluster) Bootstrapped() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
-	return len(c.members) > 0
+	return c.liveLocked()
+}
+
+func (c *EtcdCluster) liveLocked() bool {
+	return slices.ContainsFunc(c.members, func(m *clusterMember) bool { return !m.dataLost })
+}
+
+// loseData records that member id's node wiped its etcd data directory (a reset of EPHEMERAL without
+// leaving the cluster first): the member stays listed, as in etcd, but no longer holds the data.
+func (c *EtcdCluster) loseData(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if m, _ := c.findLocked(id); m != nil {
+		m.dataLost = true
+	}
 }
 
 // AdvanceRevision simulates n writes (e.g. by Kubernetes): the revision and raft index grow by n, and
@@ -252,14 +271,17 @@ func (c *EtcdCluster) has(id uint64) bool {
 }
 
 // bootstrap makes m the single member and leader of a new cluster whose data is identified by seed and
-// revision (a fresh cluster, or one restored from a snapshot); false if the cluster already has members.
+// revision (a fresh cluster, or one restored from a snapshot), dropping members whose data is gone;
+// false if a member still holds the data.
 func (c *EtcdCluster) bootstrap(m EtcdMember, seed uint64, revision int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
-	if len(c.members) > 0 {
+	if c.liveLocked() {
 		return false
 	}
+
+	c.noSpace = nil
 
 	c.members = []*clusterMember{{EtcdMember: m}}
 	c.leader = m.ID
@@ -271,12 +293,12 @@ func (c *EtcdCluster) bootstrap(m EtcdMember, seed uint64, revision int64) bool 
 	return true
 }
 
-// join adds m as a voting member; false if the cluster has no members to join.
+// join adds m as a voting member; false if the cluster has no member holding the data to join.
 func (c *EtcdCluster) join(m EtcdMember) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
-	if len(c.members) == 0 {
+	if !c.liveLocked() {
 		return false
 	}
 

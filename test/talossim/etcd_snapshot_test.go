@@ -153,8 +153,8 @@ func TestSnapshotLayout(t *testing.T) {
 			t.Fatalf("size %d revision %d: status %+v", size, rev, st)
 		}
 
-		if gotSeed, gotRev, err := parseSnapshot(snap, false); err != nil || gotSeed != seed || gotRev != rev {
-			t.Fatalf("size %d revision %d: parsed seed %x revision %d, %v", size, rev, gotSeed, gotRev, err)
+		if got, err := parseSnapshotBytes(t, snap, false); err != nil || got != (snapshotData{seed: seed, revision: rev}) {
+			t.Fatalf("size %d revision %d: parsed %+v, %v", size, rev, got, err)
 		}
 	}
 
@@ -297,17 +297,21 @@ func TestParseSnapshotRefuses(t *testing.T) {
 		{"tiny", []byte("not a snapshot"), true, "snapshot is not an etcd snapshot: 14 bytes"},
 		{"bad hash", badHash, false, "snapshot file integrity check failed"},
 		{"not bbolt", withHash(bytes.Repeat([]byte("talossim"), 3*snapshotPageSize/8)), false, "snapshot is not an etcd snapshot: invalid database"},
-		{"foreign", withHash(foreign.Bytes()), false, "etcd snapshot was not taken from a talossim cluster"},
 	} {
-		if _, _, err := parseSnapshot(tc.in, tc.skip); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parseSnapshotBytes(t, tc.in, tc.skip); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
 		}
 	}
 
+	// A real etcd's snapshot (no seed entry) is foreign: restored as it is, at its last revision.
+	if got, err := parseSnapshotBytes(t, withHash(foreign.Bytes()), false); err != nil || got != (snapshotData{revision: 2, foreign: true}) {
+		t.Errorf("foreign snapshot: %+v, %v", got, err)
+	}
+
 	// Skipping the hash check accepts a wrong hash, and a bare database.
 	for _, in := range [][]byte{badHash, good[:len(good)-sha256.Size]} {
-		if seed, rev, err := parseSnapshot(in, true); err != nil || seed != 9 || rev != 5 {
-			t.Errorf("skip-hash-check on %d bytes: seed %d revision %d, %v", len(in), seed, rev, err)
+		if got, err := parseSnapshotBytes(t, in, true); err != nil || got.seed != 9 || got.revision != 5 {
+			t.Errorf("skip-hash-check on %d bytes: %+v, %v", len(in), got, err)
 		}
 	}
 }
@@ -333,8 +337,20 @@ func BenchmarkParseSnapshot(b *testing.B) {
 	b.SetBytes(int64(len(snap)))
 
 	for range b.N {
-		if _, _, err := parseSnapshot(snap, false); err != nil {
+		if _, err := parseSnapshotBytes(b, snap, false); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// parseSnapshotBytes is parseSnapshotFile on b, written to a file as EtcdRecover writes an upload.
+func parseSnapshotBytes(tb testing.TB, b []byte, skipHashCheck bool) (snapshotData, error) {
+	tb.Helper()
+
+	path := filepath.Join(tb.TempDir(), "upload.snapshot")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+
+	return parseSnapshotFile(path, skipHashCheck)
 }

@@ -6,6 +6,7 @@ import (
 	stdx509 "crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,6 +18,10 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -75,6 +80,13 @@ type kubeRun struct {
 	done   chan struct{} // closed once its processes are stopped
 
 	procs []*proc.Process // started so far, oldest first
+
+	// etcdURL and etcdTLS reach its etcd as kube-apiserver does; set before ready is closed.
+	etcdURL string
+	etcdTLS transport.TLSInfo
+	// recoverFrom, when set, is the snapshot its etcd data directory is restored from before etcd starts.
+	recoverFrom   string
+	skipHashCheck bool
 }
 
 // ErrKubernetesStopped is returned by waits on a stopped Kubernetes.
@@ -124,6 +136,157 @@ func (k *Kubernetes) bootstrap(cfg config.Provider) {
 	}
 
 	go k.start(ctx, r, cfg, dir)
+}
+
+// recoverEtcd replaces the control plane of cfg's cluster with one whose etcd data directory is restored
+// from the snapshot file at path, as Talos restores its etcd on a Bootstrap with RecoverEtcd and its
+// static pods then reconnect: the restored cluster has the snapshot's keys and revision. The new
+// processes start in the background (WaitReady waits for them); the snapshot file is read before it
+// returns.
+func (k *Kubernetes) recoverEtcd(cfg config.Provider, path string, skipHashCheck bool) error {
+	cluster := cfg.Cluster()
+	if cluster == nil || cluster.IssuingCA() == nil || cluster.Endpoint() == nil {
+		return errors.New("machine config names no cluster to recover")
+	}
+
+	endpoint, ca := cluster.Endpoint().String(), string(cluster.IssuingCA().Crt)
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	if k.stopped {
+		return ErrKubernetesStopped
+	}
+
+	if old := k.runs[endpoint]; old != nil {
+		old.cancel()
+		<-old.done
+	}
+
+	k.started++
+
+	dir, err := k.runDirLocked(k.started)
+	if err != nil {
+		return err
+	}
+
+	// The snapshot is copied into the run's directory, which the restore reads after this returns.
+	snap := filepath.Join(dir, "recover.snapshot")
+	if err = copyFile(path, snap); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &kubeRun{
+		ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+		recoverFrom: snap, skipHashCheck: skipHashCheck,
+	}
+
+	if k.runs == nil {
+		k.runs = map[string]*kubeRun{}
+	}
+
+	k.runs[endpoint] = r
+	k.notifyLocked()
+
+	go k.start(ctx, r, cfg, dir)
+
+	return nil
+}
+
+// etcdSnapshot streams a snapshot of the etcd behind the ready control plane at endpoint, as etcd's
+// Maintenance.Snapshot sends it (the backend database followed by its SHA-256). ok is false when no
+// control plane is ready there.
+func (k *Kubernetes) etcdSnapshot(ctx context.Context, endpoint string) (_ io.ReadCloser, ok bool, _ error) {
+	k.mu.Lock()
+	r := k.runs[endpoint]
+	k.mu.Unlock()
+
+	if r == nil {
+		return nil, false, nil
+	}
+
+	select {
+	case <-r.ready:
+		if r.err != nil {
+			return nil, false, nil
+		}
+	default:
+		return nil, false, nil
+	}
+
+	tlsConfig, err := r.etcdTLS.ClientConfig()
+	if err != nil {
+		return nil, true, err
+	}
+
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{r.etcdURL}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, true, err
+	}
+
+	rc, err := client.Snapshot(ctx)
+	if err != nil {
+		client.Close() //nolint:errcheck // the snapshot error matters
+
+		return nil, true, err
+	}
+
+	return &clientReadCloser{ReadCloser: rc, client: client}, true, nil
+}
+
+// clientReadCloser closes the etcd client whose stream it reads.
+type clientReadCloser struct {
+	io.ReadCloser
+
+	client *clientv3.Client
+}
+
+func (c *clientReadCloser) Close() error {
+	return errors.Join(c.ReadCloser.Close(), c.client.Close())
+}
+
+// restoreEtcdData restores the etcd data directory of a control plane in dir from the snapshot file, with
+// etcdutl's restore, as Talos's etcd service does: a single-member cluster named and addressed as
+// proc.EtcdArgs starts it.
+func restoreEtcdData(dir, peerURL, snapshotPath string, skipHashCheck bool) error {
+	err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
+		SnapshotPath:        snapshotPath,
+		Name:                proc.EtcdMemberName,
+		OutputDataDir:       proc.EtcdDataDir(dir),
+		PeerURLs:            []string{peerURL},
+		InitialCluster:      proc.EtcdMemberName + "=" + peerURL,
+		InitialClusterToken: "etcd-cluster",
+		SkipHashCheck:       skipHashCheck,
+	})
+	if err != nil {
+		return fmt.Errorf("restoring etcd from the snapshot: %w", err)
+	}
+
+	return os.Remove(snapshotPath)
+}
+
+// copyFile copies the file at src to a new file dst.
+func copyFile(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+
+	defer in.Close() //nolint:errcheck // read-only
+
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+
+	defer func() { err = errors.Join(err, out.Close()) }()
+
+	_, err = io.Copy(out, in)
+
+	return err
 }
 
 // notifyLocked wakes WaitReady callers after runs changed.
@@ -283,6 +446,15 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 
 	etcdURL := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "https://127.0.0.1:" + strconv.Itoa(ports[1])
+
+	r.etcdURL = etcdURL
+	r.etcdTLS = transport.TLSInfo{CertFile: f.etcdClientCert, KeyFile: f.etcdClientKey, TrustedCAFile: f.etcdCA}
+
+	if r.recoverFrom != "" {
+		if err = restoreEtcdData(dir, peerURL, r.recoverFrom, r.skipHashCheck); err != nil {
+			return err
+		}
+	}
 
 	etcd, err := k.startProcess(r, dir, "etcd", proc.EtcdArgs(dir, etcdURL, peerURL, f.etcdCA, f.etcdServerCert, f.etcdServerKey)...)
 	if err != nil {

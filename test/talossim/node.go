@@ -203,6 +203,7 @@ func (n *Node) Stop() {
 
 	n.stopped = true
 	close(n.stopCh)
+	n.dropRecoveryLocked()
 
 	if n.rollback != nil {
 		n.rollback.Stop()

@@ -203,8 +203,12 @@ func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
 	}
 
 	if wipe[volumeEPHEMERAL] {
-		n.etcdLocal.memberID = 0 // a member still listed in the cluster stays there, as on a real node
-		n.etcdLocal.recovery = nil
+		if id := n.etcdLocal.memberID; id != 0 {
+			n.etcd.loseData(id) // a member still listed in the cluster stays there, as on a real node
+		}
+
+		n.etcdLocal.memberID = 0
+		n.dropRecoveryLocked()
 		n.kubeletCerts = nil // /var/lib/kubelet
 	}
 
