@@ -144,7 +144,7 @@ func newTableObjects(ctx context.Context, t *testing.T, ns string, verbsTable []
 					case v1alpha1.OperationKubernetesUpgrade:
 						op.Spec.KubernetesUpgrade = &v1alpha1.KubernetesUpgradeParameters{Version: "v1.36.1"}
 					case v1alpha1.OperationEtcdRestore:
-						op.Spec.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Backup: "demo-20261204-0300"}
+						op.Spec.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Backup: "demo-20261204-0300", IdentitySecret: "demo-backup-identity"}
 					case v1alpha1.OperationNodeReset, v1alpha1.OperationNodeShutdown:
 						op.Spec.Machines = []string{"m1"}
 					}

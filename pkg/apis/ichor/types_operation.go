@@ -47,6 +47,26 @@ const (
 	ComponentKubelet           KubernetesComponent = "kubelet"
 )
 
+// StepAction is what a step of an etcd-restore does on its machine.
+type StepAction string
+
+// The actions of an etcd-restore, in the order they run (that of Talos's
+// disaster-recovery guide): every control plane's etcd data is wiped, the
+// snapshot is recovered on the first, the others join it, and every
+// worker's kubelet is restarted.
+const (
+	// ActionWipeEtcd resets the machine's EPHEMERAL partition (its etcd
+	// data) without leaving etcd, and reboots it.
+	ActionWipeEtcd StepAction = "wipe-etcd"
+	// ActionRecoverEtcd uploads the snapshot, bootstraps etcd from it, and
+	// waits until the cluster's kube-apiserver serves the snapshot's data.
+	ActionRecoverEtcd StepAction = "recover-etcd"
+	// ActionJoinEtcd waits for the machine to join the recovered etcd.
+	ActionJoinEtcd StepAction = "join-etcd"
+	// ActionRestartKubelet restarts the machine's kubelet.
+	ActionRestartKubelet StepAction = "restart-kubelet"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -104,6 +124,9 @@ type EtcdRestoreParameters struct {
 	// backup is the succeeded TalosBackup of the same cluster, in this
 	// namespace, whose etcd snapshot is restored.
 	Backup string
+	// identitySecret names a Secret in this namespace whose "identity" key
+	// holds an age identity of one of the backup's recipients.
+	IdentitySecret string
 }
 
 // OperationPhase is where an operation is in its life.
@@ -153,6 +176,8 @@ type OperationStep struct {
 	// component is the Kubernetes component a kubernetes-upgrade step
 	// upgrades on the machine.
 	Component KubernetesComponent
+	// action is what an etcd-restore step does on the machine.
+	Action StepAction
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

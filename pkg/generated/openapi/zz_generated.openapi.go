@@ -1008,8 +1008,16 @@ func schema_pkg_apis_ichor_v1alpha1_EtcdRestoreParameters(ref common.ReferenceCa
 							Format:      "",
 						},
 					},
+					"identitySecret": {
+						SchemaProps: spec.SchemaProps{
+							Description: "identitySecret names a Secret in this namespace whose \"identity\" key holds an age identity (AGE-SECRET-KEY-1...) of one of the backup's recipients. The controller holds no identity that can decrypt a backup: it reads this one only while the restore verifies and uploads the snapshot, and never copies it. Delete the Secret once the restore ended.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
-				Required: []string{"backup"},
+				Required: []string{"backup", "identitySecret"},
 			},
 		},
 	}
@@ -2187,6 +2195,14 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"kube-apiserver", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubelet"},
+						},
+					},
+					"action": {
+						SchemaProps: spec.SchemaProps{
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"join-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 				},

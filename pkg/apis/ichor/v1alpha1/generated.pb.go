@@ -1119,6 +1119,11 @@ func (m *EtcdRestoreParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.IdentitySecret)
+	copy(dAtA[i:], m.IdentitySecret)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.IdentitySecret)))
+	i--
+	dAtA[i] = 0x12
 	i -= len(m.Backup)
 	copy(dAtA[i:], m.Backup)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Backup)))
@@ -2363,6 +2368,11 @@ func (m *OperationStep) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Action)
+	copy(dAtA[i:], m.Action)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Action)))
+	i--
+	dAtA[i] = 0x42
 	i -= len(m.Component)
 	copy(dAtA[i:], m.Component)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Component)))
@@ -4816,6 +4826,8 @@ func (m *EtcdRestoreParameters) Size() (n int) {
 	_ = l
 	l = len(m.Backup)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.IdentitySecret)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5277,6 +5289,8 @@ func (m *OperationStep) Size() (n int) {
 	l = len(m.BootID)
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Component)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Action)
 	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
@@ -6269,6 +6283,7 @@ func (this *EtcdRestoreParameters) String() string {
 	}
 	s := strings.Join([]string{`&EtcdRestoreParameters{`,
 		`Backup:` + fmt.Sprintf("%v", this.Backup) + `,`,
+		`IdentitySecret:` + fmt.Sprintf("%v", this.IdentitySecret) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6634,6 +6649,7 @@ func (this *OperationStep) String() string {
 		`CompletedAt:` + strings.Replace(fmt.Sprintf("%v", this.CompletedAt), "Time", "v1.Time", 1) + `,`,
 		`BootID:` + fmt.Sprintf("%v", this.BootID) + `,`,
 		`Component:` + fmt.Sprintf("%v", this.Component) + `,`,
+		`Action:` + fmt.Sprintf("%v", this.Action) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -10200,6 +10216,38 @@ func (m *EtcdRestoreParameters) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Backup = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field IdentitySecret", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.IdentitySecret = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -14094,6 +14142,38 @@ func (m *OperationStep) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Component = KubernetesComponent(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 8:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Action", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Action = StepAction(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -63,6 +63,27 @@ var KubernetesComponents = []KubernetesComponent{
 	ComponentAPIServer, ComponentControllerManager, ComponentScheduler, ComponentProxy, ComponentKubelet,
 }
 
+// StepAction is what a step of an etcd-restore does on its machine.
+// +enum
+type StepAction string
+
+// The actions of an etcd-restore, in the order they run (that of Talos's
+// disaster-recovery guide): every control plane's etcd data is wiped, the
+// snapshot is recovered on the first, the others join it, and every
+// worker's kubelet is restarted.
+const (
+	// ActionWipeEtcd resets the machine's EPHEMERAL partition (its etcd
+	// data) without leaving etcd, and reboots it.
+	ActionWipeEtcd StepAction = "wipe-etcd"
+	// ActionRecoverEtcd uploads the snapshot, bootstraps etcd from it, and
+	// waits until the cluster's kube-apiserver serves the snapshot's data.
+	ActionRecoverEtcd StepAction = "recover-etcd"
+	// ActionJoinEtcd waits for the machine to join the recovered etcd.
+	ActionJoinEtcd StepAction = "join-etcd"
+	// ActionRestartKubelet restarts the machine's kubelet.
+	ActionRestartKubelet StepAction = "restart-kubelet"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -131,12 +152,23 @@ type NodeResetParameters struct {
 	Wipe WipeMode `json:"wipe,omitempty" protobuf:"bytes,2,opt,name=wipe,casttype=WipeMode"`
 }
 
+// IdentitySecretKey is the key of an etcd-restore's identity Secret that
+// holds the age identity.
+const IdentitySecretKey = "identity"
+
 // EtcdRestoreParameters are the inputs of an etcd restore.
 type EtcdRestoreParameters struct {
 	// backup is the succeeded TalosBackup of the same cluster, in this
 	// namespace, whose etcd snapshot is restored. Snapshots are gigabytes:
 	// they come from the backup target, never from a Secret.
 	Backup string `json:"backup" protobuf:"bytes,1,opt,name=backup"`
+	// identitySecret names a Secret in this namespace whose "identity" key
+	// holds an age identity (AGE-SECRET-KEY-1...) of one of the backup's
+	// recipients. The controller holds no identity that can decrypt a
+	// backup: it reads this one only while the restore verifies and
+	// uploads the snapshot, and never copies it. Delete the Secret once the
+	// restore ended.
+	IdentitySecret string `json:"identitySecret" protobuf:"bytes,2,opt,name=identitySecret"`
 }
 
 // OperationPhase is where an operation is in its life.
@@ -202,13 +234,19 @@ type OperationStep struct {
 	// upgrades on the machine.
 	// +optional
 	Component KubernetesComponent `json:"component,omitempty" protobuf:"bytes,7,opt,name=component,casttype=KubernetesComponent"`
+	// action is what an etcd-restore step does on the machine.
+	// +optional
+	Action StepAction `json:"action,omitempty" protobuf:"bytes,8,opt,name=action,casttype=StepAction"`
 }
 
 // Name is the step as people read it: its machine, and its component
 // ("cp-2 kube-controller-manager").
 func (s OperationStep) Name() string {
-	if s.Component != "" {
+	switch {
+	case s.Component != "":
 		return s.Machine + " " + string(s.Component)
+	case s.Action != "":
+		return s.Machine + " " + string(s.Action)
 	}
 	return s.Machine
 }

@@ -155,6 +155,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	}
 	if r := s.EtcdRestore; r != nil {
 		errs = append(errs, validateRequiredName(r.Backup, fldPath.Child("etcdRestore", "backup"))...)
+		errs = append(errs, validateRequiredName(r.IdentitySecret, fldPath.Child("etcdRestore", "identitySecret"))...)
 	}
 	return errs
 }

@@ -23,7 +23,7 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	case ichor.OperationKubernetesUpgrade:
 		s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
 	case ichor.OperationEtcdRestore:
-		s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "prod-20261204-0300"}
+		s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "prod-20261204-0300", IdentitySecret: "backup-identity"}
 	case ichor.OperationNodeReset:
 		s.Machines = []string{"node-3"}
 		s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeAll}
@@ -201,7 +201,7 @@ func TestValidateTalosOperation(t *testing.T) {
 				s.TalosUpgrade = &ichor.TalosUpgradeParameters{Version: "v1.13.1"}
 				s.KubernetesUpgrade = &ichor.KubernetesUpgradeParameters{Version: "v1.38.0"}
 				s.NodeReset = &ichor.NodeResetParameters{}
-				s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "b"}
+				s.EtcdRestore = &ichor.EtcdRestoreParameters{Backup: "b", IdentitySecret: "k"}
 			},
 			want: []fe{
 				forbidden("spec.talosUpgrade"), forbidden("spec.kubernetesUpgrade"),
@@ -225,6 +225,18 @@ func TestValidateTalosOperation(t *testing.T) {
 			typ:    ichor.OperationEtcdRestore,
 			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.Backup = "" },
 			want:   []fe{required("spec.etcdRestore.backup")},
+		},
+		{
+			name:   "etcd restore naming no identity",
+			typ:    ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.IdentitySecret = "" },
+			want:   []fe{required("spec.etcdRestore.identitySecret")},
+		},
+		{
+			name:   "etcd restore naming an identity Secret by no valid name",
+			typ:    ichor.OperationEtcdRestore,
+			mutate: func(s *ichor.TalosOperationSpec) { s.EtcdRestore.IdentitySecret = "Keys/age" },
+			want:   []fe{invalid("spec.etcdRestore.identitySecret")},
 		},
 		{
 			name:   "etcd restore naming a backup by no valid name",

@@ -328,6 +328,10 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: identitySecret
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.GCSTarget
   map:
     fields:
@@ -671,6 +675,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
   map:
     fields:
+    - name: action
+      type:
+        scalar: string
     - name: bootID
       type:
         scalar: string

@@ -27,6 +27,13 @@ type EtcdRestoreParametersApplyConfiguration struct {
 	// namespace, whose etcd snapshot is restored. Snapshots are gigabytes:
 	// they come from the backup target, never from a Secret.
 	Backup *string `json:"backup,omitempty"`
+	// identitySecret names a Secret in this namespace whose "identity" key
+	// holds an age identity (AGE-SECRET-KEY-1...) of one of the backup's
+	// recipients. The controller holds no identity that can decrypt a
+	// backup: it reads this one only while the restore verifies and
+	// uploads the snapshot, and never copies it. Delete the Secret once the
+	// restore ended.
+	IdentitySecret *string `json:"identitySecret,omitempty"`
 }
 
 // EtcdRestoreParametersApplyConfiguration constructs a declarative configuration of the EtcdRestoreParameters type for use with
@@ -40,5 +47,13 @@ func EtcdRestoreParameters() *EtcdRestoreParametersApplyConfiguration {
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *EtcdRestoreParametersApplyConfiguration) WithBackup(value string) *EtcdRestoreParametersApplyConfiguration {
 	b.Backup = &value
+	return b
+}
+
+// WithIdentitySecret sets the IdentitySecret field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IdentitySecret field is set to the value of the last call.
+func (b *EtcdRestoreParametersApplyConfiguration) WithIdentitySecret(value string) *EtcdRestoreParametersApplyConfiguration {
+	b.IdentitySecret = &value
 	return b
 }

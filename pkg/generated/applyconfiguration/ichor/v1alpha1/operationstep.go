@@ -44,6 +44,8 @@ type OperationStepApplyConfiguration struct {
 	// component is the Kubernetes component a kubernetes-upgrade step
 	// upgrades on the machine.
 	Component *ichorv1alpha1.KubernetesComponent `json:"component,omitempty"`
+	// action is what an etcd-restore step does on the machine.
+	Action *ichorv1alpha1.StepAction `json:"action,omitempty"`
 }
 
 // OperationStepApplyConfiguration constructs a declarative configuration of the OperationStep type for use with
@@ -105,5 +107,13 @@ func (b *OperationStepApplyConfiguration) WithBootID(value string) *OperationSte
 // If called multiple times, the Component field is set to the value of the last call.
 func (b *OperationStepApplyConfiguration) WithComponent(value ichorv1alpha1.KubernetesComponent) *OperationStepApplyConfiguration {
 	b.Component = &value
+	return b
+}
+
+// WithAction sets the Action field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Action field is set to the value of the last call.
+func (b *OperationStepApplyConfiguration) WithAction(value ichorv1alpha1.StepAction) *OperationStepApplyConfiguration {
+	b.Action = &value
 	return b
 }
