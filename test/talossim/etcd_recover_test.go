@@ -106,6 +106,12 @@ func TestTalosctlRecoversKubernetesData(t *testing.T) {
 
 	// The snapshot was consumed: a second recovery has nothing to use (and etcd holds data again).
 	talos("", "bootstrap").mustFail(t, "etcd data directory is not empty")
+
+	// After a recovery the kubelets are restarted, so that none watches from revisions etcd lost.
+	r = talos("", "service", "kubelet", "restart").mustSucceed(t)
+	wantLine(t, r, r.stdout, `Service "kubelet" restarted`)
+	talos("", "service", "nope", "restart").mustFail(t, `service "nope" not defined`)
+	waitNode(t, ctx, kube, "cp-recover")
 }
 
 // waitKube waits for the control plane at endpoint and returns a client of it.

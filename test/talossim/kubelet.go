@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	k8sres "github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	v1alpha1res "github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -169,6 +170,19 @@ func (n *Node) syncKubeletLocked() {
 	certs := n.kubeletCerts
 
 	n.wg.Go(func() { n.runKubelet(ctx, spec, certs) })
+}
+
+// restartKubeletLocked stops the running kubelet, if any, and starts a new run from the same spec and
+// certificates, as a restart of the kubelet service does.
+func (n *Node) restartKubeletLocked() {
+	if n.kubelet != nil {
+		n.kubelet.cancel()
+		n.kubelet = nil
+		_ = removeResource(context.Background(), n.st, v1alpha1res.NewService(kubeletServiceID).Metadata()) //nolint:errcheck // in-memory state
+	}
+
+	n.events.add(&machine.ServiceStateEvent{Service: "kubelet", Action: machine.ServiceStateEvent_RUNNING, Message: "Service restarted"}, "")
+	n.syncKubeletLocked()
 }
 
 // runKubelet is one kubelet run: wait for the API server, bootstrap, register, serve.

@@ -279,3 +279,25 @@ func (s *machineServer) Dmesg(in *machine.DmesgRequest, srv machine.MachineServi
 
 	return nil
 }
+
+// ServiceRestart restarts a service, as `talosctl service ID restart` asks: the kubelet (the one
+// service here that allows it through the API) starts a new run; other services refuse, and unknown
+// ones are not defined, in Talos's words.
+func (s *machineServer) ServiceRestart(_ context.Context, in *machine.ServiceRestartRequest) (*machine.ServiceRestartResponse, error) {
+	n := s.node
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if !slices.ContainsFunc(n.servicesLocked(), func(svc simService) bool { return svc.id == in.GetId() }) {
+		return nil, fmt.Errorf("service %q not defined", in.GetId())
+	}
+
+	if in.GetId() != "kubelet" {
+		return nil, fmt.Errorf("service %q doesn't support restart via API", in.GetId())
+	}
+
+	n.restartKubeletLocked()
+
+	return &machine.ServiceRestartResponse{Messages: []*machine.ServiceRestart{{Resp: fmt.Sprintf("Service %q restarted", in.GetId())}}}, nil
+}
