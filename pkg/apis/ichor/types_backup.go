@@ -179,9 +179,11 @@ type TalosBackupStatus struct {
 	// phase of the backup.
 	Phase BackupPhase
 	// startedAt is when the controller began it.
-	StartedAt *metav1.Time
-	// completedAt is when it succeeded or failed.
-	CompletedAt *metav1.Time
+	StartedAt *metav1.MicroTime
+	// completedAt is when it succeeded or failed, to the microsecond: the
+	// latest finished backup decides the cluster's BackupSucceeded, and
+	// backups may end within a second of each other.
+	CompletedAt *metav1.MicroTime
 	// location is the folder holding the files, as a URL without any
 	// credential (s3://bucket/prefix/name/).
 	Location string

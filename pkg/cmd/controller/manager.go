@@ -123,11 +123,11 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 			Dialer: dialer, Recorder: recorder,
 			Options: operation.Options{
 				PollInterval: o.OperationPollInterval, StepTimeout: o.OperationStepTimeout,
-				InstallImage: o.InstallImage,
+				InstallImage: o.InstallImage, ScratchDir: o.ScratchDir, BackupVolumeDir: o.BackupVolumeDir,
 			},
 		},
 		&backup.Runner{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
 			Options: backup.Options{VolumeDir: o.BackupVolumeDir},
 		},
 		&backup.Scheduler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder},

@@ -110,6 +110,10 @@ func (o Options) withDefaults() Options {
 type Runner struct {
 	// Client reads (cached) and writes Ichor objects.
 	Client client.Client
+	// APIReader reads a backup uncached before it runs: a cached copy may
+	// still say Running after the run that succeeded, and a second run
+	// would overwrite the files the record describes.
+	APIReader client.Reader
 	// Secrets reads the bundle and credentials Secrets, uncached.
 	Secrets client.Reader
 	// Dialer opens sessions with nodes.
@@ -181,6 +185,14 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 	}
 	defer r.running.Delete(key)
+	// Decided on the stored backup, not the cache: a run of this process
+	// that just ended may not be in the cache yet.
+	if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !b.DeletionTimestamp.IsZero() || b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed {
+		return ctrl.Result{Requeue: !b.DeletionTimestamp.IsZero()}, nil
+	}
 	if !controllerutil.ContainsFinalizer(&b, Finalizer) {
 		patch := client.MergeFrom(b.DeepCopy())
 		controllerutil.AddFinalizer(&b, Finalizer)
@@ -189,7 +201,7 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		}
 	}
 	if b.Status.Phase == v1alpha1.BackupPending || b.Status.Target == nil {
-		now := metav1.NewTime(r.Now())
+		now := metav1.NewMicroTime(r.Now())
 		b.Status.Phase = v1alpha1.BackupRunning
 		b.Status.StartedAt = &now
 		b.Status.Target = setting.Target.DeepCopy()
@@ -214,7 +226,7 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		return ctrl.Result{}, r.fail(ctx, &b, &cluster, out.reason, err)
 	}
 	files, location := out.files, out.location
-	now := metav1.NewTime(r.Now())
+	now := metav1.NewMicroTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupSucceeded
 	b.Status.CompletedAt = &now
 	b.Status.Location = location
@@ -259,7 +271,7 @@ func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1a
 		reason = v1alpha1.BackupReasonTargetUnavailable
 	}
 	err = errors.New(message(err))
-	now := metav1.NewTime(r.Now())
+	now := metav1.NewMicroTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupFailed
 	b.Status.CompletedAt = &now
 	b.Status.Files = nil
@@ -353,7 +365,7 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 		return out, err
 	}
 	if err = w.manifest(ctx, b, cluster); err != nil {
-		out.reason = storeReason(err)
+		out.reason = store.Reason(err)
 		return out, err
 	}
 	out.files = w.files
@@ -362,38 +374,7 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 
 // open opens a backup target, reading its credentials Secret in namespace.
 func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha1.BackupTarget) (*store.Target, string, error) {
-	opts := store.Options{VolumeDir: r.Options.VolumeDir, Folder: namespace + "/" + cluster + "/"}
-	if ref := store.CredentialsRef(t); ref != nil {
-		var s corev1.Secret
-		if err := r.Secrets.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, &s); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil, v1alpha1.BackupReasonCredentialsNotFound, fmt.Errorf("the backup target's credentials Secret %s does not exist in namespace %s", ref.Name, namespace)
-			}
-			return nil, v1alpha1.BackupReasonCredentialsNotFound, fmt.Errorf("read the backup target's credentials Secret %s: %w", ref.Name, err)
-		}
-		opts.Credentials = s.Data
-		if opts.Credentials == nil {
-			opts.Credentials = map[string][]byte{}
-		}
-	}
-	target, err := store.Open(ctx, t, opts)
-	if err != nil {
-		return nil, v1alpha1.BackupReasonInvalidSetting, fmt.Errorf("open the backup target: %w", err)
-	}
-	// Before any node is asked for anything: the bucket is there and the
-	// credentials open it.
-	callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
-	defer cancel()
-	ok, err := target.IsAccessible(callCtx)
-	if err == nil && !ok {
-		err = fmt.Errorf("the bucket or container of %s does not exist", target.Location)
-		return nil, v1alpha1.BackupReasonBucketNotFound, errors.Join(err, target.Close())
-	}
-	if err != nil {
-		err = explainStore(err)
-		return nil, storeReason(err), errors.Join(err, target.Close())
-	}
-	return target, "", nil
+	return store.OpenForCluster(ctx, r.Secrets, namespace, cluster, t, r.Options.VolumeDir, r.Options.CallTimeout)
 }
 
 // members are the cluster's configured machines, control planes first.
@@ -470,7 +451,7 @@ func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secrets.Bundle
 		var se *storeError
 		if errors.As(err, &se) {
 			// The target refused: another control plane will not change that.
-			return storeReason(err), err
+			return store.Reason(err), err
 		}
 		log.FromContext(ctx).Info("etcd snapshot failed; trying the next control plane", "machine", m.Name, "error", err.Error())
 		tried = append(tried, fmt.Sprintf("%s: %v", m.Name, err))
@@ -530,7 +511,7 @@ func (w *writer) write(ctx context.Context, name string, content v1alpha1.Backup
 	defer cancel()
 	bw, err := w.target.NewWriter(ctx, key, store.WriterOptions)
 	if err != nil {
-		return &storeError{explainStore(err)}
+		return &storeError{store.Explain(err)}
 	}
 	source := &readErr{r: src}
 	sum, err := archive.Write(bw, source, w.recipients, w.compression)
@@ -540,10 +521,10 @@ func (w *writer) write(ctx context.Context, name string, content v1alpha1.Backup
 		if source.err != nil {
 			return err // the node's stream broke, not the target
 		}
-		return &storeError{explainStore(err)}
+		return &storeError{store.Explain(err)}
 	}
 	if err := bw.Close(); err != nil {
-		return &storeError{explainStore(err)}
+		return &storeError{store.Explain(err)}
 	}
 	w.files = append(w.files, v1alpha1.BackupFile{
 		Name: name, Content: content, Machine: machine,
@@ -591,32 +572,9 @@ func (w *writer) manifest(ctx context.Context, b *v1alpha1.TalosBackup, cluster 
 	}
 	key := w.folder + ManifestFile
 	if err := w.target.WriteAll(ctx, key, append(data, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
-		return &storeError{explainStore(err)}
+		return &storeError{store.Explain(err)}
 	}
 	return nil
-}
-
-// explainStore words a target's error for people: what it means here,
-// then the store's own error.
-func explainStore(err error) error {
-	switch store.Classify(err) {
-	case store.NotFound:
-		return fmt.Errorf("the bucket or container does not exist: %w", err)
-	case store.Refused:
-		return fmt.Errorf("the target refused: check the credentials Secret and what they may do: %w", err)
-	}
-	return fmt.Errorf("the backup target did not answer as it should: %w", err)
-}
-
-// storeReason is the condition reason of a target's error.
-func storeReason(err error) string {
-	switch store.Classify(err) {
-	case store.NotFound:
-		return v1alpha1.BackupReasonBucketNotFound
-	case store.Refused:
-		return v1alpha1.BackupReasonTargetRefused
-	}
-	return v1alpha1.BackupReasonTargetUnavailable
 }
 
 // deleteFiles deletes a deleted backup's files from the target its status
@@ -664,7 +622,7 @@ func (r *Runner) deleteFolder(ctx context.Context, target *store.Target, folder 
 			break
 		}
 		if err != nil {
-			return explainStore(err)
+			return store.Explain(err)
 		}
 		keys = append(keys, obj.Key)
 	}
@@ -683,7 +641,7 @@ func (r *Runner) deleteFolder(ctx context.Context, target *store.Target, folder 
 		err := target.Delete(callCtx, key)
 		cancel()
 		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return explainStore(err)
+			return store.Explain(err)
 		}
 	}
 	return nil

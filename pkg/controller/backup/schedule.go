@@ -260,7 +260,7 @@ func (s *Scheduler) report(cluster *v1alpha1.TalosCluster, backups []v1alpha1.Ta
 				cluster.Status.Backup = &v1alpha1.ClusterBackupStatus{}
 			}
 			cluster.Status.Backup.LastSuccessfulBackup = b.Name
-			cluster.Status.Backup.LastSuccessfulTime = b.Status.CompletedAt.DeepCopy()
+			cluster.Status.Backup.LastSuccessfulTime = &metav1.Time{Time: b.Status.CompletedAt.Time}
 			break
 		}
 	}

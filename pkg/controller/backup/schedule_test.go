@@ -25,7 +25,7 @@ func record(name string, phase v1alpha1.BackupPhase, completed time.Duration) *v
 	return &v1alpha1.TalosBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 		Spec:       v1alpha1.TalosBackupSpec{ClusterName: "prod", ScheduledAt: &at},
-		Status:     v1alpha1.TalosBackupStatus{Phase: phase, CompletedAt: &at},
+		Status:     v1alpha1.TalosBackupStatus{Phase: phase, CompletedAt: &metav1.MicroTime{Time: at.Time}},
 	}
 }
 

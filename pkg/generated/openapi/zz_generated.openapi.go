@@ -2199,10 +2199,10 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"join-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+							Enum:        []interface{}{"join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 				},
@@ -2692,13 +2692,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref common.ReferenceCallba
 					"startedAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "startedAt is when the controller began it.",
-							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
 						},
 					},
 					"completedAt": {
 						SchemaProps: spec.SchemaProps{
-							Description: "completedAt is when it succeeded or failed.",
-							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+							Description: "completedAt is when it succeeded or failed, to the microsecond: the latest finished backup decides the cluster's BackupSucceeded, and backups may end within a second of each other.",
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
 						},
 					},
 					"location": {
@@ -2791,7 +2791,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupStatus(ref common.ReferenceCallba
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.BackupFile{}.OpenAPIModelName(), v1alpha1.BackupTarget{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.BackupFile{}.OpenAPIModelName(), v1alpha1.BackupTarget{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.MicroTime{}.OpenAPIModelName()},
 	}
 }
 

@@ -6796,8 +6796,8 @@ func (this *TalosBackupStatus) String() string {
 	repeatedStringForConditions += "}"
 	s := strings.Join([]string{`&TalosBackupStatus{`,
 		`Phase:` + fmt.Sprintf("%v", this.Phase) + `,`,
-		`StartedAt:` + strings.Replace(fmt.Sprintf("%v", this.StartedAt), "Time", "v1.Time", 1) + `,`,
-		`CompletedAt:` + strings.Replace(fmt.Sprintf("%v", this.CompletedAt), "Time", "v1.Time", 1) + `,`,
+		`StartedAt:` + strings.Replace(fmt.Sprintf("%v", this.StartedAt), "MicroTime", "v1.MicroTime", 1) + `,`,
+		`CompletedAt:` + strings.Replace(fmt.Sprintf("%v", this.CompletedAt), "MicroTime", "v1.MicroTime", 1) + `,`,
 		`Location:` + fmt.Sprintf("%v", this.Location) + `,`,
 		`Target:` + strings.Replace(this.Target.String(), "BackupTarget", "BackupTarget", 1) + `,`,
 		`Recipients:` + fmt.Sprintf("%v", this.Recipients) + `,`,
@@ -15737,7 +15737,7 @@ func (m *TalosBackupStatus) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.StartedAt == nil {
-				m.StartedAt = &v1.Time{}
+				m.StartedAt = &v1.MicroTime{}
 			}
 			if err := m.StartedAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
@@ -15773,7 +15773,7 @@ func (m *TalosBackupStatus) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			if m.CompletedAt == nil {
-				m.CompletedAt = &v1.Time{}
+				m.CompletedAt = &v1.MicroTime{}
 			}
 			if err := m.CompletedAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err

@@ -217,10 +217,12 @@ type TalosBackupStatus struct {
 	Phase BackupPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=BackupPhase"`
 	// startedAt is when the controller began it.
 	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty" protobuf:"bytes,2,opt,name=startedAt"`
-	// completedAt is when it succeeded or failed.
+	StartedAt *metav1.MicroTime `json:"startedAt,omitempty" protobuf:"bytes,2,opt,name=startedAt"`
+	// completedAt is when it succeeded or failed, to the microsecond: the
+	// latest finished backup decides the cluster's BackupSucceeded, and
+	// backups may end within a second of each other.
 	// +optional
-	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,3,opt,name=completedAt"`
+	CompletedAt *metav1.MicroTime `json:"completedAt,omitempty" protobuf:"bytes,3,opt,name=completedAt"`
 	// location is the folder holding the files, as a URL without any
 	// credential (s3://bucket/prefix/name/).
 	// +optional

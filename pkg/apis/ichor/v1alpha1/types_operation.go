@@ -67,11 +67,16 @@ var KubernetesComponents = []KubernetesComponent{
 // +enum
 type StepAction string
 
-// The actions of an etcd-restore, in the order they run (that of Talos's
-// disaster-recovery guide): every control plane's etcd data is wiped, the
-// snapshot is recovered on the first, the others join it, and every
-// worker's kubelet is restarted.
+// The actions of an etcd-restore, in the order they run: the control
+// planes but the first leave etcd, the first's etcd data is wiped (the old
+// cluster ends with its last member), then the others', the snapshot is
+// recovered on the first, the others join it, and every worker's kubelet
+// is restarted. The recovery itself is that of Talos's disaster-recovery
+// guide.
 const (
+	// ActionLeaveEtcd removes the machine's member from etcd; its etcd
+	// stays stopped until it reboots.
+	ActionLeaveEtcd StepAction = "leave-etcd"
 	// ActionWipeEtcd resets the machine's EPHEMERAL partition (its etcd
 	// data) without leaving etcd, and reboots it.
 	ActionWipeEtcd StepAction = "wipe-etcd"

@@ -810,7 +810,7 @@ var schemaYAML = typed.YAMLObject(`types:
     fields:
     - name: completedAt
       type:
-        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
     - name: compression
       type:
         scalar: string
@@ -842,7 +842,7 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: atomic
     - name: startedAt
       type:
-        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
     - name: storedSize
       type:
         scalar: numeric
@@ -1391,6 +1391,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: time
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime
+  scalar: untyped
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
   map:
     fields:

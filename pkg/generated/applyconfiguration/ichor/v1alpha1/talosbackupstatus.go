@@ -32,9 +32,11 @@ type TalosBackupStatusApplyConfiguration struct {
 	// phase of the backup.
 	Phase *ichorv1alpha1.BackupPhase `json:"phase,omitempty"`
 	// startedAt is when the controller began it.
-	StartedAt *v1.Time `json:"startedAt,omitempty"`
-	// completedAt is when it succeeded or failed.
-	CompletedAt *v1.Time `json:"completedAt,omitempty"`
+	StartedAt *v1.MicroTime `json:"startedAt,omitempty"`
+	// completedAt is when it succeeded or failed, to the microsecond: the
+	// latest finished backup decides the cluster's BackupSucceeded, and
+	// backups may end within a second of each other.
+	CompletedAt *v1.MicroTime `json:"completedAt,omitempty"`
 	// location is the folder holding the files, as a URL without any
 	// credential (s3://bucket/prefix/name/).
 	Location *string `json:"location,omitempty"`
@@ -71,7 +73,7 @@ func (b *TalosBackupStatusApplyConfiguration) WithPhase(value ichorv1alpha1.Back
 // WithStartedAt sets the StartedAt field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the StartedAt field is set to the value of the last call.
-func (b *TalosBackupStatusApplyConfiguration) WithStartedAt(value v1.Time) *TalosBackupStatusApplyConfiguration {
+func (b *TalosBackupStatusApplyConfiguration) WithStartedAt(value v1.MicroTime) *TalosBackupStatusApplyConfiguration {
 	b.StartedAt = &value
 	return b
 }
@@ -79,7 +81,7 @@ func (b *TalosBackupStatusApplyConfiguration) WithStartedAt(value v1.Time) *Talo
 // WithCompletedAt sets the CompletedAt field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the CompletedAt field is set to the value of the last call.
-func (b *TalosBackupStatusApplyConfiguration) WithCompletedAt(value v1.Time) *TalosBackupStatusApplyConfiguration {
+func (b *TalosBackupStatusApplyConfiguration) WithCompletedAt(value v1.MicroTime) *TalosBackupStatusApplyConfiguration {
 	b.CompletedAt = &value
 	return b
 }
