@@ -142,6 +142,57 @@ func (n *machineryNode) Bootstrap(ctx context.Context) error {
 	return nil
 }
 
+// BootstrapRecover implements Node with the call `talosctl bootstrap
+// --recover-from` makes after its upload.
+func (n *machineryNode) BootstrapRecover(ctx context.Context) error {
+	err := n.c.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true})
+	if status.Code(err) == codes.AlreadyExists {
+		return ErrAlreadyBootstrapped
+	}
+	if err != nil {
+		return n.v.explain("bootstrap etcd from the uploaded snapshot", err)
+	}
+	return nil
+}
+
+// EtcdRecover implements Node.
+func (n *machineryNode) EtcdRecover(ctx context.Context, snapshot io.Reader) error {
+	if _, err := n.c.EtcdRecover(ctx, snapshot); err != nil {
+		return n.v.explain("upload the etcd snapshot", err)
+	}
+	return nil
+}
+
+// EtcdLeave implements Node with the call `talosctl etcd leave` makes.
+func (n *machineryNode) EtcdLeave(ctx context.Context) error {
+	if err := n.c.EtcdLeaveCluster(ctx, &machineapi.EtcdLeaveClusterRequest{}); err != nil {
+		return n.v.explain("leave etcd", err)
+	}
+	return nil
+}
+
+// WipeEtcdData implements Node as `talosctl reset --graceful=false --reboot
+// --system-labels-to-wipe EPHEMERAL` does.
+func (n *machineryNode) WipeEtcdData(ctx context.Context) error {
+	err := n.c.ResetGeneric(ctx, &machineapi.ResetRequest{
+		Graceful:               false,
+		Reboot:                 true,
+		SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+	})
+	if err != nil {
+		return n.v.explain("wipe EPHEMERAL", err)
+	}
+	return nil
+}
+
+// RestartService implements Node.
+func (n *machineryNode) RestartService(ctx context.Context, id string) error {
+	if _, err := n.c.ServiceRestart(ctx, id); err != nil {
+		return n.v.explain("restart "+id, err)
+	}
+	return nil
+}
+
 // EtcdSnapshot implements Node with the call `talosctl etcd snapshot` makes.
 func (n *machineryNode) EtcdSnapshot(ctx context.Context) (io.ReadCloser, error) {
 	r, err := n.c.EtcdSnapshot(ctx, &machineapi.EtcdSnapshotRequest{})

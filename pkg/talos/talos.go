@@ -101,6 +101,23 @@ type Node interface {
 	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
 	// into maintenance mode; graceful first leaves etcd and cordons the node.
 	Reset(ctx context.Context, graceful bool) error
+	// EtcdLeave removes the node's member from its etcd cluster; the node's
+	// etcd stays stopped until its next boot.
+	EtcdLeave(ctx context.Context) error
+	// WipeEtcdData wipes the node's EPHEMERAL partition (etcd's data, the
+	// kubelet's state) without leaving etcd or draining, and reboots it into
+	// the config it runs, as Talos's disaster-recovery guide does.
+	WipeEtcdData(ctx context.Context) error
+	// EtcdRecover uploads an etcd snapshot, as `talosctl bootstrap
+	// --recover-from` does, for BootstrapRecover to restore.
+	EtcdRecover(ctx context.Context, snapshot io.Reader) error
+	// BootstrapRecover bootstraps etcd on a control plane with an empty
+	// etcd from the snapshot EtcdRecover uploaded. ErrAlreadyBootstrapped:
+	// its etcd has data.
+	BootstrapRecover(ctx context.Context) error
+	// RestartService restarts one of the node's services, as `talosctl
+	// service ID restart` does.
+	RestartService(ctx context.Context, id string) error
 	// EtcdAlarms lists the alarms raised in the node's etcd cluster.
 	EtcdAlarms(ctx context.Context) ([]string, error)
 	// EtcdDisarmAlarms disarms every alarm of the node's etcd cluster and

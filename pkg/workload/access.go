@@ -46,7 +46,9 @@ func SystemRules(tokenSecret string) []rbacv1.PolicyRule {
 // and approve kubelet serving certificates, which needs reading CSRs,
 // updating their approval and the approve verb on exactly that signer;
 // before a kubernetes-upgrade, list the objects of the API resources the
-// new version removes (kubeupgrade.ReadRules). No Secret, no pod deletion
+// new version removes (kubeupgrade.ReadRules); after an etcd-restore, read
+// the kube-system Namespace, by name, to confirm the restored data is
+// served. No Secret, no pod deletion
 // but by eviction, no write to any other object but a CSR's approval,
 // nothing on another signer.
 func ControllerRules() []rbacv1.PolicyRule {
@@ -54,6 +56,7 @@ func ControllerRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{metav1.NamespaceSystem}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: []string{KubeletServingSigner}, Verbs: []string{"approve"}},

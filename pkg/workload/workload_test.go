@@ -93,6 +93,8 @@ func TestControllerRulesStayLeast(t *testing.T) {
 	want := []rule{
 		{"", "nodes", "", "get"}, {"", "nodes", "", "list"}, {"", "nodes", "", "watch"}, {"", "nodes", "", "patch"},
 		{"", "pods", "", "list"}, {"", "pods/eviction", "", "create"},
+		// After an etcd-restore: is kube-system served as the snapshot holds it?
+		{"", "namespaces", "kube-system", "get"}, {"", "namespaces", "kube-system", "list"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "get"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "list"},
 		{"certificates.k8s.io", "certificatesigningrequests", "", "watch"},

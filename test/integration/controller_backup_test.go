@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -25,6 +26,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/objectstore"
@@ -342,6 +344,130 @@ func (d *demoCluster) backups(t *testing.T) {
 		}
 		waitEvent(ctx, t, d.ns, newer, corev1.EventTypeWarning, backup.EventFilesKept)
 	})
+
+	t.Run("an admin restores etcd from a backup into the running cluster; an operator may not", func(t *testing.T) {
+		d.etcdRestore(t, srv, identity)
+	})
+}
+
+// etcdRestore: objects written after a backup are gone once an admin
+// restored it with kubectl, and those of the backup are back, read through
+// the cluster's own kube-apiserver. A wrong identity and a corrupt snapshot
+// fail before any member is touched; an operator may not start a restore.
+func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identity *age.X25519Identity) {
+	ctx := d.ctx
+	rc, err := d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	if _, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"v": "before"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.backUpNow(t, "before-restore", v1alpha1.BackupSucceeded)
+	tampered := d.backUpNow(t, "tampered", v1alpha1.BackupSucceeded)
+	if _, err := configMaps.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"v": "after"}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "later"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The tampered backup's snapshot is replaced by another file of its own,
+	// encrypted to the same recipient: it decrypts, but not to its digest.
+	key := strings.TrimPrefix(tampered.Status.Location, "s3://"+backupBucket+"/")
+	if _, err := srv.Client(srv.Admin).PutObject(ctx, &s3.PutObjectInput{
+		Bucket: aws.String(backupBucket), Key: aws.String(key + tampered.Status.Files[0].Name),
+		Body: bytes.NewReader(d.object(t, srv, tampered, tampered.Status.Files[1])),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	for name, id := range map[string]string{"restore-identity": identity.String(), "other-identity": other.String()} {
+		if _, err := kube.CoreV1().Secrets(d.ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string][]byte{v1alpha1.IdentitySecretKey: []byte(id)},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore := func(backupName, secret string) string {
+		return fmt.Sprintf("clusterName: demo\ntype: etcd-restore\netcdRestore: {backup: %s, identitySecret: %s}", backupName, secret)
+	}
+	untouched := func(t *testing.T) {
+		t.Helper()
+		if got := len(d.etcd.Members()); got != 3 {
+			t.Fatalf("a refused restore left %d etcd members", got)
+		}
+		if cm, err := configMaps.Get(ctx, "kept", metav1.GetOptions{}); err != nil || cm.Data["v"] != "after" {
+			t.Fatalf("a refused restore changed the data: %v, %v", cm, err)
+		}
+	}
+
+	for _, c := range []struct{ name, backup, secret, want string }{
+		{"restore-other-identity", "before-restore", "other-identity", "matches none of the recipients TalosBackup before-restore was encrypted to (" + identity.Recipient().String()},
+		{"restore-tampered", "tampered", "restore-identity", "the etcd snapshot of TalosBackup tampered is corrupt"},
+		{"restore-no-identity", "before-restore", "no-such-secret", "spec.etcdRestore.identitySecret: Secret no-such-secret does not exist"},
+	} {
+		d.createOperation(t, admin, c.name, restore(c.backup, c.secret))
+		d.startOperation(t, admin, c.name)
+		op := d.waitOperationEnds(t, c.name, v1alpha1.OperationFailed)
+		cond := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded)
+		if cond == nil || cond.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(cond.Message, c.want) || len(op.Status.Steps) != 0 {
+			t.Fatalf("%s: %s; want a refusal before any step saying %q", c.name, describeOperation(op), c.want)
+		}
+		if strings.Contains(cond.Message, "AGE-SECRET-KEY") {
+			t.Fatalf("%s: the refusal echoes an identity: %s", c.name, cond.Message)
+		}
+		untouched(t)
+	}
+
+	d.createOperation(t, operator, "restore", restore("before-restore", "restore-identity"))
+	out, err := cp.KubectlWithInput(ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosOperation"}`),
+		append(operator, "create", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosoperations/restore/start", "-f", "-")...)
+	if err == nil || !strings.Contains(out+err.Error(), "forbidden") {
+		t.Fatalf("an operator started an etcd-restore: %v\n%s", err, out)
+	}
+	untouched(t)
+
+	// The recovery's step lasts until the recovered control plane serves,
+	// longer than demo's short step timeout allows under the race detector.
+	d.controller.stop()
+	d.controller = runController(d.parent, func(o *ctrlcmd.Options) {
+		d.tune(o)
+		o.OperationStepTimeout = clusterWait
+	})
+	d.startOperation(t, admin, "restore")
+	op := d.waitOperationEnds(t, "restore", v1alpha1.OperationSucceeded)
+	var order []string
+	for _, s := range op.Status.Steps {
+		order = append(order, s.Name())
+	}
+	want := []string{"cp-2 leave-etcd", "cp-3 leave-etcd", "cp-1 wipe-etcd", "cp-2 wipe-etcd", "cp-3 wipe-etcd",
+		"cp-1 recover-etcd", "cp-2 join-etcd", "cp-3 join-etcd", "worker-1 restart-kubelet", "worker-2 restart-kubelet"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("steps %v, want %v", order, want)
+	}
+	rc, err = d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	if cm, err := configMaps.Get(ctx, "kept", metav1.GetOptions{}); err != nil || cm.Data["v"] != "before" {
+		t.Fatalf("after the restore: kept = %v, %v; want the backup's v=before", cm, err)
+	}
+	if _, err := configMaps.Get(ctx, "later", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after the restore, the object created after the backup: %v; want NotFound", err)
+	}
+	if got := len(d.etcd.Members()); got != 3 {
+		t.Fatalf("after the restore etcd has %d members, want the three control planes", got)
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	d.controller.stop()
+	d.controller = runController(d.parent, d.tune)
 }
 
 // tail is the end of a kubectl error: the server's answer, without the

@@ -131,6 +131,10 @@ type demoSetup struct {
 	registry *talossim.Registry
 	// kubernetesVersion demo is created at; default v1.36.0.
 	kubernetesVersion string
+	// realEtcdSnapshots makes etcd snapshots those of the real etcd behind
+	// demo's kube-apiserver, which a restore brings back, instead of
+	// generated ones of snapshotSize.
+	realEtcdSnapshots bool
 }
 
 // newDemoClusterWith builds demo with setup's changes.
@@ -172,6 +176,9 @@ func newDemoClusterWith(t *testing.T, setup demoSetup) *demoCluster {
 	endpoint := fmt.Sprintf("https://%s:%d", endpointIP, ports[0])
 
 	etcd, trustd := &talossim.EtcdCluster{Name: "demo", SnapshotSize: snapshotSize}, talossim.NewTrustd()
+	if setup.realEtcdSnapshots {
+		etcd.SnapshotSize = 0
+	}
 	roles := map[string]v1alpha1.MachineRole{
 		"cp-1": v1alpha1.MachineRoleControlPlane, "cp-2": v1alpha1.MachineRoleControlPlane, "cp-3": v1alpha1.MachineRoleControlPlane,
 		"worker-1": v1alpha1.MachineRoleWorker, "worker-2": v1alpha1.MachineRoleWorker,

@@ -39,7 +39,7 @@ const operationStepTimeout = 15 * time.Second
 func TestControllerRunsOperations(t *testing.T) {
 	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2",
 		"siderolabs/installer:v1.11.0")
-	d := newDemoClusterWith(t, demoSetup{registry: registry, kubernetesVersion: "v1.35.2", tune: func(o *ctrlcmd.Options) {
+	d := newDemoClusterWith(t, demoSetup{registry: registry, kubernetesVersion: "v1.35.2", realEtcdSnapshots: true, tune: func(o *ctrlcmd.Options) {
 		o.InstallImage = "siderolabs/installer:v1.13.0"
 		o.OperationPollInterval = 250 * time.Millisecond
 		o.OperationStepTimeout = operationStepTimeout

@@ -79,6 +79,9 @@ type Options struct {
 	// BackupVolumeDir is the directory volume backup targets are paths
 	// under (a mounted PersistentVolume); empty refuses volume targets.
 	BackupVolumeDir string
+	// ScratchDir holds an etcd-restore's decrypted, verified snapshot while
+	// the restore runs: give it room for the largest snapshot.
+	ScratchDir string
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -150,6 +153,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How long a node may take to come back from an operation's reboot before its step fails and the operation stops.")
 	fs.StringVar(&o.BackupVolumeDir, "backup-volume-dir", o.BackupVolumeDir,
 		"Directory where a volume is mounted for TalosClusters whose spec.backup.target.volume names a path below it; empty refuses volume targets.")
+	fs.StringVar(&o.ScratchDir, "scratch-dir", o.ScratchDir,
+		"Directory where an etcd-restore keeps its decrypted, verified snapshot until it ends; room for the largest snapshot. Empty: the system's temporary directory.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS,
 		"Requests per second the controller makes to the management cluster's API, sustained.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst,

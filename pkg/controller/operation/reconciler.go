@@ -1,7 +1,8 @@
 // Package operation runs started TalosOperations: reboot, etcd-defrag and
 // talos-upgrade, one step per machine, control planes first and one node at
 // a time (workers in batches of spec.maxUnavailable); kubernetes-upgrade,
-// one step per machine and component (kubernetes.go).
+// one step per machine and component (kubernetes.go); etcd-restore, steps
+// of their own over every machine (restore.go).
 //
 // Safety: a step that takes a node or an etcd member away holds its
 // cluster's disruption budget (package disruption) from before it touches
@@ -24,7 +25,9 @@ package operation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -89,6 +92,13 @@ type Options struct {
 	InstallImage string
 	// MaxConcurrentReconciles is how many operations are worked on at once. Default 4.
 	MaxConcurrentReconciles int
+	// ScratchDir holds an etcd-restore's verified snapshot until the
+	// operation ends (ichor-controller's --scratch-dir); default the
+	// system's temporary directory.
+	ScratchDir string
+	// BackupVolumeDir is where volume backup targets are
+	// (ichor-controller's --backup-volume-dir).
+	BackupVolumeDir string
 }
 
 func (o Options) withDefaults() Options {
@@ -498,6 +508,11 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 // the Node of every step that did not succeed (a failed step's node, a
 // draining one). A Node cordoned by anyone else stays as it is.
 func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	if op.Spec.Type == v1alpha1.OperationEtcdRestore {
+		if err := os.Remove(r.restorePath(op)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the verified snapshot: %w", err)
+		}
+	}
 	cluster, err := r.cluster(ctx, op)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -510,7 +525,7 @@ func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) e
 	}
 	pending := map[string]bool{}
 	for _, s := range op.Status.Steps {
-		if s.Phase != v1alpha1.OperationSucceeded && s.Component == "" {
+		if s.Phase != v1alpha1.OperationSucceeded && s.Component == "" && s.Action == "" {
 			pending[s.Machine] = true
 		}
 	}

@@ -49,6 +49,8 @@ var kinds = map[v1alpha1.OperationType]kind{
 	v1alpha1.OperationEtcdDefrag:   {targets: controlPlanes, start: startEtcdDefrag, follow: followEtcdDefrag},
 	v1alpha1.OperationKubernetesUpgrade: {targets: everyMachine, start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
+	v1alpha1.OperationEtcdRestore: {targets: everyMachine, start: startRestore, follow: followRestore, steps: restoreSteps,
+		check: (*Reconciler).checkRestore},
 }
 
 // oneStepEach is the steps of a kind without its own: one per target.

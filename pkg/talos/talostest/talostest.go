@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -379,4 +380,23 @@ func (s *session) EtcdDisarmAlarms(ctx context.Context) ([]string, error) {
 		n.NoSpace = n.Quota > 0 && n.DBSize > n.Quota
 	}
 	return alarms, nil
+}
+
+// EtcdLeave, WipeEtcdData, EtcdRecover, BootstrapRecover and RestartService
+// are not faked: the simulator tests the etcd-restore that calls them.
+
+func (s *session) EtcdLeave(context.Context) error { panic("talostest: EtcdLeave is not faked") }
+
+func (s *session) WipeEtcdData(context.Context) error { panic("talostest: WipeEtcdData is not faked") }
+
+func (s *session) EtcdRecover(context.Context, io.Reader) error {
+	panic("talostest: EtcdRecover is not faked")
+}
+
+func (s *session) BootstrapRecover(context.Context) error {
+	panic("talostest: BootstrapRecover is not faked")
+}
+
+func (s *session) RestartService(context.Context, string) error {
+	panic("talostest: RestartService is not faked")
 }

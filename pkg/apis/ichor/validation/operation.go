@@ -61,28 +61,41 @@ func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.Erro
 	status := field.NewPath("status")
 	errs = append(errs, validateOptionalEnum(o.Status.Phase, status.Child("phase"), operationPhases...)...)
 	errs = append(errs, validateConditions(o.Status.Conditions, status.Child("conditions"))...)
-	// A step is one machine's, or one machine's and component's.
+	// A step is one machine's, or one machine's and component's, or one
+	// machine's and action's; never both a component and an action.
 	type stepKey struct {
 		machine   string
 		component ichor.KubernetesComponent
+		action    ichor.StepAction
 	}
 	seen := sets.New[stepKey]()
 	for i, step := range o.Status.Steps {
 		p := status.Child("steps").Index(i)
 		errs = append(errs, validateRequiredName(step.Machine, p.Child("machine"))...)
 		errs = append(errs, validateOptionalEnum(step.Component, p.Child("component"), KubernetesComponents...)...)
-		key := stepKey{step.Machine, step.Component}
+		errs = append(errs, validateOptionalEnum(step.Action, p.Child("action"), StepActions...)...)
+		if step.Component != "" && step.Action != "" {
+			errs = append(errs, field.Forbidden(p.Child("action"), "a step has a component or an action, not both"))
+		}
+		key := stepKey{step.Machine, step.Component, step.Action}
 		switch {
 		case step.Machine == "" || !seen.Has(key):
-		case step.Component == "":
-			errs = append(errs, field.Duplicate(p.Child("machine"), step.Machine))
-		default:
+		case step.Component != "":
 			errs = append(errs, field.Duplicate(p.Child("component"), step.Component))
+		case step.Action != "":
+			errs = append(errs, field.Duplicate(p.Child("action"), step.Action))
+		default:
+			errs = append(errs, field.Duplicate(p.Child("machine"), step.Machine))
 		}
 		seen.Insert(key)
 		errs = append(errs, validateEnum(step.Phase, p.Child("phase"), operationPhases...)...)
 	}
 	return errs
+}
+
+// StepActions are the actions of an etcd-restore's steps, in their order.
+var StepActions = []ichor.StepAction{
+	ichor.ActionLeaveEtcd, ichor.ActionWipeEtcd, ichor.ActionRecoverEtcd, ichor.ActionJoinEtcd, ichor.ActionRestartKubelet,
 }
 
 // KubernetesComponents are the components a kubernetes-upgrade moves, in its order.

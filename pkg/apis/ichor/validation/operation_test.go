@@ -375,6 +375,19 @@ func TestValidateTalosOperationStatusUpdate(t *testing.T) {
 			},
 			want: []fe{duplicate("status.steps[2].component"), notSupported("status.steps[3].component")},
 		},
+		{
+			name: "etcd-restore steps: one per machine and action",
+			mutate: func(s *ichor.TalosOperationStatus) {
+				s.Steps = []ichor.OperationStep{
+					{Machine: "node-1", Action: ichor.ActionWipeEtcd, Phase: ichor.OperationSucceeded},
+					{Machine: "node-1", Action: ichor.ActionRecoverEtcd, Phase: ichor.OperationRunning},
+					{Machine: "node-1", Action: ichor.ActionRecoverEtcd, Phase: ichor.OperationPending},
+					{Machine: "node-2", Action: "format", Phase: ichor.OperationPending},
+					{Machine: "node-3", Action: ichor.ActionJoinEtcd, Component: ichor.ComponentKubelet, Phase: ichor.OperationPending},
+				}
+			},
+			want: []fe{duplicate("status.steps[2].action"), notSupported("status.steps[3].action"), forbidden("status.steps[4].action")},
+		},
 	}
 	for _, bc := range badConditionCases {
 		cond := bc.conditions
