@@ -78,6 +78,9 @@ var Definition = &resource.Definition[*ichor.TalosOperation]{
 					if step.Component != "" {
 						inFlight += " " + string(step.Component)
 					}
+					if step.Action != "" {
+						inFlight += " " + string(step.Action)
+					}
 				}
 			}
 			progress = fmt.Sprintf("%d/%d", done, n)
