@@ -30,6 +30,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/objectstore"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // backupBucket is the bucket demo's backups go to.
@@ -353,7 +354,8 @@ func (d *demoCluster) backups(t *testing.T) {
 // etcdRestore: objects written after a backup are gone once an admin
 // restored it with kubectl, and those of the backup are back, read through
 // the cluster's own kube-apiserver. A wrong identity and a corrupt snapshot
-// fail before any member is touched; an operator may not start a restore.
+// fail before any member is touched; an operator may not start a restore;
+// a controller stopped mid-restore resumes without wiping a node twice.
 func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identity *age.X25519Identity) {
 	ctx := d.ctx
 	rc, err := d.kube.WaitReady(ctx, d.endpoint)
@@ -434,13 +436,37 @@ func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identit
 
 	// The recovery's step lasts until the recovered control plane serves,
 	// longer than demo's short step timeout allows under the race detector.
-	d.controller.stop()
-	d.controller = runController(d.parent, func(o *ctrlcmd.Options) {
+	restoreTune := func(o *ctrlcmd.Options) {
 		d.tune(o)
 		o.OperationStepTimeout = clusterWait
-	})
+	}
+	d.controller.stop()
+	d.controller = runController(d.parent, restoreTune)
+	resets := map[string]int{}
+	for name, n := range d.nodes {
+		resets[name] = timesEntered(n, talossim.PhaseResetting)
+	}
 	d.startOperation(t, admin, "restore")
+	// The controller is stopped while a wipe is in flight, and started
+	// again: every control plane is still wiped exactly once.
+	inFlight := d.watchOperation(t, "restore", "a wipe-etcd step running", func(op *v1alpha1.TalosOperation) bool {
+		return slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
+			return s.Action == v1alpha1.ActionWipeEtcd && s.Phase == v1alpha1.OperationRunning
+		})
+	})
+	d.controller.stop()
+	t.Logf("stopped the controller during the restore at %s", describeOperation(inFlight))
+	d.controller = runController(d.parent, restoreTune)
 	op := d.waitOperationEnds(t, "restore", v1alpha1.OperationSucceeded)
+	for name, n := range d.nodes {
+		want := resets[name]
+		if d.roles[name] == v1alpha1.MachineRoleControlPlane {
+			want++
+		}
+		if got := timesEntered(n, talossim.PhaseResetting); got != want {
+			t.Errorf("%s was reset %d times by the restore, want %d", name, got-resets[name], want-resets[name])
+		}
+	}
 	var order []string
 	for _, s := range op.Status.Steps {
 		order = append(order, s.Name())
