@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -348,6 +349,42 @@ func (d *demoCluster) backups(t *testing.T) {
 
 	t.Run("an admin restores etcd from a backup into the running cluster; an operator may not", func(t *testing.T) {
 		d.etcdRestore(t, srv, identity)
+	})
+
+	t.Run("a volume target: files in a directory below --backup-volume-dir, none outside", func(t *testing.T) {
+		out, err := set(t, admin, `{"spec":{"backup":{"target":{"s3":null,"volume":{"path":"../outside"}}}}}`)
+		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "spec.backup.target.volume.path") {
+			t.Fatalf("a volume path leaving the directory: %s", tail(msg))
+		}
+		if out, err := set(t, admin, `{"spec":{"backup":{"target":{"s3":null,"volume":{"path":"clusters/demo"}}}}}`); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		b := d.backUpNow(t, "to-volume", v1alpha1.BackupSucceeded)
+		folder := filepath.Join(d.backupVolumeDir, "clusters", "demo", d.ns, "demo", "to-volume")
+		if want := "file://" + filepath.ToSlash(folder) + "/"; b.Status.Location != want {
+			t.Fatalf("location %s, want %s", b.Status.Location, want)
+		}
+		for _, f := range b.Status.Files {
+			data, err := os.ReadFile(filepath.Join(folder, filepath.FromSlash(f.Name)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var content bytes.Buffer
+			if _, err := archive.Read(&content, bytes.NewReader(data), []age.Identity{identity}, b.Status.Compression, f.Digest); err != nil {
+				t.Fatalf("%s: %v", f.Name, err)
+			}
+		}
+		// Files are created as fileblob does (0666 less the umask); the
+		// directories it creates are the controller's alone.
+		for dir := folder; dir != d.backupVolumeDir; dir = filepath.Dir(dir) {
+			if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("directory %s: %v, %v; want 0700", dir, fi.Mode(), err)
+			}
+		}
+		mustKubectl(ctx, t, append(admin, "-n", d.ns, "delete", "talosbackup", "to-volume", "--wait=true")...)
+		if _, err := os.Stat(folder); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the deleted backup's folder: %v", err)
+		}
 	})
 }
 

@@ -118,6 +118,8 @@ type demoCluster struct {
 	registry *talossim.Registry
 	// rejoining is the node a deleted machine left, which a later step adds again.
 	rejoining *talossim.Node
+	// backupVolumeDir is the controller's --backup-volume-dir.
+	backupVolumeDir string
 }
 
 // newDemoCluster builds demo: every machine pinned and decided.
@@ -147,7 +149,9 @@ func newDemoClusterWith(t *testing.T, setup demoSetup) *demoCluster {
 	useProvisioningNetworks(ctx, t, "127.0.3.0/24")
 	ns := cp.Namespace(t)
 	bindControllerSecrets(ctx, t, ns)
+	backupVolumeDir := t.TempDir()
 	tune := func(o *ctrlcmd.Options) {
+		o.BackupVolumeDir = backupVolumeDir
 		o.MachineRecheckInterval = time.Second
 		o.MachineHealthInterval = 2 * time.Second
 		o.MachineContactTimeout = 5 * time.Second
@@ -242,7 +246,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 	d := &demoCluster{
 		parent: parent, ctx: ctx, ns: ns, tune: tune, controller: controller, kube: kube, endpoint: endpoint,
 		etcd: etcd, trustd: trustd, roles: roles, nodes: nodes, names: names, rejected: rejected, impostor: impostor,
-		machines: machines, patches: patches, registry: setup.registry,
+		machines: machines, patches: patches, registry: setup.registry, backupVolumeDir: backupVolumeDir,
 	}
 
 	// What the controller pinned is approved with kubectl and the approval

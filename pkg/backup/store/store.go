@@ -11,11 +11,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
@@ -56,6 +59,47 @@ type Target struct {
 	Location string
 
 	secrets []string // the credential values, which no message may carry
+	// dir is a volume target's directory, prefix included; "" for a store.
+	dir string
+}
+
+// RemoveEmptyFolder removes the directories of folder (a key prefix ending
+// in /) that deleting its objects left empty on a volume target, deepest
+// first; a directory that still holds anything stays. Object stores have
+// no directories: for them it does nothing.
+func (t *Target) RemoveEmptyFolder(folder string) error {
+	if t.dir == "" {
+		return nil
+	}
+	root := filepath.Join(t.dir, filepath.FromSlash(strings.TrimSuffix(folder, "/")))
+	var dirs []string
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Remove(dirs[i]); err != nil && !isNotEmpty(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// isNotEmpty reports whether err is rmdir's refusal of a directory that
+// still has entries.
+func isNotEmpty(err error) bool {
+	return errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST)
 }
 
 // urlQuery matches the query of a URL in a message: SAS tokens and
@@ -118,9 +162,10 @@ func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target,
 	}
 	prefix += opts.Folder
 	var (
-		b        *blob.Bucket
-		location string
-		err      error
+		b         *blob.Bucket
+		location  string
+		volumeDir string
+		err       error
 	)
 	switch {
 	case t.S3 != nil:
@@ -135,6 +180,7 @@ func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target,
 	case t.Volume != nil:
 		var dir string
 		dir, err = volumePath(opts.VolumeDir, t.Volume.Path)
+		volumeDir = dir
 		if err == nil {
 			b, err = fileblob.OpenBucket(dir, &fileblob.Options{CreateDir: true, DirFileMode: 0o700, NoTempDir: true, Metadata: fileblob.MetadataDontWrite})
 		}
@@ -152,7 +198,11 @@ func Open(ctx context.Context, t *v1alpha1.BackupTarget, opts Options) (*Target,
 	for _, v := range opts.Credentials {
 		secrets = append(secrets, string(v))
 	}
-	return &Target{Bucket: b, Location: location + prefix, secrets: secrets}, nil
+	target := &Target{Bucket: b, Location: location + prefix, secrets: secrets}
+	if t.Volume != nil {
+		target.dir = filepath.Join(volumeDir, filepath.FromSlash(prefix))
+	}
+	return target, nil
 }
 
 // volumePath resolves a volume target's path under dir, refusing any that

@@ -33,6 +33,28 @@ func TestVolumeTarget(t *testing.T) {
 	if err := tg.WriteAll(ctx, "b1/etcd.snapshot.age", []byte("sealed"), WriterOptions); err != nil {
 		t.Fatal(err)
 	}
+	// Deleting a backup's objects leaves directories, which go with the
+	// folder once empty; a folder still holding a file stays.
+	for _, key := range []string{"b2/machines/cp-1.yaml.age", "b3/etcd.snapshot.age"} {
+		if err := tg.WriteAll(ctx, key, []byte("sealed"), WriterOptions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tg.Delete(ctx, "b2/machines/cp-1.yaml.age"); err != nil {
+		t.Fatal(err)
+	}
+	for _, folder := range []string{"b2/", "b3/", "never-written/"} {
+		if err := tg.RemoveEmptyFolder(folder); err != nil {
+			t.Fatalf("RemoveEmptyFolder(%s): %v", folder, err)
+		}
+	}
+	base := filepath.Join(root, "clusters", "prod", "nightly", "team-a", "prod")
+	if _, err := os.Stat(filepath.Join(base, "b2")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the emptied folder b2: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "b3", "etcd.snapshot.age")); err != nil {
+		t.Fatalf("a folder with a file lost it: %v", err)
+	}
 	if err := tg.Close(); err != nil {
 		t.Fatal(err)
 	}

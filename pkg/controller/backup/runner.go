@@ -612,7 +612,8 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 	return client.IgnoreNotFound(r.Client.SubResource("finalizers").Patch(ctx, b, patch))
 }
 
-// deleteFolder deletes every object under folder, the manifest last.
+// deleteFolder deletes every object under folder, the manifest last, and
+// on a volume the directories left empty.
 func (r *Runner) deleteFolder(ctx context.Context, target *store.Target, folder string) error {
 	var keys []string
 	it := target.List(&blob.ListOptions{Prefix: folder})
@@ -644,5 +645,5 @@ func (r *Runner) deleteFolder(ctx context.Context, target *store.Target, folder 
 			return store.Explain(err)
 		}
 	}
-	return nil
+	return target.RemoveEmptyFolder(folder)
 }
