@@ -318,10 +318,11 @@ func (s *step) leaveEtcd(ctx context.Context, starting bool) (ctrl.Result, error
 	if err != nil {
 		return s.failed(ctx, "read the node's etcd membership: %v", err)
 	}
-	if member {
-		if err := s.node.EtcdLeave(cctx); err != nil {
-			return s.failed(ctx, "%v", err)
-		}
+	if !member {
+		return s.done(ctx, "not an etcd member: nothing to leave")
+	}
+	if err := s.node.EtcdLeave(cctx); err != nil {
+		return s.failed(ctx, "%v", err)
 	}
 	return s.done(ctx, "left etcd; its etcd stays stopped until the node reboots")
 }
