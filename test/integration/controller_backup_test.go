@@ -471,6 +471,28 @@ func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identit
 	}
 	untouched(t)
 
+	// A restore whose upload the node crashes on fails after the wipes,
+	// leaving etcd down everywhere; another restore, which an admin lets
+	// past the ClusterHealth check, finishes it.
+	if err := d.nodes["cp-1"].SetFaults(talossim.Faults{CrashCalls: 1, CrashMethod: "EtcdRecover"}); err != nil {
+		t.Fatal(err)
+	}
+	d.createOperation(t, admin, "restore-crashed", restore("before-restore", "restore-identity"))
+	d.startOperation(t, admin, "restore-crashed")
+	crashed := d.waitOperationEnds(t, "restore-crashed", v1alpha1.OperationFailed)
+	if i := slices.IndexFunc(crashed.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed }); i < 0 ||
+		crashed.Status.Steps[i].Name() != "cp-1 recover-etcd" {
+		t.Fatalf("the crashed restore: %s", describeOperation(crashed))
+	}
+	if err := d.nodes["cp-1"].SetFaults(talossim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	override := []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"Override","check":"ClusterHealth","reason":"restore-crashed left etcd down"}`)
+	if out, err := cp.KubectlWithInput(ctx, override, append(admin, "create", "--raw",
+		"/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosclusters/demo/override", "-f", "-")...); err != nil {
+		t.Fatalf("an admin's override: %v\n%s", err, out)
+	}
+
 	// The recovery's step lasts until the recovered control plane serves,
 	// longer than demo's short step timeout allows under the race detector.
 	restoreTune := func(o *ctrlcmd.Options) {
@@ -512,6 +534,11 @@ func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identit
 		"cp-1 recover-etcd", "cp-2 join-etcd", "cp-3 join-etcd", "worker-1 restart-kubelet", "worker-2 restart-kubelet"}
 	if !slices.Equal(order, want) {
 		t.Fatalf("steps %v, want %v", order, want)
+	}
+	for _, s := range op.Status.Steps[:2] {
+		if !strings.Contains(s.Message, "nothing to leave") {
+			t.Errorf("%s after the crashed restore: %q, want nothing to leave", s.Name(), s.Message)
+		}
 	}
 	rc, err = d.kube.WaitReady(ctx, d.endpoint)
 	if err != nil {

@@ -316,6 +316,15 @@ func (s *step) leaveEtcd(ctx context.Context, starting bool) (ctrl.Result, error
 	}
 	member, err := s.isMember(cctx)
 	if err != nil {
+		// A restore that failed after its wipes left no etcd anywhere: then
+		// there is nothing to leave, and this restore finishes that one.
+		answers, aerr := s.etcdAnswersAnywhere(ctx)
+		if aerr != nil {
+			return ctrl.Result{}, aerr
+		}
+		if !answers {
+			return s.done(ctx, "no control plane's etcd answers: nothing to leave")
+		}
 		return s.failed(ctx, "read the node's etcd membership: %v", err)
 	}
 	if !member {
@@ -325,6 +334,40 @@ func (s *step) leaveEtcd(ctx context.Context, starting bool) (ctrl.Result, error
 		return s.failed(ctx, "%v", err)
 	}
 	return s.done(ctx, "left etcd; its etcd stays stopped until the node reboots")
+}
+
+// etcdAnswersAnywhere reports whether the etcd of any of the cluster's
+// control planes answers, each asked over its own session.
+func (s *step) etcdAnswersAnywhere(ctx context.Context) (bool, error) {
+	machines := s.machines
+	if machines == nil {
+		var err error
+		if machines, err = s.r.machines(ctx, s.x.op); err != nil {
+			return false, err
+		}
+	}
+	for _, m := range machines {
+		if render.MachineRole(m) != v1alpha1.MachineRoleControlPlane || m.Status.AppliedConfig == nil {
+			continue
+		}
+		node := s.node
+		if m.UID != s.m.UID {
+			var err error
+			if node, err = s.r.Dialer.Configured(ctx, m.Spec.Address, s.creds); err != nil {
+				return false, err
+			}
+		}
+		cctx, cancel := s.call(ctx)
+		_, err := node.EtcdStatus(cctx)
+		cancel()
+		if node != s.node {
+			_ = node.Close()
+		}
+		if err == nil {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // wipeEtcd wipes the node's EPHEMERAL partition and reboots it, recording
