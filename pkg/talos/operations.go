@@ -132,25 +132,23 @@ func (n *machineryNode) Identity(ctx context.Context) (*Identity, error) {
 
 // Bootstrap implements Node.
 func (n *machineryNode) Bootstrap(ctx context.Context) error {
-	err := n.c.Bootstrap(ctx, &machineapi.BootstrapRequest{})
-	if status.Code(err) == codes.AlreadyExists {
-		return ErrAlreadyBootstrapped
-	}
-	if err != nil {
-		return n.v.explain("bootstrap etcd", err)
-	}
-	return nil
+	return n.bootstrap(ctx, &machineapi.BootstrapRequest{}, "bootstrap etcd")
 }
 
 // BootstrapRecover implements Node with the call `talosctl bootstrap
 // --recover-from` makes after its upload.
 func (n *machineryNode) BootstrapRecover(ctx context.Context) error {
-	err := n.c.Bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true})
+	return n.bootstrap(ctx, &machineapi.BootstrapRequest{RecoverEtcd: true}, "bootstrap etcd from the uploaded snapshot")
+}
+
+// bootstrap sends req; etcd data already there is ErrAlreadyBootstrapped.
+func (n *machineryNode) bootstrap(ctx context.Context, req *machineapi.BootstrapRequest, what string) error {
+	err := n.c.Bootstrap(ctx, req)
 	if status.Code(err) == codes.AlreadyExists {
 		return ErrAlreadyBootstrapped
 	}
 	if err != nil {
-		return n.v.explain("bootstrap etcd from the uploaded snapshot", err)
+		return n.v.explain(what, err)
 	}
 	return nil
 }

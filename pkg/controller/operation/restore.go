@@ -272,12 +272,12 @@ func followRestore(ctx context.Context, s *step) (ctrl.Result, error) {
 // without the health checks of other operations: a restore takes etcd
 // away on purpose.
 func (s *step) takeForRestore(ctx context.Context) (bool, ctrl.Result, error) {
-	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, v1alpha1.DisruptionReset, 1)
+	reason, msg, err := s.acquire(ctx, v1alpha1.DisruptionReset, 1)
 	if err != nil {
 		return false, ctrl.Result{}, err
 	}
-	if holder != nil {
-		res, err := s.waitFor(v1alpha1.OperationReasonWaitingForBudget, "waiting for the disruption budget, held by %s", describeHolder(holder))
+	if msg != "" {
+		res, err := s.waitFor(reason, "%s", msg)
 		return false, res, err
 	}
 	return true, ctrl.Result{}, nil

@@ -251,7 +251,14 @@ func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (
 			return v1alpha1.OperationReasonClusterNotHealthy, msg, err
 		}
 	}
-	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, s.batch())
+	return s.acquire(ctx, action, s.batch())
+}
+
+// acquire takes the cluster's disruption budget for the step's node, in a
+// batch of batch machines; it returns the reason and message of a wait
+// while another holds it, or "".
+func (s *step) acquire(ctx context.Context, action v1alpha1.DisruptionAction, batch int) (string, string, error) {
+	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, batch)
 	if err != nil {
 		return "", "", err
 	}
