@@ -270,6 +270,14 @@ func (n *machineryNode) Reboot(ctx context.Context, force bool) error {
 	return nil
 }
 
+// Shutdown implements Node with the call `talosctl shutdown [--force]` makes.
+func (n *machineryNode) Shutdown(ctx context.Context, force bool) error {
+	if err := n.c.Shutdown(ctx, client.WithShutdownForce(force)); err != nil {
+		return n.v.explain(fmt.Sprintf("shut down (force=%t)", force), err)
+	}
+	return nil
+}
+
 // EtcdStatus implements Node with the call `talosctl etcd status` makes.
 func (n *machineryNode) EtcdStatus(ctx context.Context) (*EtcdStatus, error) {
 	resp, err := n.c.EtcdStatus(ctx)

@@ -93,6 +93,11 @@ type Node interface {
 	// stopping services gracefully. A node already in a reboot or another
 	// sequence drops the request, so asking twice reboots once.
 	Reboot(ctx context.Context, force bool) error
+	// Shutdown asks the node to power off, as `talosctl shutdown` does:
+	// Talos cordons and drains the node first (and uncordons it when it
+	// boots again) unless force. The node stays off until someone powers it
+	// on; a node already in another sequence drops the request.
+	Shutdown(ctx context.Context, force bool) error
 	// EtcdStatus reads the status of the node's own etcd member.
 	EtcdStatus(ctx context.Context) (*EtcdStatus, error)
 	// EtcdDefragment defragments the node's own etcd member, which answers

@@ -282,6 +282,17 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 		return true, nil
 	})
 
+	// A node that runs again uncordons its Node if Talos cordoned it to shut down (drain.go).
+	_ = wait.PollUntilContextCancel(ctx, kubeletRetryInterval, true, func(ctx context.Context) (bool, error) {
+		if err := n.uncordonIfCordonedByTalos(ctx, spec); err != nil {
+			logger.Info("uncordoning the Node", "err", err)
+
+			return false, nil
+		}
+
+		return true, nil
+	})
+
 	// The pods bound to the node "run" (pods.go); a control plane's mirror pods follow its component
 	// configs.
 	var mirrors *mirrorPods
@@ -326,12 +337,7 @@ const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 // labelControlPlane sets controlPlaneLabel on the Node of spec.
 func (n *Node) labelControlPlane(ctx context.Context, spec kubeletSpec) error {
-	admin, err := n.opts.Kubernetes.WaitReady(ctx, spec.endpoint)
-	if err != nil {
-		return err
-	}
-
-	cs, err := kubernetes.NewForConfig(admin)
+	cs, err := n.adminClient(ctx, spec)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,7 @@ func (n *Node) replaceAPILocked(down bool) {
 // currentLocked(gen) so that a sequence taken over (by Shutdown) or outlived by Stop does nothing more.
 func (n *Node) beginSequenceLocked() uint64 {
 	n.sequence = true
+	n.shuttingDown = false
 	n.seqGen++
 
 	return n.seqGen
@@ -219,6 +220,7 @@ func (n *Node) bootLocked() {
 func (n *Node) powerOffLocked() error {
 	n.seqGen++
 	n.sequence = false
+	n.shuttingDown = false
 	n.cancelRollbackLocked()
 	n.replaceAPILocked(true)
 

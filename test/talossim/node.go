@@ -80,13 +80,15 @@ type Node struct {
 	persisted config.Provider // config used at next boot (MachineConfig "persistent")
 	rollback  *time.Timer     // pending TRY-mode revert
 	sequence  bool            // an install, upgrade, reset or reboot sequence is in progress
-	seqGen    uint64          // bumped by every sequence start; steps of a superseded sequence give up
-	api       *apiServer      // current apid instance; nil while the API is down
-	stopped   bool
-	maint     *maintenanceIdentity // replaced when a Reset wipes the config
-	bootTime  time.Time
-	bootID    string // the kernel's boot ID, new at every boot
-	sw        software
+	// shuttingDown: a graceful shutdown drains the node; a second shutdown is dropped.
+	shuttingDown bool
+	seqGen       uint64     // bumped by every sequence start; steps of a superseded sequence give up
+	api          *apiServer // current apid instance; nil while the API is down
+	stopped      bool
+	maint        *maintenanceIdentity // replaced when a Reset wipes the config
+	bootTime     time.Time
+	bootID       string // the kernel's boot ID, new at every boot
+	sw           software
 	// images are the image references pulled into the node's containerd (ImageService.Pull).
 	images map[string]bool
 	// lifecycleBusy is true while a LifecycleService install or upgrade runs.

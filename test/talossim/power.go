@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 )
@@ -12,9 +13,11 @@ import (
 var ErrNotPoweredOff = errors.New("talossim: node is not powered off")
 
 // Shutdown acknowledges with an actor ID and powers the node off: like Talos's shutdown sequence it takes
-// over any running sequence. The API is down (calls fail with Unavailable) until PowerOn. The Force flag
-// (skip draining Kubernetes) has nothing to act on in the simulator.
-func (s *machineServer) Shutdown(context.Context, *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
+// over any running sequence but another shutdown, which drops the request. Without Force, a node whose
+// kubelet runs is first cordoned and drained (drain.go), its API up meanwhile; a forced shutdown, or a
+// node without a kubelet, powers off at once. The API is down (calls fail with Unavailable) until
+// PowerOn.
+func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	actorID, err := randomUUID()
 	if err != nil {
 		return nil, fmt.Errorf("generating actor ID: %w", err)
@@ -29,13 +32,59 @@ func (s *machineServer) Shutdown(context.Context, *machine.ShutdownRequest) (*ma
 		return nil, errNodeStopped
 	}
 
-	n.recordSequenceLocked("shutdown", actorID)
+	reply := &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actorID}}}
 
-	if err := n.powerOffLocked(); err != nil {
-		return nil, err
+	if n.shuttingDown {
+		return reply, nil // "sequence not started": the priority lock refuses a second shutdown
 	}
 
-	return &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actorID}}}, nil
+	n.recordSequenceLocked("shutdown", actorID)
+
+	spec, kubeletRuns := n.kubeletSpecLocked()
+	if in.GetForce() || n.kubelet == nil || !kubeletRuns {
+		if err := n.powerOffLocked(); err != nil {
+			return nil, err
+		}
+
+		return reply, nil
+	}
+
+	gen := n.beginSequenceLocked()
+	n.shuttingDown = true
+	n.cancelRollbackLocked()
+	n.wg.Go(func() { n.drainThenPowerOff(gen, spec) })
+
+	return reply, nil
+}
+
+// drainThenPowerOff is a graceful shutdown's sequence: cordon and drain the node, then power off, unless
+// another sequence took over meanwhile.
+func (n *Node) drainThenPowerOff(gen uint64, spec kubeletSpec) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+
+	go func() {
+		select {
+		case <-n.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	if err := n.cordonAndDrain(ctx, spec); err != nil {
+		log.Printf("talossim: draining %s before shutdown: %v", spec.nodeName, err) // Talos logs it and goes on
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if !n.currentLocked(gen) {
+		return
+	}
+
+	if err := n.powerOffLocked(); err != nil {
+		log.Printf("talossim: powering off after draining: %v", err)
+	}
 }
 
 // PowerOn boots a powered-off node (PhaseShutdown) after Options.RebootDelay, like pressing the power

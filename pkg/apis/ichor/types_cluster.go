@@ -155,6 +155,9 @@ const (
 	// DisruptionEtcdDefrag: a control plane's etcd member defragments its
 	// database, and answers nothing else meanwhile.
 	DisruptionEtcdDefrag DisruptionAction = "EtcdDefrag"
+	// DisruptionShutdown: the node powers off, and stays off until someone
+	// powers it on.
+	DisruptionShutdown DisruptionAction = "Shutdown"
 )
 
 // DisruptionStatus is the cluster's disruption budget, held by the one

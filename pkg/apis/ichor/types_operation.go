@@ -47,7 +47,8 @@ const (
 	ComponentKubelet           KubernetesComponent = "kubelet"
 )
 
-// StepAction is what a step of an etcd-restore does on its machine.
+// StepAction is what a step does on its machine, for the operation types
+// whose steps do different things: an etcd-restore and a shutdown.
 type StepAction string
 
 // The actions of an etcd-restore, in the order they run: the control
@@ -72,6 +73,14 @@ const (
 	ActionRestartKubelet StepAction = "restart-kubelet"
 )
 
+// The first step of a shutdown: a backup of the cluster before any node
+// goes down. Its other steps power the machines off, workers first.
+const (
+	// ActionBackup creates a TalosBackup of the cluster (its etcd snapshot
+	// and every machine's config) and waits for it to succeed.
+	ActionBackup StepAction = "backup"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -91,9 +100,18 @@ type TalosOperationSpec struct {
 	EtcdRestore *EtcdRestoreParameters
 	// reboot parameters; allowed for reboot only.
 	Reboot *RebootParameters
-	// maxUnavailable is how many workers a talos-upgrade or a reboot takes
-	// away at once; control planes always go one at a time. Default 1.
+	// maxUnavailable is how many workers a talos-upgrade, a reboot, a
+	// node-shutdown or a shutdown takes away at once; control planes always
+	// go one at a time. Default 1.
 	MaxUnavailable *int32
+	// NodeShutdown parameters; node-shutdown only.
+	NodeShutdown *NodeShutdownParameters
+}
+
+// NodeShutdownParameters are the inputs of a node-shutdown.
+type NodeShutdownParameters struct {
+	// Force skips cordoning and draining the node.
+	Force bool
 }
 
 // RebootParameters are the inputs of a reboot.

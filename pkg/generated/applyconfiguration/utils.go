@@ -116,6 +116,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.MaintenanceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeResetParameters"):
 		return &ichorv1alpha1.NodeResetParametersApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeShutdownParameters"):
+		return &ichorv1alpha1.NodeShutdownParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OperationStep"):
 		return &ichorv1alpha1.OperationStepApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OverrideStatus"):

@@ -80,6 +80,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachineReference{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_MachineReference(ref),
 		v1alpha1.MaintenanceStatus{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref),
 		v1alpha1.NodeResetParameters{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref),
+		v1alpha1.NodeShutdownParameters{}.OpenAPIModelName():          schema_pkg_apis_ichor_v1alpha1_NodeShutdownParameters(ref),
 		v1alpha1.OperationStep{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_OperationStep(ref),
 		v1alpha1.Override{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_Override(ref),
 		v1alpha1.OverrideStatus{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref),
@@ -897,11 +898,11 @@ func schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref common.ReferenceCallbac
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action the machine is taken away for.\n\nPossible enum values:\n - `\"APIServerRestart\"` : a control plane's kube-apiserver restarts.\n - `\"EtcdDefrag\"` : a control plane's etcd member defragments its database, and answers nothing else meanwhile.\n - `\"Reboot\"` : the node reboots into a new config.\n - `\"Reset\"` : the node is reset (a control plane leaves etcd).",
+							Description: "action the machine is taken away for.\n\nPossible enum values:\n - `\"APIServerRestart\"` : a control plane's kube-apiserver restarts.\n - `\"EtcdDefrag\"` : a control plane's etcd member defragments its database, and answers nothing else meanwhile.\n - `\"Reboot\"` : the node reboots into a new config.\n - `\"Reset\"` : the node is reset (a control plane leaves etcd).\n - `\"Shutdown\"` : the node powers off, and stays off until someone powers it on.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"APIServerRestart", "EtcdDefrag", "Reboot", "Reset"},
+							Enum:        []interface{}{"APIServerRestart", "EtcdDefrag", "Reboot", "Reset", "Shutdown"},
 						},
 					},
 					"since": {
@@ -2139,6 +2140,26 @@ func schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref common.ReferenceCall
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_NodeShutdownParameters(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeShutdownParameters are the inputs of a node-shutdown.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"force": {
+						SchemaProps: spec.SchemaProps{
+							Description: "force skips cordoning and draining the node (talosctl shutdown --force); its pods are still stopped. Default false: Talos cordons and drains the node first, and uncordons it when it boots again.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2199,10 +2220,10 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+							Enum:        []interface{}{"backup", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 				},
@@ -3981,9 +4002,15 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 					},
 					"maxUnavailable": {
 						SchemaProps: spec.SchemaProps{
-							Description: "maxUnavailable is how many workers a talos-upgrade or a reboot takes away at once, each holding a place in the cluster's disruption budget; control planes always go one at a time. Default 1.",
+							Description: "maxUnavailable is how many workers a talos-upgrade, a reboot, a node-shutdown or a shutdown takes away at once, each holding a place in the cluster's disruption budget; control planes always go one at a time. Default 1.",
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"nodeShutdown": {
+						SchemaProps: spec.SchemaProps{
+							Description: "nodeShutdown parameters; allowed for node-shutdown only.",
+							Ref:         ref(v1alpha1.NodeShutdownParameters{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -3991,7 +4018,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
+			v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.NodeShutdownParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
 	}
 }
 

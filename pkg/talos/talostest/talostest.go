@@ -382,8 +382,11 @@ func (s *session) EtcdDisarmAlarms(ctx context.Context) ([]string, error) {
 	return alarms, nil
 }
 
-// EtcdLeave, WipeEtcdData, EtcdRecover, BootstrapRecover and RestartService
-// are not faked: the simulator tests the etcd-restore that calls them.
+// EtcdLeave, WipeEtcdData, EtcdRecover, BootstrapRecover, RestartService
+// and Shutdown are not faked: the simulator tests the etcd-restore and the
+// shutdowns that call them.
+
+func (s *session) Shutdown(context.Context, bool) error { panic("talostest: Shutdown is not faked") }
 
 func (s *session) EtcdLeave(context.Context) error { panic("talostest: EtcdLeave is not faked") }
 

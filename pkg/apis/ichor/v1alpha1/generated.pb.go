@@ -127,6 +127,8 @@ func (m *MaintenanceStatus) Reset() { *m = MaintenanceStatus{} }
 
 func (m *NodeResetParameters) Reset() { *m = NodeResetParameters{} }
 
+func (m *NodeShutdownParameters) Reset() { *m = NodeShutdownParameters{} }
+
 func (m *OperationStep) Reset() { *m = OperationStep{} }
 
 func (m *Override) Reset() { *m = Override{} }
@@ -2348,6 +2350,37 @@ func (m *NodeResetParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *NodeShutdownParameters) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *NodeShutdownParameters) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *NodeShutdownParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i--
+	if m.Force {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x8
+	return len(dAtA) - i, nil
+}
+
 func (m *OperationStep) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -4189,6 +4222,18 @@ func (m *TalosOperationSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.NodeShutdown != nil {
+		{
+			size, err := m.NodeShutdown.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x52
+	}
 	if m.MaxUnavailable != nil {
 		i = encodeVarintGenerated(dAtA, i, uint64(*m.MaxUnavailable))
 		i--
@@ -5266,6 +5311,16 @@ func (m *NodeResetParameters) Size() (n int) {
 	return n
 }
 
+func (m *NodeShutdownParameters) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	n += 2
+	return n
+}
+
 func (m *OperationStep) Size() (n int) {
 	if m == nil {
 		return 0
@@ -5950,6 +6005,10 @@ func (m *TalosOperationSpec) Size() (n int) {
 	}
 	if m.MaxUnavailable != nil {
 		n += 1 + sovGenerated(uint64(*m.MaxUnavailable))
+	}
+	if m.NodeShutdown != nil {
+		l = m.NodeShutdown.Size()
+		n += 1 + l + sovGenerated(uint64(l))
 	}
 	return n
 }
@@ -6637,6 +6696,16 @@ func (this *NodeResetParameters) String() string {
 	}, "")
 	return s
 }
+func (this *NodeShutdownParameters) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&NodeShutdownParameters{`,
+		`Force:` + fmt.Sprintf("%v", this.Force) + `,`,
+		`}`,
+	}, "")
+	return s
+}
 func (this *OperationStep) String() string {
 	if this == nil {
 		return "nil"
@@ -7115,6 +7184,7 @@ func (this *TalosOperationSpec) String() string {
 		`EtcdRestore:` + strings.Replace(this.EtcdRestore.String(), "EtcdRestoreParameters", "EtcdRestoreParameters", 1) + `,`,
 		`Reboot:` + strings.Replace(this.Reboot.String(), "RebootParameters", "RebootParameters", 1) + `,`,
 		`MaxUnavailable:` + valueToStringGenerated(this.MaxUnavailable) + `,`,
+		`NodeShutdown:` + strings.Replace(this.NodeShutdown.String(), "NodeShutdownParameters", "NodeShutdownParameters", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -13882,6 +13952,76 @@ func (m *NodeResetParameters) Unmarshal(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *NodeShutdownParameters) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: NodeShutdownParameters: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: NodeShutdownParameters: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Force", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Force = bool(v != 0)
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *OperationStep) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -19996,6 +20136,42 @@ func (m *TalosOperationSpec) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.MaxUnavailable = &v
+		case 10:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field NodeShutdown", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.NodeShutdown == nil {
+				m.NodeShutdown = &NodeShutdownParameters{}
+			}
+			if err := m.NodeShutdown.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -63,7 +63,8 @@ var KubernetesComponents = []KubernetesComponent{
 	ComponentAPIServer, ComponentControllerManager, ComponentScheduler, ComponentProxy, ComponentKubelet,
 }
 
-// StepAction is what a step of an etcd-restore does on its machine.
+// StepAction is what a step does on its machine, for the operation types
+// whose steps do different things: an etcd-restore and a shutdown.
 // +enum
 type StepAction string
 
@@ -87,6 +88,14 @@ const (
 	ActionJoinEtcd StepAction = "join-etcd"
 	// ActionRestartKubelet restarts the machine's kubelet.
 	ActionRestartKubelet StepAction = "restart-kubelet"
+)
+
+// The first step of a shutdown: a backup of the cluster before any node
+// goes down. Its other steps power the machines off, workers first.
+const (
+	// ActionBackup creates a TalosBackup of the cluster (its etcd snapshot
+	// and every machine's config) and waits for it to succeed.
+	ActionBackup StepAction = "backup"
 )
 
 // TalosOperationSpec says what to do and to which machines.
@@ -115,11 +124,24 @@ type TalosOperationSpec struct {
 	// reboot parameters; allowed for reboot only.
 	// +optional
 	Reboot *RebootParameters `json:"reboot,omitempty" protobuf:"bytes,8,opt,name=reboot"`
-	// maxUnavailable is how many workers a talos-upgrade or a reboot takes
-	// away at once, each holding a place in the cluster's disruption budget;
-	// control planes always go one at a time. Default 1.
+	// maxUnavailable is how many workers a talos-upgrade, a reboot, a
+	// node-shutdown or a shutdown takes away at once, each holding a place
+	// in the cluster's disruption budget; control planes always go one at a
+	// time. Default 1.
 	// +optional
 	MaxUnavailable *int32 `json:"maxUnavailable,omitempty" protobuf:"varint,9,opt,name=maxUnavailable"`
+	// nodeShutdown parameters; allowed for node-shutdown only.
+	// +optional
+	NodeShutdown *NodeShutdownParameters `json:"nodeShutdown,omitempty" protobuf:"bytes,10,opt,name=nodeShutdown"`
+}
+
+// NodeShutdownParameters are the inputs of a node-shutdown.
+type NodeShutdownParameters struct {
+	// force skips cordoning and draining the node (talosctl shutdown
+	// --force); its pods are still stopped. Default false: Talos cordons and
+	// drains the node first, and uncordons it when it boots again.
+	// +optional
+	Force bool `json:"force,omitempty" protobuf:"varint,1,opt,name=force"`
 }
 
 // RebootParameters are the inputs of a reboot.

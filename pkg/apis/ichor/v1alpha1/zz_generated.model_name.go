@@ -257,6 +257,11 @@ func (in NodeResetParameters) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeShutdownParameters) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeShutdownParameters"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in OperationStep) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep"
 }

@@ -65,7 +65,7 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 			errs = append(errs, field.Required(fld.Child("machineUID"), "the holding machine's UID"))
 		}
 		errs = append(errs, validateEnum(d.Action, fld.Child("action"),
-			ichor.DisruptionReboot, ichor.DisruptionAPIServerRestart, ichor.DisruptionReset, ichor.DisruptionEtcdDefrag)...)
+			ichor.DisruptionReboot, ichor.DisruptionAPIServerRestart, ichor.DisruptionReset, ichor.DisruptionEtcdDefrag, ichor.DisruptionShutdown)...)
 		if d.Since.IsZero() {
 			errs = append(errs, field.Required(fld.Child("since"), "when the machine took the budget"))
 		}

@@ -2,6 +2,7 @@ package validation
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -93,9 +94,11 @@ func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.Erro
 	return errs
 }
 
-// StepActions are the actions of an etcd-restore's steps, in their order.
+// StepActions are the actions of steps: an etcd-restore's in their order,
+// then a shutdown's.
 var StepActions = []ichor.StepAction{
 	ichor.ActionLeaveEtcd, ichor.ActionWipeEtcd, ichor.ActionRecoverEtcd, ichor.ActionJoinEtcd, ichor.ActionRestartKubelet,
+	ichor.ActionBackup,
 }
 
 // KubernetesComponents are the components a kubernetes-upgrade moves, in its order.
@@ -137,6 +140,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		{"nodeReset", ichor.OperationNodeReset, s.NodeReset != nil, false},
 		{"etcdRestore", ichor.OperationEtcdRestore, s.EtcdRestore != nil, true},
 		{"reboot", ichor.OperationReboot, s.Reboot != nil, false},
+		{"nodeShutdown", ichor.OperationNodeShutdown, s.NodeShutdown != nil, false},
 	} {
 		p := fldPath.Child(b.name)
 		switch {
@@ -152,8 +156,8 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if s.MaxUnavailable != nil {
 		p := fldPath.Child("maxUnavailable")
 		switch {
-		case s.Type != ichor.OperationTalosUpgrade && s.Type != ichor.OperationReboot:
-			errs = append(errs, field.Forbidden(p, "may only be set when type is talos-upgrade or reboot"))
+		case !batchedTypes.Has(s.Type):
+			errs = append(errs, field.Forbidden(p, "may only be set when type is one of "+batchedTypeList))
 		case *s.MaxUnavailable < 1:
 			errs = append(errs, field.Invalid(p, *s.MaxUnavailable, "must be at least 1"))
 		case *s.MaxUnavailable > maxUnavailableLimit:
@@ -172,6 +176,20 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	}
 	return errs
 }
+
+// batchedTypes are the operation types whose workers go in batches of
+// spec.maxUnavailable.
+var batchedTypes = sets.New(ichor.OperationTalosUpgrade, ichor.OperationReboot, ichor.OperationNodeShutdown, ichor.OperationShutdown)
+
+var batchedTypeList = func() string {
+	var names []string
+	for _, t := range OperationTypes {
+		if batchedTypes.Has(t) {
+			names = append(names, string(t))
+		}
+	}
+	return strings.Join(names, ", ")
+}()
 
 // maxUnavailableLimit bounds spec.maxUnavailable: the budget's record of the
 // machines away lives in the cluster's status.

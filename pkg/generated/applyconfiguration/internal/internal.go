@@ -672,6 +672,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: wipe
       type:
         scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeShutdownParameters
+  map:
+    fields:
+    - name: force
+      type:
+        scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
   map:
     fields:
@@ -1226,6 +1232,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nodeReset
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters
+    - name: nodeShutdown
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeShutdownParameters
     - name: reboot
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.RebootParameters

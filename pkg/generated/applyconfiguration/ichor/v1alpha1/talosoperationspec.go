@@ -44,10 +44,13 @@ type TalosOperationSpecApplyConfiguration struct {
 	EtcdRestore *EtcdRestoreParametersApplyConfiguration `json:"etcdRestore,omitempty"`
 	// reboot parameters; allowed for reboot only.
 	Reboot *RebootParametersApplyConfiguration `json:"reboot,omitempty"`
-	// maxUnavailable is how many workers a talos-upgrade or a reboot takes
-	// away at once, each holding a place in the cluster's disruption budget;
-	// control planes always go one at a time. Default 1.
+	// maxUnavailable is how many workers a talos-upgrade, a reboot, a
+	// node-shutdown or a shutdown takes away at once, each holding a place
+	// in the cluster's disruption budget; control planes always go one at a
+	// time. Default 1.
 	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
+	// nodeShutdown parameters; allowed for node-shutdown only.
+	NodeShutdown *NodeShutdownParametersApplyConfiguration `json:"nodeShutdown,omitempty"`
 }
 
 // TalosOperationSpecApplyConfiguration constructs a declarative configuration of the TalosOperationSpec type for use with
@@ -127,5 +130,13 @@ func (b *TalosOperationSpecApplyConfiguration) WithReboot(value *RebootParameter
 // If called multiple times, the MaxUnavailable field is set to the value of the last call.
 func (b *TalosOperationSpecApplyConfiguration) WithMaxUnavailable(value int32) *TalosOperationSpecApplyConfiguration {
 	b.MaxUnavailable = &value
+	return b
+}
+
+// WithNodeShutdown sets the NodeShutdown field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NodeShutdown field is set to the value of the last call.
+func (b *TalosOperationSpecApplyConfiguration) WithNodeShutdown(value *NodeShutdownParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
+	b.NodeShutdown = value
 	return b
 }

@@ -1,0 +1,92 @@
+package talossim
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
+)
+
+// TestTalosctlShutdownDrains shuts a worker down with the official talosctl: Talos cordons its Node
+// (with its annotation), evicts its pods, powers off, and uncordons the Node once powered on again. A
+// forced shutdown skips the cordon.
+func TestTalosctlShutdownDrains(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.50:0", Hostname: "cp-shutdown", Kubernetes: k}, cl.cp, PhaseRunning)
+	w := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.51:0", Hostname: "worker-shutdown", Kubernetes: k, OSCA: cl.bundle.Certs.OS}, cl.worker, PhaseRunning)
+	// The simulator serves each node's API at its own endpoint (no apid proxying between nodes).
+	talos := func(n *Node, args ...string) talosctlResult {
+		return runTalosctl(t, bin, "", append([]string{"--talosconfig", writeTalosconfig(t, n, cl, role.Admin), "--nodes", n.Addr()}, args...)...)
+	}
+
+	talos(cp, "bootstrap").mustSucceed(t)
+
+	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	waitNode(t, ctx, kube, "worker-shutdown")
+
+	// The simulated controller manager runs no ServiceAccount controller.
+	if _, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	pods := kube.CoreV1().Pods(metav1.NamespaceDefault)
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec:       corev1.PodSpec{NodeName: "worker-shutdown", Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	pollUntil(t, ctx, "the pod to run", func() (bool, error) {
+		pod, err := pods.Get(ctx, "app", metav1.GetOptions{})
+
+		return err == nil && pod.Status.Phase == corev1.PodRunning, nil
+	})
+
+	talos(w, "shutdown", "--wait=false").mustSucceed(t)
+
+	pollUntil(t, ctx, "the worker to power off", func() (bool, error) { return w.Phase() == PhaseShutdown, nil })
+
+	if _, err := pods.Get(ctx, "app", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod outlived the drain: %v", err)
+	}
+
+	node := waitNode(t, ctx, kube, "worker-shutdown")
+	if !node.Spec.Unschedulable || node.Annotations[annotationCordoned] != annotationCordonedValue {
+		t.Errorf("powered-off Node: unschedulable %t, annotations %v; want cordoned by Talos", node.Spec.Unschedulable, node.Annotations)
+	}
+
+	if err := w.PowerOn(); err != nil {
+		t.Fatal(err)
+	}
+
+	pollUntil(t, ctx, "the Node to be uncordoned after the boot", func() (bool, error) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, "worker-shutdown", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+
+		_, annotated := node.Annotations[annotationCordoned]
+
+		return w.Phase() == PhaseRunning && !node.Spec.Unschedulable && !annotated, nil
+	})
+
+	// A forced shutdown does not cordon.
+	talos(w, "shutdown", "--force", "--wait=false").mustSucceed(t)
+	pollUntil(t, ctx, "the worker to power off at once", func() (bool, error) { return w.Phase() == PhaseShutdown, nil })
+
+	if node := waitNode(t, ctx, kube, "worker-shutdown"); node.Spec.Unschedulable || node.Annotations[annotationCordoned] != "" {
+		t.Errorf("a forced shutdown cordoned the Node: unschedulable %t, annotations %v", node.Spec.Unschedulable, node.Annotations)
+	}
+}
