@@ -18,6 +18,9 @@ import (
 	"io"
 	"net/netip"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -259,3 +262,11 @@ type EtcdStatus struct {
 // ErrAlreadyBootstrapped is Bootstrap's answer for a node or cluster whose
 // etcd has data already.
 var ErrAlreadyBootstrapped = errors.New("etcd is already bootstrapped")
+
+// NotAnswering reports whether err says the node's API did not answer at
+// all (connection refused or timed out), as a powered-off node's does, as
+// opposed to an answer that refused the call or a certificate that did not
+// match.
+func NotAnswering(err error) bool {
+	return status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded)
+}

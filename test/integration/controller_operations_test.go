@@ -58,6 +58,7 @@ func TestControllerRunsOperations(t *testing.T) {
 	t.Run("a node that never comes back stops the rollout", d.nodeNeverBack)
 	t.Run("an unhealthy cluster starts nothing unless an admin overrides", d.unhealthyClusterWaits)
 	t.Run("backups go encrypted to an S3 server, on a schedule, to a retention", d.backups)
+	t.Run("an admin shuts a worker, then the whole cluster down, and powers it on", d.shutdowns)
 }
 
 // createOperation creates a TalosOperation with kubectl as who.

@@ -404,8 +404,8 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 
 // window is the indexes of the steps to work on now: the first step not
 // ended, alone, unless it is a worker's and spec.maxUnavailable lets more
-// go at once; then the first that many steps not ended (steps run control
-// planes first, so they are all workers').
+// go at once; then up to that many steps not ended, as long as they are
+// workers' (steps run control planes first, or, in a shutdown, last).
 func (r *Reconciler) window(ctx context.Context, op *v1alpha1.TalosOperation) ([]int, error) {
 	var open []int
 	for i, s := range op.Status.Steps {
@@ -421,13 +421,15 @@ func (r *Reconciler) window(ctx context.Context, op *v1alpha1.TalosOperation) ([
 	if err != nil {
 		return nil, err
 	}
-	first := op.Status.Steps[open[0]].Machine
+	worker := map[string]bool{}
 	for _, m := range machines {
-		if m.Name == first && render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
-			return open[:1], nil
-		}
+		worker[m.Name] = render.MachineRole(m) != v1alpha1.MachineRoleControlPlane
 	}
-	return open[:min(len(open), n)], nil
+	end := 0
+	for end < min(len(open), n) && worker[op.Status.Steps[open[end]].Machine] {
+		end++
+	}
+	return open[:max(end, 1)], nil
 }
 
 // triedRecently reports whether the Pending step i of op was tried less

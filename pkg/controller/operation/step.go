@@ -51,6 +51,10 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
 	v1alpha1.OperationEtcdRestore: {targets: everyMachine, start: startRestore, follow: followRestore, steps: restoreSteps,
 		check: (*Reconciler).checkRestore},
+	v1alpha1.OperationNodeShutdown: {targets: everyMachine, start: startNodeShutdown, follow: followShutdown,
+		check: (*Reconciler).checkNodeShutdown},
+	v1alpha1.OperationShutdown: {targets: everyMachine, start: startShutdown, follow: followShutdown, steps: shutdownSteps,
+		check: (*Reconciler).checkShutdown},
 }
 
 // oneStepEach is the steps of a kind without its own: one per target.

@@ -188,6 +188,11 @@ type TalosBackupSpec struct {
 // Event naming the files it left.
 const AnnotationKeepFiles = "ichor.dev/keep-files"
 
+// AnnotationOperation marks a TalosBackup an operation created (a
+// shutdown's backup before its first node goes down); its value is the
+// operation's UID.
+const AnnotationOperation = "ichor.dev/operation"
+
 // BackupPhase is where a backup is in its life.
 // +enum
 type BackupPhase string

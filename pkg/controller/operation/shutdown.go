@@ -1,0 +1,238 @@
+package operation
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// A node-shutdown powers the named machines off, one control plane or
+// spec.maxUnavailable workers at a time, each holding the disruption
+// budget, a control plane only while etcd keeps its quorum without it.
+// Talos cordons and drains each node first unless spec.nodeShutdown.force,
+// and uncordons it when it boots again. Nothing but a person can power a
+// node on again: until then its machine is Unreachable, and the cluster not
+// healthy.
+//
+// A shutdown powers the whole cluster off in a safe order: a TalosBackup of
+// the cluster first (its etcd snapshot and every machine's config; nothing
+// goes down unless it succeeded), then the workers, then the control
+// planes. Nodes are not drained (with the whole cluster going down, their
+// pods have nowhere to go; Talos still stops them), and etcd's quorum is
+// not kept: the cluster is meant to go down. A node that does not answer is
+// taken as off already. The way back is to power every machine on, control
+// planes first: each boots from its installed config, etcd starts from its
+// data once a quorum of members runs, and the machines become Ready.
+
+// shutdownSteps are a shutdown's steps over the targets: the backup on the
+// first control plane, the workers, then the control planes.
+func shutdownSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+	var cps, workers []string
+	for _, m := range targets {
+		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
+			cps = append(cps, m.Name)
+		} else {
+			workers = append(workers, m.Name)
+		}
+	}
+	if len(cps) == 0 {
+		return nil
+	}
+	steps := []v1alpha1.OperationStep{{Machine: cps[0], Action: v1alpha1.ActionBackup, Phase: v1alpha1.OperationPending}}
+	for _, name := range append(workers, cps...) {
+		steps = append(steps, v1alpha1.OperationStep{Machine: name, Phase: v1alpha1.OperationPending})
+	}
+	return steps
+}
+
+// checkShutdown refuses a shutdown of a cluster that has no control plane
+// or no backup settings: its first step is a backup.
+func (r *Reconciler) checkShutdown(_ context.Context, _ *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
+	if len(shutdownSteps(targets)) == 0 {
+		return fmt.Sprintf("TalosCluster %s has no configured control plane", cluster.Name), nil
+	}
+	if cluster.Spec.Backup == nil {
+		return fmt.Sprintf("TalosCluster %s has no spec.backup: a shutdown backs the cluster up before any node goes down; an admin sets the backup target and recipients first", cluster.Name), nil
+	}
+	return "", nil
+}
+
+// checkNodeShutdown refuses a node-shutdown that would leave etcd without a
+// quorum of running members once its control planes are off: the cluster
+// would stop, which is a shutdown's job.
+func (r *Reconciler) checkNodeShutdown(ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
+	targeted := map[string]bool{}
+	for _, m := range targets {
+		targeted[m.Name] = true
+	}
+	machines, err := r.machines(ctx, op)
+	if err != nil {
+		return "", err
+	}
+	cps, off := 0, 0
+	for _, m := range machines {
+		if m.Status.AppliedConfig == nil || render.MachineRole(m) != v1alpha1.MachineRoleControlPlane {
+			continue
+		}
+		cps++
+		if targeted[m.Name] {
+			off++
+		}
+	}
+	if off > 0 && cps-off < cps/2+1 {
+		return fmt.Sprintf("shutting down %d of the %d control planes of TalosCluster %s would leave etcd without a quorum (%d needed); shut the whole cluster down with a TalosOperation of type %s instead",
+			off, cps, cluster.Name, cps/2+1, v1alpha1.OperationShutdown), nil
+	}
+	return "", nil
+}
+
+// startNodeShutdown powers a node off once it may go away.
+func startNodeShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
+	if ok, res, err := s.mayTake(ctx, v1alpha1.DisruptionShutdown); !ok {
+		return res, err
+	}
+	force := s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force
+	what := "shutting down: Talos cordons and drains the node, then powers it off"
+	if force {
+		what = "shutting down without draining (force): Talos stops the pods and powers the node off"
+	}
+	return s.powerOff(ctx, what, force)
+}
+
+// startShutdown is a shutdown's step: the backup, or a node to power off.
+func startShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
+	if s.record().Action == v1alpha1.ActionBackup {
+		return s.backUp(ctx)
+	}
+	reason, msg, err := s.acquire(ctx, v1alpha1.DisruptionShutdown, s.batch())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if msg != "" {
+		return s.waitFor(reason, "%s", msg)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	if _, err := s.node.BootID(cctx); talos.NotAnswering(err) {
+		return s.done(ctx, "the node's Talos API does not answer: taken as off already (%v)", err)
+	}
+	return s.powerOff(ctx, "shutting down: Talos stops the pods and powers the node off", true)
+}
+
+// powerOff checks the node is this machine, records the step as Running
+// with its boot ID, and asks the node to shut down.
+func (s *step) powerOff(ctx context.Context, what string, force bool) (ctrl.Result, error) {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+		return s.failed(ctx, "the node at %s is not this machine, or does not answer: %v", s.m.Spec.Address, err)
+	}
+	bootID, err := s.node.BootID(cctx)
+	if err != nil {
+		return s.failed(ctx, "read the boot ID before shutting down: %v", err)
+	}
+	if err := s.begin(ctx, bootID, "%s", what); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := s.node.Shutdown(cctx, force); err != nil {
+		return s.failed(ctx, "%v", err)
+	}
+	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
+}
+
+// followShutdown waits for the node to be off: its Talos API no longer
+// answers (or answers from a new boot: someone powered it on already). A
+// node that still runs the recorded boot is asked again, in case the
+// controller stopped between recording the step and calling: Talos drops a
+// second shutdown while one runs.
+func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
+	if s.record().Action == v1alpha1.ActionBackup {
+		return s.backedUp(ctx)
+	}
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	rec := s.record()
+	id, err := s.node.BootID(cctx)
+	switch {
+	case talos.NotAnswering(err):
+		return s.done(ctx, "powered off: the node's Talos API no longer answers; power it on to bring it back")
+	case err == nil && id != rec.BootID:
+		return s.done(ctx, "shut down, and already powered on again (a new boot)")
+	case s.timedOut():
+		return s.failed(ctx, "the node did not power off within %s", s.r.Options.StepTimeout)
+	case err != nil:
+		return s.wait("waiting for the node to power off: %v", err)
+	}
+	force := s.x.op.Spec.Type == v1alpha1.OperationShutdown || (s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force)
+	if err := s.node.Shutdown(cctx, force); err != nil && !talos.NotAnswering(err) {
+		return s.failed(ctx, "%v", err)
+	}
+	return s.wait("waiting for the node to power off (Talos drains it first)")
+}
+
+// shutdownBackupName is the name of a shutdown's TalosBackup: the
+// operation's.
+func shutdownBackupName(op *v1alpha1.TalosOperation) string { return op.Name }
+
+// backUp creates the shutdown's TalosBackup, marked as the operation's.
+func (s *step) backUp(ctx context.Context) (ctrl.Result, error) {
+	op := s.x.op
+	b := &v1alpha1.TalosBackup{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: op.Namespace, Name: shutdownBackupName(op),
+			Annotations: map[string]string{v1alpha1.AnnotationOperation: string(op.UID)},
+		},
+		Spec: v1alpha1.TalosBackupSpec{ClusterName: op.Spec.ClusterName},
+	}
+	if err := s.r.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+		return s.failed(ctx, "create TalosBackup %s: %v", b.Name, err)
+	}
+	if err := s.begin(ctx, "", "backing the cluster up to TalosBackup %s before any node goes down", b.Name); err != nil {
+		return ctrl.Result{}, err
+	}
+	return s.backedUp(ctx)
+}
+
+// backedUp follows the shutdown's TalosBackup to its end.
+func (s *step) backedUp(ctx context.Context) (ctrl.Result, error) {
+	op := s.x.op
+	var b v1alpha1.TalosBackup
+	err := s.r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: shutdownBackupName(op)}, &b)
+	switch {
+	case apierrors.IsNotFound(err):
+		return s.failed(ctx, "TalosBackup %s is gone before it ended; nothing was shut down", shutdownBackupName(op))
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("read TalosBackup %s: %w", shutdownBackupName(op), err)
+	case b.Annotations[v1alpha1.AnnotationOperation] != string(op.UID) || b.Spec.ClusterName != op.Spec.ClusterName:
+		return s.failed(ctx, "TalosBackup %s exists and is not this operation's; nothing was shut down: delete it, or shut down under another name", b.Name)
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupSucceeded:
+		return s.done(ctx, "backed up to TalosBackup %s (%s)", b.Name, b.Status.Location)
+	case v1alpha1.BackupFailed:
+		msg := "no reason recorded"
+		for _, c := range b.Status.Conditions {
+			if c.Type == v1alpha1.BackupConditionSucceeded {
+				msg = c.Message
+			}
+		}
+		return s.failed(ctx, "TalosBackup %s failed: %s; nothing was shut down", b.Name, msg)
+	}
+	return s.wait("backing the cluster up to TalosBackup %s (%s)", b.Name, phaseOrNew(b.Status.Phase))
+}
+
+func phaseOrNew(p v1alpha1.BackupPhase) string {
+	if p == "" {
+		return "not started yet"
+	}
+	return string(p)
+}

@@ -1,0 +1,163 @@
+package integration
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// talosCordoned is the annotation Talos marks a Node it cordoned with.
+const talosCordoned = "talos.dev/cordoned"
+
+// shutdowns: an admin shuts a worker down (Talos drains it) and powers it
+// on again, an operator may not, a node-shutdown that would cost etcd its
+// quorum is refused, and an admin shuts the whole cluster down — a backup
+// first, then the workers, then the control planes — and brings it back by
+// powering the machines on.
+func (d *demoCluster) shutdowns(t *testing.T) {
+	ctx := d.ctx
+	rc, _ := d.bootstrapAccess(t)
+	wl := kubernetes.NewForConfigOrDie(rc)
+	if _, err := wl.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec: corev1.PodSpec{NodeName: "worker-1", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allRunning := func(t *testing.T) {
+		t.Helper()
+		for name, n := range d.nodes {
+			if n.Phase() != talossim.PhaseRunning {
+				t.Errorf("%s is %s, want running", name, n.Phase())
+			}
+		}
+	}
+
+	d.createOperation(t, operator, "off-worker-1", "clusterName: demo\ntype: node-shutdown\nmachines: [worker-1]")
+	out, err := cp.KubectlWithInput(ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosOperation"}`),
+		append(operator, "create", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosoperations/off-worker-1/start", "-f", "-")...)
+	if err == nil || !strings.Contains(out+err.Error(), "forbidden") {
+		t.Fatalf("an operator started a node-shutdown: %v\n%s", err, out)
+	}
+
+	d.createOperation(t, admin, "off-two-cps", "clusterName: demo\ntype: node-shutdown\nmachines: [cp-1, cp-2]")
+	d.startOperation(t, admin, "off-two-cps")
+	refused := d.waitOperationEnds(t, "off-two-cps", v1alpha1.OperationFailed)
+	if c := meta.FindStatusCondition(refused.Status.Conditions, v1alpha1.OperationConditionSucceeded); c == nil ||
+		c.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(c.Message, "would leave etcd without a quorum (2 needed)") ||
+		!strings.Contains(c.Message, "type shutdown") {
+		t.Errorf("two of three control planes: %s", describeOperation(refused))
+	}
+	allRunning(t)
+
+	// An admin shuts worker-1 down: Talos drains it first.
+	since := time.Now()
+	d.startOperation(t, admin, "off-worker-1")
+	op := d.waitOperationEnds(t, "off-worker-1", v1alpha1.OperationSucceeded)
+	if w := d.nodes["worker-1"]; w.Phase() != talossim.PhaseShutdown {
+		t.Fatalf("worker-1 is %s after its shutdown: %s", w.Phase(), describeOperation(op))
+	}
+	if most, when := mostAwayAtOnce(d.nodes, since); most != 1 {
+		t.Errorf("%d nodes went away (%s), want worker-1 only", most, when)
+	}
+	if _, err := wl.CoreV1().Pods("default").Get(ctx, "app", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod on worker-1 outlived its drain: %v", err)
+	}
+	node, err := wl.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+	if err != nil || !node.Spec.Unschedulable || node.Annotations[talosCordoned] != "true" {
+		t.Errorf("worker-1's Node while off: %v, want cordoned by Talos", err)
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	waitEventSaying(ctx, t, d.ns, "off-worker-1", corev1.EventTypeNormal, "StepSucceeded", "worker-1: powered off")
+	waitMachine(ctx, t, d.ns, "worker-1", "Unreachable while off", func(m *v1alpha1.TalosMachine) bool {
+		return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
+	})
+
+	if err := d.nodes["worker-1"].PowerOn(); err != nil {
+		t.Fatal(err)
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	if err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		n, err := wl.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+		return err == nil && !n.Spec.Unschedulable && n.Annotations[talosCordoned] == "", nil
+	}); err != nil {
+		t.Errorf("worker-1's Node is not uncordoned after its boot: %v", err)
+	}
+
+	// The whole cluster: a backup, the workers, then the control planes.
+	if _, err := wl.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "before-shutdown"}, Data: map[string]string{"v": "kept"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.createOperation(t, admin, "off-all", "clusterName: demo\ntype: shutdown\nmaxUnavailable: 2")
+	d.startOperation(t, admin, "off-all")
+	op = d.waitOperationEnds(t, "off-all", v1alpha1.OperationSucceeded)
+	var names []string
+	for _, s := range op.Status.Steps {
+		names = append(names, s.Name())
+	}
+	if want := []string{"cp-1 backup", "worker-1", "worker-2", "cp-1", "cp-2", "cp-3"}; !slices.Equal(names, want) {
+		t.Errorf("steps %v, want %v", names, want)
+	}
+	b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, "off-all", metav1.GetOptions{})
+	if err != nil || b.Status.Phase != v1alpha1.BackupSucceeded || b.Annotations[v1alpha1.AnnotationOperation] != string(op.UID) {
+		t.Fatalf("the shutdown's backup: %v %+v", err, b)
+	}
+	offAt := map[string]time.Time{}
+	for name, n := range d.nodes {
+		if n.Phase() != talossim.PhaseShutdown {
+			t.Errorf("%s is %s after the shutdown", name, n.Phase())
+		}
+		for _, c := range n.PhaseChanges() {
+			if c.Phase == talossim.PhaseShutdown && c.At.After(since) {
+				offAt[name] = c.At
+			}
+		}
+		if offAt[name].Before(b.Status.CompletedAt.Time) {
+			t.Errorf("%s went off at %s, before the backup ended at %s", name, offAt[name], b.Status.CompletedAt.Time)
+		}
+	}
+	for _, w := range []string{"worker-1", "worker-2"} {
+		for _, c := range []string{"cp-1", "cp-2", "cp-3"} {
+			if !offAt[w].Before(offAt[c]) {
+				t.Errorf("%s went off at %s, not before %s at %s", w, offAt[w], c, offAt[c])
+			}
+		}
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+
+	// The way back: power every machine on, control planes first.
+	for _, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
+		if err := d.nodes[name].PowerOn(); err != nil {
+			t.Fatalf("power on %s: %v", name, err)
+		}
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	cm, err := wl.CoreV1().ConfigMaps("default").Get(ctx, "before-shutdown", metav1.GetOptions{})
+	if err != nil || cm.Data["v"] != "kept" {
+		t.Errorf("the ConfigMap written before the shutdown: %v %v", err, cm)
+	}
+	out = mustKubectl(ctx, t, append(admin, "get", "talosoperations", "-n", d.ns, "off-all")...)
+	if !strings.Contains(out, "6/6") || !strings.Contains(out, "Succeeded") {
+		t.Errorf("kubectl get talosoperations:\n%s", out)
+	}
+}
