@@ -66,6 +66,7 @@ type Kubernetes struct {
 	runs    map[string]*kubeRun // by endpoint URL
 	started int
 	changed chan struct{} // closed and replaced when runs change
+	power   map[string]*controlPlanePower // by endpoint URL (kubernetes_power.go)
 	stopped bool
 	tmpDir  string
 }
@@ -80,6 +81,7 @@ type kubeRun struct {
 	done   chan struct{} // closed once its processes are stopped
 
 	procs []*proc.Process // started so far, oldest first
+	dir   string          // its certificates, data and logs
 
 	// etcdURL and etcdTLS reach its etcd as kube-apiserver does; set before ready is closed.
 	etcdURL string
@@ -135,6 +137,9 @@ func (k *Kubernetes) bootstrap(cfg config.Provider) {
 		return
 	}
 
+	r.dir = dir
+	k.powerLocked(endpoint).parked = nil
+
 	go k.start(ctx, r, cfg, dir)
 }
 
@@ -178,9 +183,10 @@ func (k *Kubernetes) recoverEtcd(cfg config.Provider, path string, skipHashCheck
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &kubeRun{
-		ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+		ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}), dir: dir,
 		recoverFrom: snap, skipHashCheck: skipHashCheck,
 	}
+	k.powerLocked(endpoint).parked = nil
 
 	if k.runs == nil {
 		k.runs = map[string]*kubeRun{}
@@ -356,12 +362,13 @@ func (k *Kubernetes) WaitReady(ctx context.Context, endpoint string) (*rest.Conf
 	}
 }
 
-// Bootstrapped reports whether a control plane was started at endpoint.
+// Bootstrapped reports whether a control plane was started at endpoint (it may be stopped now, with
+// its cluster's control-plane nodes powered off).
 func (k *Kubernetes) Bootstrapped(endpoint string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 
-	return k.runs[endpoint] != nil
+	return k.runs[endpoint] != nil || (k.power[endpoint] != nil && k.power[endpoint].parked != nil)
 }
 
 // Stop stops every control plane's processes and removes a temporary Dir.
@@ -378,6 +385,12 @@ func (k *Kubernetes) Stop() {
 	for _, r := range k.runs {
 		r.cancel()
 		<-r.done
+	}
+
+	for _, p := range k.power {
+		if p.parked != nil {
+			<-p.parked.done
+		}
 	}
 
 	k.notifyLocked()

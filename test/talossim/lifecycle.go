@@ -211,6 +211,7 @@ func (n *Node) bootLocked() {
 		log.Printf("talossim: publishing boot state: %v", err)
 	}
 
+	n.poweredControlPlaneLocked(next == PhaseRunning && n.isControlPlaneLocked())
 	n.joinEtcdLocked()
 	n.replaceAPILocked(false)
 }
@@ -221,10 +222,30 @@ func (n *Node) powerOffLocked() error {
 	n.seqGen++
 	n.sequence = false
 	n.shuttingDown = false
+	n.poweredControlPlaneLocked(false)
 	n.cancelRollbackLocked()
 	n.replaceAPILocked(true)
 
 	return n.setPhaseLocked(PhaseShutdown)
+}
+
+// poweredControlPlaneLocked tells the node's Kubernetes whether the node runs as a control plane of its
+// cluster now (kubernetes_power.go).
+func (n *Node) poweredControlPlaneLocked(on bool) {
+	k := n.opts.Kubernetes
+	if k == nil {
+		return
+	}
+
+	if n.controlPlaneOf != "" && !on {
+		k.controlPlaneOff(n.controlPlaneOf, n.Addr())
+		n.controlPlaneOf = ""
+	}
+
+	if on && n.active.Cluster() != nil && n.active.Cluster().Endpoint() != nil {
+		n.controlPlaneOf = n.active.Cluster().Endpoint().String()
+		k.controlPlaneOn(n.active, n.Addr())
+	}
 }
 
 // rollbackAfterLocked arms the TRY-mode timer: after timeout the config active now is restored.

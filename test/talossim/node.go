@@ -82,13 +82,15 @@ type Node struct {
 	sequence  bool            // an install, upgrade, reset or reboot sequence is in progress
 	// shuttingDown: a graceful shutdown drains the node; a second shutdown is dropped.
 	shuttingDown bool
-	seqGen       uint64     // bumped by every sequence start; steps of a superseded sequence give up
-	api          *apiServer // current apid instance; nil while the API is down
-	stopped      bool
-	maint        *maintenanceIdentity // replaced when a Reset wipes the config
-	bootTime     time.Time
-	bootID       string // the kernel's boot ID, new at every boot
-	sw           software
+	// controlPlaneOf is the endpoint of the cluster the node runs as a control plane of, "" when none.
+	controlPlaneOf string
+	seqGen         uint64     // bumped by every sequence start; steps of a superseded sequence give up
+	api            *apiServer // current apid instance; nil while the API is down
+	stopped        bool
+	maint          *maintenanceIdentity // replaced when a Reset wipes the config
+	bootTime       time.Time
+	bootID         string // the kernel's boot ID, new at every boot
+	sw             software
 	// images are the image references pulled into the node's containerd (ImageService.Pull).
 	images map[string]bool
 	// lifecycleBusy is true while a LifecycleService install or upgrade runs.

@@ -90,3 +90,52 @@ func TestTalosctlShutdownDrains(t *testing.T) {
 		t.Errorf("a forced shutdown cordoned the Node: unschedulable %t, annotations %v", node.Spec.Unschedulable, node.Annotations)
 	}
 }
+
+// TestControlPlaneFollowsItsNodesPower powers a cluster's only control plane off with talosctl: its
+// Kubernetes API goes down, and comes back with its data once the node is powered on.
+func TestControlPlaneFollowsItsNodesPower(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.52:0", Hostname: "cp-power", Kubernetes: k}, cl.cp, PhaseRunning)
+	talos := func(args ...string) talosctlResult {
+		return runTalosctl(t, bin, "", append([]string{"--talosconfig", writeTalosconfig(t, cp, cl, role.Admin), "--nodes", cp.Addr()}, args...)...)
+	}
+
+	talos("bootstrap").mustSucceed(t)
+
+	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
+	kube := waitKube(t, ctx, k, endpoint)
+
+	if _, err := kube.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"v": "before"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	talos("shutdown", "--force", "--wait=false").mustSucceed(t)
+	pollUntil(t, ctx, "the Kubernetes API to go down with its control plane", func() (bool, error) {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+
+		return err != nil && cp.Phase() == PhaseShutdown, nil
+	})
+
+	if !k.Bootstrapped(endpoint) {
+		t.Error("a powered-off cluster no longer counts as bootstrapped")
+	}
+
+	if err := cp.PowerOn(); err != nil {
+		t.Fatal(err)
+	}
+
+	kube = waitKube(t, ctx, k, endpoint)
+
+	cm, err := kube.CoreV1().ConfigMaps(metav1.NamespaceDefault).Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil || cm.Data["v"] != "before" {
+		t.Fatalf("the ConfigMap after the power cycle: %v %v", err, cm)
+	}
+}
