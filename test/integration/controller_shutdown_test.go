@@ -108,9 +108,28 @@ func (d *demoCluster) shutdowns(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	offs := map[string]int{}
+	for name, n := range d.nodes {
+		offs[name] = timesEntered(n, talossim.PhaseShutdown)
+	}
 	d.createOperation(t, admin, "off-all", "clusterName: demo\ntype: shutdown\nmaxUnavailable: 2")
 	d.startOperation(t, admin, "off-all")
+	// The controller is stopped while a control plane's shutdown is in
+	// flight, and started again: every node is shut down exactly once.
+	inFlight := d.watchOperation(t, "off-all", "a control plane's shutdown running", func(op *v1alpha1.TalosOperation) bool {
+		return slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
+			return s.Action == "" && strings.HasPrefix(s.Machine, "cp-") && s.Phase == v1alpha1.OperationRunning
+		})
+	})
+	d.controller.stop()
+	t.Logf("stopped the controller during the shutdown at %s", describeOperation(inFlight))
+	d.controller = runController(d.parent, d.tune)
 	op = d.waitOperationEnds(t, "off-all", v1alpha1.OperationSucceeded)
+	for name, n := range d.nodes {
+		if got := timesEntered(n, talossim.PhaseShutdown) - offs[name]; got != 1 {
+			t.Errorf("%s was shut down %d times, want once", name, got)
+		}
+	}
 	var names []string
 	for _, s := range op.Status.Steps {
 		names = append(names, s.Name())
