@@ -219,20 +219,27 @@ func (n *machineryNode) EtcdMembers(ctx context.Context) ([]EtcdMember, error) {
 	return members, nil
 }
 
-// Reset implements Node: it wipes STATE and EPHEMERAL, as
-// `talosctl reset --system-labels-to-wipe STATE --system-labels-to-wipe EPHEMERAL` does,
-// and reboots, so the node comes back in maintenance mode.
-func (n *machineryNode) Reset(ctx context.Context, graceful bool) error {
-	err := n.c.ResetGeneric(ctx, &machineapi.ResetRequest{
-		Graceful: graceful,
-		Reboot:   true,
-		SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{
-			{Label: "STATE", Wipe: true},
-			{Label: "EPHEMERAL", Wipe: true},
-		},
-	})
-	if err != nil {
-		return n.v.explain(fmt.Sprintf("reset (graceful=%t)", graceful), err)
+// wipeModes are Talos's wipe modes for WipeMode.
+var wipeModes = map[WipeMode]machineapi.ResetRequest_WipeMode{
+	WipeAll:        machineapi.ResetRequest_ALL,
+	WipeSystemDisk: machineapi.ResetRequest_SYSTEM_DISK,
+	WipeUserDisks:  machineapi.ResetRequest_USER_DISKS,
+}
+
+// Reset implements Node with the request `talosctl reset --reboot` sends for
+// r's flags.
+func (n *machineryNode) Reset(ctx context.Context, r ResetRequest) error {
+	req := &machineapi.ResetRequest{
+		Graceful:        r.Graceful,
+		Reboot:          true,
+		Mode:            wipeModes[r.Mode],
+		UserDisksToWipe: r.UserDisks,
+	}
+	for _, label := range r.SystemLabels {
+		req.SystemPartitionsToWipe = append(req.SystemPartitionsToWipe, &machineapi.ResetPartitionSpec{Label: label, Wipe: true})
+	}
+	if err := n.c.ResetGeneric(ctx, req); err != nil {
+		return n.v.explain(fmt.Sprintf("reset (graceful=%t, mode %s)", r.Graceful, strings.ToLower(req.Mode.String())), err)
 	}
 	return nil
 }

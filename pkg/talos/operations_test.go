@@ -61,7 +61,7 @@ func TestConfigureBootstrapReset(t *testing.T) {
 		t.Fatalf("re-apply = %+v, %v", res, err)
 	}
 
-	if err := s.Reset(ctx, true); err != nil {
+	if err := s.Reset(ctx, talos.ResetToMaintenance); err != nil {
 		t.Fatalf("Reset: %v", err)
 	}
 	if err := n.WaitPhase(ctx, talossim.PhaseMaintenance); err != nil {

@@ -106,9 +106,10 @@ type Node interface {
 	// EtcdDefragment defragments the node's own etcd member, which answers
 	// nothing else meanwhile.
 	EtcdDefragment(ctx context.Context) error
-	// Reset wipes the node's STATE and EPHEMERAL partitions and reboots it
-	// into maintenance mode; graceful first leaves etcd and cordons the node.
-	Reset(ctx context.Context, graceful bool) error
+	// Reset wipes what r says and reboots the node, as `talosctl reset
+	// --reboot` does: into maintenance mode when its config went with the
+	// wipe, into its config otherwise.
+	Reset(ctx context.Context, r ResetRequest) error
 	// EtcdLeave removes the node's member from its etcd cluster; the node's
 	// etcd stays stopped until its next boot.
 	EtcdLeave(ctx context.Context) error
@@ -258,6 +259,36 @@ type EtcdStatus struct {
 	// Errors are the member's alarms and errors, as etcd words them.
 	Errors []string
 }
+
+// WipeMode is which disks a reset wipes, as Talos defines its modes.
+type WipeMode int
+
+const (
+	// WipeAll wipes the system disk and the user disks the request names.
+	WipeAll WipeMode = iota
+	// WipeSystemDisk wipes the system disk only.
+	WipeSystemDisk
+	// WipeUserDisks wipes only the user disks the request names; the
+	// system, its config and etcd's data stay.
+	WipeUserDisks
+)
+
+// ResetRequest is what a Reset wipes, in talosctl reset's terms.
+type ResetRequest struct {
+	// Graceful drains the node and, on a control plane, leaves etcd first.
+	Graceful bool
+	Mode     WipeMode
+	// SystemLabels, when set, wipe only these system volumes (STATE,
+	// EPHEMERAL) instead of the whole system disk (--system-labels-to-wipe).
+	SystemLabels []string
+	// UserDisks are the user disks to wipe (--user-disks-to-wipe).
+	UserDisks []string
+}
+
+// ResetToMaintenance is the reset of a machine that leaves its cluster:
+// graceful, STATE and EPHEMERAL only, so the node comes back in
+// maintenance mode with its other volumes kept.
+var ResetToMaintenance = ResetRequest{Graceful: true, SystemLabels: []string{"STATE", "EPHEMERAL"}}
 
 // ErrAlreadyBootstrapped is Bootstrap's answer for a node or cluster whose
 // etcd has data already.

@@ -200,10 +200,14 @@ spec:
 	i := 0
 	for _, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
 		i++
-		nodes[name] = simNode(t, talossim.Options{
+		opts := talossim.Options{
 			ListenAddress: fmt.Sprintf("127.0.3.%d:0", i), Kubernetes: kube, Etcd: etcd, Trustd: trustd,
 			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: setup.registry,
-		})
+		}
+		if name == "worker-2" { // a user disk, for node-reset's user-disks
+			opts.Disks = []talossim.Disk{{Path: "/dev/sda", Size: 10 << 30}, {Path: "/dev/sdb", Size: 20 << 30}}
+		}
+		nodes[name] = simNode(t, opts)
 		manifest += fmt.Sprintf(`---
 apiVersion: ichor.dev/v1alpha1
 kind: TalosMachine

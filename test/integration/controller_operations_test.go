@@ -59,6 +59,7 @@ func TestControllerRunsOperations(t *testing.T) {
 	t.Run("an unhealthy cluster starts nothing unless an admin overrides", d.unhealthyClusterWaits)
 	t.Run("backups go encrypted to an S3 server, on a schedule, to a retention", d.backups)
 	t.Run("an admin shuts a worker, then the whole cluster down, and powers it on", d.shutdowns)
+	t.Run("an admin resets nodes as Talos's wipe modes say, and they rejoin", d.nodeResets)
 }
 
 // createOperation creates a TalosOperation with kubectl as who.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +16,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -179,4 +183,137 @@ func (d *demoCluster) shutdowns(t *testing.T) {
 	if !strings.Contains(out, "6/6") || !strings.Contains(out, "Succeeded") {
 		t.Errorf("kubectl get talosoperations:\n%s", out)
 	}
+}
+
+// nodeResets: node-resets an admin starts and an operator may not; the
+// refusals before any node is touched; a user-disks wipe that keeps the
+// node's config; and a wipe of the system disks of a control plane and a
+// worker, each back in maintenance mode with a new certificate that Ichor
+// pins, installed again and Ready, with a controller stopped in between.
+func (d *demoCluster) nodeResets(t *testing.T) {
+	ctx := d.ctx
+	untouched := func(t *testing.T, resets map[string]int) {
+		t.Helper()
+		for name, n := range d.nodes {
+			if got := timesEntered(n, talossim.PhaseResetting); got != resets[name] {
+				t.Errorf("%s was reset %d times, want %d", name, got, resets[name])
+			}
+		}
+	}
+	resets := func() map[string]int {
+		out := map[string]int{}
+		for name, n := range d.nodes {
+			out[name] = timesEntered(n, talossim.PhaseResetting)
+		}
+		return out
+	}
+	before := resets()
+
+	if out, err := cp.KubectlWithInput(ctx, []byte(fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
+kind: TalosOperation
+metadata: {name: no-disks, namespace: %s}
+spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wipe: user-disks}}
+`, d.ns)), append(admin, "create", "-f", "-")...); err == nil || !strings.Contains(out+err.Error(), "spec.nodeReset.userDisks: Required value") {
+		t.Errorf("a user-disks reset naming no disk: %v\n%s", err, out)
+	}
+	for _, c := range []struct{ name, spec, want string }{
+		{"cp-not-graceful", "machines: [cp-1]\nnodeReset: {graceful: false}", "graceful: false would leave TalosMachine cp-1's etcd member behind"},
+		{"no-such-disk", "machines: [worker-1]\nnodeReset: {wipe: user-disks, userDisks: [/dev/sdb]}", "TalosMachine worker-1 has no disk /dev/sdb (it reports /dev/sda)"},
+		{"install-disk", "machines: [worker-2]\nnodeReset: {userDisks: [/dev/sda]}", "/dev/sda is the install disk of TalosMachine worker-2"},
+	} {
+		d.createOperation(t, admin, c.name, "clusterName: demo\ntype: node-reset\n"+c.spec)
+		d.startOperation(t, admin, c.name)
+		op := d.waitOperationEnds(t, c.name, v1alpha1.OperationFailed)
+		if cond := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded); cond == nil ||
+			cond.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(cond.Message, c.want) {
+			t.Errorf("%s: want PrecheckFailed saying %q: %s", c.name, c.want, describeOperation(op))
+		}
+	}
+	d.createOperation(t, operator, "wipe-sdb", "clusterName: demo\ntype: node-reset\nmachines: [worker-2]\nnodeReset: {wipe: user-disks, userDisks: [/dev/sdb]}")
+	out, err := cp.KubectlWithInput(ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosOperation"}`),
+		append(operator, "create", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosoperations/wipe-sdb/start", "-f", "-")...)
+	if err == nil || !strings.Contains(out+err.Error(), "forbidden") {
+		t.Fatalf("an operator started a node-reset: %v\n%s", err, out)
+	}
+	untouched(t, before)
+
+	// user-disks: /dev/sdb is wiped, the node keeps its config.
+	w2 := d.nodes["worker-2"]
+	hashBefore := getMachine(t, d.ns, "worker-2").Status.AppliedConfig.Hash
+	maintenanceBefore := timesEntered(w2, talossim.PhaseMaintenance)
+	d.startOperation(t, admin, "wipe-sdb")
+	op := d.waitOperationEnds(t, "wipe-sdb", v1alpha1.OperationSucceeded)
+	if wipes := w2.DiskWipes(); wipes["/dev/sdb"] != 1 || wipes["/dev/sda"] != 0 {
+		t.Errorf("disk wipes of worker-2: %v, want /dev/sdb once", wipes)
+	}
+	if r := w2.LastReset(); r.GetMode() != machineapi.ResetRequest_USER_DISKS || r.GetGraceful() || !r.GetReboot() ||
+		!slices.Equal(r.GetUserDisksToWipe(), []string{"/dev/sdb"}) || len(r.GetSystemPartitionsToWipe()) > 0 {
+		t.Errorf("worker-2's reset request: %v", r)
+	}
+	if timesEntered(w2, talossim.PhaseMaintenance) != maintenanceBefore || getMachine(t, d.ns, "worker-2").Status.AppliedConfig.Hash != hashBefore {
+		t.Errorf("a user-disks reset lost worker-2's config: %s", describeOperation(op))
+	}
+	waitBudgetFree(ctx, t, d.ns, "demo")
+
+	// all (the default): cp-2 and worker-1 come back in maintenance mode,
+	// are pinned anew, installed again and Ready; the controller is stopped
+	// while cp-2's step runs.
+	pins := map[string]string{}
+	for _, name := range []string{"cp-2", "worker-1"} {
+		pins[name] = getMachine(t, d.ns, name).Status.Maintenance.CertificateFingerprint
+	}
+	before = resets()
+	d.createOperation(t, admin, "rebuild", "clusterName: demo\ntype: node-reset\nmachines: [cp-2, worker-1]")
+	// Installing again takes longer than demo's short step timeout under
+	// the race detector.
+	resetTune := func(o *ctrlcmd.Options) {
+		d.tune(o)
+		o.OperationStepTimeout = clusterWait
+	}
+	d.startOperation(t, admin, "rebuild")
+	inFlight := d.watchOperation(t, "rebuild", "cp-2's reset running", func(op *v1alpha1.TalosOperation) bool {
+		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning
+	})
+	d.controller.stop()
+	t.Logf("stopped the controller during the reset at %s", describeOperation(inFlight))
+	d.controller = runController(d.parent, resetTune)
+	op = d.waitOperationEnds(t, "rebuild", v1alpha1.OperationSucceeded)
+	if got := stepOrder(op); !slices.Equal(got, []string{"cp-2", "worker-1"}) {
+		t.Errorf("steps ran in the order %v", got)
+	}
+	after := resets()
+	for name, n := range d.nodes {
+		want := before[name]
+		if name == "cp-2" || name == "worker-1" {
+			want++
+			if r := n.LastReset(); r.GetMode() != machineapi.ResetRequest_ALL || !r.GetGraceful() || len(r.GetSystemPartitionsToWipe()) > 0 {
+				t.Errorf("%s's reset request: %v", name, r)
+			}
+			m := getMachine(t, d.ns, name)
+			verified := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified)
+			if m.Status.Maintenance.CertificateFingerprint == pins[name] || m.Status.Maintenance.CertificateFingerprint != n.MaintenanceFingerprint() ||
+				verified == nil || verified.Reason != v1alpha1.MachineReasonPinnedAfterReset || m.Status.Phase != v1alpha1.MachinePhaseReady {
+				t.Errorf("%s after its reset: pinned %s (was %s, the node presents %s), %+v, phase %s", name,
+					m.Status.Maintenance.CertificateFingerprint, pins[name], n.MaintenanceFingerprint(), verified, m.Status.Phase)
+			}
+			waitEventSaying(ctx, t, d.ns, name, corev1.EventTypeNormal, "CertificateRepinned", "after TalosOperation rebuild wiped the node")
+		}
+		if after[name] != want {
+			t.Errorf("%s was reset %d times, want %d", name, after[name]-before[name], want-before[name])
+		}
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	d.controller.stop()
+	d.controller = runController(d.parent, d.tune)
+}
+
+// getMachine reads TalosMachine name.
+func getMachine(t *testing.T, ns, name string) *v1alpha1.TalosMachine {
+	t.Helper()
+	m, err := apiClient(t).IchorV1alpha1().TalosMachines(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

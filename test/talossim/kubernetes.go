@@ -65,7 +65,7 @@ type Kubernetes struct {
 	mu      sync.Mutex
 	runs    map[string]*kubeRun // by endpoint URL
 	started int
-	changed chan struct{} // closed and replaced when runs change
+	changed chan struct{}                 // closed and replaced when runs change
 	power   map[string]*controlPlanePower // by endpoint URL (kubernetes_power.go)
 	stopped bool
 	tmpDir  string

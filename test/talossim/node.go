@@ -97,8 +97,9 @@ type Node struct {
 	lifecycleBusy bool
 	etcdLocal     etcdLocal
 	lastReset     *machine.ResetRequest
-	faults        faultState // run-time fault injection (faults.go)
-	kubelet       *kubelet   // the running simulated kubelet, nil when none runs (kubelet.go)
+	diskWipes     map[string]int // user disk path → wipes (reset.go)
+	faults        faultState     // run-time fault injection (faults.go)
+	kubelet       *kubelet       // the running simulated kubelet, nil when none runs (kubelet.go)
 	// kubeletCerts are the kubelet's certificates on the EPHEMERAL partition; nil once wiped.
 	kubeletCerts *kubeletCerts
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -22,6 +23,14 @@ const (
 
 // systemVolumes are the volumes of an installed node, in partition order.
 var systemVolumes = []string{volumeEFI, volumeMETA, volumeSTATE, volumeEPHEMERAL}
+
+// DiskWipes returns how many times each user disk was wiped by a reset.
+func (n *Node) DiskWipes() map[string]int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return maps.Clone(n.diskWipes)
+}
 
 // LastReset returns a copy of the last Reset request the node accepted, nil if none.
 func (n *Node) LastReset() *machine.ResetRequest {
@@ -175,8 +184,18 @@ func (n *Node) runReset(gen uint64, req *machine.ResetRequest) {
 }
 
 // wipeLocked applies the wipe of req to the node's state and reports whether the config was wiped.
-// Data on wiped user disks is not modelled; only the request is kept (LastReset).
+// A user disk's data is not modelled beyond the count of its wipes (DiskWipes).
 func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
+	if req.GetMode() != machine.ResetRequest_SYSTEM_DISK {
+		for _, dev := range req.GetUserDisksToWipe() {
+			if n.diskWipes == nil {
+				n.diskWipes = map[string]int{}
+			}
+
+			n.diskWipes[dev]++
+		}
+	}
+
 	if req.GetMode() == machine.ResetRequest_USER_DISKS {
 		return false
 	}

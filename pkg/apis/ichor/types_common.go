@@ -25,15 +25,20 @@ const (
 	ConfigEffectAPIServerRestart ConfigEffect = "APIServerRestart"
 )
 
-// WipeMode says which disks a reset wipes.
+// WipeMode says which disks a reset wipes, as Talos's reset modes do.
 type WipeMode string
 
 const (
-	// WipeModeAll wipes every disk Talos manages.
+	// WipeModeAll wipes the whole system disk (every partition on it, user
+	// volumes there included) and the user disks named for the reset; the
+	// node comes back in maintenance mode.
 	WipeModeAll WipeMode = "all"
-	// WipeModeSystemDisk wipes only the system disk, keeping user volumes.
+	// WipeModeSystemDisk wipes the whole system disk only (user volumes on
+	// it included); the node comes back in maintenance mode.
 	WipeModeSystemDisk WipeMode = "system-disk"
-	// WipeModeUserDisks wipes only user disks.
+	// WipeModeUserDisks wipes only the user disks named for the reset; the
+	// system disk, the node's config and etcd's data stay, and the node
+	// reboots into its config.
 	WipeModeUserDisks WipeMode = "user-disks"
 )
 

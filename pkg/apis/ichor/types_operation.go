@@ -140,6 +140,8 @@ type NodeResetParameters struct {
 	Graceful *bool
 	// wipe selects the disks to wipe; defaults to all.
 	Wipe WipeMode
+	// userDisks are the user disks to wipe, for wipe all or user-disks.
+	UserDisks []string
 }
 
 // EtcdRestoreParameters are the inputs of an etcd restore.

@@ -164,6 +164,24 @@ func UnreachableMessage(address string) string {
 	return fmt.Sprintf("the Talos API at %s did not answer; the controller's log says why", address)
 }
 
+// RepinAfterReset records the maintenance certificate of a node that a
+// node-reset sent back to maintenance mode, as contacted in r: its old
+// certificate went with the wipe. The caller checked that r's node is this
+// machine (its system UUID) and that the reset was its own.
+func RepinAfterReset(s *v1alpha1.TalosMachineStatus, generation int64, r Result, operation string, now metav1.Time) {
+	s.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: r.Fingerprint, SeenAt: now}
+	for _, c := range []metav1.Condition{
+		{Type: v1alpha1.MachineConditionCertificateVerified, Status: metav1.ConditionTrue, Reason: v1alpha1.MachineReasonPinnedAfterReset,
+			Message: fmt.Sprintf("pinned SPKI fingerprint %s, presented by the node at %s in maintenance mode after TalosOperation %s reset it, with the machine's system UUID",
+				r.Fingerprint, r.Address, operation)},
+		{Type: v1alpha1.MachineConditionReachable, Status: metav1.ConditionTrue, Reason: v1alpha1.MachineReasonContacted,
+			Message: fmt.Sprintf("the maintenance API at %s answered", r.Address)},
+	} {
+		c.ObservedGeneration, c.LastTransitionTime = generation, now
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+}
+
 // RecordConfigured records, for the controller that configures machines,
 // that an approved machine's node left maintenance mode with its config and
 // answers over mutual TLS against its cluster's Talos CA: its maintenance

@@ -160,7 +160,7 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 			return err
 		}
 	}
-	return node.Reset(ctx, true)
+	return node.Reset(ctx, talos.ResetToMaintenance)
 }
 
 // checkQuorum decides, from etcd itself at the moment of the reset, whether

@@ -33,15 +33,25 @@ func followReboot(ctx context.Context, s *step) (ctrl.Result, error) {
 	return s.done(ctx, "rebooted: the node runs a new boot and its Node is Ready")
 }
 
-// reboot takes the node away with call, which makes it reboot: it waits
-// for the cluster to allow it, takes the budget, checks the node is this
-// machine, runs prepare (if any: what must be done before the reboot, and
-// can be done again if the controller stops during it), records the step
-// as Running with the boot ID, and then calls.
+// reboot takes the node away with call, which makes it reboot (takeAway).
 func (s *step) reboot(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
-	if ok, res, err := s.mayTake(ctx, v1alpha1.DisruptionReboot); !ok {
+	return s.takeAway(ctx, v1alpha1.DisruptionReboot, what, prepare, call)
+}
+
+// takeAway takes the node away for action with call: it waits for the
+// cluster to allow it, takes the budget, and calls (callAway).
+func (s *step) takeAway(ctx context.Context, action v1alpha1.DisruptionAction, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
+	if ok, res, err := s.mayTake(ctx, action); !ok {
 		return res, err
 	}
+	return s.callAway(ctx, what, prepare, call)
+}
+
+// callAway, with the budget held, checks the node is this machine, runs
+// prepare (if any: what must be done before the call, and can be done
+// again if the controller stops during it), records the step as Running
+// with the node's boot ID, and then calls.
+func (s *step) callAway(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
@@ -58,7 +68,7 @@ func (s *step) reboot(ctx context.Context, what string, prepare, call func(conte
 	}
 	bootID, err := s.node.BootID(cctx)
 	if err != nil {
-		return s.failed(ctx, "read the boot ID before rebooting: %v", err)
+		return s.failed(ctx, "read the boot ID before %s: %v", what, err)
 	}
 	if err := s.begin(ctx, bootID, "%s", what); err != nil {
 		return ctrl.Result{}, err

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -97,15 +96,12 @@ func (r *Reconciler) checkNodeShutdown(ctx context.Context, op *v1alpha1.TalosOp
 
 // startNodeShutdown powers a node off once it may go away.
 func startNodeShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
-	if ok, res, err := s.mayTake(ctx, v1alpha1.DisruptionShutdown); !ok {
-		return res, err
-	}
 	force := s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force
 	what := "shutting down: Talos cordons and drains the node, then powers it off"
 	if force {
 		what = "shutting down without draining (force): Talos stops the pods and powers the node off"
 	}
-	return s.powerOff(ctx, what, force)
+	return s.takeAway(ctx, v1alpha1.DisruptionShutdown, what, nil, func(ctx context.Context) error { return s.node.Shutdown(ctx, force) })
 }
 
 // startShutdown is a shutdown's step: the backup, or a node to power off.
@@ -125,28 +121,8 @@ func startShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 	if _, err := s.node.BootID(cctx); talos.NotAnswering(err) {
 		return s.done(ctx, "the node's Talos API does not answer: taken as off already (%v)", err)
 	}
-	return s.powerOff(ctx, "shutting down: Talos stops the pods and powers the node off", true)
-}
-
-// powerOff checks the node is this machine, records the step as Running
-// with its boot ID, and asks the node to shut down.
-func (s *step) powerOff(ctx context.Context, what string, force bool) (ctrl.Result, error) {
-	cctx, cancel := s.call(ctx)
-	defer cancel()
-	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
-		return s.failed(ctx, "the node at %s is not this machine, or does not answer: %v", s.m.Spec.Address, err)
-	}
-	bootID, err := s.node.BootID(cctx)
-	if err != nil {
-		return s.failed(ctx, "read the boot ID before shutting down: %v", err)
-	}
-	if err := s.begin(ctx, bootID, "%s", what); err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := s.node.Shutdown(cctx, force); err != nil {
-		return s.failed(ctx, "%v", err)
-	}
-	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
+	return s.callAway(ctx, "shutting down: Talos stops the pods and powers the node off", nil,
+		func(ctx context.Context) error { return s.node.Shutdown(ctx, true) })
 }
 
 // followShutdown waits for the node to be off: its Talos API no longer

@@ -30,6 +30,9 @@ const (
 	// EventKubeProxyApplied: a kubernetes-upgrade applied kube-proxy's
 	// DaemonSet from a control plane's bootstrap manifest.
 	EventKubeProxyApplied = "KubeProxyApplied"
+	// EventRepinned, on a TalosMachine: a node-reset pinned the certificate
+	// its node presents in maintenance mode after its system disk's wipe.
+	EventRepinned = "CertificateRepinned"
 )
 
 // waiting records why a started operation has not begun yet; an Event

@@ -40,6 +40,9 @@ type kind struct {
 	// finish, when set, runs once every step succeeded, before the
 	// operation is; it may run again after a restart.
 	finish func(r *Reconciler, ctx context.Context, x *run) error
+	// reinstalls: a running step may take its machine's config away (a
+	// reset of its system disk) until the machine is installed again.
+	reinstalls bool
 }
 
 // kinds are the operation types this controller runs.
@@ -51,6 +54,8 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
 	v1alpha1.OperationEtcdRestore: {targets: everyMachine, start: startRestore, follow: followRestore, steps: restoreSteps,
 		check: (*Reconciler).checkRestore},
+	v1alpha1.OperationNodeReset: {targets: everyMachine, start: startNodeReset, follow: followNodeReset,
+		check: (*Reconciler).checkNodeReset, reinstalls: true},
 	v1alpha1.OperationNodeShutdown: {targets: everyMachine, start: startNodeShutdown, follow: followShutdown,
 		check: (*Reconciler).checkNodeShutdown},
 	v1alpha1.OperationShutdown: {targets: everyMachine, start: startShutdown, follow: followShutdown, steps: shutdownSteps,
@@ -119,7 +124,8 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 			s.m = &m
 		}
 	}
-	if s.m == nil || s.m.Status.AppliedConfig == nil {
+	reinstalling := kinds[op.Spec.Type].reinstalls && rec.Phase == v1alpha1.OperationRunning
+	if s.m == nil || (s.m.Status.AppliedConfig == nil && !reinstalling) {
 		return s.failed(ctx, "TalosMachine %s is gone from TalosCluster %s, or no longer configured", rec.Machine, cluster.Name)
 	}
 	if x.bundle == nil {

@@ -1960,7 +1960,7 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 					},
 					"wipe": {
 						SchemaProps: spec.SchemaProps{
-							Description: "wipe selects the disks to wipe; defaults to all.\n\nPossible enum values:\n - `\"all\"` wipes every disk Talos manages.\n - `\"system-disk\"` wipes only the system disk, keeping user volumes.\n - `\"user-disks\"` wipes only user disks.",
+							Description: "wipe selects the disks to wipe; defaults to all.\n\nPossible enum values:\n - `\"all\"` wipes the whole system disk (every partition on it, user volumes there included) and the user disks named for the reset; the node comes back in maintenance mode.\n - `\"system-disk\"` wipes the whole system disk only (user volumes on it included); the node comes back in maintenance mode.\n - `\"user-disks\"` wipes only the user disks named for the reset; the system disk, the node's config and etcd's data stay, and the node reboots into its config.",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"all", "system-disk", "user-disks"},
@@ -2128,10 +2128,29 @@ func schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref common.ReferenceCall
 					},
 					"wipe": {
 						SchemaProps: spec.SchemaProps{
-							Description: "wipe selects the disks to wipe; defaults to all.\n\nPossible enum values:\n - `\"all\"` wipes every disk Talos manages.\n - `\"system-disk\"` wipes only the system disk, keeping user volumes.\n - `\"user-disks\"` wipes only user disks.",
+							Description: "wipe selects the disks to wipe; defaults to all. With all and system-disk the node comes back in maintenance mode and Ichor installs its config again; with user-disks it keeps its config.\n\nPossible enum values:\n - `\"all\"` wipes the whole system disk (every partition on it, user volumes there included) and the user disks named for the reset; the node comes back in maintenance mode.\n - `\"system-disk\"` wipes the whole system disk only (user volumes on it included); the node comes back in maintenance mode.\n - `\"user-disks\"` wipes only the user disks named for the reset; the system disk, the node's config and etcd's data stay, and the node reboots into its config.",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"all", "system-disk", "user-disks"},
+						},
+					},
+					"userDisks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "userDisks are the device paths (/dev/sdb) of user disks to wipe, with wipe all or user-disks; required for user-disks, forbidden for system-disk. The system disk cannot be one of them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 				},

@@ -181,13 +181,13 @@ func (s *session) BootstrapManifest(_ context.Context, id string) ([]*unstructur
 	return []*unstructured.Unstructured{ds}, nil
 }
 
-func (s *session) Reset(_ context.Context, graceful bool) error {
+func (s *session) Reset(_ context.Context, r talos.ResetRequest) error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	if err := s.refused(); err != nil {
 		return err
 	}
-	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reset graceful=%v", graceful))
+	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reset graceful=%v", r.Graceful))
 	s.n.Stage = "resetting"
 	return nil
 }

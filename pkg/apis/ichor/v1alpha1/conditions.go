@@ -35,6 +35,10 @@ const (
 	// MachineReasonLeftMaintenance: the node was installed and answers with its
 	// cluster's certificate.
 	MachineReasonLeftMaintenance = "LeftMaintenance"
+	// MachineReasonPinnedAfterReset: a node-reset wiped the node's system
+	// disk, and the certificate its new maintenance mode presents at the
+	// machine's address, with the machine's system UUID, is pinned.
+	MachineReasonPinnedAfterReset = "PinnedAfterReset"
 	// MachineReasonMatchesExpectedFingerprint: the pin is the certificate the user
 	// expected (spec.expectedFingerprint), not trust on first use.
 	MachineReasonMatchesExpectedFingerprint = "MatchesExpectedFingerprint"

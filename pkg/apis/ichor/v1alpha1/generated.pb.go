@@ -2332,6 +2332,15 @@ func (m *NodeResetParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if len(m.UserDisks) > 0 {
+		for iNdEx := len(m.UserDisks) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.UserDisks[iNdEx])
+			copy(dAtA[i:], m.UserDisks[iNdEx])
+			i = encodeVarintGenerated(dAtA, i, uint64(len(m.UserDisks[iNdEx])))
+			i--
+			dAtA[i] = 0x1a
+		}
+	}
 	i -= len(m.Wipe)
 	copy(dAtA[i:], m.Wipe)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Wipe)))
@@ -5308,6 +5317,12 @@ func (m *NodeResetParameters) Size() (n int) {
 	}
 	l = len(m.Wipe)
 	n += 1 + l + sovGenerated(uint64(l))
+	if len(m.UserDisks) > 0 {
+		for _, s := range m.UserDisks {
+			l = len(s)
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
 	return n
 }
 
@@ -6692,6 +6707,7 @@ func (this *NodeResetParameters) String() string {
 	s := strings.Join([]string{`&NodeResetParameters{`,
 		`Graceful:` + valueToStringGenerated(this.Graceful) + `,`,
 		`Wipe:` + fmt.Sprintf("%v", this.Wipe) + `,`,
+		`UserDisks:` + fmt.Sprintf("%v", this.UserDisks) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -13930,6 +13946,38 @@ func (m *NodeResetParameters) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Wipe = WipeMode(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UserDisks", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.UserDisks = append(m.UserDisks, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -174,9 +174,17 @@ type NodeResetParameters struct {
 	// graceful leaves etcd and drains the node before wiping it; defaults to true.
 	// +optional
 	Graceful *bool `json:"graceful,omitempty" protobuf:"varint,1,opt,name=graceful"`
-	// wipe selects the disks to wipe; defaults to all.
+	// wipe selects the disks to wipe; defaults to all. With all and
+	// system-disk the node comes back in maintenance mode and Ichor
+	// installs its config again; with user-disks it keeps its config.
 	// +optional
 	Wipe WipeMode `json:"wipe,omitempty" protobuf:"bytes,2,opt,name=wipe,casttype=WipeMode"`
+	// userDisks are the device paths (/dev/sdb) of user disks to wipe, with
+	// wipe all or user-disks; required for user-disks, forbidden for
+	// system-disk. The system disk cannot be one of them.
+	// +optional
+	// +listType=set
+	UserDisks []string `json:"userDisks,omitempty" protobuf:"bytes,3,rep,name=userDisks"`
 }
 
 // IdentitySecretKey is the key of an etcd-restore's identity Secret that

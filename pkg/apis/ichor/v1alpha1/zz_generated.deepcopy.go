@@ -1055,6 +1055,11 @@ func (in *NodeResetParameters) DeepCopyInto(out *NodeResetParameters) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.UserDisks != nil {
+		in, out := &in.UserDisks, &out.UserDisks
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 

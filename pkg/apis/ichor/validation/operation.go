@@ -168,7 +168,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		errs = append(errs, validateVersion(s.KubernetesUpgrade.Version, fldPath.Child("kubernetesUpgrade", "version"))...)
 	}
 	if r := s.NodeReset; r != nil {
-		errs = append(errs, validateOptionalEnum(r.Wipe, fldPath.Child("nodeReset", "wipe"), wipeModes...)...)
+		errs = append(errs, validateNodeReset(r, fldPath.Child("nodeReset"))...)
 	}
 	if r := s.EtcdRestore; r != nil {
 		errs = append(errs, validateRequiredName(r.Backup, fldPath.Child("etcdRestore", "backup"))...)
@@ -190,6 +190,36 @@ var batchedTypeList = func() string {
 	}
 	return strings.Join(names, ", ")
 }()
+
+// maxUserDisks bounds spec.nodeReset.userDisks.
+const maxUserDisks = 64
+
+// validateNodeReset checks a node reset's wipe against Talos's rules: user
+// disks only with the modes that wipe them, and some with user-disks.
+func validateNodeReset(r *ichor.NodeResetParameters, fldPath *field.Path) field.ErrorList {
+	errs := validateOptionalEnum(r.Wipe, fldPath.Child("wipe"), wipeModes...)
+	disks := fldPath.Child("userDisks")
+	switch {
+	case r.Wipe == ichor.WipeModeUserDisks && len(r.UserDisks) == 0:
+		errs = append(errs, field.Required(disks, "wipe user-disks wipes only the disks named here"))
+	case r.Wipe == ichor.WipeModeSystemDisk && len(r.UserDisks) > 0:
+		errs = append(errs, field.Forbidden(disks, "wipe system-disk wipes no user disk; use wipe all or user-disks"))
+	case len(r.UserDisks) > maxUserDisks:
+		errs = append(errs, field.TooMany(disks, len(r.UserDisks), maxUserDisks))
+	}
+	seen := sets.New[string]()
+	for i, d := range r.UserDisks {
+		p := disks.Index(i)
+		switch {
+		case !strings.HasPrefix(d, "/dev/") || len(d) <= len("/dev/") || len(d) > 255 || strings.Contains(d, ".."):
+			errs = append(errs, field.Invalid(p, d, "must be a device path such as /dev/sdb"))
+		case seen.Has(d):
+			errs = append(errs, field.Duplicate(p, d))
+		}
+		seen.Insert(d)
+	}
+	return errs
+}
 
 // maxUnavailableLimit bounds spec.maxUnavailable: the budget's record of the
 // machines away lives in the cluster's status.

@@ -102,6 +102,63 @@ func TestValidateTalosOperation(t *testing.T) {
 			},
 		},
 		{
+			name: "node reset of a user disk",
+			typ:  ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeUserDisks, UserDisks: []string{"/dev/sdb"}}
+			},
+		},
+		{
+			name: "node reset of user disks naming none",
+			typ:  ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeUserDisks}
+			},
+			want: []fe{required("spec.nodeReset.userDisks")},
+		},
+		{
+			name: "node reset of the system disk naming user disks",
+			typ:  ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeSystemDisk, UserDisks: []string{"/dev/sdb"}}
+			},
+			want: []fe{forbidden("spec.nodeReset.userDisks")},
+		},
+		{
+			name: "node reset naming disks that are not device paths, or twice",
+			typ:  ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeReset.UserDisks = []string{"sdb", "/dev/", "/dev/../etc", "/dev/sdc", "/dev/sdc"}
+			},
+			want: []fe{invalid("spec.nodeReset.userDisks[0]"), invalid("spec.nodeReset.userDisks[1]"), invalid("spec.nodeReset.userDisks[2]"),
+				duplicate("spec.nodeReset.userDisks[4]")},
+		},
+		{
+			name:   "shutdown of the whole cluster, workers two at a time",
+			typ:    ichor.OperationShutdown,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](2) },
+		},
+		{
+			name: "node shutdown without draining",
+			typ:  ichor.OperationNodeShutdown,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.NodeShutdown = &ichor.NodeShutdownParameters{Force: true}
+				s.MaxUnavailable = ptr[int32](2)
+			},
+		},
+		{
+			name:   "node shutdown parameters on a reboot",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.NodeShutdown = &ichor.NodeShutdownParameters{} },
+			want:   []fe{forbidden("spec.nodeShutdown")},
+		},
+		{
+			name:   "maxUnavailable for a node reset",
+			typ:    ichor.OperationNodeReset,
+			mutate: func(s *ichor.TalosOperationSpec) { s.MaxUnavailable = ptr[int32](2) },
+			want:   []fe{forbidden("spec.maxUnavailable")},
+		},
+		{
 			name:   "cluster name missing",
 			typ:    ichor.OperationReboot,
 			mutate: func(s *ichor.TalosOperationSpec) { s.ClusterName = "" },

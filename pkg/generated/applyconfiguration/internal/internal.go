@@ -669,6 +669,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: graceful
       type:
         scalar: boolean
+    - name: userDisks
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
     - name: wipe
       type:
         scalar: string

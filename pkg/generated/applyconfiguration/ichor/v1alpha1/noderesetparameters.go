@@ -29,8 +29,14 @@ import (
 type NodeResetParametersApplyConfiguration struct {
 	// graceful leaves etcd and drains the node before wiping it; defaults to true.
 	Graceful *bool `json:"graceful,omitempty"`
-	// wipe selects the disks to wipe; defaults to all.
+	// wipe selects the disks to wipe; defaults to all. With all and
+	// system-disk the node comes back in maintenance mode and Ichor
+	// installs its config again; with user-disks it keeps its config.
 	Wipe *ichorv1alpha1.WipeMode `json:"wipe,omitempty"`
+	// userDisks are the device paths (/dev/sdb) of user disks to wipe, with
+	// wipe all or user-disks; required for user-disks, forbidden for
+	// system-disk. The system disk cannot be one of them.
+	UserDisks []string `json:"userDisks,omitempty"`
 }
 
 // NodeResetParametersApplyConfiguration constructs a declarative configuration of the NodeResetParameters type for use with
@@ -52,5 +58,15 @@ func (b *NodeResetParametersApplyConfiguration) WithGraceful(value bool) *NodeRe
 // If called multiple times, the Wipe field is set to the value of the last call.
 func (b *NodeResetParametersApplyConfiguration) WithWipe(value ichorv1alpha1.WipeMode) *NodeResetParametersApplyConfiguration {
 	b.Wipe = &value
+	return b
+}
+
+// WithUserDisks adds the given value to the UserDisks field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the UserDisks field.
+func (b *NodeResetParametersApplyConfiguration) WithUserDisks(values ...string) *NodeResetParametersApplyConfiguration {
+	for i := range values {
+		b.UserDisks = append(b.UserDisks, values[i])
+	}
 	return b
 }
