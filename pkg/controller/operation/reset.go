@@ -53,7 +53,9 @@ func gracefulReset(p v1alpha1.NodeResetParameters) bool { return p.Graceful == n
 
 // wipesSystemDisk reports whether the reset takes the system disk, and with
 // it the node's config.
-func wipesSystemDisk(p v1alpha1.NodeResetParameters) bool { return p.Wipe != v1alpha1.WipeModeUserDisks }
+func wipesSystemDisk(p v1alpha1.NodeResetParameters) bool {
+	return p.Wipe != v1alpha1.WipeModeUserDisks
+}
 
 // resetRequest is the Talos reset of p.
 func resetRequest(p v1alpha1.NodeResetParameters) talos.ResetRequest {
