@@ -237,6 +237,32 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 	}
 	untouched(t, before)
 
+	// A pod on each worker: Ichor drains worker-2 before its user-disks
+	// reset, Talos drains worker-1 in its graceful reset of the system disk.
+	rc, _ := d.bootstrapAccess(t)
+	wl := kubernetes.NewForConfigOrDie(rc)
+	for _, node := range []string{"worker-1", "worker-2"} {
+		if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "app-on-" + node},
+			Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
+				Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained := func(t *testing.T, node string) {
+		t.Helper()
+		if _, err := wl.CoreV1().Pods("default").Get(ctx, "app-on-"+node, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the pod on %s outlived its reset's drain: %v", node, err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+			n, err := wl.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			return err == nil && !n.Spec.Unschedulable, nil
+		}); err != nil {
+			t.Errorf("%s's Node is still cordoned after its reset: %v", node, err)
+		}
+	}
+
 	// user-disks: /dev/sdb is wiped, the node keeps its config.
 	w2 := d.nodes["worker-2"]
 	hashBefore := getMachine(t, d.ns, "worker-2").Status.AppliedConfig.Hash
@@ -253,6 +279,7 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 	if timesEntered(w2, talossim.PhaseMaintenance) != maintenanceBefore || getMachine(t, d.ns, "worker-2").Status.AppliedConfig.Hash != hashBefore {
 		t.Errorf("a user-disks reset lost worker-2's config: %s", describeOperation(op))
 	}
+	drained(t, "worker-2")
 	waitBudgetFree(ctx, t, d.ns, "demo")
 
 	// all (the default): cp-2 and worker-1 come back in maintenance mode,
@@ -303,6 +330,7 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 		}
 	}
 	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	drained(t, "worker-1")
 	waitBudgetFree(ctx, t, d.ns, "demo")
 	d.controller.stop()
 	d.controller = runController(d.parent, d.tune)

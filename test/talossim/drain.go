@@ -3,6 +3,7 @@ package talossim
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,11 +28,50 @@ const drainTimeout = 5 * time.Minute
 // mirrorPodAnnotation marks a static pod's mirror, which a drain leaves alone.
 const mirrorPodAnnotation = "kubernetes.io/config.mirror"
 
+// drainAPIWait bounds the wait for the cluster's API before a drain: a node whose cluster does not
+// answer is not drained.
+const drainAPIWait = 10 * time.Second
+
+// joinedLocked reports whether the node's kubelet joined its cluster (it holds a client certificate):
+// like Talos, a node that never joined is not drained.
+func (n *Node) joinedLocked() bool {
+	if n.kubelet == nil || n.kubeletCerts == nil {
+		return false
+	}
+
+	_, err := n.kubeletCerts.client.Current()
+
+	return err == nil
+}
+
+// drain is a sequence's drain of the node before what: bounded by drainTimeout and the node's Stop; a
+// drain that fails is logged, and the sequence goes on, as Talos's does.
+func (n *Node) drain(spec kubeletSpec, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+
+	go func() {
+		select {
+		case <-n.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	if err := n.cordonAndDrain(ctx, spec); err != nil {
+		log.Printf("talossim: draining %s before %s: %v", spec.nodeName, what, err)
+	}
+}
+
 // cordonAndDrain cordons the node's Node with Talos's annotation and evicts its pods (not a
 // DaemonSet's, nor mirror pods) through the Eviction API, which honours PodDisruptionBudgets, until
 // none is left. The simulator acts with the cluster's admin credentials where Talos uses the node's.
 func (n *Node) cordonAndDrain(ctx context.Context, spec kubeletSpec) error {
-	cs, err := n.adminClient(ctx, spec)
+	waitCtx, cancel := context.WithTimeout(ctx, drainAPIWait)
+	cs, err := n.adminClient(waitCtx, spec)
+
+	cancel()
+
 	if err != nil {
 		return err
 	}

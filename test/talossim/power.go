@@ -41,7 +41,7 @@ func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest)
 	n.recordSequenceLocked("shutdown", actorID)
 
 	spec, kubeletRuns := n.kubeletSpecLocked()
-	if in.GetForce() || n.kubelet == nil || !kubeletRuns {
+	if in.GetForce() || !kubeletRuns || !n.joinedLocked() {
 		if err := n.powerOffLocked(); err != nil {
 			return nil, err
 		}
@@ -60,20 +60,7 @@ func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest)
 // drainThenPowerOff is a graceful shutdown's sequence: cordon and drain the node, then power off, unless
 // another sequence took over meanwhile.
 func (n *Node) drainThenPowerOff(gen uint64, spec kubeletSpec) {
-	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-
-	go func() {
-		select {
-		case <-n.stopCh:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
-	if err := n.cordonAndDrain(ctx, spec); err != nil {
-		log.Printf("talossim: draining %s before shutdown: %v", spec.nodeName, err) // Talos logs it and goes on
-	}
+	n.drain(spec, "shutdown")
 
 	n.mu.Lock()
 	defer n.mu.Unlock()

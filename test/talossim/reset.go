@@ -44,8 +44,8 @@ func (n *Node) LastReset() *machine.ResetRequest {
 	return proto.CloneOf(n.lastReset)
 }
 
-// Reset validates the request like machined, then resets the node asynchronously: with Graceful, a
-// control plane first leaves etcd; the selected disks are wiped; then the node reboots (Reboot) or
+// Reset validates the request like machined, then resets the node asynchronously: with Graceful, the
+// node is first cordoned and drained (its API up meanwhile) and a control plane leaves etcd; the selected disks are wiped; then the node reboots (Reboot) or
 // powers off. Wiping the system disk (modes ALL and SYSTEM_DISK without SystemPartitionsToWipe) or
 // its STATE volume removes the config and the node comes back in maintenance mode with a new
 // maintenance certificate; USER_DISKS keeps the system intact.
@@ -77,16 +77,53 @@ func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*mac
 	gen := n.beginSequenceLocked()
 	n.recordSequenceLocked("reset", actorID)
 	n.cancelRollbackLocked()
-	n.replaceAPILocked(true)
 
-	if err = n.setPhaseLocked(PhaseResetting); err != nil {
+	req := proto.CloneOf(in)
+
+	// A graceful reset drains the node first (drain.go), its API up meanwhile.
+	spec, kubeletRuns := n.kubeletSpecLocked()
+	if req.GetGraceful() && kubeletRuns && n.joinedLocked() {
+		n.wg.Go(func() {
+			n.drain(spec, "reset")
+
+			if n.resetAfterDrain(gen) {
+				n.runReset(gen, req)
+			}
+		})
+
+		return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil
+	}
+
+	if err = n.stopForResetLocked(); err != nil {
 		return nil, err
 	}
 
-	req := proto.CloneOf(in)
 	n.wg.Go(func() { n.runReset(gen, req) })
 
 	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil
+}
+
+// stopForResetLocked takes the API down for the wipe.
+func (n *Node) stopForResetLocked() error {
+	n.replaceAPILocked(true)
+
+	return n.setPhaseLocked(PhaseResetting)
+}
+
+// resetAfterDrain stops the node for its wipe once drained, unless another sequence took over.
+func (n *Node) resetAfterDrain(gen uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	if !n.currentLocked(gen) {
+		return false
+	}
+
+	if err := n.stopForResetLocked(); err != nil {
+		log.Printf("talossim: stopping for the reset: %v", err)
+	}
+
+	return true
 }
 
 // validateResetLocked mirrors machined's Reset input checks and their (plain, code Unknown) errors.

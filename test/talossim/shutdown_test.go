@@ -139,3 +139,90 @@ func TestControlPlaneFollowsItsNodesPower(t *testing.T) {
 		t.Fatalf("the ConfigMap after the power cycle: %v %v", err, cm)
 	}
 }
+
+// TestTalosctlResetWipeModes resets a worker with the official talosctl in Talos's wipe modes: a graceful
+// user-disks reset drains the node, wipes the disk named, and the node boots into its config again
+// (uncordoned); system-disk refuses user disks, and without them sends the node back to maintenance mode.
+func TestTalosctlResetWipeModes(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl(t)
+	cl, k := kubeTestCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), kubeTimeout)
+	t.Cleanup(cancel)
+
+	cp := appliedNode(t, ctx, Options{ListenAddress: "127.0.2.53:0", Hostname: "cp-wipe", Kubernetes: k}, cl.cp, PhaseRunning)
+	w := appliedNode(t, ctx, Options{
+		ListenAddress: "127.0.2.54:0", Hostname: "worker-wipe", Kubernetes: k, OSCA: cl.bundle.Certs.OS,
+		Disks: []Disk{{Path: "/dev/sda", Size: 10 << 30}, {Path: "/dev/sdb", Size: 20 << 30}},
+	}, cl.worker, PhaseRunning)
+	talos := func(n *Node, args ...string) talosctlResult {
+		return runTalosctl(t, bin, "", append([]string{"--talosconfig", writeTalosconfig(t, n, cl, role.Admin), "--nodes", n.Addr()}, args...)...)
+	}
+
+	talos(cp, "bootstrap").mustSucceed(t)
+
+	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	waitNode(t, ctx, kube, "worker-wipe")
+
+	if _, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	pods := kube.CoreV1().Pods(metav1.NamespaceDefault)
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec:       corev1.PodSpec{NodeName: "worker-wipe", Containers: []corev1.Container{{Name: "data", Image: "data:1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	talos(w, "reset", "--graceful", "--reboot", "--wipe-mode", "system-disk", "--user-disks-to-wipe", "/dev/sdb", "--wait=false").
+		mustFail(t, "wipe mode SYSTEM_DISK doesn't support UserDisksToWipe parameter")
+
+	booted := timesEntered(w, PhaseRebooting)
+	talos(w, "reset", "--graceful", "--reboot", "--wipe-mode", "user-disks", "--user-disks-to-wipe", "/dev/sdb", "--wait=false").mustSucceed(t)
+	pollUntil(t, ctx, "the worker to reboot into its config", func() (bool, error) {
+		return timesEntered(w, PhaseRebooting) > booted && w.Phase() == PhaseRunning, nil
+	})
+
+	if _, err := pods.Get(ctx, "data", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod outlived the graceful reset's drain: %v", err)
+	}
+
+	if wipes := w.DiskWipes(); wipes["/dev/sdb"] != 1 || wipes["/dev/sda"] != 0 {
+		t.Errorf("disk wipes %v, want /dev/sdb once", wipes)
+	}
+
+	pollUntil(t, ctx, "the Node to be uncordoned after the boot", func() (bool, error) {
+		node, err := kube.CoreV1().Nodes().Get(ctx, "worker-wipe", metav1.GetOptions{})
+
+		return err == nil && !node.Spec.Unschedulable && node.Annotations[annotationCordoned] == "", nil
+	})
+
+	maintenance := w.MaintenanceFingerprint()
+	talos(w, "reset", "--graceful=false", "--reboot", "--wipe-mode", "system-disk", "--wait=false").mustSucceed(t)
+	pollUntil(t, ctx, "the worker to come back in maintenance mode", func() (bool, error) { return w.Phase() == PhaseMaintenance, nil })
+
+	if w.MaintenanceFingerprint() == maintenance {
+		t.Error("the node kept its maintenance certificate across a wipe of its system disk")
+	}
+
+	if wipes := w.DiskWipes(); wipes["/dev/sdb"] != 1 {
+		t.Errorf("a system-disk reset wiped a user disk: %v", wipes)
+	}
+}
+
+// timesEntered counts how often n entered phase.
+func timesEntered(n *Node, phase Phase) int {
+	count := 0
+
+	for _, c := range n.PhaseChanges() {
+		if c.Phase == phase {
+			count++
+		}
+	}
+
+	return count
+}
