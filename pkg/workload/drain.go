@@ -138,6 +138,17 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
+// ReportedSince reports whether a Node's kubelet reported its Ready
+// condition (whatever its status) at since or later.
+func ReportedSince(n *corev1.Node, since time.Time) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return !c.LastHeartbeatTime.Time.Before(since)
+		}
+	}
+	return false
+}
+
 // NodeReadySince reports whether a Node is Ready with a heartbeat after
 // since: its kubelet reported it after a reboot that began at since, not
 // a Ready left over from before.

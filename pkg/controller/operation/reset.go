@@ -177,7 +177,11 @@ func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 		}
 		return s.wait("installing the config again: %s", msg)
 	}
-	return s.done(ctx, "wiped (%s); the node runs its config again and is Ready", p.Wipe)
+	// Its kubelet bootstraps anew (its certificate went with the wipe).
+	if back, res, err := s.nodeBack(ctx); !back || err != nil {
+		return res, err
+	}
+	return s.done(ctx, "wiped (%s); the node runs its config again and its Node is Ready", p.Wipe)
 }
 
 // repin waits for the node of a system-disk reset to be back in

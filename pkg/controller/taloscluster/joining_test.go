@@ -40,8 +40,22 @@ func TestJoiningMachines(t *testing.T) {
 		node("readded-up", t0, corev1.ConditionTrue),
 		node("stranger", t0, corev1.ConditionTrue),
 	}
+	// A machine a node-reset wiped and pinned again at t0+2h: its Node, Ready
+	// from before, last reported at t0+1h; another reported since.
+	pinned := func(name string) v1alpha1.TalosMachine {
+		m := machine(name, name, t0)
+		m.Status.Maintenance = &v1alpha1.MaintenanceStatus{SeenAt: metav1.NewTime(t0.Add(2 * time.Hour))}
+		return m
+	}
+	reported := func(name string, at time.Time) corev1.Node {
+		n := node(name, t0.Add(time.Minute), corev1.ConditionTrue)
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
+		return n
+	}
+	machines = append(machines, pinned("wiped"), pinned("wiped-rejoined"))
+	nodes = append(nodes, reported("wiped", t0.Add(time.Hour)), reported("wiped-rejoined", t0.Add(3*time.Hour)))
 	got := joiningMachines(machines, nodes)
-	if want := []string{"approved", "configured", "readded"}; !slices.Equal(got, want) {
+	if want := []string{"approved", "configured", "readded", "wiped"}; !slices.Equal(got, want) {
 		t.Errorf("joining %v, want %v", got, want)
 	}
 	if got := joiningMachines(nil, nodes); len(got) != 0 {

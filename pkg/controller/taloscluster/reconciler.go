@@ -450,7 +450,9 @@ func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kub
 // token: from approval until their Node registers. A Node older than the
 // machine is a previous machine's under the same name (its kubelet's
 // certificate went with a reset): while it is not Ready, the new kubelet
-// may still be bootstrapping.
+// may still be bootstrapping. So is the kubelet of a machine whose node a
+// node-reset wiped and Ichor pinned again after its Node last reported:
+// its certificate went with the wipe, and its Node may still read Ready.
 func joiningMachines(machines []v1alpha1.TalosMachine, nodes []corev1.Node) []string {
 	byName := map[string]*corev1.Node{}
 	for i := range nodes {
@@ -463,6 +465,8 @@ func joiningMachines(machines []v1alpha1.TalosMachine, nodes []corev1.Node) []st
 		case m.Status.NodeName == "" || n == nil:
 			joining = append(joining, m.Name)
 		case n.CreationTimestamp.Before(&m.CreationTimestamp) && !workload.NodeReady(n):
+			joining = append(joining, m.Name)
+		case m.Status.Maintenance != nil && !workload.ReportedSince(n, m.Status.Maintenance.SeenAt.Time):
 			joining = append(joining, m.Name)
 		}
 	}

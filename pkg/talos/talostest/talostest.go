@@ -16,6 +16,8 @@ import (
 	"sync"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"ichor.dev/ichor/pkg/talos"
@@ -29,7 +31,9 @@ type Node struct {
 	UUID      string
 	Installed bool   // out of maintenance mode, serving its cluster's certificate
 	Config    []byte // the config it runs
-	// Stage is maintenance, installing, running, booting, rebooting or resetting.
+	// Stage is maintenance, installing, running, booting, rebooting,
+	// resetting or off (powered off: until a test turns it on, calls fail
+	// as with a node that does not answer).
 	Stage string
 	Etcd  bool // a control plane that runs an etcd member
 	// DBSize and DBSizeInUse are its etcd member's database sizes.
@@ -51,7 +55,7 @@ type Node struct {
 	NoSpace bool
 	// Calls logs what was asked of the node: "maintenance-apply",
 	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
-	// force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
+	// force=<bool>", "shutdown force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
 	// "forfeit-leadership".
 	Calls []string
 }
@@ -95,8 +99,11 @@ type session struct {
 // the installed node's certificate, a configured one the maintenance API;
 // and any session a node that resets.
 func (s *session) refused() error {
-	if s.n.Stage == "resetting" {
+	switch s.n.Stage {
+	case "resetting":
 		return fmt.Errorf("dial %s: connection refused", s.address)
+	case "off":
+		return status.Errorf(codes.Unavailable, "connection error: dial tcp %s: connect: connection refused", s.address)
 	}
 	if s.maintenance && s.n.Installed {
 		return &talos.FingerprintMismatchError{Address: s.address, Pinned: "(pinned)", Presented: "ypeBEsobvcr6wjGzmiPcTaeG7/gUfE5yuYB3ha/uSLs="}
@@ -271,6 +278,21 @@ func (s *session) Reboot(_ context.Context, force bool) error {
 	return nil
 }
 
+// Shutdown powers a running node off at once (stage off); a node in
+// another sequence drops the request.
+func (s *session) Shutdown(_ context.Context, force bool) error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return err
+	}
+	s.n.Calls = append(s.n.Calls, fmt.Sprintf("shutdown force=%v", force))
+	if s.n.Stage == "running" {
+		s.n.Stage = "off"
+	}
+	return nil
+}
+
 func (s *session) EtcdStatus(context.Context) (*talos.EtcdStatus, error) {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
@@ -382,11 +404,8 @@ func (s *session) EtcdDisarmAlarms(ctx context.Context) ([]string, error) {
 	return alarms, nil
 }
 
-// EtcdLeave, WipeEtcdData, EtcdRecover, BootstrapRecover, RestartService
-// and Shutdown are not faked: the simulator tests the etcd-restore and the
-// shutdowns that call them.
-
-func (s *session) Shutdown(context.Context, bool) error { panic("talostest: Shutdown is not faked") }
+// EtcdLeave, WipeEtcdData, EtcdRecover, BootstrapRecover and RestartService
+// are not faked: the simulator tests the etcd-restore that calls them.
 
 func (s *session) EtcdLeave(context.Context) error { panic("talostest: EtcdLeave is not faked") }
 
