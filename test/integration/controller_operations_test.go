@@ -177,23 +177,37 @@ func (d *demoCluster) versions() map[string]string {
 	return out
 }
 
+// workloadClient is a client of demo's own Kubernetes API, as its admin.
+func (d *demoCluster) workloadClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	rc, _ := d.bootstrapAccess(t)
+	return kubernetes.NewForConfigOrDie(rc)
+}
+
+// podOn creates pod name in demo's default namespace, bound to node (the
+// simulated kubelet reports it Running), for a drain to evict.
+func (d *demoCluster) podOn(t *testing.T, wl kubernetes.Interface, name, node string) {
+	t.Helper()
+	// The simulated controller manager runs no ServiceAccount controller.
+	if _, err := wl.CoreV1().ServiceAccounts("default").Create(d.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := wl.CoreV1().Pods("default").Create(d.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: name, Image: name + ":1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // rollingReboot: an operator reboots the cluster one node at a time.
 func (d *demoCluster) rollingReboot(t *testing.T) {
 	ctx := d.ctx
 	// A pod runs on worker-2 in the cluster: the reboot drains it first, through the Eviction API.
-	rc, _ := d.bootstrapAccess(t)
-	wl := kubernetes.NewForConfigOrDie(rc)
-	if _, err := wl.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.PodSpec{NodeName: "worker-2", AutomountServiceAccountToken: ptr.To(false),
-			Containers: []corev1.Container{{Name: "web", Image: "web:1"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	wl := d.workloadClient(t)
+	d.podOn(t, wl, "web", "worker-2")
 	before, since := d.reboots(), time.Now()
 	d.createOperation(t, operator, "reboot-all", "clusterName: demo\ntype: reboot")
 	// Created Pending: nothing runs until it is started.

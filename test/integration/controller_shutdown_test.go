@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 
@@ -33,19 +31,8 @@ const talosCordoned = "talos.dev/cordoned"
 // powering the machines on.
 func (d *demoCluster) shutdowns(t *testing.T) {
 	ctx := d.ctx
-	rc, _ := d.bootstrapAccess(t)
-	wl := kubernetes.NewForConfigOrDie(rc)
-	if _, err := wl.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "app"},
-		Spec: corev1.PodSpec{NodeName: "worker-1", AutomountServiceAccountToken: ptr.To(false),
-			Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	wl := d.workloadClient(t)
+	d.podOn(t, wl, "app", "worker-1")
 	allRunning := func(t *testing.T) {
 		t.Helper()
 		for name, n := range d.nodes {
@@ -239,16 +226,9 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 
 	// A pod on each worker: Ichor drains worker-2 before its user-disks
 	// reset, Talos drains worker-1 in its graceful reset of the system disk.
-	rc, _ := d.bootstrapAccess(t)
-	wl := kubernetes.NewForConfigOrDie(rc)
+	wl := d.workloadClient(t)
 	for _, node := range []string{"worker-1", "worker-2"} {
-		if _, err := wl.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "app-on-" + node},
-			Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		d.podOn(t, wl, "app-on-"+node, node)
 	}
 	drained := func(t *testing.T, node string) {
 		t.Helper()

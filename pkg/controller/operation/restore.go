@@ -58,14 +58,7 @@ const (
 // restoreSteps are an etcd-restore's steps over the targets, control planes
 // first: the first control plane is the one the snapshot is recovered on.
 func restoreSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
-	var cps, workers []string
-	for _, m := range targets {
-		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
-			cps = append(cps, m.Name)
-		} else {
-			workers = append(workers, m.Name)
-		}
-	}
+	cps, workers := byRole(targets)
 	if len(cps) == 0 {
 		return nil
 	}

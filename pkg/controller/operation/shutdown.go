@@ -35,14 +35,7 @@ import (
 // shutdownSteps are a shutdown's steps over the targets: the backup on the
 // first control plane, the workers, then the control planes.
 func shutdownSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
-	var cps, workers []string
-	for _, m := range targets {
-		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
-			cps = append(cps, m.Name)
-		} else {
-			workers = append(workers, m.Name)
-		}
-	}
+	cps, workers := byRole(targets)
 	if len(cps) == 0 {
 		return nil
 	}

@@ -62,6 +62,19 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkShutdown},
 }
 
+// byRole names the control planes and the workers among machines, in
+// their order.
+func byRole(machines []*v1alpha1.TalosMachine) (controlPlanes, workers []string) {
+	for _, m := range machines {
+		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
+			controlPlanes = append(controlPlanes, m.Name)
+		} else {
+			workers = append(workers, m.Name)
+		}
+	}
+	return controlPlanes, workers
+}
+
 // oneStepEach is the steps of a kind without its own: one per target.
 func oneStepEach(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	steps := make([]v1alpha1.OperationStep, len(targets))
