@@ -78,6 +78,7 @@ func (d *demoCluster) shutdowns(t *testing.T) {
 	}
 	waitBudgetFree(ctx, t, d.ns, "demo")
 	waitEventSaying(ctx, t, d.ns, "off-worker-1", corev1.EventTypeNormal, "StepSucceeded", "worker-1: powered off")
+	waitEventSaying(ctx, t, d.ns, "worker-1", corev1.EventTypeNormal, "PoweredOff", "TalosOperation off-worker-1 powered the node at")
 	waitMachine(ctx, t, d.ns, "worker-1", "Unreachable while off", func(m *v1alpha1.TalosMachine) bool {
 		return m.Status.Phase == v1alpha1.MachinePhaseUnreachable
 	})

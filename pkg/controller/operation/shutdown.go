@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -133,6 +134,9 @@ func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 	id, err := s.node.BootID(cctx)
 	switch {
 	case talos.NotAnswering(err):
+		s.r.Recorder.Eventf(s.m, s.x.op, corev1.EventTypeNormal, EventPoweredOff, "Shutdown",
+			"TalosOperation %s powered the node at %s off; it stays off until it is powered on (its BMC, cloud console or power button)",
+			s.x.op.Name, s.m.Spec.Address)
 		return s.done(ctx, "powered off: the node's Talos API no longer answers; power it on to bring it back")
 	case err == nil && id != rec.BootID:
 		return s.done(ctx, "shut down, and already powered on again (a new boot)")

@@ -33,6 +33,9 @@ const (
 	// EventRepinned, on a TalosMachine: a node-reset pinned the certificate
 	// its node presents in maintenance mode after its system disk's wipe.
 	EventRepinned = "CertificateRepinned"
+	// EventPoweredOff, on a TalosMachine: a node-shutdown or a shutdown
+	// powered its node off.
+	EventPoweredOff = "PoweredOff"
 )
 
 // waiting records why a started operation has not begun yet; an Event
