@@ -26,7 +26,7 @@ var _ Dialer = Machinery{}
 // Maintenance implements Dialer.
 func (Machinery) Maintenance(ctx context.Context, address string, pin Pin) (Node, error) {
 	v := newVerifier(address, pin)
-	c, err := client.New(ctx, client.WithEndpoints(address), client.WithTLSConfig(v.tlsConfig()))
+	c, err := client.New(ctx, client.WithEndpoints(address), client.WithTLSConfig(v.tlsConfig()), client.WithGRPCDialOptions(observed...))
 	if err != nil {
 		return nil, fmt.Errorf("create Talos client for %s: %w", address, err)
 	}
@@ -51,7 +51,7 @@ func (Machinery) Configured(ctx context.Context, address string, creds Credentia
 		Certificates:     []tls.Certificate{cert},
 		VerifyConnection: v.verify,
 	}
-	c, err := client.New(ctx, client.WithEndpoints(address), client.WithTLSConfig(cfg))
+	c, err := client.New(ctx, client.WithEndpoints(address), client.WithTLSConfig(cfg), client.WithGRPCDialOptions(observed...))
 	if err != nil {
 		return nil, fmt.Errorf("create Talos client for %s: %w", address, err)
 	}

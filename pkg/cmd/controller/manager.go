@@ -2,10 +2,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -83,6 +86,12 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	}
 	recorder := mgr.GetEventRecorder(EventSource)
 	dialer := talos.Machinery{}
+	// Talos call latency on /metrics, beside controller-runtime's workqueue
+	// depth and reconcile latency. A manager built again in the same
+	// process (tests) finds it registered.
+	if err := ctrlmetrics.Registry.Register(talos.CallDuration); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return nil, fmt.Errorf("register Talos call metrics: %w", err)
+	}
 
 	if err := clusterindex.Register(context.Background(), mgr); err != nil {
 		return nil, err
