@@ -2,6 +2,9 @@ package talos_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -42,5 +45,26 @@ func TestCallsAreTimed(t *testing.T) {
 	}
 	if got := calls(t, version, "Unavailable") - before; got != 1 {
 		t.Errorf("%d Version calls to an unreachable node observed, want 1", got)
+	}
+}
+
+// TestARefusedCertificateIsAnAnswer: a node whose certificate is not of the
+// cluster's CA (here one in maintenance mode, self-signed) answers; it is
+// not taken as off.
+func TestARefusedCertificateIsAnAnswer(t *testing.T) {
+	n := startNode(t, simOptions())
+	bundle, _ := controlPlaneConfig(t)
+	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := talos.Machinery{}.Configured(callContext(t), n.Addr(), creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	_, err = s.Version(callContext(t))
+	if err == nil || talos.NotAnswering(err) {
+		t.Errorf("a node presenting a certificate of another CA: %v, taken as not answering", err)
 	}
 }

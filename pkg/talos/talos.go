@@ -17,6 +17,7 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -295,9 +296,17 @@ var ResetToMaintenance = ResetRequest{Graceful: true, SystemLabels: []string{"ST
 var ErrAlreadyBootstrapped = errors.New("etcd is already bootstrapped")
 
 // NotAnswering reports whether err says the node's API did not answer at
-// all (connection refused or timed out), as a powered-off node's does, as
-// opposed to an answer that refused the call or a certificate that did not
-// match.
+// all (a connection refused, reset or timed out), as a powered-off node's
+// does, as opposed to an answer that refused the call, or a peer whose
+// certificate or protocol was refused (gRPC reports those as Unavailable
+// too; only the message tells them apart).
 func NotAnswering(err error) bool {
-	return status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded)
+	switch status.Code(err) {
+	case codes.Unavailable:
+		msg := err.Error()
+		return !strings.Contains(msg, "x509:") && !strings.Contains(msg, "certificate") && !strings.Contains(msg, "tls: ")
+	case codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }

@@ -223,13 +223,14 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 
 // machineStages maps simulator phases to the MachineStatus stage a real node reports in them.
 var machineStages = map[Phase]runtime.MachineStage{
-	PhaseMaintenance: runtime.MachineStageMaintenance,
-	PhaseInstalling:  runtime.MachineStageInstalling,
-	PhaseRebooting:   runtime.MachineStageRebooting,
-	PhaseRunning:     runtime.MachineStageRunning,
-	PhaseUpgrading:   runtime.MachineStageUpgrading,
-	PhaseResetting:   runtime.MachineStageResetting,
-	PhaseShutdown:    runtime.MachineStageShuttingDown,
+	PhaseMaintenance:  runtime.MachineStageMaintenance,
+	PhaseInstalling:   runtime.MachineStageInstalling,
+	PhaseRebooting:    runtime.MachineStageRebooting,
+	PhaseRunning:      runtime.MachineStageRunning,
+	PhaseUpgrading:    runtime.MachineStageUpgrading,
+	PhaseResetting:    runtime.MachineStageResetting,
+	PhaseShuttingDown: runtime.MachineStageShuttingDown,
+	PhaseShutdown:     runtime.MachineStageShuttingDown,
 }
 
 // machineStatusEvent is the MachineStatusEvent machined emits when the machine stage changes.

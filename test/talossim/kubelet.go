@@ -95,7 +95,7 @@ const (
 
 // kubeletSpecLocked returns the kubelet the node should run now, and false when none should run.
 func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
-	if n.opts.Kubernetes == nil || n.stopped || (n.phase != PhaseRunning && n.phase != PhaseUpgrading) ||
+	if n.opts.Kubernetes == nil || n.stopped || (n.phase != PhaseRunning && n.phase != PhaseUpgrading && n.phase != PhaseShuttingDown) ||
 		!n.configuredLocked() || n.active.Cluster() == nil || n.active.Machine() == nil {
 		return kubeletSpec{}, false
 	}

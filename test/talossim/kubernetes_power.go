@@ -9,8 +9,9 @@ import (
 // A cluster's control plane runs on its control-plane nodes: when a majority of the control planes a
 // cluster has had are powered off, etcd has lost its quorum and the cluster's Kubernetes API is down, so
 // Kubernetes stops the cluster's processes (their data stays), and starts them again from the same data
-// once a majority runs again, as a cluster shut down and powered on comes back. Reboots, resets and
-// upgrades are not modelled as downtime: the control plane keeps running through them.
+// once a majority runs again, as a cluster shut down and powered on comes back. A control plane wiped
+// back to maintenance mode has left: it no longer counts. Reboots and upgrades are not modelled as
+// downtime: the control plane keeps running through them.
 
 // controlPlanePower is the power state of one cluster's control-plane nodes.
 type controlPlanePower struct {
@@ -70,9 +71,24 @@ func (k *Kubernetes) controlPlaneOff(endpoint, addr string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 
-	p := k.powerLocked(endpoint)
-	p.on[addr] = false
+	k.powerLocked(endpoint).on[addr] = false
+	k.parkWithoutQuorumLocked(endpoint)
+}
 
+// controlPlaneLeft records that the node at addr is no longer a control plane of the cluster at
+// endpoint (it was wiped): it no longer counts towards the majority.
+func (k *Kubernetes) controlPlaneLeft(endpoint, addr string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	delete(k.powerLocked(endpoint).on, addr)
+	k.parkWithoutQuorumLocked(endpoint)
+}
+
+// parkWithoutQuorumLocked stops and parks the cluster's control plane at endpoint when a majority of
+// its control planes is not running.
+func (k *Kubernetes) parkWithoutQuorumLocked(endpoint string) {
+	p := k.powerLocked(endpoint)
 	r := k.runs[endpoint]
 	if r == nil || p.quorum() {
 		return

@@ -53,7 +53,6 @@ func (n *Node) replaceAPILocked(down bool) {
 // currentLocked(gen) so that a sequence taken over (by Shutdown) or outlived by Stop does nothing more.
 func (n *Node) beginSequenceLocked() uint64 {
 	n.sequence = true
-	n.shuttingDown = false
 	n.seqGen++
 
 	return n.seqGen
@@ -211,7 +210,7 @@ func (n *Node) bootLocked() {
 		log.Printf("talossim: publishing boot state: %v", err)
 	}
 
-	n.poweredControlPlaneLocked(next == PhaseRunning && n.isControlPlaneLocked())
+	n.bootedControlPlaneLocked(next == PhaseRunning && n.isControlPlaneLocked())
 	n.joinEtcdLocked()
 	n.replaceAPILocked(false)
 }
@@ -221,30 +220,40 @@ func (n *Node) bootLocked() {
 func (n *Node) powerOffLocked() error {
 	n.seqGen++
 	n.sequence = false
-	n.shuttingDown = false
-	n.poweredControlPlaneLocked(false)
+	n.poweredOffControlPlaneLocked()
 	n.cancelRollbackLocked()
 	n.replaceAPILocked(true)
 
 	return n.setPhaseLocked(PhaseShutdown)
 }
 
-// poweredControlPlaneLocked tells the node's Kubernetes whether the node runs as a control plane of its
-// cluster now (kubernetes_power.go).
-func (n *Node) poweredControlPlaneLocked(on bool) {
+// bootedControlPlaneLocked tells the node's Kubernetes how the node booted (kubernetes_power.go): as a
+// control plane of its cluster, or not (a wiped node has left its cluster).
+func (n *Node) bootedControlPlaneLocked(controlPlane bool) {
 	k := n.opts.Kubernetes
 	if k == nil {
 		return
 	}
 
-	if n.controlPlaneOf != "" && !on {
-		k.controlPlaneOff(n.controlPlaneOf, n.Addr())
-		n.controlPlaneOf = ""
+	endpoint := ""
+	if controlPlane && n.active.Cluster() != nil && n.active.Cluster().Endpoint() != nil {
+		endpoint = n.active.Cluster().Endpoint().String()
 	}
 
-	if on && n.active.Cluster() != nil && n.active.Cluster().Endpoint() != nil {
-		n.controlPlaneOf = n.active.Cluster().Endpoint().String()
+	if n.controlPlaneOf != "" && n.controlPlaneOf != endpoint {
+		k.controlPlaneLeft(n.controlPlaneOf, n.Addr())
+	}
+
+	n.controlPlaneOf = endpoint
+	if endpoint != "" {
 		k.controlPlaneOn(n.active, n.Addr())
+	}
+}
+
+// poweredOffControlPlaneLocked tells the node's Kubernetes that the node, a control plane, is off.
+func (n *Node) poweredOffControlPlaneLocked() {
+	if k := n.opts.Kubernetes; k != nil && n.controlPlaneOf != "" {
+		k.controlPlaneOff(n.controlPlaneOf, n.Addr())
 	}
 }
 

@@ -42,6 +42,9 @@ const (
 	PhaseRunning Phase = "running"
 	// PhaseUpgrading: an Upgrade is installing the new version; the API stays up until the reboot.
 	PhaseUpgrading Phase = "upgrading"
+	// PhaseShuttingDown: a graceful Shutdown drains the node; the API and the kubelet stay up until it
+	// powers off.
+	PhaseShuttingDown Phase = "shuttingdown"
 	// PhaseResetting: a Reset is wiping the node; the API is down.
 	PhaseResetting Phase = "resetting"
 	// PhaseShutdown: the node is powered off (Shutdown, or Reset without reboot); the API is down until
@@ -80,8 +83,6 @@ type Node struct {
 	persisted config.Provider // config used at next boot (MachineConfig "persistent")
 	rollback  *time.Timer     // pending TRY-mode revert
 	sequence  bool            // an install, upgrade, reset or reboot sequence is in progress
-	// shuttingDown: a graceful shutdown drains the node; a second shutdown is dropped.
-	shuttingDown bool
 	// controlPlaneOf is the endpoint of the cluster the node runs as a control plane of, "" when none.
 	controlPlaneOf string
 	seqGen         uint64     // bumped by every sequence start; steps of a superseded sequence give up

@@ -12,11 +12,11 @@ import (
 // ErrNotPoweredOff is returned by PowerOn when the node is not in PhaseShutdown.
 var ErrNotPoweredOff = errors.New("talossim: node is not powered off")
 
-// Shutdown acknowledges with an actor ID and powers the node off: like Talos's shutdown sequence it takes
-// over any running sequence but another shutdown, which drops the request. Without Force, a node whose
-// kubelet runs is first cordoned and drained (drain.go), its API up meanwhile; a forced shutdown, or a
-// node without a kubelet, powers off at once. The API is down (calls fail with Unavailable) until
-// PowerOn.
+// Shutdown acknowledges with an actor ID and powers the node off: like Talos's shutdown sequence (run
+// with takeover) it takes over any running sequence, a shutdown too, which then starts again. Without
+// Force, a node whose kubelet joined is first cordoned and drained (drain.go) in PhaseShuttingDown
+// (stage shutting down), its API and kubelet up meanwhile; a forced shutdown, or a node without a
+// kubelet, powers off at once. The API is down (calls fail with Unavailable) until PowerOn.
 func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	actorID, err := randomUUID()
 	if err != nil {
@@ -34,10 +34,6 @@ func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest)
 
 	reply := &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actorID}}}
 
-	if n.shuttingDown {
-		return reply, nil // "sequence not started": the priority lock refuses a second shutdown
-	}
-
 	n.recordSequenceLocked("shutdown", actorID)
 
 	spec, kubeletRuns := n.kubeletSpecLocked()
@@ -50,8 +46,12 @@ func (s *machineServer) Shutdown(_ context.Context, in *machine.ShutdownRequest)
 	}
 
 	gen := n.beginSequenceLocked()
-	n.shuttingDown = true
 	n.cancelRollbackLocked()
+
+	if err := n.setPhaseLocked(PhaseShuttingDown); err != nil {
+		return nil, err
+	}
+
 	n.wg.Go(func() { n.drainThenPowerOff(gen, spec) })
 
 	return reply, nil

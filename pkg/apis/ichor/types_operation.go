@@ -136,7 +136,8 @@ type KubernetesUpgradeParameters struct {
 
 // NodeResetParameters are the inputs of a node reset.
 type NodeResetParameters struct {
-	// graceful leaves etcd and drains the node before wiping it; defaults to true.
+	// graceful drains the node first and, when its system disk is wiped,
+	// has a control plane leave etcd; defaults to true.
 	Graceful *bool
 	// wipe selects the disks to wipe; defaults to all.
 	Wipe WipeMode
@@ -203,6 +204,8 @@ type OperationStep struct {
 	Component KubernetesComponent
 	// action is what an etcd-restore step does on the machine.
 	Action StepAction
+	// acceptedAt is when the node answered a node-reset's call.
+	AcceptedAt *metav1.Time
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

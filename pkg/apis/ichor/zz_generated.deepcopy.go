@@ -1100,6 +1100,10 @@ func (in *OperationStep) DeepCopyInto(out *OperationStep) {
 		in, out := &in.CompletedAt, &out.CompletedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.AcceptedAt != nil {
+		in, out := &in.AcceptedAt, &out.AcceptedAt
+		*out = (*in).DeepCopy()
+	}
 	return
 }
 

@@ -138,13 +138,27 @@ func startNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 	default:
 		what += ", not graceful): the node keeps its config and reboots"
 	}
-	return s.takeAway(ctx, v1alpha1.DisruptionReset, what, prepare, func(ctx context.Context) error { return s.node.Reset(ctx, req) })
+	return s.takeAway(ctx, v1alpha1.DisruptionReset, what, prepare, func(ctx context.Context) error { return s.reset(ctx, req) })
+}
+
+// reset calls the node's reset and records that it accepted it: a node
+// that never did is not taken back in maintenance mode (repin).
+func (s *step) reset(ctx context.Context, req talos.ResetRequest) error {
+	if err := s.node.Reset(ctx, req); err != nil {
+		return err
+	}
+	if rec := s.record(); rec.AcceptedAt == nil {
+		at := metav1.NewTime(s.r.Now())
+		rec.AcceptedAt = &at
+		return s.x.persist(ctx)
+	}
+	return nil
 }
 
 // followNodeReset waits for a reset node to run its config again.
 func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 	p := resetParams(s.x.op)
-	again := func(ctx context.Context) error { return s.node.Reset(ctx, resetRequest(p)) }
+	again := func(ctx context.Context) error { return s.reset(ctx, resetRequest(p)) }
 	if !wipesSystemDisk(p) {
 		back, res, err := s.backFromReboot(ctx, again)
 		if !back || err != nil {
@@ -189,6 +203,9 @@ func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 // machine's config. A node that still runs the boot the reset was sent to
 // did not get it (the controller stopped between recording the step and
 // calling), so it is asked again: Talos drops a reset while one runs.
+// Nothing is pinned unless the node, over mutual TLS, accepted the reset:
+// after a call whose answer was lost, whatever answers at the address in
+// maintenance mode may not be the node.
 func (s *step) repin(ctx context.Context, again func(context.Context) error) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -204,7 +221,15 @@ func (s *step) repin(ctx context.Context, again func(context.Context) error) (ct
 		}
 		return s.wait("waiting for the node to reset: it still answers with its config")
 	}
-	contact := intake.Contact(cctx, s.r.Dialer, s.m.Spec.Address, "", "")
+	if rec.AcceptedAt == nil {
+		if s.timedOut() {
+			return s.failed(ctx, "the node stopped answering over mutual TLS without confirming its reset; nothing is pinned at %s: look at the node's console, and delete the machine to take it in afresh", s.m.Spec.Address)
+		}
+		return s.wait("the node stopped answering before it confirmed the reset; waiting for it to answer over mutual TLS")
+	}
+	mctx, cancel := s.call(ctx)
+	defer cancel()
+	contact := intake.Contact(mctx, s.r.Dialer, s.m.Spec.Address, "", "")
 	if contact.Err != nil {
 		if s.timedOut() {
 			return s.failed(ctx, "the node did not come back in maintenance mode within %s: %v", s.r.Options.StepTimeout, contact.Err)

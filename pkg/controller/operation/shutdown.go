@@ -3,6 +3,7 @@ package operation
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,8 +61,9 @@ func (r *Reconciler) checkShutdown(_ context.Context, _ *v1alpha1.TalosOperation
 }
 
 // checkNodeShutdown refuses a node-shutdown that would leave etcd without a
-// quorum of running members once its control planes are off: the cluster
-// would stop, which is a shutdown's job.
+// quorum of running members once its control planes are off (with those
+// already Unreachable, off or not): the cluster would stop, which is a
+// shutdown's job.
 func (r *Reconciler) checkNodeShutdown(ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
 	targeted := map[string]bool{}
 	for _, m := range targets {
@@ -72,18 +74,26 @@ func (r *Reconciler) checkNodeShutdown(ctx context.Context, op *v1alpha1.TalosOp
 		return "", err
 	}
 	cps, off := 0, 0
+	var away []string
 	for _, m := range machines {
 		if m.Status.AppliedConfig == nil || render.MachineRole(m) != v1alpha1.MachineRoleControlPlane {
 			continue
 		}
 		cps++
-		if targeted[m.Name] {
+		switch {
+		case targeted[m.Name]:
 			off++
+		case m.Status.Phase == v1alpha1.MachinePhaseUnreachable:
+			away = append(away, m.Name)
 		}
 	}
-	if off > 0 && cps-off < cps/2+1 {
-		return fmt.Sprintf("shutting down %d of the %d control planes of TalosCluster %s would leave etcd without a quorum (%d needed); shut the whole cluster down with a TalosOperation of type %s instead",
-			off, cps, cluster.Name, cps/2+1, v1alpha1.OperationShutdown), nil
+	if off > 0 && cps-off-len(away) < cps/2+1 {
+		msg := fmt.Sprintf("shutting down %d of the %d control planes of TalosCluster %s would leave etcd without a quorum (%d needed)",
+			off, cps, cluster.Name, cps/2+1)
+		if len(away) > 0 {
+			msg += fmt.Sprintf(", with %s Unreachable already", strings.Join(away, ", "))
+		}
+		return msg + fmt.Sprintf("; shut the whole cluster down with a TalosOperation of type %s instead", v1alpha1.OperationShutdown), nil
 	}
 	return "", nil
 }
@@ -121,9 +131,11 @@ func startShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 
 // followShutdown waits for the node to be off: its Talos API no longer
 // answers (or answers from a new boot: someone powered it on already). A
-// node that still runs the recorded boot is asked again, in case the
-// controller stopped between recording the step and calling: Talos drops a
-// second shutdown while one runs.
+// node still running the recorded boot in stage running did not get the
+// call (the controller stopped between recording the step and calling),
+// so it is asked again; one in stage shutting down is left alone: Talos
+// runs a shutdown with takeover, so a second one would start its drain
+// again.
 func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 	if s.record().Action == v1alpha1.ActionBackup {
 		return s.backedUp(ctx)
@@ -145,11 +157,17 @@ func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 	case err != nil:
 		return s.wait("waiting for the node to power off: %v", err)
 	}
-	force := s.x.op.Spec.Type == v1alpha1.OperationShutdown || (s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force)
-	if err := s.node.Shutdown(cctx, force); err != nil && !talos.NotAnswering(err) {
-		return s.failed(ctx, "%v", err)
+	st, err := s.node.Status(cctx)
+	if err != nil {
+		return s.wait("waiting for the node to power off: %v", err)
 	}
-	return s.wait("waiting for the node to power off (Talos drains it first)")
+	if st.Stage == "running" {
+		force := s.x.op.Spec.Type == v1alpha1.OperationShutdown || (s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force)
+		if err := s.node.Shutdown(cctx, force); err != nil && !talos.NotAnswering(err) {
+			return s.failed(ctx, "%v", err)
+		}
+	}
+	return s.wait("waiting for the node to power off (stage %s; Talos drains it first unless forced)", st.Stage)
 }
 
 // shutdownBackupName is the name of a shutdown's TalosBackup: the
@@ -166,8 +184,11 @@ func (s *step) backUp(ctx context.Context) (ctrl.Result, error) {
 		},
 		Spec: v1alpha1.TalosBackupSpec{ClusterName: op.Spec.ClusterName},
 	}
-	if err := s.r.Client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+	switch err := s.r.Client.Create(ctx, b); {
+	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
 		return s.failed(ctx, "create TalosBackup %s: %v", b.Name, err)
+	case err != nil && !apierrors.IsAlreadyExists(err):
+		return ctrl.Result{}, fmt.Errorf("create TalosBackup %s: %w", b.Name, err) // tried again
 	}
 	if err := s.begin(ctx, "", "backing the cluster up to TalosBackup %s before any node goes down", b.Name); err != nil {
 		return ctrl.Result{}, err

@@ -22,13 +22,16 @@ func (f *fixture) calls(name, prefix string) int {
 
 // TestNodeShutdownSurvivesACrashAtEveryWrite: whichever status write is
 // lost, a node-shutdown powers each named node off exactly once, Talos
-// draining it (not forced), and touches no other.
+// draining it (not forced) and never asked again while it drains, and
+// touches no other.
 func TestNodeShutdownSurvivesACrashAtEveryWrite(t *testing.T) {
 	total := 0
 	for fail := 0; fail == 0 || fail <= total; fail++ {
 		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
 			f := newFixture(t, started("off", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationNodeShutdown,
 				Machines: []string{"worker-1", "cp-3"}}))
+			// Talos drains for a while, and starts again if asked again.
+			f.node("worker-1").DrainPolls, f.node("cp-3").DrainPolls = 3, 3
 			f.failWrite = fail
 			op := f.run("off")
 			if fail == 0 {
@@ -54,9 +57,9 @@ func TestNodeShutdownSurvivesACrashAtEveryWrite(t *testing.T) {
 			}
 		})
 	}
-	// Start, one per node, the end.
-	if total != 4 {
-		t.Fatalf("%d status writes, want 4: the crash points were not all exercised", total)
+	// Start, two per node (begun, then waiting for its drain), the end.
+	if total != 6 {
+		t.Fatalf("%d status writes, want 6: the crash points were not all exercised", total)
 	}
 }
 

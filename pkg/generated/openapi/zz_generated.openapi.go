@@ -2121,7 +2121,7 @@ func schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref common.ReferenceCall
 				Properties: map[string]spec.Schema{
 					"graceful": {
 						SchemaProps: spec.SchemaProps{
-							Description: "graceful leaves etcd and drains the node before wiping it; defaults to true.",
+							Description: "graceful drains the node first and, when its system disk is wiped, has a control plane leave etcd; with user-disks the node keeps its etcd member. Defaults to true; a control plane's system disk is only wiped gracefully.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -2243,6 +2243,12 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"backup", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+						},
+					},
+					"acceptedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "acceptedAt is when the node answered a node-reset's call: only a node that accepted its reset is taken back in maintenance mode.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 				},

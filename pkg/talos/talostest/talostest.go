@@ -48,6 +48,11 @@ type Node struct {
 	RefuseUpgrade string
 	// NeverBoots keeps the node from coming back from a reboot.
 	NeverBoots bool
+	// DrainPolls is how many Boot calls a graceful shutdown drains the node
+	// (stage "shutting down") before it powers off; a second shutdown
+	// meanwhile takes over and starts the drain again, as Talos's does.
+	DrainPolls int
+	drainLeft  int
 	// Quota is the etcd member's backend quota: while DBSize exceeds it,
 	// the etcd cluster has a NOSPACE alarm for it once raised. 0: no quota.
 	Quota int64
@@ -250,6 +255,10 @@ func (d *Dialer) Boot() {
 			}
 		case "resetting":
 			n.Stage, n.Installed, n.Config, n.Etcd = "maintenance", false, nil, false
+		case "shutting down":
+			if n.drainLeft--; n.drainLeft <= 0 {
+				n.Stage = "off"
+			}
 		}
 	}
 }
@@ -278,8 +287,9 @@ func (s *session) Reboot(_ context.Context, force bool) error {
 	return nil
 }
 
-// Shutdown powers a running node off at once (stage off); a node in
-// another sequence drops the request.
+// Shutdown powers the node off (stage off): at once when forced or without
+// DrainPolls, otherwise after draining for DrainPolls Boot calls. Like
+// Talos's, it takes over whatever runs, a draining shutdown too.
 func (s *session) Shutdown(_ context.Context, force bool) error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
@@ -287,9 +297,11 @@ func (s *session) Shutdown(_ context.Context, force bool) error {
 		return err
 	}
 	s.n.Calls = append(s.n.Calls, fmt.Sprintf("shutdown force=%v", force))
-	if s.n.Stage == "running" {
+	if force || s.n.DrainPolls == 0 {
 		s.n.Stage = "off"
+		return nil
 	}
+	s.n.Stage, s.n.drainLeft = "shutting down", s.n.DrainPolls
 	return nil
 }
 

@@ -2410,6 +2410,18 @@ func (m *OperationStep) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.AcceptedAt != nil {
+		{
+			size, err := m.AcceptedAt.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x4a
+	}
 	i -= len(m.Action)
 	copy(dAtA[i:], m.Action)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Action)))
@@ -5362,6 +5374,10 @@ func (m *OperationStep) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Action)
 	n += 1 + l + sovGenerated(uint64(l))
+	if m.AcceptedAt != nil {
+		l = m.AcceptedAt.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -6735,6 +6751,7 @@ func (this *OperationStep) String() string {
 		`BootID:` + fmt.Sprintf("%v", this.BootID) + `,`,
 		`Component:` + fmt.Sprintf("%v", this.Component) + `,`,
 		`Action:` + fmt.Sprintf("%v", this.Action) + `,`,
+		`AcceptedAt:` + strings.Replace(fmt.Sprintf("%v", this.AcceptedAt), "Time", "v1.Time", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -14362,6 +14379,42 @@ func (m *OperationStep) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Action = StepAction(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 9:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AcceptedAt", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.AcceptedAt == nil {
+				m.AcceptedAt = &v1.Time{}
+			}
+			if err := m.AcceptedAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -171,7 +171,10 @@ type KubernetesUpgradeParameters struct {
 
 // NodeResetParameters are the inputs of a node reset.
 type NodeResetParameters struct {
-	// graceful leaves etcd and drains the node before wiping it; defaults to true.
+	// graceful drains the node first and, when its system disk is wiped,
+	// has a control plane leave etcd; with user-disks the node keeps its
+	// etcd member. Defaults to true; a control plane's system disk is only
+	// wiped gracefully.
 	// +optional
 	Graceful *bool `json:"graceful,omitempty" protobuf:"varint,1,opt,name=graceful"`
 	// wipe selects the disks to wipe; defaults to all. With all and
@@ -272,6 +275,10 @@ type OperationStep struct {
 	// action is what an etcd-restore step does on the machine.
 	// +optional
 	Action StepAction `json:"action,omitempty" protobuf:"bytes,8,opt,name=action,casttype=StepAction"`
+	// acceptedAt is when the node answered a node-reset's call: only a node
+	// that accepted its reset is taken back in maintenance mode.
+	// +optional
+	AcceptedAt *metav1.Time `json:"acceptedAt,omitempty" protobuf:"bytes,9,opt,name=acceptedAt"`
 }
 
 // Name is the step as people read it: its machine, and its component

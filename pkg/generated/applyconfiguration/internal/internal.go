@@ -687,6 +687,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OperationStep
   map:
     fields:
+    - name: acceptedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: action
       type:
         scalar: string

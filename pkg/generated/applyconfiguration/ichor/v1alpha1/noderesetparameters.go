@@ -27,7 +27,10 @@ import (
 //
 // NodeResetParameters are the inputs of a node reset.
 type NodeResetParametersApplyConfiguration struct {
-	// graceful leaves etcd and drains the node before wiping it; defaults to true.
+	// graceful drains the node first and, when its system disk is wiped,
+	// has a control plane leave etcd; with user-disks the node keeps its
+	// etcd member. Defaults to true; a control plane's system disk is only
+	// wiped gracefully.
 	Graceful *bool `json:"graceful,omitempty"`
 	// wipe selects the disks to wipe; defaults to all. With all and
 	// system-disk the node comes back in maintenance mode and Ichor

@@ -46,6 +46,9 @@ type OperationStepApplyConfiguration struct {
 	Component *ichorv1alpha1.KubernetesComponent `json:"component,omitempty"`
 	// action is what an etcd-restore step does on the machine.
 	Action *ichorv1alpha1.StepAction `json:"action,omitempty"`
+	// acceptedAt is when the node answered a node-reset's call: only a node
+	// that accepted its reset is taken back in maintenance mode.
+	AcceptedAt *v1.Time `json:"acceptedAt,omitempty"`
 }
 
 // OperationStepApplyConfiguration constructs a declarative configuration of the OperationStep type for use with
@@ -115,5 +118,13 @@ func (b *OperationStepApplyConfiguration) WithComponent(value ichorv1alpha1.Kube
 // If called multiple times, the Action field is set to the value of the last call.
 func (b *OperationStepApplyConfiguration) WithAction(value ichorv1alpha1.StepAction) *OperationStepApplyConfiguration {
 	b.Action = &value
+	return b
+}
+
+// WithAcceptedAt sets the AcceptedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AcceptedAt field is set to the value of the last call.
+func (b *OperationStepApplyConfiguration) WithAcceptedAt(value v1.Time) *OperationStepApplyConfiguration {
+	b.AcceptedAt = &value
 	return b
 }
