@@ -289,6 +289,11 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 	if got := stepOrder(op); !slices.Equal(got, []string{"cp-2", "worker-1"}) {
 		t.Errorf("steps ran in the order %v", got)
 	}
+	for _, s := range op.Status.Steps {
+		if s.AcceptedAt == nil || s.StartedAt == nil || s.AcceptedAt.Before(s.StartedAt) {
+			t.Errorf("step %s: the node's acceptance of the reset is not on record: %+v", s.Name(), s)
+		}
+	}
 	after := resets()
 	for name, n := range d.nodes {
 		want := before[name]
