@@ -405,7 +405,11 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		if len(st.Unmet) > 0 {
 			msg += fmt.Sprintf(", waiting for %v", st.Unmet)
 		}
-		return r.notRunning(s, v1alpha1.MachineReasonBooting, msg), nil
+		reason := v1alpha1.MachineReasonBooting
+		if st.Stage == stageShuttingDown {
+			reason = v1alpha1.MachineReasonShuttingDown
+		}
+		return r.notRunning(s, reason, msg), nil
 	}
 
 	// What the node runs decides, not what status says was sent: after a
@@ -501,8 +505,12 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 }
 
+// stageShuttingDown is Talos's machine stage while it shuts down.
+const stageShuttingDown = "shutting down"
+
 // notRunning records a configured node that is not (yet) running its config.
-// Within the boot after an apply it is Configuring; otherwise Unreachable.
+// Within the boot after an apply it is Configuring; a node not answering,
+// or shutting down (it stays off until powered on), is Unreachable.
 func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
 	m := s.m
 	prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionReady)
@@ -511,7 +519,7 @@ func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
 		reason = prev.Reason // down while it boots is expected
 	}
 	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, reason, msg)
-	if reason == v1alpha1.MachineReasonNotReachable {
+	if reason == v1alpha1.MachineReasonNotReachable || reason == v1alpha1.MachineReasonShuttingDown {
 		m.Status.Phase = v1alpha1.MachinePhaseUnreachable
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 	}

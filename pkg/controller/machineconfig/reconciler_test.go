@@ -376,3 +376,27 @@ func TestControlPlaneDeletionWaitsForQuorum(t *testing.T) {
 		t.Errorf("cp-1 was asked %v; want one graceful reset", n1.Calls)
 	}
 }
+
+// A node that shuts down is Unreachable, and stays so once it is off: it
+// is not taken as booting, whose being down is expected.
+func TestShutDownNodeIsUnreachable(t *testing.T) {
+	f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"))
+	node := &talostest.Node{UUID: "uuid-1", Stage: "maintenance"}
+	f.dialer.Nodes["10.5.0.11:50000"] = node
+	f.reconcile("w1")
+	f.dialer.Boot()
+	f.reconcile("w1")
+	if m := f.get("w1"); m.Status.Phase != v1alpha1.MachinePhaseReady {
+		t.Fatalf("phase %s before the shutdown", m.Status.Phase)
+	}
+	for _, c := range []struct{ stage, reason string }{
+		{"shutting down", v1alpha1.MachineReasonShuttingDown},
+		{"off", v1alpha1.MachineReasonNotReachable},
+	} {
+		node.Stage = c.stage
+		f.reconcile("w1")
+		if m := f.get("w1"); m.Status.Phase != v1alpha1.MachinePhaseUnreachable || reason(m, v1alpha1.MachineConditionReady) != c.reason {
+			t.Errorf("stage %s: phase %s, Ready reason %s", c.stage, m.Status.Phase, reason(m, v1alpha1.MachineConditionReady))
+		}
+	}
+}

@@ -59,6 +59,9 @@ const (
 	MachineReasonRebooting                  = "Rebooting"
 	MachineReasonNotReachable               = "NotReachable"
 	MachineReasonResetting                  = "Resetting"
+	// MachineReasonShuttingDown: the node is shutting down (Talos drains
+	// it first), and stays off until it is powered on.
+	MachineReasonShuttingDown = "ShuttingDown"
 	MachineReasonWaitingForDisruptionBudget = "WaitingForDisruptionBudget"
 	MachineReasonQuorumAtRisk               = "QuorumAtRisk"
 )
