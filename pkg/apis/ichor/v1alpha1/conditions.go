@@ -61,7 +61,7 @@ const (
 	MachineReasonResetting                  = "Resetting"
 	// MachineReasonShuttingDown: the node is shutting down (Talos drains
 	// it first), and stays off until it is powered on.
-	MachineReasonShuttingDown = "ShuttingDown"
+	MachineReasonShuttingDown               = "ShuttingDown"
 	MachineReasonWaitingForDisruptionBudget = "WaitingForDisruptionBudget"
 	MachineReasonQuorumAtRisk               = "QuorumAtRisk"
 )
