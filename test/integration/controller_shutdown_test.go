@@ -279,8 +279,10 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 		o.OperationStepTimeout = clusterWait
 	}
 	d.startOperation(t, admin, "rebuild")
-	inFlight := d.watchOperation(t, "rebuild", "cp-2's reset running", func(op *v1alpha1.TalosOperation) bool {
-		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning
+	// Stopped once the node accepted its reset: stopped before that, the
+	// step fails safe without pinning anything (README, "Resetting a node").
+	inFlight := d.watchOperation(t, "rebuild", "cp-2's reset accepted", func(op *v1alpha1.TalosOperation) bool {
+		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning && op.Status.Steps[0].AcceptedAt != nil
 	})
 	d.controller.stop()
 	t.Logf("stopped the controller during the reset at %s", describeOperation(inFlight))
