@@ -98,9 +98,16 @@ func (r *Reconciler) checkNodeShutdown(ctx context.Context, op *v1alpha1.TalosOp
 	return "", nil
 }
 
+// forcedShutdown reports whether op's shutdowns skip Talos's drain: a
+// shutdown's always (its pods have nowhere to go), a node-shutdown's when
+// it says force.
+func forcedShutdown(op *v1alpha1.TalosOperation) bool {
+	return op.Spec.Type == v1alpha1.OperationShutdown || (op.Spec.NodeShutdown != nil && op.Spec.NodeShutdown.Force)
+}
+
 // startNodeShutdown powers a node off once it may go away.
 func startNodeShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
-	force := s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force
+	force := forcedShutdown(s.x.op)
 	what := "shutting down: Talos cordons and drains the node, then powers it off"
 	if force {
 		what = "shutting down without draining (force): Talos stops the pods and powers the node off"
@@ -126,7 +133,7 @@ func startShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.done(ctx, "the node's Talos API does not answer: taken as off already (%v)", err)
 	}
 	return s.callAway(ctx, "shutting down: Talos stops the pods and powers the node off", nil,
-		func(ctx context.Context) error { return s.node.Shutdown(ctx, true) })
+		func(ctx context.Context) error { return s.node.Shutdown(ctx, forcedShutdown(s.x.op)) })
 }
 
 // followShutdown waits for the node to be off: its Talos API no longer
@@ -162,8 +169,7 @@ func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.wait("waiting for the node to power off: %v", err)
 	}
 	if st.Stage == "running" {
-		force := s.x.op.Spec.Type == v1alpha1.OperationShutdown || (s.x.op.Spec.NodeShutdown != nil && s.x.op.Spec.NodeShutdown.Force)
-		if err := s.node.Shutdown(cctx, force); err != nil && !talos.NotAnswering(err) {
+		if err := s.node.Shutdown(cctx, forcedShutdown(s.x.op)); err != nil && !talos.NotAnswering(err) {
 			return s.failed(ctx, "%v", err)
 		}
 	}
