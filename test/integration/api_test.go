@@ -341,12 +341,13 @@ func TestAPICRUDEveryKind(t *testing.T) {
 				},
 				fixture: func(_ testing.TB, name, ns string) *v1alpha1.MachineReclaim { return apiMachineReclaim(name, ns) },
 				afterCreate: func(t *testing.T, r *v1alpha1.MachineReclaim) {
-					if r.Spec.Role != v1alpha1.MachineRoleWorker || r.Spec.Graceful == nil || !*r.Spec.Graceful {
-						t.Errorf("reclaim defaults: role %q graceful %v, want worker true", r.Spec.Role, r.Spec.Graceful)
+					if r.Spec.Role != v1alpha1.MachineRoleWorker || r.Spec.Graceful != nil || r.Spec.Wipe != "" {
+						t.Errorf("reclaim defaults: role %q graceful %v wipe %q, want worker and no reset options for a managed machine",
+							r.Spec.Role, r.Spec.Graceful, r.Spec.Wipe)
 					}
 				},
-				specMark:      func(o *v1alpha1.MachineReclaim) string { return string(o.Spec.Wipe) },
-				mutateSpec:    func(o *v1alpha1.MachineReclaim) { o.Spec.Wipe = apiToggle(o.Spec.Wipe, "all", "user-disks") },
+				specMark:      func(o *v1alpha1.MachineReclaim) string { return string(o.Spec.Role) },
+				mutateSpec:    func(o *v1alpha1.MachineReclaim) { o.Spec.Role = apiToggle(o.Spec.Role, "worker", "controlplane") },
 				immutableSpec: true,
 				statusMark:    func(o *v1alpha1.MachineReclaim) string { return string(o.Status.Phase) },
 				setStatus:     func(o *v1alpha1.MachineReclaim) { o.Status.Phase = v1alpha1.ReclaimResetting },

@@ -390,7 +390,6 @@ func TestArtifactsConsistent(t *testing.T) {
 	}
 	for _, b := range []struct{ name, namespace string }{
 		{"ichor-controller-leader-election", flags["--leader-election-namespace"]},
-		{"ichor-controller-discovery", flags["--discovery-namespace"]},
 	} {
 		var rb rbacv1.RoleBinding
 		if err := yaml.Unmarshal(find("RoleBinding", b.name), &rb); err != nil {
@@ -454,11 +453,14 @@ func leastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
 
 // secretsHolder is the one role that may touch Secrets, bound to
 // ichor-controller only in the namespaces that hold TalosClusters: it reads
-// each cluster's secrets bundle by name and creates the ones it generates. secretsHolderVerbs is all it may do with them: no list or watch
-// (bundles are never cached), no update or delete.
+// each cluster's secrets bundle by name and creates the ones it generates,
+// and deletes the talosconfig a user hands over to a MachineReclaim (a
+// ValidatingAdmissionPolicy refuses it any other deletion).
+// secretsHolderVerbs is all it may do with them: no list or watch (bundles
+// are never cached), no update.
 const secretsHolder = "ichor-controller-secrets"
 
-var secretsHolderVerbs = []string{"get", "create"}
+var secretsHolderVerbs = []string{"get", "create", "delete"}
 
 // splitSecretsHolderRules separates, in the secrets holder's rules, those
 // that grant exactly core Secrets with some of secretsHolderVerbs from the
@@ -528,7 +530,8 @@ func TestLeastPrivilegeChecker(t *testing.T) {
 		{"get and create", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create"}}, true},
 		{"get by name", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"b"}}, true},
 		{"list", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}}, false},
-		{"delete", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}}, false},
+		{"delete", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}}, true},
+		{"update", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}}, false},
 		{"wildcard verb", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}}, false},
 		{"mixed with configmaps", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"get"}}, false},
 		{"another group", rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{"secrets"}, Verbs: []string{"get"}}, false},
@@ -814,7 +817,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		{access{resource: "secrets", verb: "list"}, bundles, false},
 		{access{resource: "secrets", verb: "watch"}, bundles, false},
 		{access{resource: "secrets", verb: "update"}, bundles, false},
-		{access{resource: "secrets", verb: "delete"}, bundles, false},
+		// Delete, for handed-over talosconfigs only: see TestControllerDeletesOnlyHandedOverSecrets.
+		{access{resource: "secrets", verb: "delete"}, bundles, true},
+		{access{resource: "secrets", verb: "delete"}, "kube-system", false},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "watch"}, "", true},
 		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "update"}, "", true},
 		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "update"}, "", true},
@@ -822,19 +827,25 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		// Server-side apply of status, under each reconciler's field manager.
 		{access{group: "ichor.dev", resource: "talosmachines", subresource: "status", verb: "patch"}, "", true},
 		{access{group: "ichor.dev", resource: "talosclusters", subresource: "status", verb: "patch"}, "", true},
-		// It writes status, never spec, and deletes nothing.
+		// It writes status, never spec.
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "update"}, "", false},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "patch"}, "", false},
 		{access{group: "ichor.dev", resource: "talosclusters", verb: "patch"}, "", false},
+		{access{group: "ichor.dev", resource: "talosclusters", verb: "delete"}, "", false},
 		// Its finalizer through the endpoint that writes nothing else.
 		{access{group: "ichor.dev", resource: "talosmachines", subresource: "finalizers", verb: "patch"}, "", true},
-		{access{group: "ichor.dev", resource: "talosmachines", verb: "delete"}, "", false},
-		// It creates discovered machines only in its discovery namespace.
-		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, harness.IchorNamespace, true},
-		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, "default", false},
-		// Approval is a person's decision.
-		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "approve"}, "", false},
-		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "update"}, "", false},
+		// A MachineReclaim's machines: the old one deleted, the new one
+		// created and approved on the requester's behalf.
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "delete"}, "", true},
+		{access{group: "ichor.dev", resource: "talosmachines", verb: "create"}, "default", true},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "approve"}, "", true},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "privileged-approval", verb: "approve"}, "", true},
+		{access{group: "ichor.dev", resource: "machinereclaims", subresource: "status", verb: "update"}, "", true},
+		// It never starts a reclaim, an operation or an override itself.
+		{access{group: "ichor.dev", resource: "machinereclaims", subresource: "reclaim", verb: "create"}, "", false},
+		{access{group: "ichor.dev", resource: "machinereclaims", verb: "reclaim"}, "", false},
+		{access{group: "ichor.dev", resource: "talosoperations", subresource: "start", verb: "create"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "override", verb: "create"}, "", false},
 		// Its own Lease, no other.
 		{access{group: "coordination.k8s.io", resource: "leases", verb: "update", name: "ichor-controller"}, harness.IchorNamespace, true},
 		{access{group: "coordination.k8s.io", resource: "leases", verb: "update", name: "kube-controller-manager"}, "kube-system", false},

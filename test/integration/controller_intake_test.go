@@ -41,16 +41,6 @@ func TestControllerIntake(t *testing.T) {
 	installControllerRBAC(ctx, t)
 	ns := cp.Namespace(t)
 	bindControllerSecrets(ctx, t, ns)
-	// Discovered machines go to ns: grant that as an admin choosing
-	// --discovery-namespace would, with the artifacts' role.
-	mustApply(ctx, t, fmt.Sprintf(`
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: ichor-controller-discovery, namespace: %s}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ichor-controller-discovery}
-subjects: [{kind: ServiceAccount, name: %s, namespace: ichor-system}]
-`, ns, controllerSA))
-
 	probes := startController(t, func(o *ctrlcmd.Options) {
 		o.DiscoveryNamespace = ns
 		o.MachineRecheckInterval = time.Second

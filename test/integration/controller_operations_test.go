@@ -60,6 +60,7 @@ func TestControllerRunsOperations(t *testing.T) {
 	t.Run("backups go encrypted to an S3 server, on a schedule, to a retention", d.backups)
 	t.Run("an admin shuts a worker, then the whole cluster down, and powers it on", d.shutdowns)
 	t.Run("an admin resets nodes as Talos's wipe modes say, and they rejoin", d.nodeResets)
+	t.Run("an admin resets and adds a foreign node, and reclaims a machine into another cluster", d.reclaims)
 }
 
 // createOperation creates a TalosOperation with kubectl as who.

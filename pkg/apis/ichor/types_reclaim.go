@@ -27,9 +27,9 @@ type MachineReclaimSpec struct {
 	ClusterName string
 	// role the machine takes in the new cluster; defaults to worker.
 	Role MachineRole
-	// wipe selects the disks to wipe; defaults to all.
+	// wipe is what the reset of an unmanaged node wipes: all or system-disk.
 	Wipe WipeMode
-	// graceful leaves the old cluster's etcd and drains the node first; defaults to true.
+	// graceful has an unmanaged node leave etcd and drain first; defaults to true.
 	Graceful *bool
 }
 
@@ -75,6 +75,12 @@ type MachineReclaimStatus struct {
 	CompletedAt *metav1.Time
 	// conditions of the reclaim.
 	Conditions []metav1.Condition
+	// address is the node's Talos API address, recorded before its reset.
+	Address string
+	// machineName is the TalosMachine in this namespace through which the node joins.
+	MachineName string
+	// resetAt is when the node's reset was asked for.
+	ResetAt *metav1.Time
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

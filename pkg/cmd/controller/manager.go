@@ -30,6 +30,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/operation"
+	"ichor.dev/ichor/pkg/controller/reclaim"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/controller/talosmachine"
 	"ichor.dev/ichor/pkg/talos"
@@ -140,6 +141,10 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 			Options: backup.Options{VolumeDir: o.BackupVolumeDir},
 		},
 		&backup.Scheduler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder},
+		&reclaim.Reconciler{
+			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+			Options: reclaim.Options{PollInterval: o.OperationPollInterval, CallTimeout: o.MachineContactTimeout},
+		},
 		&credentialrequest.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Recorder: recorder,
 			Options: credentialrequest.Options{Retention: o.CredentialRequestRetention},

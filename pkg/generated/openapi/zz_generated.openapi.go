@@ -1927,12 +1927,12 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "MachineReclaimSpec names the machine, where it goes, and how it is wiped. Exactly one of machineRef and unmanaged is set.",
+				Description: "MachineReclaimSpec names the machine, where it goes, and how it is wiped. Exactly one of machineRef and unmanaged is set. The node joins through a new TalosMachine in this namespace, named after the machine it was (a managed one) or after the reclaim (an unmanaged one).",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"machineRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "machineRef is a TalosMachine Ichor manages in another cluster.",
+							Description: "machineRef is a TalosMachine Ichor manages in another cluster. It is reset as deleting it resets it: gracefully (a control plane leaves etcd first, the node is drained), wiping Talos's STATE and EPHEMERAL partitions, under its cluster's disruption budget, and refused when it would cost that cluster etcd's quorum unless an admin overrode the ControlPlaneQuorum check on it. Creating the reclaim needs the delete verb on it.",
 							Ref:         ref(v1alpha1.MachineReference{}.OpenAPIModelName()),
 						},
 					},
@@ -1960,7 +1960,7 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 					},
 					"wipe": {
 						SchemaProps: spec.SchemaProps{
-							Description: "wipe selects the disks to wipe; defaults to all.\n\nPossible enum values:\n - `\"all\"` wipes the whole system disk (every partition on it, user volumes there included) and the user disks named for the reset; the node comes back in maintenance mode.\n - `\"system-disk\"` wipes the whole system disk only (user volumes on it included); the node comes back in maintenance mode.\n - `\"user-disks\"` wipes only the user disks named for the reset; the system disk, the node's config and etcd's data stay, and the node reboots into its config.",
+							Description: "wipe is what the reset of an unmanaged node wipes, as Talos's wipe modes say: all or system-disk, both the whole system disk (the node then boots Talos in maintenance mode from another medium, such as PXE or an ISO); defaults to all. user-disks keeps Talos's state, so the node would not leave its cluster, and is refused. Not set for machineRef.\n\nPossible enum values:\n - `\"all\"` wipes the whole system disk (every partition on it, user volumes there included) and the user disks named for the reset; the node comes back in maintenance mode.\n - `\"system-disk\"` wipes the whole system disk only (user volumes on it included); the node comes back in maintenance mode.\n - `\"user-disks\"` wipes only the user disks named for the reset; the system disk, the node's config and etcd's data stay, and the node reboots into its config.",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"all", "system-disk", "user-disks"},
@@ -1968,7 +1968,7 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 					},
 					"graceful": {
 						SchemaProps: spec.SchemaProps{
-							Description: "graceful leaves the old cluster's etcd and drains the node first; defaults to true.",
+							Description: "graceful has an unmanaged node leave its cluster's etcd and drain itself before it is wiped; defaults to true. Not set for machineRef.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -1991,7 +1991,7 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimStatus(ref common.ReferenceCal
 				Properties: map[string]spec.Schema{
 					"phase": {
 						SchemaProps: spec.SchemaProps{
-							Description: "phase of the reclaim.\n\nPossible enum values:\n - `\"Failed\"`\n - `\"Joining\"`\n - `\"Pending\"`\n - `\"Resetting\"`\n - `\"Succeeded\"`",
+							Description: "phase of the reclaim.\n\nPossible enum values:\n - `\"Failed\"` : the reclaim stopped; its Succeeded condition says why.\n - `\"Joining\"` : the node is back in maintenance mode and joins the cluster through its new TalosMachine.\n - `\"Pending\"` : not started yet.\n - `\"Resetting\"` : the node is being reset to maintenance mode.\n - `\"Succeeded\"` : the new TalosMachine is Ready.",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"Failed", "Joining", "Pending", "Resetting", "Succeeded"},
@@ -2042,6 +2042,26 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimStatus(ref common.ReferenceCal
 									},
 								},
 							},
+						},
+					},
+					"address": {
+						SchemaProps: spec.SchemaProps{
+							Description: "address is the node's Talos API address, recorded before its reset.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"machineName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "machineName is the TalosMachine in this namespace through which the node joins.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resetAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resetAt is when the node's reset was asked for: the old TalosMachine's deletion, or the unmanaged node's acceptance of the Reset call.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -4168,12 +4188,12 @@ func schema_pkg_apis_ichor_v1alpha1_UnmanagedMachine(ref common.ReferenceCallbac
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "UnmanagedMachine is a Talos node outside Ichor, reached with a talosconfig that the user stores in a Secret; the Secret is deleted when the reset ends.",
+				Description: "UnmanagedMachine is a Talos node outside Ichor, reached with a talosconfig that the user stores in a Secret; the Secret is deleted when the reset ends, whether it succeeded or not.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"address": {
 						SchemaProps: spec.SchemaProps{
-							Description: "address is the host:port of the node's Talos API; the port defaults to 50000.",
+							Description: "address is the host:port of the node's Talos API; the port defaults to 50000. It must be in a provisioning network, as for any TalosMachine.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -4181,7 +4201,7 @@ func schema_pkg_apis_ichor_v1alpha1_UnmanagedMachine(ref common.ReferenceCallbac
 					},
 					"talosconfigSecretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "talosconfigSecretRef is the Secret key holding a talosconfig able to reset the node.",
+							Description: "talosconfigSecretRef is the Secret key holding a talosconfig (its current context) able to reset the node, as os:admin. The Secret must be of type ichor.dev/talosconfig, which says it is handed over to be used once and deleted; creating the reclaim needs the get verb on it.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.SecretKeySelector{}.OpenAPIModelName()),
 						},

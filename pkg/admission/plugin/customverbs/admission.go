@@ -193,7 +193,13 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 // be one the creator has no rights in. (The spec never changes after create.)
 func (p *Plugin) validateReclaimSource(ctx context.Context, a admission.Attributes) error {
 	r, ok := a.GetObject().(*ichor.MachineReclaim)
-	if !ok || a.GetResource().Resource != "machinereclaims" || r.Spec.MachineRef == nil {
+	if !ok || a.GetResource().Resource != "machinereclaims" {
+		return nil
+	}
+	if u := r.Spec.Unmanaged; u != nil && r.Spec.MachineRef == nil {
+		return p.validateReclaimTalosconfig(ctx, a, u.TalosconfigSecretRef.Name)
+	}
+	if r.Spec.MachineRef == nil {
 		return nil
 	}
 	ref := r.Spec.MachineRef
@@ -206,6 +212,24 @@ func (p *Plugin) validateReclaimSource(ctx context.Context, a admission.Attribut
 	}
 	msg := fmt.Sprintf("user %q cannot reclaim TalosMachine %s/%s: reclaiming resets it, which needs the \"delete\" verb on talosmachines %q in namespace %q",
 		a.GetUserInfo().GetName(), ref.Namespace, ref.Name, ref.Name, ref.Namespace)
+	msg = authz.Denied(msg, reason, err)
+	return admission.NewForbidden(a, errors.New(msg))
+}
+
+// validateReclaimTalosconfig checks that the creator of a reclaim of an
+// unmanaged node may read the talosconfig Secret it hands over:
+// ichor-controller uses that credential and then deletes it, so naming a
+// Secret one cannot read would use, and destroy, someone else's.
+func (p *Plugin) validateReclaimTalosconfig(ctx context.Context, a admission.Attributes, secret string) error {
+	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: a.GetUserInfo(), Verb: "get", Namespace: a.GetNamespace(), APIVersion: "v1",
+		Resource: "secrets", Name: secret, ResourceRequest: true,
+	})
+	if decision == authorizer.DecisionAllow {
+		return nil
+	}
+	msg := fmt.Sprintf("user %q cannot hand over Secret %q: the talosconfig it holds is used and then deleted, which needs the \"get\" verb on secrets %q in namespace %q",
+		a.GetUserInfo().GetName(), secret, secret, a.GetNamespace())
 	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
 }

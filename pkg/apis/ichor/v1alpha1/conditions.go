@@ -228,6 +228,43 @@ const (
 	OperationReasonPrecheckFailed = "PrecheckFailed"
 )
 
+// Condition types of a MachineReclaim, beside Started.
+const (
+	// ReclaimConditionProgressing says what a running reclaim does or waits
+	// for; False once it ended.
+	ReclaimConditionProgressing = "Progressing"
+	// ReclaimConditionSucceeded is set when the reclaim ends: True once the
+	// node is Ready in its new cluster, False with why it stopped.
+	ReclaimConditionSucceeded = "Succeeded"
+)
+
+// Reasons of the conditions of a MachineReclaim.
+const (
+	ReclaimReasonClusterNotFound = "ClusterNotFound"
+	ReclaimReasonMachineNotFound = "MachineNotFound"
+	// ReclaimReasonAlreadyInCluster: the machine is in the cluster already.
+	ReclaimReasonAlreadyInCluster = "AlreadyInCluster"
+	// ReclaimReasonCannotAdd: the TalosMachine that would take the node in
+	// is refused (its name is taken, its address is outside the
+	// provisioning networks, ...); checked before the reset too.
+	ReclaimReasonCannotAdd = "CannotAdd"
+	// ReclaimReasonDeleteRefused: deleting the old TalosMachine is refused,
+	// for its cluster's etcd quorum; retried, so an admin's override of the
+	// check on that machine lets the reclaim go on.
+	ReclaimReasonDeleteRefused = "DeleteRefused"
+	// ReclaimReasonBadTalosconfig: the talosconfig Secret is missing, of
+	// another type, or holds no usable talosconfig.
+	ReclaimReasonBadTalosconfig = "BadTalosconfig"
+	ReclaimReasonResetting      = "Resetting"
+	ReclaimReasonResetFailed    = "ResetFailed"
+	// ReclaimReasonJoining: the node is back in maintenance mode and joins
+	// through its new TalosMachine.
+	ReclaimReasonJoining = "Joining"
+	// ReclaimReasonRejected: someone rejected the new TalosMachine.
+	ReclaimReasonRejected = "Rejected"
+	ReclaimReasonJoined   = "Joined"
+)
+
 // The condition the start and reclaim actions set on a TalosOperation or a
 // MachineReclaim, and its reason.
 const (

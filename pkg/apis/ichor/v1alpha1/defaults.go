@@ -78,10 +78,15 @@ func SetDefaults_NodeResetParameters(obj *NodeResetParameters) {
 	}
 }
 
-// SetDefaults_MachineReclaimSpec makes a reclaim graceful and complete unless asked otherwise.
+// SetDefaults_MachineReclaimSpec makes a reclaim a worker's, and an unmanaged
+// node's reset graceful and complete, unless asked otherwise.
 func SetDefaults_MachineReclaimSpec(obj *MachineReclaimSpec) {
 	if obj.Role == "" {
 		obj.Role = MachineRoleWorker
+	}
+	// A managed machine is reset as its deletion resets it: no options.
+	if obj.Unmanaged == nil {
+		return
 	}
 	if obj.Wipe == "" {
 		obj.Wipe = WipeModeAll
@@ -90,9 +95,7 @@ func SetDefaults_MachineReclaimSpec(obj *MachineReclaimSpec) {
 		t := true
 		obj.Graceful = &t
 	}
-	if obj.Unmanaged != nil {
-		obj.Unmanaged.Address = WithDefaultPort(obj.Unmanaged.Address)
-	}
+	obj.Unmanaged.Address = WithDefaultPort(obj.Unmanaged.Address)
 }
 
 // SetDefaults_InstallationSettings fills the scan interval and credential lifetimes.

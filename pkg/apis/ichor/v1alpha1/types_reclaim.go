@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // +genclient
 // +genclient:method=Reclaim,verb=create,subresource=reclaim
@@ -19,9 +22,17 @@ type MachineReclaim struct {
 }
 
 // MachineReclaimSpec names the machine, where it goes, and how it is wiped.
-// Exactly one of machineRef and unmanaged is set.
+// Exactly one of machineRef and unmanaged is set. The node joins through a
+// new TalosMachine in this namespace, named after the machine it was (a
+// managed one) or after the reclaim (an unmanaged one).
 type MachineReclaimSpec struct {
-	// machineRef is a TalosMachine Ichor manages in another cluster.
+	// machineRef is a TalosMachine Ichor manages in another cluster. It is
+	// reset as deleting it resets it: gracefully (a control plane leaves etcd
+	// first, the node is drained), wiping Talos's STATE and EPHEMERAL
+	// partitions, under its cluster's disruption budget, and refused when it
+	// would cost that cluster etcd's quorum unless an admin overrode the
+	// ControlPlaneQuorum check on it. Creating the reclaim needs the delete
+	// verb on it.
 	// +optional
 	MachineRef *MachineReference `json:"machineRef,omitempty" protobuf:"bytes,1,opt,name=machineRef"`
 	// unmanaged is a Talos node Ichor does not manage.
@@ -32,10 +43,16 @@ type MachineReclaimSpec struct {
 	// role the machine takes in the new cluster; defaults to worker.
 	// +optional
 	Role MachineRole `json:"role,omitempty" protobuf:"bytes,4,opt,name=role,casttype=MachineRole"`
-	// wipe selects the disks to wipe; defaults to all.
+	// wipe is what the reset of an unmanaged node wipes, as Talos's wipe
+	// modes say: all or system-disk, both the whole system disk (the node
+	// then boots Talos in maintenance mode from another medium, such as PXE
+	// or an ISO); defaults to all. user-disks keeps Talos's state, so the
+	// node would not leave its cluster, and is refused. Not set for
+	// machineRef.
 	// +optional
 	Wipe WipeMode `json:"wipe,omitempty" protobuf:"bytes,5,opt,name=wipe,casttype=WipeMode"`
-	// graceful leaves the old cluster's etcd and drains the node first; defaults to true.
+	// graceful has an unmanaged node leave its cluster's etcd and drain
+	// itself before it is wiped; defaults to true. Not set for machineRef.
 	// +optional
 	Graceful *bool `json:"graceful,omitempty" protobuf:"varint,6,opt,name=graceful"`
 }
@@ -49,24 +66,45 @@ type MachineReference struct {
 }
 
 // UnmanagedMachine is a Talos node outside Ichor, reached with a talosconfig
-// that the user stores in a Secret; the Secret is deleted when the reset ends.
+// that the user stores in a Secret; the Secret is deleted when the reset ends,
+// whether it succeeded or not.
 type UnmanagedMachine struct {
-	// address is the host:port of the node's Talos API; the port defaults to 50000.
+	// address is the host:port of the node's Talos API; the port defaults to
+	// 50000. It must be in a provisioning network, as for any TalosMachine.
 	Address string `json:"address" protobuf:"bytes,1,opt,name=address"`
-	// talosconfigSecretRef is the Secret key holding a talosconfig able to reset the node.
+	// talosconfigSecretRef is the Secret key holding a talosconfig (its
+	// current context) able to reset the node, as os:admin. The Secret must
+	// be of type ichor.dev/talosconfig, which says it is handed over to be
+	// used once and deleted; creating the reclaim needs the get verb on it.
 	TalosconfigSecretRef SecretKeySelector `json:"talosconfigSecretRef" protobuf:"bytes,2,opt,name=talosconfigSecretRef"`
 }
+
+// SecretTypeTalosconfig is the type of a Secret holding a talosconfig that
+// its owner hands over for one reset: ichor-controller uses it for that reset
+// only and deletes it when the reset ends. ichor-controller deletes no Secret
+// of another type.
+const SecretTypeTalosconfig corev1.SecretType = "ichor.dev/talosconfig"
+
+// LabelMachineReclaim marks the TalosMachine a MachineReclaim created, valued
+// with the reclaim's name.
+const LabelMachineReclaim = "ichor.dev/machine-reclaim"
 
 // ReclaimPhase is where a reclaim is in its life.
 // +enum
 type ReclaimPhase string
 
 const (
-	ReclaimPending   ReclaimPhase = "Pending"
+	// ReclaimPending: not started yet.
+	ReclaimPending ReclaimPhase = "Pending"
+	// ReclaimResetting: the node is being reset to maintenance mode.
 	ReclaimResetting ReclaimPhase = "Resetting"
-	ReclaimJoining   ReclaimPhase = "Joining"
+	// ReclaimJoining: the node is back in maintenance mode and joins the
+	// cluster through its new TalosMachine.
+	ReclaimJoining ReclaimPhase = "Joining"
+	// ReclaimSucceeded: the new TalosMachine is Ready.
 	ReclaimSucceeded ReclaimPhase = "Succeeded"
-	ReclaimFailed    ReclaimPhase = "Failed"
+	// ReclaimFailed: the reclaim stopped; its Succeeded condition says why.
+	ReclaimFailed ReclaimPhase = "Failed"
 )
 
 // MachineReclaimStatus is the progress of a reclaim.
@@ -91,6 +129,17 @@ type MachineReclaimStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,6,rep,name=conditions"`
+	// address is the node's Talos API address, recorded before its reset.
+	// +optional
+	Address string `json:"address,omitempty" protobuf:"bytes,7,opt,name=address"`
+	// machineName is the TalosMachine in this namespace through which the
+	// node joins.
+	// +optional
+	MachineName string `json:"machineName,omitempty" protobuf:"bytes,8,opt,name=machineName"`
+	// resetAt is when the node's reset was asked for: the old TalosMachine's
+	// deletion, or the unmanaged node's acceptance of the Reset call.
+	// +optional
+	ResetAt *metav1.Time `json:"resetAt,omitempty" protobuf:"bytes,9,opt,name=resetAt"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

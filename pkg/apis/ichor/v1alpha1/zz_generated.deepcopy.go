@@ -1001,6 +1001,10 @@ func (in *MachineReclaimStatus) DeepCopyInto(out *MachineReclaimStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.ResetAt != nil {
+		in, out := &in.ResetAt, &out.ResetAt
+		*out = (*in).DeepCopy()
+	}
 	return
 }
 

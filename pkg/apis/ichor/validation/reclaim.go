@@ -36,7 +36,23 @@ func ValidateMachineReclaim(r *ichor.MachineReclaim) field.ErrorList {
 	}
 	errs = append(errs, validateRequiredName(s.ClusterName, spec.Child("clusterName"))...)
 	errs = append(errs, validateEnum(s.Role, spec.Child("role"), ichor.MachineRoleControlPlane, ichor.MachineRoleWorker)...)
-	errs = append(errs, validateEnum(s.Wipe, spec.Child("wipe"), wipeModes...)...)
+	if s.MachineRef != nil && s.Unmanaged == nil {
+		const how = "a managed machine is reset as deleting its TalosMachine resets it (gracefully, wiping Talos's STATE and EPHEMERAL partitions)"
+		if s.Wipe != "" {
+			errs = append(errs, field.Forbidden(spec.Child("wipe"), how))
+		}
+		if s.Graceful != nil {
+			errs = append(errs, field.Forbidden(spec.Child("graceful"), how))
+		}
+	}
+	if s.Unmanaged != nil {
+		if s.Wipe == ichor.WipeModeUserDisks {
+			errs = append(errs, field.Invalid(spec.Child("wipe"), s.Wipe,
+				"user-disks keeps Talos's state, so the node would stay in its cluster; use all or system-disk"))
+		} else {
+			errs = append(errs, validateEnum(s.Wipe, spec.Child("wipe"), ichor.WipeModeAll, ichor.WipeModeSystemDisk)...)
+		}
+	}
 	return errs
 }
 

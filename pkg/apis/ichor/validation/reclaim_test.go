@@ -18,8 +18,6 @@ func validReclaim() *ichor.MachineReclaim {
 			MachineRef:  &ichor.MachineReference{Namespace: "team-b", Name: "node-7"},
 			ClusterName: "prod",
 			Role:        ichor.MachineRoleWorker,
-			Wipe:        ichor.WipeModeAll,
-			Graceful:    ptr(true),
 		},
 	}
 }
@@ -28,6 +26,7 @@ func validReclaim() *ichor.MachineReclaim {
 func unmanagedReclaim() *ichor.MachineReclaim {
 	r := validReclaim()
 	r.Spec.MachineRef = nil
+	r.Spec.Wipe, r.Spec.Graceful = ichor.WipeModeAll, ptr(true)
 	r.Spec.Unmanaged = &ichor.UnmanagedMachine{
 		Address:              "10.9.0.7:50000",
 		TalosconfigSecretRef: ichor.SecretKeySelector{Name: "old-talosconfig", Key: "talosconfig"},
@@ -45,12 +44,27 @@ func TestValidateMachineReclaim(t *testing.T) {
 		{name: "valid managed machine"},
 		{name: "valid unmanaged machine", reclaim: unmanagedReclaim},
 		{
-			name: "valid control plane, system disk only, not graceful",
+			name:    "valid control plane, system disk only, not graceful",
+			reclaim: unmanagedReclaim,
 			mutate: func(s *ichor.MachineReclaimSpec) {
 				s.Role = ichor.MachineRoleControlPlane
 				s.Wipe = ichor.WipeModeSystemDisk
 				s.Graceful = ptr(false)
 			},
+		},
+		{
+			name: "managed machine with wipe options: its deletion's reset decides",
+			mutate: func(s *ichor.MachineReclaimSpec) {
+				s.Wipe = ichor.WipeModeSystemDisk
+				s.Graceful = ptr(true)
+			},
+			want: []fe{forbidden("spec.wipe"), forbidden("spec.graceful")},
+		},
+		{
+			name:    "unmanaged with user-disks, which would keep it in its cluster",
+			reclaim: unmanagedReclaim,
+			mutate:  func(s *ichor.MachineReclaimSpec) { s.Wipe = ichor.WipeModeUserDisks },
+			want:    []fe{invalid("spec.wipe")},
 		},
 		{
 			name:   "neither machineRef nor unmanaged",
@@ -113,14 +127,16 @@ func TestValidateMachineReclaim(t *testing.T) {
 			want:   []fe{required("spec.clusterName")},
 		},
 		{
-			name:   "role and wipe missing (not defaulted)",
-			mutate: func(s *ichor.MachineReclaimSpec) { s.Role = ""; s.Wipe = "" },
-			want:   []fe{required("spec.role"), required("spec.wipe")},
+			name:    "role and wipe missing (not defaulted)",
+			reclaim: unmanagedReclaim,
+			mutate:  func(s *ichor.MachineReclaimSpec) { s.Role = ""; s.Wipe = "" },
+			want:    []fe{required("spec.role"), required("spec.wipe")},
 		},
 		{
-			name:   "role and wipe unknown",
-			mutate: func(s *ichor.MachineReclaimSpec) { s.Role = "master"; s.Wipe = "everything" },
-			want:   []fe{notSupported("spec.role"), notSupported("spec.wipe")},
+			name:    "role and wipe unknown",
+			reclaim: unmanagedReclaim,
+			mutate:  func(s *ichor.MachineReclaimSpec) { s.Role = "master"; s.Wipe = "everything" },
+			want:    []fe{notSupported("spec.role"), notSupported("spec.wipe")},
 		},
 	}
 	for _, tc := range cases {
@@ -173,6 +189,11 @@ func TestValidateMachineReclaimUpdate(t *testing.T) {
 			mutate: func(r *ichor.MachineReclaim) { r.Spec.Graceful = ptr(true) },
 		},
 		{
+			name:   "role changed",
+			mutate: func(r *ichor.MachineReclaim) { r.Spec.Role = ichor.MachineRoleControlPlane },
+			want:   []fe{invalid("spec")},
+		},
+		{
 			name:   "annotations may change",
 			mutate: func(r *ichor.MachineReclaim) { r.Annotations = map[string]string{"note": "approved by bob"} },
 		},
@@ -188,13 +209,13 @@ func TestValidateMachineReclaimUpdate(t *testing.T) {
 		},
 		{
 			name:   "another machine",
-			mutate: func(r *ichor.MachineReclaim) { r.Spec.MachineRef.Name = "node-8" },
+			mutate: func(r *ichor.MachineReclaim) { r.Spec.Unmanaged.Address = "10.9.0.8:50000" },
 			want:   []fe{invalid("spec")},
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			old := validReclaim()
+			old := unmanagedReclaim()
 			r := old.DeepCopy()
 			tc.mutate(r)
 			expectErrors(t, ValidateMachineReclaimUpdate(r, old), tc.want...)

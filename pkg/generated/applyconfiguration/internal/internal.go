@@ -619,6 +619,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReclaimStatus
   map:
     fields:
+    - name: address
+      type:
+        scalar: string
     - name: completedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -630,6 +633,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: machineName
+      type:
+        scalar: string
     - name: observedGeneration
       type:
         scalar: numeric
@@ -639,6 +645,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: reclaimedBy
       type:
         scalar: string
+    - name: resetAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: startedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

@@ -26,9 +26,17 @@ import (
 // with apply.
 //
 // MachineReclaimSpec names the machine, where it goes, and how it is wiped.
-// Exactly one of machineRef and unmanaged is set.
+// Exactly one of machineRef and unmanaged is set. The node joins through a
+// new TalosMachine in this namespace, named after the machine it was (a
+// managed one) or after the reclaim (an unmanaged one).
 type MachineReclaimSpecApplyConfiguration struct {
-	// machineRef is a TalosMachine Ichor manages in another cluster.
+	// machineRef is a TalosMachine Ichor manages in another cluster. It is
+	// reset as deleting it resets it: gracefully (a control plane leaves etcd
+	// first, the node is drained), wiping Talos's STATE and EPHEMERAL
+	// partitions, under its cluster's disruption budget, and refused when it
+	// would cost that cluster etcd's quorum unless an admin overrode the
+	// ControlPlaneQuorum check on it. Creating the reclaim needs the delete
+	// verb on it.
 	MachineRef *MachineReferenceApplyConfiguration `json:"machineRef,omitempty"`
 	// unmanaged is a Talos node Ichor does not manage.
 	Unmanaged *UnmanagedMachineApplyConfiguration `json:"unmanaged,omitempty"`
@@ -36,9 +44,15 @@ type MachineReclaimSpecApplyConfiguration struct {
 	ClusterName *string `json:"clusterName,omitempty"`
 	// role the machine takes in the new cluster; defaults to worker.
 	Role *ichorv1alpha1.MachineRole `json:"role,omitempty"`
-	// wipe selects the disks to wipe; defaults to all.
+	// wipe is what the reset of an unmanaged node wipes, as Talos's wipe
+	// modes say: all or system-disk, both the whole system disk (the node
+	// then boots Talos in maintenance mode from another medium, such as PXE
+	// or an ISO); defaults to all. user-disks keeps Talos's state, so the
+	// node would not leave its cluster, and is refused. Not set for
+	// machineRef.
 	Wipe *ichorv1alpha1.WipeMode `json:"wipe,omitempty"`
-	// graceful leaves the old cluster's etcd and drains the node first; defaults to true.
+	// graceful has an unmanaged node leave its cluster's etcd and drain
+	// itself before it is wiped; defaults to true. Not set for machineRef.
 	Graceful *bool `json:"graceful,omitempty"`
 }
 

@@ -41,6 +41,14 @@ type MachineReclaimStatusApplyConfiguration struct {
 	CompletedAt *v1.Time `json:"completedAt,omitempty"`
 	// conditions of the reclaim.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// address is the node's Talos API address, recorded before its reset.
+	Address *string `json:"address,omitempty"`
+	// machineName is the TalosMachine in this namespace through which the
+	// node joins.
+	MachineName *string `json:"machineName,omitempty"`
+	// resetAt is when the node's reset was asked for: the old TalosMachine's
+	// deletion, or the unmanaged node's acceptance of the Reset call.
+	ResetAt *v1.Time `json:"resetAt,omitempty"`
 }
 
 // MachineReclaimStatusApplyConfiguration constructs a declarative configuration of the MachineReclaimStatus type for use with
@@ -99,5 +107,29 @@ func (b *MachineReclaimStatusApplyConfiguration) WithConditions(values ...*metav
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithAddress sets the Address field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Address field is set to the value of the last call.
+func (b *MachineReclaimStatusApplyConfiguration) WithAddress(value string) *MachineReclaimStatusApplyConfiguration {
+	b.Address = &value
+	return b
+}
+
+// WithMachineName sets the MachineName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MachineName field is set to the value of the last call.
+func (b *MachineReclaimStatusApplyConfiguration) WithMachineName(value string) *MachineReclaimStatusApplyConfiguration {
+	b.MachineName = &value
+	return b
+}
+
+// WithResetAt sets the ResetAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ResetAt field is set to the value of the last call.
+func (b *MachineReclaimStatusApplyConfiguration) WithResetAt(value v1.Time) *MachineReclaimStatusApplyConfiguration {
+	b.ResetAt = &value
 	return b
 }

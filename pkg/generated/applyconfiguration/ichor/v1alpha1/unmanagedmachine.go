@@ -22,11 +22,16 @@ package v1alpha1
 // with apply.
 //
 // UnmanagedMachine is a Talos node outside Ichor, reached with a talosconfig
-// that the user stores in a Secret; the Secret is deleted when the reset ends.
+// that the user stores in a Secret; the Secret is deleted when the reset ends,
+// whether it succeeded or not.
 type UnmanagedMachineApplyConfiguration struct {
-	// address is the host:port of the node's Talos API; the port defaults to 50000.
+	// address is the host:port of the node's Talos API; the port defaults to
+	// 50000. It must be in a provisioning network, as for any TalosMachine.
 	Address *string `json:"address,omitempty"`
-	// talosconfigSecretRef is the Secret key holding a talosconfig able to reset the node.
+	// talosconfigSecretRef is the Secret key holding a talosconfig (its
+	// current context) able to reset the node, as os:admin. The Secret must
+	// be of type ichor.dev/talosconfig, which says it is handed over to be
+	// used once and deleted; creating the reclaim needs the get verb on it.
 	TalosconfigSecretRef *SecretKeySelectorApplyConfiguration `json:"talosconfigSecretRef,omitempty"`
 }
 

@@ -1,0 +1,447 @@
+// Package reclaim runs MachineReclaims: once an admin (or a holder of
+// ichor-machine-reclaimer) posted the reclaim subresource, it resets the node
+// to maintenance mode and brings it into the reclaim's cluster through a new
+// TalosMachine, which it approves on the reclaim's behalf.
+//
+// A managed machine is reset by deleting its TalosMachine, so the reset is
+// the one every deletion gets (its finalizer: graceful, the old cluster's
+// disruption budget held, etcd's quorum checked, the ControlPlaneQuorum
+// admission check and its override), and the new TalosMachine is created only
+// once the old one is gone, that is once its node answers in maintenance mode.
+// An unmanaged node is reset with the talosconfig its owner handed over in a
+// Secret of type ichor.dev/talosconfig, which is deleted when the reset call
+// ends, whether it succeeded or not.
+//
+// Every step is decided from what the API server and the node say now, and
+// recorded before the next one starts, so a controller restarted anywhere
+// resumes without repeating or skipping one.
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// ControllerName names the controller in logs, metrics and Events.
+const ControllerName = "machinereclaim"
+
+// Events of a reclaim.
+const (
+	EventResetting   = "Resetting"
+	EventNodeReset   = "NodeReset"
+	EventApproved    = "Approved"
+	EventReclaimed   = "Reclaimed"
+	EventFailed      = "ReclaimFailed"
+	EventSecretGone  = "TalosconfigDeleted"
+	eventActionReset = "ResetNode"
+)
+
+// Options tune the reconciler; zero values take the defaults.
+type Options struct {
+	// PollInterval paces a reclaim that waits on a node or a machine. Default 2s.
+	PollInterval time.Duration
+	// RetryInterval paces a reclaim whose old machine's deletion is
+	// refused. Default 30s.
+	RetryInterval time.Duration
+	// CallTimeout bounds one call to a node. Default 30s.
+	CallTimeout time.Duration
+	// ResetTimeout is how long an unmanaged node may take to come back in
+	// maintenance mode after its reset. Default 15m.
+	ResetTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.PollInterval, 2*time.Second)
+	def(&o.RetryInterval, 30*time.Second)
+	def(&o.CallTimeout, 30*time.Second)
+	def(&o.ResetTimeout, 15*time.Minute)
+	return o
+}
+
+// Reconciler runs MachineReclaims.
+type Reconciler struct {
+	Client client.Client
+	// Secrets reads talosconfig Secrets uncached, one by one.
+	Secrets  client.Reader
+	Dialer   talos.Dialer
+	Recorder events.EventRecorder
+	Options  Options
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager registers the reconciler. It wakes on a reclaim's change
+// and on a change of the TalosMachine it created.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Options = r.Options.withDefaults()
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&v1alpha1.MachineReclaim{}).
+		Watches(&v1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			name, ok := o.GetLabels()[v1alpha1.LabelMachineReclaim]
+			if !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+		})).
+		Complete(r)
+}
+
+// Reconcile moves one started reclaim on by one step.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var rc v1alpha1.MachineReclaim
+	if err := r.Client.Get(ctx, req.NamespacedName, &rc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if rc.Status.StartedAt == nil || !rc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	s := &state{r: r, rc: &rc, before: rc.Status.DeepCopy(), now: metav1.NewTime(r.Now()), log: log.FromContext(ctx)}
+	var res ctrl.Result
+	var err error
+	switch rc.Status.Phase {
+	case v1alpha1.ReclaimSucceeded, v1alpha1.ReclaimFailed:
+		// A Secret left by a failed write of the end is deleted now.
+		return ctrl.Result{}, r.deleteTalosconfig(ctx, &rc)
+	case "", v1alpha1.ReclaimPending:
+		res, err = s.begin(ctx)
+	case v1alpha1.ReclaimResetting:
+		if rc.Spec.MachineRef != nil {
+			res, err = s.resetManaged(ctx)
+		} else {
+			res, err = s.resetUnmanaged(ctx)
+		}
+	case v1alpha1.ReclaimJoining:
+		res, err = s.join(ctx)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if werr := s.write(ctx); werr != nil {
+		if apierrors.IsConflict(werr) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		return ctrl.Result{}, werr
+	}
+	if rc.Status.Phase == v1alpha1.ReclaimFailed && rc.Spec.Unmanaged != nil {
+		return ctrl.Result{}, r.deleteTalosconfig(ctx, &rc)
+	}
+	return res, nil
+}
+
+// state is one pass over a reclaim: what it was, and what it becomes.
+type state struct {
+	r      *Reconciler
+	rc     *v1alpha1.MachineReclaim
+	before *v1alpha1.MachineReclaimStatus
+	now    metav1.Time
+	log    logr.Logger
+}
+
+// progress records what the reclaim does now.
+func (s *state) progress(reason, format string, args ...any) {
+	s.set(v1alpha1.ReclaimConditionProgressing, metav1.ConditionTrue, reason, fmt.Sprintf(format, args...))
+}
+
+// fail ends the reclaim with why, as a Warning Event too.
+func (s *state) fail(reason, format string, args ...any) (ctrl.Result, error) {
+	msg := fmt.Sprintf(format, args...)
+	s.rc.Status.Phase = v1alpha1.ReclaimFailed
+	s.rc.Status.CompletedAt = &s.now
+	s.set(v1alpha1.ReclaimConditionProgressing, metav1.ConditionFalse, reason, msg)
+	s.set(v1alpha1.ReclaimConditionSucceeded, metav1.ConditionFalse, reason, msg)
+	s.r.Recorder.Eventf(s.rc, nil, corev1.EventTypeWarning, EventFailed, "Reclaim", "%s", msg)
+	s.log.Info("Reclaim failed", "reason", reason)
+	return ctrl.Result{}, nil
+}
+
+func (s *state) set(condType string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&s.rc.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: s.rc.Generation, LastTransitionTime: s.now,
+	})
+}
+
+// write saves the status when this pass changed it.
+func (s *state) write(ctx context.Context) error {
+	s.rc.Status.ObservedGeneration = s.rc.Generation
+	if equality.Semantic.DeepEqual(s.before, &s.rc.Status) {
+		return nil
+	}
+	if err := s.r.Client.Status().Update(ctx, s.rc); err != nil {
+		return fmt.Errorf("update status of MachineReclaim %s/%s: %w", s.rc.Namespace, s.rc.Name, err)
+	}
+	return nil
+}
+
+// newMachine is the TalosMachine through which the node joins.
+func (s *state) newMachine() *v1alpha1.TalosMachine {
+	return &v1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: s.rc.Namespace, Name: s.rc.Name,
+			Labels: map[string]string{v1alpha1.LabelMachineReclaim: s.rc.Name},
+		},
+		Spec: v1alpha1.TalosMachineSpec{ClusterName: s.rc.Spec.ClusterName, Role: s.rc.Spec.Role, Address: s.rc.Status.Address},
+	}
+}
+
+// begin checks, before anything is reset, everything that would stop the
+// node from joining afterwards, and records the address and the machine.
+func (s *state) begin(ctx context.Context) (ctrl.Result, error) {
+	rc := s.rc
+	var cluster v1alpha1.TalosCluster
+	if err := s.r.Client.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: rc.Spec.ClusterName}, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return s.fail(v1alpha1.ReclaimReasonClusterNotFound, "TalosCluster %s does not exist in namespace %s; nothing was reset", rc.Spec.ClusterName, rc.Namespace)
+		}
+		return ctrl.Result{}, err
+	}
+	switch {
+	case rc.Spec.MachineRef != nil:
+		ref := rc.Spec.MachineRef
+		var old v1alpha1.TalosMachine
+		if err := s.r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &old); err != nil {
+			if apierrors.IsNotFound(err) {
+				return s.fail(v1alpha1.ReclaimReasonMachineNotFound, "TalosMachine %s/%s does not exist; nothing was reset", ref.Namespace, ref.Name)
+			}
+			return ctrl.Result{}, err
+		}
+		if old.Namespace == rc.Namespace && old.Spec.ClusterName == rc.Spec.ClusterName {
+			return s.fail(v1alpha1.ReclaimReasonAlreadyInCluster, "TalosMachine %s/%s is in TalosCluster %s already; nothing was reset",
+				ref.Namespace, ref.Name, rc.Spec.ClusterName)
+		}
+		rc.Status.Address = old.Spec.Address
+	default:
+		if _, err := s.r.talosconfig(ctx, rc); err != nil {
+			return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+		}
+		rc.Status.Address = rc.Spec.Unmanaged.Address
+	}
+	// The API server decides now, as it would after the reset, whether the
+	// new machine may be created: its name, its address, its cluster.
+	if err := s.r.Client.Create(ctx, s.newMachine(), client.DryRunAll); err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsAlreadyExists(err) || apierrors.IsBadRequest(err) {
+			return s.fail(v1alpha1.ReclaimReasonCannotAdd, "the node could not join afterwards: TalosMachine %s would be refused: %v; nothing was reset",
+				rc.Name, apiMessage(err))
+		}
+		return ctrl.Result{}, err
+	}
+	rc.Status.MachineName = rc.Name
+	rc.Status.Phase = v1alpha1.ReclaimResetting
+	s.progress(v1alpha1.ReclaimReasonResetting, "resetting the node at %s to maintenance mode", rc.Status.Address)
+	return ctrl.Result{Requeue: true}, nil
+}
+
+// resetManaged deletes the old TalosMachine, whose finalizer resets its node,
+// and waits until it is gone.
+func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
+	rc, ref := s.rc, s.rc.Spec.MachineRef
+	var old v1alpha1.TalosMachine
+	err := s.r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &old)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && rc.Status.ResetAt != nil && old.DeletionTimestamp.IsZero()):
+		// Gone (a machine by that name not being deleted is a new one):
+		// its finalizer let it go once its node answered in maintenance mode.
+		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
+			"TalosMachine %s/%s is gone and its node at %s is in maintenance mode", ref.Namespace, ref.Name, rc.Status.Address)
+		rc.Status.Phase = v1alpha1.ReclaimJoining
+		s.progress(v1alpha1.ReclaimReasonJoining, "the node at %s is in maintenance mode; it joins as TalosMachine %s", rc.Status.Address, rc.Status.MachineName)
+		return ctrl.Result{Requeue: true}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	if old.DeletionTimestamp.IsZero() {
+		uid := old.UID
+		err := s.r.Client.Delete(ctx, &old, client.Preconditions{UID: &uid})
+		switch {
+		case apierrors.IsForbidden(err):
+			s.progress(v1alpha1.ReclaimReasonDeleteRefused, "deleting TalosMachine %s/%s is refused, so its node is not reset: %s",
+				ref.Namespace, ref.Name, apiMessage(err))
+			if s.before.Conditions == nil || reasonOf(s.before.Conditions) != v1alpha1.ReclaimReasonDeleteRefused {
+				s.r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReclaimReasonDeleteRefused, eventActionReset, "%s", apiMessage(err))
+			}
+			return ctrl.Result{RequeueAfter: s.r.Options.RetryInterval}, nil
+		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+			return ctrl.Result{}, fmt.Errorf("delete TalosMachine %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventResetting, eventActionReset,
+			"Deleted TalosMachine %s/%s: its node at %s is reset to maintenance mode (gracefully, under its cluster's disruption budget)",
+			ref.Namespace, ref.Name, rc.Status.Address)
+	}
+	if rc.Status.ResetAt == nil {
+		rc.Status.ResetAt = &s.now
+	}
+	msg := "its node is being reset"
+	if c := meta.FindStatusCondition(old.Status.Conditions, v1alpha1.MachineConditionReady); c != nil && c.Message != "" {
+		msg = c.Message
+	}
+	s.progress(v1alpha1.ReclaimReasonResetting, "waiting for TalosMachine %s/%s to go: %s", ref.Namespace, ref.Name, msg)
+	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// resetUnmanaged resets the node with the handed-over talosconfig, deletes
+// the Secret, and waits for the node to answer in maintenance mode.
+func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
+	rc := s.rc
+	if rc.Status.ResetAt == nil {
+		if s.r.inMaintenance(ctx, rc.Status.Address) {
+			// Reset already (the answer was lost with a restart).
+			rc.Status.ResetAt = &s.now
+		} else {
+			if err := s.r.resetNode(ctx, rc); err != nil {
+				if errors.Is(err, errBadTalosconfig) {
+					return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+				}
+				return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s did not accept the reset: %v", rc.Status.Address, err)
+			}
+			rc.Status.ResetAt = &s.now
+			s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventResetting, eventActionReset,
+				"The node at %s accepted the reset (wipe %s, graceful %t)", rc.Status.Address, rc.Spec.Wipe, graceful(rc))
+		}
+		// The reset call ended: the talosconfig has done its one job. The
+		// status is written first, so a restart never calls Reset twice
+		// with a Secret already gone.
+		if err := s.write(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+		s.before = rc.Status.DeepCopy()
+		if err := s.r.deleteTalosconfig(ctx, rc); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if s.r.inMaintenance(ctx, rc.Status.Address) {
+		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
+			"The node at %s is in maintenance mode", rc.Status.Address)
+		rc.Status.Phase = v1alpha1.ReclaimJoining
+		s.progress(v1alpha1.ReclaimReasonJoining, "the node at %s is in maintenance mode; it joins as TalosMachine %s", rc.Status.Address, rc.Status.MachineName)
+		return ctrl.Result{Requeue: true}, nil
+	}
+	if s.now.Sub(rc.Status.ResetAt.Time) > s.r.Options.ResetTimeout {
+		return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s did not come back in maintenance mode within %s of its reset",
+			rc.Status.Address, s.r.Options.ResetTimeout)
+	}
+	s.progress(v1alpha1.ReclaimReasonResetting, "the node at %s accepted the reset; waiting for it to answer in maintenance mode", rc.Status.Address)
+	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// join creates the new TalosMachine, approves it once its maintenance
+// certificate is pinned, and ends when it is Ready.
+func (s *state) join(ctx context.Context) (ctrl.Result, error) {
+	rc := s.rc
+	var m v1alpha1.TalosMachine
+	err := s.r.Client.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: rc.Status.MachineName}, &m)
+	if apierrors.IsNotFound(err) {
+		m = *s.newMachine()
+		if err := s.r.Client.Create(ctx, &m); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				return s.fail(v1alpha1.ReclaimReasonCannotAdd, "the node at %s is in maintenance mode, but TalosMachine %s is refused: %v",
+					rc.Status.Address, rc.Status.MachineName, apiMessage(err))
+			}
+			return ctrl.Result{}, fmt.Errorf("create TalosMachine %s/%s: %w", rc.Namespace, rc.Status.MachineName, err)
+		}
+		s.progress(v1alpha1.ReclaimReasonJoining, "created TalosMachine %s; waiting for its maintenance certificate to be pinned", m.Name)
+		return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Only the machine this reclaim made, at the node's address, is approved
+	// on its behalf.
+	if m.Labels[v1alpha1.LabelMachineReclaim] != rc.Name || m.Spec.Address != rc.Status.Address ||
+		m.Spec.ClusterName != rc.Spec.ClusterName || !m.DeletionTimestamp.IsZero() {
+		return s.fail(v1alpha1.ReclaimReasonCannotAdd, "TalosMachine %s is not the one this reclaim creates for the node at %s (someone else made or deleted it)",
+			m.Name, rc.Status.Address)
+	}
+	switch a := m.Status.Approval; {
+	case a != nil && a.Decision == v1alpha1.ApprovalRejected:
+		return s.fail(v1alpha1.ReclaimReasonRejected, "%s rejected TalosMachine %s: %s", a.By, m.Name, a.Reason)
+	case a == nil && m.Status.Phase == v1alpha1.MachinePhasePendingApproval:
+		if err := s.r.approve(ctx, rc, &m); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				return s.fail(v1alpha1.ReclaimReasonCannotAdd, "approving TalosMachine %s is refused: %v", m.Name, apiMessage(err))
+			}
+			return ctrl.Result{}, err
+		}
+		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventApproved, "Approve",
+			"Approved TalosMachine %s (the certificate pinned at %s after the reset) into TalosCluster %s, as %s's reclaim",
+			m.Name, m.Spec.Address, rc.Spec.ClusterName, rc.Status.ReclaimedBy)
+	case m.Status.Phase == v1alpha1.MachinePhaseReady:
+		rc.Status.Phase = v1alpha1.ReclaimSucceeded
+		rc.Status.CompletedAt = &s.now
+		msg := fmt.Sprintf("the node at %s is Ready in TalosCluster %s as TalosMachine %s", rc.Status.Address, rc.Spec.ClusterName, m.Name)
+		s.set(v1alpha1.ReclaimConditionProgressing, metav1.ConditionFalse, v1alpha1.ReclaimReasonJoined, msg)
+		s.set(v1alpha1.ReclaimConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReclaimReasonJoined, msg)
+		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventReclaimed, "Reclaim", "%s", msg)
+		return ctrl.Result{}, nil
+	}
+	msg := string(m.Status.Phase)
+	if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionReady); c != nil && c.Message != "" {
+		msg += ": " + c.Message
+	}
+	s.progress(v1alpha1.ReclaimReasonJoining, "TalosMachine %s joins TalosCluster %s: %s", m.Name, rc.Spec.ClusterName, msg)
+	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+}
+
+// approve writes the approval of m through talosmachines/approval, as every
+// approval is written; its reason names the reclaim and who started it.
+func (r *Reconciler) approve(ctx context.Context, rc *v1alpha1.MachineReclaim, m *v1alpha1.TalosMachine) error {
+	m.Status.Approval = &v1alpha1.ApprovalStatus{
+		Decision: v1alpha1.ApprovalApproved,
+		Reason:   fmt.Sprintf("reclaimed by MachineReclaim %s, started by %s", rc.Name, rc.Status.ReclaimedBy),
+	}
+	return r.Client.SubResource("approval").Update(ctx, m)
+}
+
+// reasonOf is the reason of the Progressing condition in conds.
+func reasonOf(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, v1alpha1.ReclaimConditionProgressing); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// apiMessage is the message of an API error, without the client's wrapping.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
+}
+
+func graceful(rc *v1alpha1.MachineReclaim) bool {
+	return rc.Spec.Graceful == nil || *rc.Spec.Graceful
+}

@@ -1,0 +1,306 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
+	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
+)
+
+// foreignCluster is a Talos cluster Ichor does not manage: its secrets and
+// its worker config, generated with machinery as talosctl gen config does.
+type foreignCluster struct {
+	bundle *secrets.Bundle
+	worker []byte
+}
+
+func newForeignCluster(t *testing.T, endpoint string) *foreignCluster {
+	t.Helper()
+	vc, err := config.ParseContractFromVersion("v1.13.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := generate.NewInput("foreign", endpoint, "v1.36.0",
+		generate.WithVersionContract(vc), generate.WithSecretsBundle(bundle), generate.WithInstallDisk("/dev/sda"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := in.Config(machine.TypeWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := cfg.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &foreignCluster{bundle: bundle, worker: worker}
+}
+
+// talosconfig is an os:admin talosconfig of the foreign cluster for address.
+func (f *foreignCluster) talosconfig(t *testing.T, address string) []byte {
+	t.Helper()
+	cert, err := secrets.NewAdminCertificateAndKey(time.Now(), f.bundle.Certs.OS, role.MakeSet(role.Admin), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := clientconfig.NewConfig("foreign", []string{address}, f.bundle.Certs.OS.Crt, cert).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// talosctl runs the real talosctl in a scratch directory.
+func talosctlIn(ctx context.Context, t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	bin, err := proc.TalosctlBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), args...)
+	cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+// reclaims: an admin resets and adds a Talos node Ichor does not manage,
+// with a talosconfig handed over in a Secret that is gone afterwards, and
+// reclaims a machine of demo into another cluster; the refusals come first.
+func (d *demoCluster) reclaims(t *testing.T) {
+	ctx := d.ctx
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	reclaims := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().MachineReclaims(d.ns)
+
+	// A worker of a Talos cluster nobody here manages, configured with the
+	// real talosctl as its owner did.
+	node := simNode(t, talossim.Options{
+		ListenAddress: "127.0.3.30:0", Kubernetes: d.kube, Trustd: d.trustd,
+		InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: d.registry,
+	})
+	foreign := newForeignCluster(t, "https://127.0.3.102:6443")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "worker.yaml"), foreign.worker, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := talosctlIn(ctx, t, dir, "apply-config", "--insecure", "--nodes", node.Addr(), "--file", "worker.yaml"); err != nil {
+		t.Fatalf("talosctl apply-config: %v\n%s", err, out)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return node.Phase() == talossim.PhaseRunning, nil
+	}); err != nil {
+		t.Fatalf("the foreign worker never ran: %s", node.Phase())
+	}
+
+	secret := func(name string, typ corev1.SecretType, talosconfig []byte) {
+		t.Helper()
+		if _, err := kube.CoreV1().Secrets(d.ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ, Data: map[string][]byte{"talosconfig": talosconfig},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(name string) bool {
+		_, err := kube.CoreV1().Secrets(d.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	secret("foreign-talosconfig", v1alpha1.SecretTypeTalosconfig, foreign.talosconfig(t, node.Addr()))
+	secret("opaque-talosconfig", corev1.SecretTypeOpaque, foreign.talosconfig(t, node.Addr()))
+	secret("wrong-ca-talosconfig", v1alpha1.SecretTypeTalosconfig, newForeignCluster(t, "https://127.0.3.103:6443").talosconfig(t, node.Addr()))
+	unmanaged := func(name, secretName string) *v1alpha1.MachineReclaim {
+		return &v1alpha1.MachineReclaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.MachineReclaimSpec{ClusterName: "demo", Unmanaged: &v1alpha1.UnmanagedMachine{
+				Address: node.Addr(), TalosconfigSecretRef: v1alpha1.SecretKeySelector{Name: secretName, Key: "talosconfig"},
+			}},
+		}
+	}
+
+	// An admin who may not read the Secret may not hand it over: the
+	// controller would use, then delete, a credential that is not theirs.
+	_, err := reclaims.Create(ctx, unmanaged("worker-3", "foreign-talosconfig"), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "get" verb on secrets "foreign-talosconfig"`) {
+		t.Fatalf("a reclaim handing over a Secret its creator cannot read: %v, want Forbidden naming the Secret", err)
+	}
+	if _, err := kube.RbacV1().Roles(d.ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "carol-talosconfigs"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
+			ResourceNames: []string{"foreign-talosconfig", "opaque-talosconfig", "wrong-ca-talosconfig"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().RoleBindings(d.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "carol-talosconfigs"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "carol-talosconfigs"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "carol"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	create := func(r *v1alpha1.MachineReclaim) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := reclaims.Create(ctx, r.DeepCopy(), metav1.CreateOptions{})
+			return err == nil, client403Only(err) // RBAC caches may lag the binding a moment
+		}); err != nil {
+			t.Fatalf("create MachineReclaim %s: %v", r.Name, err)
+		}
+	}
+	start := func(name string) {
+		t.Helper()
+		operator := apiClientFor(t, cp.ConfigFor("olivia", "ichor:operator")).IchorV1alpha1().MachineReclaims(d.ns)
+		if _, err := operator.Reclaim(ctx, name, &v1alpha1.MachineReclaim{}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("an operator reclaims %s: %v, want Forbidden", name, err)
+		}
+		if _, err := reclaims.Reclaim(ctx, name, &v1alpha1.MachineReclaim{}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("reclaim %s: %v", name, err)
+		}
+	}
+
+	// A Secret not handed over (of another type) is neither used nor deleted;
+	// a talosconfig the node refuses fails the reset, and is deleted.
+	create(unmanaged("opaque", "opaque-talosconfig"))
+	start("opaque")
+	r := waitReclaim(ctx, t, reclaims, "opaque", v1alpha1.ReclaimFailed)
+	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonBadTalosconfig, `is of type "Opaque", not "ichor.dev/talosconfig"`)
+	if !exists("opaque-talosconfig") {
+		t.Errorf("the Opaque Secret was deleted")
+	}
+	create(unmanaged("wrong-ca", "wrong-ca-talosconfig"))
+	start("wrong-ca")
+	r = waitReclaim(ctx, t, reclaims, "wrong-ca", v1alpha1.ReclaimFailed)
+	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonResetFailed, "did not accept the reset")
+	if exists("wrong-ca-talosconfig") {
+		t.Errorf("the talosconfig of a failed reset is still there")
+	}
+	if got := timesEntered(node, talossim.PhaseResetting); got != 0 {
+		t.Fatalf("the foreign node was reset %d times by refused reclaims", got)
+	}
+
+	// Reset and add: the node leaves its cluster, comes back in maintenance
+	// mode, and joins demo as TalosMachine worker-3, approved on carol's behalf.
+	create(unmanaged("worker-3", "foreign-talosconfig"))
+	start("worker-3")
+	r = waitReclaimFor(ctx, t, reclaims, "worker-3", v1alpha1.ReclaimSucceeded, 3*time.Minute)
+	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonJoined, "is Ready in TalosCluster demo")
+	if exists("foreign-talosconfig") {
+		t.Errorf("the handed-over talosconfig is still there after the reset")
+	}
+	if got := timesEntered(node, talossim.PhaseResetting); got != 1 {
+		t.Errorf("the foreign node was reset %d times, want 1", got)
+	}
+	m, err := d.machines.Get(ctx, "worker-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || a.By != controllerUser ||
+		!strings.Contains(a.Reason, "MachineReclaim worker-3, started by carol") {
+		t.Errorf("worker-3's approval: %+v", a)
+	}
+	if m.Labels[v1alpha1.LabelMachineReclaim] != "worker-3" || m.Status.Phase != v1alpha1.MachinePhaseReady ||
+		m.Status.Maintenance == nil || m.Status.Maintenance.CertificateFingerprint != node.MaintenanceFingerprint() {
+		t.Errorf("worker-3: %s", describeStatus(m))
+	}
+	waitEventSaying(ctx, t, d.ns, "worker-3", corev1.EventTypeNormal, "TalosconfigDeleted", "Deleted Secret foreign-talosconfig")
+
+	// A managed machine: demo's new worker-3 goes to TalosCluster other. Its
+	// deletion resets its node (drained, STATE and EPHEMERAL wiped), and the
+	// node is taken in again, approved, by other, which never ran.
+	create(&v1alpha1.MachineReclaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "moved-worker-3"},
+		Spec:       v1alpha1.MachineReclaimSpec{ClusterName: "other", MachineRef: &v1alpha1.MachineReference{Namespace: d.ns, Name: "worker-3"}},
+	})
+	start("moved-worker-3")
+	r = waitReclaimFor(ctx, t, reclaims, "moved-worker-3", v1alpha1.ReclaimJoining, 2*time.Minute)
+	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "moved-worker-3" {
+		t.Errorf("status of the managed reclaim: %+v", r.Status)
+	}
+	if _, err := d.machines.Get(ctx, "worker-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the old TalosMachine worker-3: %v, want it gone", err)
+	}
+	if got := timesEntered(node, talossim.PhaseResetting); got != 2 {
+		t.Errorf("the node was reset %d times in all, want 2", got)
+	}
+	moved := waitMachine(ctx, t, d.ns, "moved-worker-3", "approved on carol's behalf", func(m *v1alpha1.TalosMachine) bool {
+		a := m.Status.Approval
+		return a != nil && a.Decision == v1alpha1.ApprovalApproved && strings.Contains(a.Reason, "MachineReclaim moved-worker-3, started by carol")
+	})
+	if moved.Spec.ClusterName != "other" || moved.Spec.Address != node.Addr() {
+		t.Errorf("moved-worker-3: %+v", moved.Spec)
+	}
+	// other has no control plane: the worker waits there. Nothing more to see.
+	if err := reclaims.Delete(ctx, "moved-worker-3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitReclaim waits until the reclaim reaches phase.
+func waitReclaim(ctx context.Context, t *testing.T, c ichorv1.MachineReclaimInterface, name string, phase v1alpha1.ReclaimPhase) *v1alpha1.MachineReclaim {
+	t.Helper()
+	return waitReclaimFor(ctx, t, c, name, phase, time.Minute)
+}
+
+func waitReclaimFor(ctx context.Context, t *testing.T, c ichorv1.MachineReclaimInterface, name string, phase v1alpha1.ReclaimPhase, within time.Duration) *v1alpha1.MachineReclaim {
+	t.Helper()
+	var r *v1alpha1.MachineReclaim
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
+		var err error
+		r, err = c.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if phase != v1alpha1.ReclaimFailed && r.Status.Phase == v1alpha1.ReclaimFailed {
+			return false, fmt.Errorf("failed: %v", r.Status.Conditions)
+		}
+		return r.Status.Phase == phase, nil
+	})
+	if err != nil {
+		desc := "<none>"
+		if r != nil {
+			desc = fmt.Sprintf("%s %v", r.Status.Phase, r.Status.Conditions)
+		}
+		t.Fatalf("MachineReclaim %s never reached %s: %v; it is %s", name, phase, err, desc)
+	}
+	return r
+}
+
+func expectReclaimCondition(t *testing.T, r *v1alpha1.MachineReclaim, condType, reason, text string) {
+	t.Helper()
+	c := meta.FindStatusCondition(r.Status.Conditions, condType)
+	if c == nil || c.Reason != reason || !strings.Contains(c.Message, text) {
+		t.Errorf("MachineReclaim %s: condition %s = %+v, want reason %s saying %q", r.Name, condType, c, reason, text)
+	}
+}
