@@ -103,15 +103,16 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	if err := checkEndpoint(spec.ControlPlane.Endpoint); err != nil {
 		return nil, nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
 	}
-	if m.Spec.Install.Disk == "" {
+	disk := InstallDisk(m)
+	if disk == "" {
 		return nil, nil, &InputError{Field: "TalosMachine.spec.install.disk",
-			Err: errors.New("no install disk: choose one from the machine's reported disks before rendering")}
+			Err: errors.New("no install disk: the node reported no disk; set one")}
 	}
 
 	opts := []generate.Option{
 		generate.WithVersionContract(contract),
 		generate.WithSecretsBundle(in.Secrets),
-		generate.WithInstallDisk(m.Spec.Install.Disk),
+		generate.WithInstallDisk(disk),
 	}
 	if in.InstallImage != "" {
 		opts = append(opts, generate.WithInstallImage(imageref.WithTag(in.InstallImage, ClusterVersion(cluster))))

@@ -55,6 +55,29 @@ func MachineRole(m *ichorv1alpha1.TalosMachine) ichorv1alpha1.MachineRole {
 	return m.Spec.Role
 }
 
+// InstallDisk is the disk Talos is installed on in m's node: its
+// spec.install.disk, or else the smallest disk the node reported (the first
+// by path among equals); empty when neither says.
+func InstallDisk(m *ichorv1alpha1.TalosMachine) string {
+	if m.Spec.Install.Disk != "" || m.Status.Hardware == nil {
+		return m.Spec.Install.Disk
+	}
+	var best *ichorv1alpha1.Disk
+	for i := range m.Status.Hardware.Disks {
+		d := &m.Status.Hardware.Disks[i]
+		if d.Path == "" || d.SizeBytes <= 0 {
+			continue
+		}
+		if best == nil || d.SizeBytes < best.SizeBytes || (d.SizeBytes == best.SizeBytes && d.Path < best.Path) {
+			best = d
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Path
+}
+
 // selectPatches returns the enabled patches of the machine's cluster that
 // target the machine, in application order: scope, then priority, then name.
 // A patch whose target cannot be evaluated is an error, since skipping it

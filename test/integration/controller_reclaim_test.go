@@ -105,11 +105,13 @@ func (d *demoCluster) reclaims(t *testing.T) {
 
 	// A worker of a Talos cluster nobody here manages, configured with the
 	// real talosctl as its owner did.
+	// OSCA stands for its cluster's trustd; demo's control planes serve it
+	// once it joins demo.
+	foreign := newForeignCluster(t, "https://127.0.3.102:6443")
 	node := simNode(t, talossim.Options{
-		ListenAddress: "127.0.3.30:0", Kubernetes: d.kube, Trustd: d.trustd,
+		ListenAddress: "127.0.3.30:0", Kubernetes: d.kube, Trustd: d.trustd, OSCA: foreign.bundle.Certs.OS,
 		InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: d.registry,
 	})
-	foreign := newForeignCluster(t, "https://127.0.3.102:6443")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "worker.yaml"), foreign.worker, 0o600); err != nil {
 		t.Fatal(err)

@@ -395,8 +395,11 @@ func (n *Node) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 		return maint.tlsConfig(), nil
 	}
 
+	// Options.OSCA stands for the trustd of one cluster; a node that joined
+	// another asks that cluster's control planes, through Options.Trustd.
 	osCA := n.opts.OSCA
-	if issuing := active.Machine().Security().IssuingCA(); osCA == nil && issuing != nil && len(issuing.Key) == 0 {
+	if issuing := active.Machine().Security().IssuingCA(); issuing != nil && len(issuing.Key) == 0 &&
+		(osCA == nil || string(osCA.Crt) != string(issuing.Crt)) {
 		osCA = n.opts.Trustd.lookup(issuing.Crt)
 	}
 

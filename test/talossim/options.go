@@ -71,10 +71,11 @@ type Options struct {
 	// default 0, a free port (the Node object's status reports it). Real nodes use 10250.
 	KubeletPort int
 	// OSCA is the Talos API CA with its key, used like trustd would when the applied config's machine.ca
-	// has no key (worker configs); it must carry the same certificate as machine.ca.
+	// has no key (worker configs) and is this certificate; a config of another cluster's CA is served
+	// through Trustd.
 	OSCA *x509.PEMEncodedCertificateAndKey
 	// Trustd is shared by the nodes of one cluster (or several): configured control planes offer their
-	// Talos API CA through it, and workers without OSCA get their API certificate from it. Nil: only
+	// Talos API CA through it, and workers whose machine.ca is not OSCA get their API certificate from it. Nil: only
 	// OSCA serves a worker.
 	Trustd *Trustd
 }

@@ -108,7 +108,7 @@ func (r *Reconciler) checkNodeReset(ctx context.Context, op *v1alpha1.TalosOpera
 				}
 			}
 			switch {
-			case disk == m.Spec.Install.Disk:
+			case disk == render.InstallDisk(m):
 				return fmt.Sprintf("spec.nodeReset.userDisks: %s is the install disk of TalosMachine %s; wipe system-disk wipes it", disk, m.Name), nil
 			case !slices.Contains(have, disk):
 				return fmt.Sprintf("spec.nodeReset.userDisks: TalosMachine %s has no disk %s (it reports %s)", m.Name, disk, strings.Join(have, ", ")), nil
