@@ -164,6 +164,7 @@ func apiMachineReclaim(name, ns string) *v1alpha1.MachineReclaim {
 		Spec: v1alpha1.MachineReclaimSpec{
 			ClusterName: "alpha",
 			MachineRef:  &v1alpha1.MachineReference{Namespace: "elsewhere", Name: "node-1"},
+			Role:        v1alpha1.MachineRoleWorker,
 		},
 	}
 }

@@ -16,9 +16,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -28,6 +30,7 @@ import (
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"sigs.k8s.io/yaml"
 
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -856,6 +859,51 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		if got := allowed(ctx, t, kube, controllerUser, controllerGroups, c.a, c.namespace); got != c.want {
 			t.Errorf("%s may %s in namespace %q: %v, want %v", controllerUser, c.a, c.namespace, got, c.want)
 		}
+	}
+}
+
+// TestControllerDeletesOnlyHandedOverSecrets: ichor-controller may delete
+// Secrets where it reads bundles, for the talosconfigs handed over to
+// MachineReclaims; kube-apiserver refuses it any other Secret, whatever it
+// asks, through the ValidatingAdmissionPolicy of controller-rbac.yaml.
+func TestControllerDeletesOnlyHandedOverSecrets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+	defer cancel()
+	installControllerRBAC(ctx, t)
+	ns := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, ns)
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	for name, typ := range map[string]corev1.SecretType{
+		"bundle": corev1.SecretTypeOpaque, "token": corev1.SecretTypeBasicAuth, "handed-over": v1alpha1.SecretTypeTalosconfig,
+	} {
+		data := map[string][]byte{"talosconfig": []byte("context: x")}
+		if typ == corev1.SecretTypeBasicAuth {
+			data = map[string][]byte{corev1.BasicAuthUsernameKey: []byte("u")}
+		}
+		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ, Data: data}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	controller := kubernetes.NewForConfigOrDie(cp.ConfigFor(controllerUser, controllerGroups...))
+	// The policy takes effect once kube-apiserver has loaded it; until then
+	// the bundle must not go either, so its deletion is tried as a dry run.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := controller.CoreV1().Secrets(ns).Delete(ctx, "bundle", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ichor-controller deletes only Secrets of type ichor.dev/talosconfig"), nil
+	}); err != nil {
+		t.Fatalf("ichor-controller's deletion of an Opaque Secret was never refused by the policy")
+	}
+	for _, name := range []string{"bundle", "token"} {
+		if err := controller.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("ichor-controller deletes Secret %s: %v, want Forbidden", name, err)
+		}
+	}
+	if err := controller.CoreV1().Secrets(ns).Delete(ctx, "handed-over", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("ichor-controller deletes a handed-over talosconfig: %v", err)
+	}
+	// Someone else is not concerned by the policy.
+	if err := admin.CoreV1().Secrets(ns).Delete(ctx, "token", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("an admin deletes a Secret: %v", err)
 	}
 }
 
