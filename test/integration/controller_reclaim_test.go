@@ -238,16 +238,48 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	}
 	waitEventSaying(ctx, t, d.ns, "worker-3", corev1.EventTypeNormal, "TalosconfigDeleted", "Deleted Secret foreign-talosconfig")
 
-	// A managed machine: demo's new worker-3 goes to TalosCluster other. Its
-	// deletion resets its node (drained, STATE and EPHEMERAL wiped), and the
-	// node is taken in again, approved, by other, which never ran.
+	// A managed machine goes to another running cluster: spare, one control
+	// plane, in its own namespace. The last control plane of spare cannot be
+	// reclaimed: deleting it is refused, and the reclaim says so.
+	spareNS, spareCP := d.spareCluster(t)
 	create(&v1alpha1.MachineReclaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "moved-worker-3"},
-		Spec:       v1alpha1.MachineReclaimSpec{ClusterName: "other", MachineRef: &v1alpha1.MachineReference{Namespace: d.ns, Name: "worker-3"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "take-spare-cp"},
+		Spec: v1alpha1.MachineReclaimSpec{ClusterName: "demo", Role: v1alpha1.MachineRoleControlPlane,
+			MachineRef: &v1alpha1.MachineReference{Namespace: spareNS, Name: "spare-cp-1"}},
 	})
-	start("moved-worker-3")
-	r = waitReclaimFor(ctx, t, reclaims, "moved-worker-3", v1alpha1.ReclaimJoining, 2*time.Minute)
-	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "moved-worker-3" {
+	start("take-spare-cp")
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		r, err = reclaims.Get(ctx, "take-spare-cp", metav1.GetOptions{})
+		c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ReclaimConditionProgressing)
+		return err == nil && c != nil && c.Reason == v1alpha1.ReclaimReasonDeleteRefused, err
+	}); err != nil {
+		t.Fatalf("the reclaim of spare's last control plane: %v; %+v", err, r.Status)
+	}
+	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionProgressing, v1alpha1.ReclaimReasonDeleteRefused,
+		"spare-cp-1 is the last control plane of TalosCluster spare")
+	waitEventSaying(ctx, t, d.ns, "take-spare-cp", corev1.EventTypeWarning, v1alpha1.ReclaimReasonDeleteRefused, "last control plane")
+	if err := reclaims.Delete(ctx, "take-spare-cp", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := machinesIn(t, spareNS).Get(ctx, "spare-cp-1", metav1.GetOptions{}); err != nil || m.DeletionTimestamp != nil ||
+		timesEntered(spareCP, talossim.PhaseResetting) != 0 {
+		t.Fatalf("spare's control plane after the refused reclaim: %v, reset %d times", err, timesEntered(spareCP, talossim.PhaseResetting))
+	}
+
+	// demo's new worker-3 goes to spare: its deletion resets its node
+	// (drained, STATE and EPHEMERAL wiped), and the node joins spare.
+	spareReclaims := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().MachineReclaims(spareNS)
+	if _, err := spareReclaims.Create(ctx, &v1alpha1.MachineReclaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "spare-worker"},
+		Spec:       v1alpha1.MachineReclaimSpec{ClusterName: "spare", MachineRef: &v1alpha1.MachineReference{Namespace: d.ns, Name: "worker-3"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spareReclaims.Reclaim(ctx, "spare-worker", &v1alpha1.MachineReclaim{}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = waitReclaimFor(ctx, t, spareReclaims, "spare-worker", v1alpha1.ReclaimSucceeded, 3*time.Minute)
+	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "spare-worker" {
 		t.Errorf("status of the managed reclaim: %+v", r.Status)
 	}
 	if _, err := d.machines.Get(ctx, "worker-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -256,17 +288,58 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	if got := timesEntered(node, talossim.PhaseResetting); got != 2 {
 		t.Errorf("the node was reset %d times in all, want 2", got)
 	}
-	moved := waitMachine(ctx, t, d.ns, "moved-worker-3", "approved on carol's behalf", func(m *v1alpha1.TalosMachine) bool {
-		a := m.Status.Approval
-		return a != nil && a.Decision == v1alpha1.ApprovalApproved && strings.Contains(a.Reason, "MachineReclaim moved-worker-3, started by carol")
-	})
-	if moved.Spec.ClusterName != "other" || moved.Spec.Address != node.Addr() {
-		t.Errorf("moved-worker-3: %+v", moved.Spec)
-	}
-	// other has no control plane: the worker waits there. Nothing more to see.
-	if err := reclaims.Delete(ctx, "moved-worker-3", metav1.DeleteOptions{}); err != nil {
+	moved, err := machinesIn(t, spareNS).Get(ctx, "spare-worker", metav1.GetOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if a := moved.Status.Approval; moved.Status.Phase != v1alpha1.MachinePhaseReady || a == nil ||
+		!strings.Contains(a.Reason, "MachineReclaim spare-worker, started by carol") {
+		t.Errorf("spare-worker: %s, approval %+v", describeStatus(moved), a)
+	}
+	c := waitClusterFor(ctx, t, spareNS, "spare", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	if got := c.Status.Machines; got.Workers != 1 || got.Ready != 2 {
+		t.Errorf("spare's machines: %+v, want its control plane and the reclaimed worker Ready", got)
+	}
+}
+
+// spareCluster builds spare, a one-control-plane cluster in a namespace of
+// its own, and waits until it is Ready.
+func (d *demoCluster) spareCluster(t *testing.T) (string, *talossim.Node) {
+	t.Helper()
+	ctx := d.ctx
+	ns := cp.Namespace(t)
+	bindControllerSecrets(ctx, t, ns)
+	const endpointIP = "127.0.3.104"
+	ports, err := proc.FreePorts(endpointIP, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := simNode(t, talossim.Options{
+		ListenAddress: "127.0.3.31:0", Kubernetes: d.kube, Etcd: &talossim.EtcdCluster{Name: "spare"}, Trustd: d.trustd,
+		InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: d.registry,
+	})
+	if out, err := cp.KubectlWithInput(ctx, []byte(fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: spare, namespace: %[1]s}
+spec:
+  talosVersion: v1.13.0
+  kubernetesVersion: v1.36.0
+  controlPlane: {endpoint: "https://%[2]s:%[3]d"}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: spare-cp-1, namespace: %[1]s}
+spec: {clusterName: spare, role: controlplane, address: "%[4]s", hostname: spare-cp-1, install: {disk: /dev/sda}}
+`, ns, endpointIP, ports[0], node.Addr())), append(operator, "apply", "-f", "-")...); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	m := waitMachine(ctx, t, ns, "spare-cp-1", "pinned", pinnedTo(node.MaintenanceFingerprint()))
+	m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved}
+	if _, err := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosMachines(ns).UpdateApproval(ctx, m.Name, m, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitClusterFor(ctx, t, ns, "spare", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	return ns, node
 }
 
 // waitReclaim waits until the reclaim reaches phase.
