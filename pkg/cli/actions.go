@@ -169,15 +169,18 @@ BootstrapWaitsForControlPlanes and ClusterHealth (taloscluster).`,
 }
 
 func newReclaim(o *Options) *cobra.Command {
+	var wait bool
 	cmd := &cobra.Command{
 		Use:   "reclaim MACHINERECLAIM",
 		Short: "Start a MachineReclaim (the reclaim verb: admins, or whoever holds ichor-machine-reclaimer)",
-		Example: `  kubectl -n demo apply -f reclaim-m5.yaml
-  ichor -n demo reclaim m5`,
+		Example: `  # reset a machine of another cluster and take it in, following it to its end
+  kubectl -n demo apply -f reclaim-m5.yaml
+  ichor -n demo reclaim m5 --wait`,
 		GroupID: "machines",
 		Args:    cobra.ExactArgs(1),
 	}
 	p := newPrinter(cmd, "reclaim started")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the reclaim to its end, as ichor wait does")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, ns, err := o.clientIn()
 		if err != nil {
@@ -187,7 +190,13 @@ func newReclaim(o *Options) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return p.print(o, r)
+		if err := p.print(o, r); err != nil {
+			return err
+		}
+		if wait {
+			return waitReclaim(cmd.Context(), o, c, ns, args[0], 0)
+		}
+		return nil
 	}
 	return cmd
 }

@@ -25,12 +25,14 @@ func newWait(o *Options) *cobra.Command {
 		timeout   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "wait talosoperation/NAME | taloscluster/NAME --for CONDITION",
-		Short: "Wait for an operation to end, or for a cluster's condition to be True",
+		Use:   "wait talosoperation/NAME | machinereclaim/NAME | taloscluster/NAME --for CONDITION",
+		Short: "Wait for an operation or a reclaim to end, or for a cluster's condition to be True",
 		Long: `wait follows an object with a watch. For a TalosOperation it prints each step as it starts and
-ends, and exits 0 when the operation Succeeded, 1 when it Failed (saying why). For a TalosCluster
-it exits 0 once the condition given with --for (Ready, NodesReady, …) is True.`,
+ends, and for a MachineReclaim what it does as that changes; both exit 0 when the object
+Succeeded, 1 when it Failed (saying why). For a TalosCluster it exits 0 once the condition given
+with --for (Ready, NodesReady, …) is True.`,
 		Example: `  ichor -n demo wait talosoperation/upgrade-1-13-1 --timeout 30m
+  ichor -n demo wait machinereclaim/worker-6
   ichor -n demo wait taloscluster/demo --for Ready`,
 		GroupID: "operations",
 		Args:    cobra.ExactArgs(1),
@@ -40,7 +42,7 @@ it exits 0 once the condition given with --for (Ready, NodesReady, …) is True.
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		kind, name, ok := strings.Cut(args[0], "/")
 		if !ok || name == "" {
-			return fmt.Errorf("%q: name the object as talosoperation/NAME or taloscluster/NAME", args[0])
+			return fmt.Errorf("%q: name the object as talosoperation/NAME, machinereclaim/NAME or taloscluster/NAME", args[0])
 		}
 		c, ns, err := o.clientIn()
 		if err != nil {
@@ -49,13 +51,15 @@ it exits 0 once the condition given with --for (Ready, NodesReady, …) is True.
 		switch strings.ToLower(kind) {
 		case "talosoperation", "talosoperations", "top":
 			return waitOperation(cmd.Context(), o, c, ns, name, timeout)
+		case "machinereclaim", "machinereclaims", "mr":
+			return waitReclaim(cmd.Context(), o, c, ns, name, timeout)
 		case "taloscluster", "talosclusters", "tc":
 			if condition == "" {
 				return fmt.Errorf("say which condition of TalosCluster %s to wait for: --for Ready", name)
 			}
 			return waitCluster(cmd.Context(), o, c, ns, name, condition, timeout)
 		}
-		return fmt.Errorf("%q: ichor waits for a talosoperation or a taloscluster", kind)
+		return fmt.Errorf("%q: ichor waits for a talosoperation, a machinereclaim or a taloscluster", kind)
 	}
 	return cmd
 }
@@ -134,6 +138,50 @@ func waitOperation(ctx context.Context, o *Options, c versioned.Interface, ns, n
 					msg = c.Reason + ": " + c.Message
 				}
 				result = &exitError{code: 1, msg: fmt.Sprintf("talosoperation.ichor.dev/%s Failed: %s", op.Name, msg)}
+				return true, nil
+			}
+			return false, nil
+		})
+	if err != nil {
+		return err
+	}
+	return result
+}
+
+// waitReclaim follows the reclaim name to its end, printing what it does
+// as that changes: nil when it Succeeded, an exit code 1 when it Failed.
+func waitReclaim(ctx context.Context, o *Options, c versioned.Interface, ns, name string, timeout time.Duration) error {
+	reclaims := c.IchorV1alpha1().MachineReclaims(ns)
+	last := ""
+	var result error
+	err := until(ctx, timeout, name, &v1alpha1.MachineReclaim{},
+		func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return reclaims.List(ctx, opts)
+		},
+		func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return reclaims.Watch(ctx, opts)
+		},
+		func(obj runtime.Object) (bool, error) {
+			r, ok := obj.(*v1alpha1.MachineReclaim)
+			if !ok {
+				return false, nil
+			}
+			if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ReclaimConditionProgressing); c != nil && c.Status == metav1.ConditionTrue {
+				if now := string(r.Status.Phase) + c.Message; now != last {
+					last = now
+					fmt.Fprintf(o.ErrOut, "%-9s %s\n", r.Status.Phase, c.Message)
+				}
+			}
+			switch r.Status.Phase {
+			case v1alpha1.ReclaimSucceeded:
+				fmt.Fprintf(o.Out, "machinereclaim.ichor.dev/%s Succeeded: TalosMachine %s\n", r.Name, r.Status.MachineName)
+				return true, nil
+			case v1alpha1.ReclaimFailed:
+				msg := "it Failed"
+				if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ReclaimConditionSucceeded); c != nil {
+					msg = c.Reason + ": " + c.Message
+				}
+				result = &exitError{code: 1, msg: fmt.Sprintf("machinereclaim.ichor.dev/%s Failed: %s", r.Name, msg)}
 				return true, nil
 			}
 			return false, nil

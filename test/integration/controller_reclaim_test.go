@@ -204,6 +204,8 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	create(unmanaged("wrong-ca", "wrong-ca-talosconfig"))
 	start("wrong-ca")
 	r = waitReclaim(ctx, t, reclaims, "wrong-ca", v1alpha1.ReclaimFailed)
+	runIchor(ctx, t, nil, "carol", "ichor:admin", "-n", d.ns, "wait", "machinereclaim/wrong-ca").fails(t, "ichor wait for a failed reclaim",
+		"machinereclaim.ichor.dev/wrong-ca Failed: ResetFailed: the node at")
 	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonResetFailed, "did not accept the reset")
 	if exists("wrong-ca-talosconfig") {
 		t.Errorf("the talosconfig of a failed reset is still there")
@@ -275,9 +277,9 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := spareReclaims.Reclaim(ctx, "spare-worker", &v1alpha1.MachineReclaim{}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Started and followed with the ichor CLI, as a user would.
+	runIchor(ctx, t, nil, "carol", "ichor:admin", "-n", spareNS, "reclaim", "spare-worker", "--wait").ok(t, "ichor reclaim --wait",
+		"machinereclaim.ichor.dev/spare-worker reclaim started", "machinereclaim.ichor.dev/spare-worker Succeeded: TalosMachine spare-worker")
 	r = waitReclaimFor(ctx, t, spareReclaims, "spare-worker", v1alpha1.ReclaimSucceeded, 3*time.Minute)
 	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "spare-worker" {
 		t.Errorf("status of the managed reclaim: %+v", r.Status)
