@@ -206,7 +206,7 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	r = waitReclaim(ctx, t, reclaims, "wrong-ca", v1alpha1.ReclaimFailed)
 	runIchor(ctx, t, nil, "carol", "ichor:admin", "-n", d.ns, "wait", "machinereclaim/wrong-ca").fails(t, "ichor wait for a failed reclaim",
 		"machinereclaim.ichor.dev/wrong-ca Failed: ResetFailed: the node at")
-	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonResetFailed, "did not accept the reset")
+	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonResetFailed, "does not answer with the talosconfig")
 	if exists("wrong-ca-talosconfig") {
 		t.Errorf("the talosconfig of a failed reset is still there")
 	}

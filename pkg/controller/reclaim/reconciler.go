@@ -239,8 +239,15 @@ func (s *state) begin(ctx context.Context) (ctrl.Result, error) {
 		}
 		rc.Status.Address = old.Spec.Address
 	default:
-		if _, err := s.r.talosconfig(ctx, rc); err != nil {
+		creds, err := s.r.talosconfig(ctx, rc)
+		if err != nil {
 			return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+		}
+		// The node answers with the talosconfig now; later, one that does
+		// not answer is taken for one that is resetting.
+		if err := s.r.reach(ctx, rc.Spec.Unmanaged.Address, creds); err != nil {
+			return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s does not answer with the talosconfig: %v; nothing was reset",
+				rc.Spec.Unmanaged.Address, err)
 		}
 		rc.Status.Address = rc.Spec.Unmanaged.Address
 	}
@@ -315,10 +322,16 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 			// Reset already (the answer was lost with a restart).
 			rc.Status.ResetAt = &s.now
 		} else {
-			if err := s.r.resetNode(ctx, rc); err != nil {
-				if errors.Is(err, errBadTalosconfig) {
-					return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
-				}
+			err := s.r.resetNode(ctx, rc)
+			switch {
+			case errors.Is(err, errBadTalosconfig):
+				return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+			case talos.NotAnswering(err) && s.now.Sub(rc.Status.StartedAt.Time) <= s.r.Options.ResetTimeout:
+				// It answered before the reset: it is resetting already, asked
+				// by a pass whose record a restart lost, or it will answer again.
+				s.progress(v1alpha1.ReclaimReasonResetting, "the node at %s does not answer; waiting for it to answer in maintenance mode, or again to be reset", rc.Status.Address)
+				return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+			case err != nil:
 				return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s did not accept the reset: %v", rc.Status.Address, err)
 			}
 			rc.Status.ResetAt = &s.now

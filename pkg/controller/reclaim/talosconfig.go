@@ -67,6 +67,19 @@ func (r *Reconciler) resetNode(ctx context.Context, rc *v1alpha1.MachineReclaim)
 	return node.Reset(ctx, req)
 }
 
+// reach checks that the node at address answers over mutual TLS with creds.
+func (r *Reconciler) reach(ctx context.Context, address string, creds talos.Credentials) error {
+	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
+	defer cancel()
+	node, err := r.Dialer.Configured(ctx, address, creds)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = node.Close() }()
+	_, err = node.Facts(ctx)
+	return err
+}
+
 // deleteTalosconfig deletes the talosconfig Secret of an unmanaged reclaim,
 // if it is still the one of type ichor.dev/talosconfig.
 func (r *Reconciler) deleteTalosconfig(ctx context.Context, rc *v1alpha1.MachineReclaim) error {
