@@ -155,12 +155,12 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	// An admin who may not read the Secret may not hand it over: the
 	// controller would use, then delete, a credential that is not theirs.
 	_, err := reclaims.Create(ctx, unmanaged("worker-3", "foreign-talosconfig"), metav1.CreateOptions{})
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "get" verb on secrets "foreign-talosconfig"`) {
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "get" and "delete" verbs on secrets "foreign-talosconfig"`) {
 		t.Fatalf("a reclaim handing over a Secret its creator cannot read: %v, want Forbidden naming the Secret", err)
 	}
 	if _, err := kube.RbacV1().Roles(d.ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "carol-talosconfigs"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "delete"},
 			ResourceNames: []string{"foreign-talosconfig", "opaque-talosconfig", "wrong-ca-talosconfig"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -207,8 +207,10 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	runIchor(ctx, t, nil, "carol", "ichor:admin", "-n", d.ns, "wait", "machinereclaim/wrong-ca").fails(t, "ichor wait for a failed reclaim",
 		"machinereclaim.ichor.dev/wrong-ca Failed: ResetFailed: the node at")
 	expectReclaimCondition(t, r, v1alpha1.ReclaimConditionSucceeded, v1alpha1.ReclaimReasonResetFailed, "does not answer with the talosconfig")
-	if exists("wrong-ca-talosconfig") {
-		t.Errorf("the talosconfig of a failed reset is still there")
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return !exists("wrong-ca-talosconfig"), nil
+	}); err != nil {
+		t.Errorf("the talosconfig of a failed reclaim is still there")
 	}
 	if got := timesEntered(node, talossim.PhaseResetting); got != 0 {
 		t.Fatalf("the foreign node was reset %d times by refused reclaims", got)
@@ -278,7 +280,9 @@ func (d *demoCluster) reclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Started and followed with the ichor CLI, as a user would.
-	runIchor(ctx, t, nil, "carol", "ichor:admin", "-n", spareNS, "reclaim", "spare-worker", "--wait").ok(t, "ichor reclaim --wait",
+	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	runIchor(waitCtx, t, nil, "carol", "ichor:admin", "-n", spareNS, "reclaim", "spare-worker", "--wait").ok(t, "ichor reclaim --wait",
 		"machinereclaim.ichor.dev/spare-worker reclaim started", "machinereclaim.ichor.dev/spare-worker Succeeded: TalosMachine spare-worker")
 	r = waitReclaimFor(ctx, t, spareReclaims, "spare-worker", v1alpha1.ReclaimSucceeded, 3*time.Minute)
 	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "spare-worker" {
@@ -298,9 +302,17 @@ func (d *demoCluster) reclaims(t *testing.T) {
 		!strings.Contains(a.Reason, "MachineReclaim spare-worker, started by carol") {
 		t.Errorf("spare-worker: %s, approval %+v", describeStatus(moved), a)
 	}
-	c := waitClusterFor(ctx, t, spareNS, "spare", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-	if got := c.Status.Machines; got.Workers != 1 || got.Ready != 2 {
-		t.Errorf("spare's machines: %+v, want its control plane and the reclaimed worker Ready", got)
+	spareClusters := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosClusters(spareNS)
+	var counts v1alpha1.MachineCounts
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := spareClusters.Get(ctx, "spare", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		counts = c.Status.Machines
+		return counts.Workers == 1 && counts.Ready == 2 && meta.IsStatusConditionTrue(c.Status.Conditions, v1alpha1.ClusterConditionReady), nil
+	}); err != nil {
+		t.Errorf("spare's machines: %+v, want its control plane and the reclaimed worker Ready: %v", counts, err)
 	}
 }
 

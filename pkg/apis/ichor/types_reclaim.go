@@ -1,6 +1,9 @@
 package ichor
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
@@ -81,6 +84,8 @@ type MachineReclaimStatus struct {
 	MachineName string
 	// resetAt is when the node's reset was asked for.
 	ResetAt *metav1.Time
+	// sourceUID is the UID of the TalosMachine of machineRef when the reclaim began.
+	SourceUID types.UID
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

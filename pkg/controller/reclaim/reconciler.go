@@ -237,11 +237,14 @@ func (s *state) begin(ctx context.Context) (ctrl.Result, error) {
 			return s.fail(v1alpha1.ReclaimReasonAlreadyInCluster, "TalosMachine %s/%s is in TalosCluster %s already; nothing was reset",
 				ref.Namespace, ref.Name, rc.Spec.ClusterName)
 		}
-		rc.Status.Address = old.Spec.Address
+		rc.Status.Address, rc.Status.SourceUID = old.Spec.Address, old.UID
 	default:
 		creds, err := s.r.talosconfig(ctx, rc)
-		if err != nil {
+		if errors.Is(err, errBadTalosconfig) {
 			return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+		}
+		if err != nil {
+			return ctrl.Result{}, err
 		}
 		// The node answers with the talosconfig now; later, one that does
 		// not answer is taken for one that is resetting.
@@ -273,9 +276,9 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 	var old v1alpha1.TalosMachine
 	err := s.r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &old)
 	switch {
-	case apierrors.IsNotFound(err) || (err == nil && rc.Status.ResetAt != nil && old.DeletionTimestamp.IsZero()):
-		// Gone (a machine by that name not being deleted is a new one):
-		// its finalizer let it go once its node answered in maintenance mode.
+	case apierrors.IsNotFound(err) || (err == nil && old.UID != rc.Status.SourceUID):
+		// Gone (a machine by that name with another UID is a new one): its
+		// finalizer let it go once its node answered in maintenance mode.
 		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
 			"TalosMachine %s/%s is gone and its node at %s is in maintenance mode", ref.Namespace, ref.Name, rc.Status.Address)
 		rc.Status.Phase = v1alpha1.ReclaimJoining
@@ -285,9 +288,12 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 	if old.DeletionTimestamp.IsZero() {
-		uid := old.UID
+		uid := rc.Status.SourceUID
 		err := s.r.Client.Delete(ctx, &old, client.Preconditions{UID: &uid})
 		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			// Replaced or gone meanwhile: the next pass sees which.
+			return ctrl.Result{Requeue: true}, nil
 		case apierrors.IsForbidden(err):
 			s.progress(v1alpha1.ReclaimReasonDeleteRefused, "deleting TalosMachine %s/%s is refused, so its node is not reset: %s",
 				ref.Namespace, ref.Name, apiMessage(err))
@@ -295,7 +301,7 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 				s.r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReclaimReasonDeleteRefused, eventActionReset, "%s", apiMessage(err))
 			}
 			return ctrl.Result{RequeueAfter: s.r.Options.RetryInterval}, nil
-		case err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("delete TalosMachine %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
 		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventResetting, eventActionReset,
@@ -326,6 +332,8 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 			switch {
 			case errors.Is(err, errBadTalosconfig):
 				return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+			case errors.Is(err, errReadingSecret):
+				return ctrl.Result{}, err
 			case talos.NotAnswering(err) && s.now.Sub(rc.Status.StartedAt.Time) <= s.r.Options.ResetTimeout:
 				// It answered before the reset: it is resetting already, asked
 				// by a pass whose record a restart lost, or it will answer again.
@@ -390,8 +398,8 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 	}
 	// Only the machine this reclaim made, at the node's address, is approved
 	// on its behalf.
-	if m.Labels[v1alpha1.LabelMachineReclaim] != rc.Name || m.Spec.Address != rc.Status.Address ||
-		m.Spec.ClusterName != rc.Spec.ClusterName || !m.DeletionTimestamp.IsZero() {
+	if m.Labels[v1alpha1.LabelMachineReclaim] != rc.Name || !equality.Semantic.DeepEqual(m.Spec, s.newMachine().Spec) ||
+		!m.DeletionTimestamp.IsZero() {
 		return s.fail(v1alpha1.ReclaimReasonCannotAdd, "TalosMachine %s is not the one this reclaim creates for the node at %s (someone else made or deleted it)",
 			m.Name, rc.Status.Address)
 	}

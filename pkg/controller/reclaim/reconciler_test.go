@@ -252,3 +252,35 @@ func TestUnmanagedReclaimRefusesASecretNotHandedOver(t *testing.T) {
 		t.Errorf("Secret gone %v, node asked %v", f.secretGone(), f.dialer.Nodes[address].Calls)
 	}
 }
+
+// A machine of the reclaim's name that someone else made meanwhile, with the
+// reclaim's label but another spec, is not approved on the reclaim's behalf.
+func TestReclaimApprovesOnlyTheMachineItMakes(t *testing.T) {
+	f := newFixture(t, v1alpha1.SecretTypeTalosconfig)
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "worker-6"}}
+	for f.reclaim().Status.Phase != v1alpha1.ReclaimJoining {
+		if _, err := f.r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		f.world()
+	}
+	impostor := &v1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-6", Namespace: ns, Labels: map[string]string{v1alpha1.LabelMachineReclaim: "worker-6"}},
+		Spec:       v1alpha1.TalosMachineSpec{ClusterName: "prod", Role: v1alpha1.MachineRoleControlPlane, Address: address},
+	}
+	if err := f.client.Create(context.Background(), impostor); err != nil {
+		t.Fatal(err)
+	}
+	r := f.run()
+	c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ReclaimConditionSucceeded)
+	if r.Status.Phase != v1alpha1.ReclaimFailed || c == nil || c.Reason != v1alpha1.ReclaimReasonCannotAdd {
+		t.Fatalf("status %+v", r.Status)
+	}
+	var m v1alpha1.TalosMachine
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(impostor), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Status.Approval != nil {
+		t.Errorf("the machine someone else made was approved: %+v", m.Status.Approval)
+	}
+}

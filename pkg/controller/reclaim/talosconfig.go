@@ -13,8 +13,12 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// errBadTalosconfig marks a talosconfig Secret that cannot be used.
-var errBadTalosconfig = errors.New("bad talosconfig")
+// errBadTalosconfig marks a talosconfig Secret that cannot be used;
+// errReadingSecret a read that failed and may work when tried again.
+var (
+	errBadTalosconfig = errors.New("bad talosconfig")
+	errReadingSecret  = errors.New("read Secret")
+)
 
 // talosconfig reads the credentials of an unmanaged reclaim from its Secret,
 // which must be of type ichor.dev/talosconfig: a Secret of another type (a
@@ -30,7 +34,7 @@ func (r *Reconciler) talosconfig(ctx context.Context, rc *v1alpha1.MachineReclai
 			return talos.Credentials{}, fmt.Errorf("%w: ichor-controller may not read Secrets in namespace %s; bind ClusterRole ichor-controller-secrets there",
 				errBadTalosconfig, rc.Namespace)
 		}
-		return talos.Credentials{}, fmt.Errorf("read Secret %s: %w", ref.Name, err)
+		return talos.Credentials{}, fmt.Errorf("%w %s: %w", errReadingSecret, ref.Name, err)
 	}
 	if secret.Type != v1alpha1.SecretTypeTalosconfig {
 		return talos.Credentials{}, fmt.Errorf("%w: Secret %s is of type %q, not %q: only a Secret of that type is handed over to be used once and deleted",
@@ -94,7 +98,9 @@ func (r *Reconciler) deleteTalosconfig(ctx context.Context, rc *v1alpha1.Machine
 		}
 		return fmt.Errorf("read Secret %s: %w", ref.Name, err)
 	}
-	if secret.Type != v1alpha1.SecretTypeTalosconfig {
+	// Only the Secret handed over: of the type, and there before the
+	// reclaim started (not one made for a later reclaim of the same name).
+	if secret.Type != v1alpha1.SecretTypeTalosconfig || rc.Status.StartedAt == nil || secret.CreationTimestamp.After(rc.Status.StartedAt.Time) {
 		return nil
 	}
 	uid := secret.UID

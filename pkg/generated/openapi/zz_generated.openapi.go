@@ -1927,7 +1927,7 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "MachineReclaimSpec names the machine, where it goes, and how it is wiped. Exactly one of machineRef and unmanaged is set. The node joins through a new TalosMachine in this namespace, named after the machine it was (a managed one) or after the reclaim (an unmanaged one).",
+				Description: "MachineReclaimSpec names the machine, where it goes, and how it is wiped. Exactly one of machineRef and unmanaged is set. The node joins through a new TalosMachine in this namespace named after the reclaim.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"machineRef": {
@@ -2062,6 +2062,13 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimStatus(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "resetAt is when the node's reset was asked for: the old TalosMachine's deletion, or the unmanaged node's acceptance of the Reset call.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"sourceUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "sourceUID is the UID of the TalosMachine of machineRef when the reclaim began: only that machine is deleted, and one of that name with another UID is a new machine, not the one reclaimed.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},
@@ -4201,7 +4208,7 @@ func schema_pkg_apis_ichor_v1alpha1_UnmanagedMachine(ref common.ReferenceCallbac
 					},
 					"talosconfigSecretRef": {
 						SchemaProps: spec.SchemaProps{
-							Description: "talosconfigSecretRef is the Secret key holding a talosconfig (its current context) able to reset the node, as os:admin. The Secret must be of type ichor.dev/talosconfig, which says it is handed over to be used once and deleted; creating the reclaim needs the get verb on it.",
+							Description: "talosconfigSecretRef is the Secret key holding a talosconfig (its current context) able to reset the node, as os:admin. The Secret must be of type ichor.dev/talosconfig, which says it is handed over to be used once and deleted; creating the reclaim needs the get and delete verbs on it.",
 							Default:     map[string]interface{}{},
 							Ref:         ref(v1alpha1.SecretKeySelector{}.OpenAPIModelName()),
 						},

@@ -2,6 +2,7 @@ package customverbs
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -308,34 +309,34 @@ func TestReclaimSourceNeedsDelete(t *testing.T) {
 	}
 }
 
-// A reclaim of an unmanaged node needs get on the talosconfig Secret it
-// hands over: it is used, then deleted.
-func TestReclaimTalosconfigNeedsGet(t *testing.T) {
+// A reclaim of an unmanaged node needs get and delete on the talosconfig
+// Secret it hands over: it is used, then deleted.
+func TestReclaimTalosconfigNeedsGetAndDelete(t *testing.T) {
 	reclaims := ichor.Resource("machinereclaims").WithVersion("v1alpha1")
 	obj := &ichor.MachineReclaim{Spec: ichor.MachineReclaimSpec{ClusterName: "prod", Unmanaged: &ichor.UnmanagedMachine{
 		Address: "127.0.0.9:50000", TalosconfigSecretRef: ichor.SecretKeySelector{Name: "old-talosconfig", Key: "talosconfig"},
 	}}}
-	for _, allow := range []bool{false, true} {
-		var asked authorizer.Attributes
+	for _, granted := range [][]string{nil, {"get"}, {"delete"}, {"get", "delete"}} {
+		var asked []string
 		p := New()
 		p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-			asked = a
-			if allow {
+			if a.GetNamespace() != "prod" || a.GetName() != "old-talosconfig" || a.GetResource() != "secrets" || a.GetAPIGroup() != "" {
+				t.Fatalf("asked %+v", a)
+			}
+			asked = append(asked, a.GetVerb())
+			if slices.Contains(granted, a.GetVerb()) {
 				return authorizer.DecisionAllow, "", nil
 			}
 			return authorizer.DecisionNoOpinion, "", nil
 		}))
 		attrs := admission.NewAttributesRecord(obj, nil, reclaims.GroupVersion().WithKind("MachineReclaim"), "prod", "r1", reclaims, "", admission.Create, nil, false, &user.DefaultInfo{Name: "rita"})
 		err := p.Validate(context.Background(), attrs, admission.NewObjectInterfacesFromScheme(apiserver.Scheme))
-		if asked == nil || asked.GetVerb() != "get" || asked.GetNamespace() != "prod" || asked.GetName() != "old-talosconfig" ||
-			asked.GetResource() != "secrets" || asked.GetAPIGroup() != "" {
-			t.Fatalf("asked %+v", asked)
+		allowed := len(granted) == 2
+		if allowed && err != nil {
+			t.Errorf("granted %v: %v", granted, err)
 		}
-		if allow && err != nil {
-			t.Errorf("allowed: %v", err)
-		}
-		if !allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "get" verb on secrets "old-talosconfig" in namespace "prod"`)) {
-			t.Errorf("refused: %v", err)
+		if !allowed && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "get" and "delete" verbs on secrets "old-talosconfig" in namespace "prod"`)) {
+			t.Errorf("granted %v: %v (asked %v)", granted, err, asked)
 		}
 	}
 }

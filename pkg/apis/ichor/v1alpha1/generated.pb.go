@@ -2187,6 +2187,11 @@ func (m *MachineReclaimStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.SourceUID)
+	copy(dAtA[i:], m.SourceUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.SourceUID)))
+	i--
+	dAtA[i] = 0x52
 	if m.ResetAt != nil {
 		{
 			size, err := m.ResetAt.MarshalToSizedBuffer(dAtA[:i])
@@ -5319,6 +5324,8 @@ func (m *MachineReclaimStatus) Size() (n int) {
 		l = m.ResetAt.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = len(m.SourceUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -6723,6 +6730,7 @@ func (this *MachineReclaimStatus) String() string {
 		`Address:` + fmt.Sprintf("%v", this.Address) + `,`,
 		`MachineName:` + fmt.Sprintf("%v", this.MachineName) + `,`,
 		`ResetAt:` + strings.Replace(fmt.Sprintf("%v", this.ResetAt), "Time", "v1.Time", 1) + `,`,
+		`SourceUID:` + fmt.Sprintf("%v", this.SourceUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -13764,6 +13772,38 @@ func (m *MachineReclaimStatus) Unmarshal(dAtA []byte) error {
 			if err := m.ResetAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 10:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SourceUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.SourceUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

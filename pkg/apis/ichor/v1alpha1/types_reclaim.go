@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // +genclient
@@ -23,8 +24,7 @@ type MachineReclaim struct {
 
 // MachineReclaimSpec names the machine, where it goes, and how it is wiped.
 // Exactly one of machineRef and unmanaged is set. The node joins through a
-// new TalosMachine in this namespace, named after the machine it was (a
-// managed one) or after the reclaim (an unmanaged one).
+// new TalosMachine in this namespace named after the reclaim.
 type MachineReclaimSpec struct {
 	// machineRef is a TalosMachine Ichor manages in another cluster. It is
 	// reset as deleting it resets it: gracefully (a control plane leaves etcd
@@ -75,7 +75,8 @@ type UnmanagedMachine struct {
 	// talosconfigSecretRef is the Secret key holding a talosconfig (its
 	// current context) able to reset the node, as os:admin. The Secret must
 	// be of type ichor.dev/talosconfig, which says it is handed over to be
-	// used once and deleted; creating the reclaim needs the get verb on it.
+	// used once and deleted; creating the reclaim needs the get and delete
+	// verbs on it.
 	TalosconfigSecretRef SecretKeySelector `json:"talosconfigSecretRef" protobuf:"bytes,2,opt,name=talosconfigSecretRef"`
 }
 
@@ -140,6 +141,11 @@ type MachineReclaimStatus struct {
 	// deletion, or the unmanaged node's acceptance of the Reset call.
 	// +optional
 	ResetAt *metav1.Time `json:"resetAt,omitempty" protobuf:"bytes,9,opt,name=resetAt"`
+	// sourceUID is the UID of the TalosMachine of machineRef when the reclaim
+	// began: only that machine is deleted, and one of that name with another
+	// UID is a new machine, not the one reclaimed.
+	// +optional
+	SourceUID types.UID `json:"sourceUID,omitempty" protobuf:"bytes,10,opt,name=sourceUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -648,6 +648,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: resetAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: sourceUID
+      type:
+        scalar: string
     - name: startedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

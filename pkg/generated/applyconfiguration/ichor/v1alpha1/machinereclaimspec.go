@@ -27,8 +27,7 @@ import (
 //
 // MachineReclaimSpec names the machine, where it goes, and how it is wiped.
 // Exactly one of machineRef and unmanaged is set. The node joins through a
-// new TalosMachine in this namespace, named after the machine it was (a
-// managed one) or after the reclaim (an unmanaged one).
+// new TalosMachine in this namespace named after the reclaim.
 type MachineReclaimSpecApplyConfiguration struct {
 	// machineRef is a TalosMachine Ichor manages in another cluster. It is
 	// reset as deleting it resets it: gracefully (a control plane leaves etcd

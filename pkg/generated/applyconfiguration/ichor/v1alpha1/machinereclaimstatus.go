@@ -21,6 +21,7 @@ package v1alpha1
 import (
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types "k8s.io/apimachinery/pkg/types"
 	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
@@ -49,6 +50,10 @@ type MachineReclaimStatusApplyConfiguration struct {
 	// resetAt is when the node's reset was asked for: the old TalosMachine's
 	// deletion, or the unmanaged node's acceptance of the Reset call.
 	ResetAt *v1.Time `json:"resetAt,omitempty"`
+	// sourceUID is the UID of the TalosMachine of machineRef when the reclaim
+	// began: only that machine is deleted, and one of that name with another
+	// UID is a new machine, not the one reclaimed.
+	SourceUID *types.UID `json:"sourceUID,omitempty"`
 }
 
 // MachineReclaimStatusApplyConfiguration constructs a declarative configuration of the MachineReclaimStatus type for use with
@@ -131,5 +136,13 @@ func (b *MachineReclaimStatusApplyConfiguration) WithMachineName(value string) *
 // If called multiple times, the ResetAt field is set to the value of the last call.
 func (b *MachineReclaimStatusApplyConfiguration) WithResetAt(value v1.Time) *MachineReclaimStatusApplyConfiguration {
 	b.ResetAt = &value
+	return b
+}
+
+// WithSourceUID sets the SourceUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SourceUID field is set to the value of the last call.
+func (b *MachineReclaimStatusApplyConfiguration) WithSourceUID(value types.UID) *MachineReclaimStatusApplyConfiguration {
+	b.SourceUID = &value
 	return b
 }

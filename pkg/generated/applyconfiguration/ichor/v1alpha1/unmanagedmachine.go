@@ -31,7 +31,8 @@ type UnmanagedMachineApplyConfiguration struct {
 	// talosconfigSecretRef is the Secret key holding a talosconfig (its
 	// current context) able to reset the node, as os:admin. The Secret must
 	// be of type ichor.dev/talosconfig, which says it is handed over to be
-	// used once and deleted; creating the reclaim needs the get verb on it.
+	// used once and deleted; creating the reclaim needs the get and delete
+	// verbs on it.
 	TalosconfigSecretRef *SecretKeySelectorApplyConfiguration `json:"talosconfigSecretRef,omitempty"`
 }
 
