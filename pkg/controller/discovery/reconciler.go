@@ -226,15 +226,27 @@ func (r *Reconciler) seenElsewhere(ctx context.Context, name string, res intake.
 	return nil
 }
 
-// knownAddresses are the addresses of every TalosMachine, normalized.
+// knownAddresses are the addresses of every TalosMachine, and of every
+// node a MachineReclaim is resetting or taking in (between the old machine
+// and the new one, its node is in maintenance mode at an address no machine
+// has), normalized.
 func (r *Reconciler) knownAddresses(ctx context.Context) (map[string]bool, error) {
 	var list v1alpha1.TalosMachineList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list TalosMachines: %w", err)
 	}
+	var reclaims v1alpha1.MachineReclaimList
+	if err := r.Client.List(ctx, &reclaims); err != nil {
+		return nil, fmt.Errorf("list MachineReclaims: %w", err)
+	}
 	known := make(map[string]bool, len(list.Items))
 	for _, m := range list.Items {
 		known[normalize(m.Spec.Address)] = true
+	}
+	for _, rc := range reclaims.Items {
+		if p := rc.Status.Phase; rc.Status.Address != "" && (p == v1alpha1.ReclaimResetting || p == v1alpha1.ReclaimJoining) {
+			known[normalize(rc.Status.Address)] = true
+		}
 	}
 	return known, nil
 }

@@ -189,7 +189,7 @@ func TestStoreSuites(t *testing.T) {
 			return &ichor.MachineReclaim{
 				ObjectMeta: metav1.ObjectMeta{Name: "r1"},
 				Spec: ichor.MachineReclaimSpec{ClusterName: "alpha", MachineRef: &ichor.MachineReference{Namespace: "elsewhere", Name: "m1"},
-					Role: ichor.MachineRoleWorker, Wipe: ichor.WipeModeAll},
+					Role: ichor.MachineRoleWorker},
 			}
 		}
 		tester := store(t, machinereclaim.Definition, opts)
