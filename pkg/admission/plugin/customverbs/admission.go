@@ -32,7 +32,6 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
-	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
@@ -109,9 +108,6 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 			return err
 		}
 		return p.validateFieldSubresources(ctx, a, o)
-	}
-	if gvr.Resource == "machinereclaims" && a.GetSubresource() == "reclaim" && a.GetOperation() == admission.Create {
-		return p.validateReclaimApproval(ctx, a)
 	}
 	for _, act := range actions {
 		if act.resource != gvr.Resource || act.subresource != a.GetSubresource() || act.operation != a.GetOperation() {
@@ -235,59 +231,6 @@ func (p *Plugin) validateReclaimTalosconfig(ctx context.Context, a admission.Att
 		}
 		msg := fmt.Sprintf("user %q cannot hand over Secret %q: the talosconfig it holds is used and then deleted, which needs the \"get\" and \"delete\" verbs on secrets %q in namespace %q",
 			a.GetUserInfo().GetName(), secret, secret, a.GetNamespace())
-		msg = authz.Denied(msg, reason, err)
-		return admission.NewForbidden(a, errors.New(msg))
-	}
-	return nil
-}
-
-// validateReclaimApproval checks that the user starting a reclaim may
-// approve the machine it takes in: ichor-controller approves that machine
-// on the user's behalf, so the user needs what approving it by hand needs,
-// approve on talosmachines/approval, and on
-// talosmachines/privileged-approval for a control plane or a machine of a
-// cluster that is bootstrapped (or cannot be read). The reclaim is the
-// stored one; its spec never changes.
-func (p *Plugin) validateReclaimApproval(ctx context.Context, a admission.Attributes) error {
-	rc, err := p.client.IchorV1alpha1().MachineReclaims(a.GetNamespace()).Get(ctx, a.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // the action answers 404
-	}
-	if err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("%s: read MachineReclaim %s: %w", PluginName, a.GetName(), err))
-	}
-	needs := []string{"approval"}
-	why := ""
-	switch {
-	case rc.Spec.Role == v1alpha1.MachineRoleControlPlane:
-		why = "a control plane receives every CA key of its cluster"
-	default:
-		c, err := p.client.IchorV1alpha1().TalosClusters(a.GetNamespace()).Get(ctx, rc.Spec.ClusterName, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			why = "TalosCluster " + rc.Spec.ClusterName + " does not exist, so Ichor cannot tell it is not running"
-		case err != nil:
-			return apierrors.NewInternalError(fmt.Errorf("%s: read TalosCluster %s: %w", PluginName, rc.Spec.ClusterName, err))
-		case c.Status.BootstrappedAt != nil:
-			why = "TalosCluster " + c.Name + " is bootstrapped, so the machine joins a running cluster with its bootstrap token"
-		}
-	}
-	if why != "" {
-		needs = append(needs, ichor.PrivilegedApprovalSubresource)
-	}
-	for _, sub := range needs {
-		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
-			User: a.GetUserInfo(), Verb: ichor.VerbApprove, Namespace: a.GetNamespace(), APIGroup: ichor.GroupName,
-			APIVersion: a.GetResource().Version, Resource: "talosmachines", Subresource: sub, Name: rc.Name, ResourceRequest: true,
-		})
-		if decision == authorizer.DecisionAllow {
-			continue
-		}
-		msg := fmt.Sprintf("user %q cannot start MachineReclaim %q: TalosMachine %s, which it creates, is approved on the starter's behalf, which needs the %q verb on resource \"talosmachines\", subresource %q",
-			a.GetUserInfo().GetName(), rc.Name, rc.Name, ichor.VerbApprove, sub)
-		if sub == ichor.PrivilegedApprovalSubresource {
-			msg += " (" + why + ")"
-		}
 		msg = authz.Denied(msg, reason, err)
 		return admission.NewForbidden(a, errors.New(msg))
 	}
