@@ -157,7 +157,7 @@ func TestCLIActions(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &started); err != nil || started.Status.StartedBy != "olivia" || started.Kind != "TalosOperation" {
 		t.Errorf("start -o json: %+v, %v\n%s", started.Status, err, r.stdout)
 	}
-	runIchor(ctx, t, nil, "carol", "ichor:admin", n, "start", "reboot-all").fails(t, "a second start", "already started by olivia")
+	runIchor(ctx, t, nil, "carol", "ichor:admin", n, "start", "reboot-all").fails(t, "a second start", "already started by olivia", "An operation runs once: to run it again, create a new TalosOperation")
 	runIchor(ctx, t, nil, "olivia", "ichor:operator", n, "start", "rotate-ca").fails(t, "operator starts a CA rotation",
 		`The ichor:admin group (ClusterRole ichor-admin) holds "start" on talosoperations/ca-rotation`)
 	runIchor(ctx, t, nil, "carol", "ichor:admin", n, "start", "rotate-ca").ok(t, "admin starts a CA rotation", "talosoperation.ichor.dev/rotate-ca started")
