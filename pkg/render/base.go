@@ -106,7 +106,7 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	disk := InstallDisk(m)
 	if disk == "" {
 		return nil, nil, &InputError{Field: "TalosMachine.spec.install.disk",
-			Err: errors.New("no install disk: the node reported no disk; set one")}
+			Err: errors.New("no install disk: the node reported none Ichor would pick (USB disks are not); set one")}
 	}
 
 	opts := []generate.Option{

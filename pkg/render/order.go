@@ -56,8 +56,9 @@ func MachineRole(m *ichorv1alpha1.TalosMachine) ichorv1alpha1.MachineRole {
 }
 
 // InstallDisk is the disk Talos is installed on in m's node: its
-// spec.install.disk, or else the smallest disk the node reported (the first
-// by path among equals); empty when neither says.
+// spec.install.disk, or else the smallest disk the node reported that is not
+// on USB, where boot media usually are (the first by path among equals);
+// empty when neither says.
 func InstallDisk(m *ichorv1alpha1.TalosMachine) string {
 	if m.Spec.Install.Disk != "" || m.Status.Hardware == nil {
 		return m.Spec.Install.Disk
@@ -65,7 +66,7 @@ func InstallDisk(m *ichorv1alpha1.TalosMachine) string {
 	var best *ichorv1alpha1.Disk
 	for i := range m.Status.Hardware.Disks {
 		d := &m.Status.Hardware.Disks[i]
-		if d.Path == "" || d.SizeBytes <= 0 {
+		if d.Path == "" || d.SizeBytes <= 0 || d.Transport == "usb" {
 			continue
 		}
 		if best == nil || d.SizeBytes < best.SizeBytes || (d.SizeBytes == best.SizeBytes && d.Path < best.Path) {

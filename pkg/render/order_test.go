@@ -19,6 +19,8 @@ func TestInstallDisk(t *testing.T) {
 		{"no disk reported", disks(), ""},
 		{"the smallest", disks(ichorv1alpha1.Disk{Path: "/dev/sdb", SizeBytes: 20 << 30}, ichorv1alpha1.Disk{Path: "/dev/sda", SizeBytes: 10 << 30}), "/dev/sda"},
 		{"the first by path among equals", disks(ichorv1alpha1.Disk{Path: "/dev/vdb", SizeBytes: 8 << 30}, ichorv1alpha1.Disk{Path: "/dev/vda", SizeBytes: 8 << 30}), "/dev/vda"},
+		{"a USB disk is not picked", disks(ichorv1alpha1.Disk{Path: "/dev/sdb", SizeBytes: 8 << 30, Transport: "usb"}, ichorv1alpha1.Disk{Path: "/dev/nvme0n1", SizeBytes: 512 << 30, Transport: "nvme"}), "/dev/nvme0n1"},
+		{"only a USB disk: none", disks(ichorv1alpha1.Disk{Path: "/dev/sdb", SizeBytes: 8 << 30, Transport: "usb"}), ""},
 		{"a disk of unknown size is not picked", disks(ichorv1alpha1.Disk{Path: "/dev/sr0"}, ichorv1alpha1.Disk{Path: "/dev/sda", SizeBytes: 1 << 30}), "/dev/sda"},
 		{"the spec wins", func() *ichorv1alpha1.TalosMachine {
 			m := disks(ichorv1alpha1.Disk{Path: "/dev/sda", SizeBytes: 1 << 30})

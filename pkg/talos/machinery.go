@@ -93,10 +93,10 @@ func (n *machineryNode) Facts(ctx context.Context) (*Facts, error) {
 	}
 	for d := range disks.All() {
 		s := d.TypedSpec()
-		if s.CDROM || s.DevPath == "" {
-			continue
+		if s.CDROM || s.Readonly || s.DevPath == "" {
+			continue // nothing is installed on or wiped from these
 		}
-		f.Disks = append(f.Disks, Disk{Path: s.DevPath, SizeBytes: s.Size, Model: s.Model, Serial: s.Serial})
+		f.Disks = append(f.Disks, Disk{Path: s.DevPath, SizeBytes: s.Size, Model: s.Model, Serial: s.Serial, Transport: s.Transport})
 	}
 	slices.SortFunc(f.Disks, func(a, b Disk) int { return cmp.Compare(a.Path, b.Path) })
 

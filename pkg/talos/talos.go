@@ -181,6 +181,8 @@ type Disk struct {
 	SizeBytes uint64
 	// Model and Serial are what the device reports.
 	Model, Serial string
+	// Transport is the bus it is on (sata, nvme, virtio, usb, ...), when known.
+	Transport string
 }
 
 // ApplyMode is how a configured node takes a new config.

@@ -108,9 +108,11 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	// OSCA stands for its cluster's trustd; demo's control planes serve it
 	// once it joins demo.
 	foreign := newForeignCluster(t, "https://127.0.3.102:6443")
+	// Its smallest disk is the USB stick it once booted from.
 	node := simNode(t, talossim.Options{
 		ListenAddress: "127.0.3.30:0", Kubernetes: d.kube, Trustd: d.trustd, OSCA: foreign.bundle.Certs.OS,
 		InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: d.registry,
+		Disks: []talossim.Disk{{Path: "/dev/sda", Size: 64 << 30, Transport: "sata"}, {Path: "/dev/sdc", Size: 16 << 30, Transport: "usb"}},
 	})
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "worker.yaml"), foreign.worker, 0o600); err != nil {
@@ -241,6 +243,13 @@ func (d *demoCluster) reclaims(t *testing.T) {
 		t.Errorf("worker-3: %s", describeStatus(m))
 	}
 	waitEventSaying(ctx, t, d.ns, "worker-3", corev1.EventTypeNormal, "TalosconfigDeleted", "Deleted Secret foreign-talosconfig")
+	// No install disk named: the smallest one not on USB.
+	if got := node.SystemDisk(); got != "/dev/sda" {
+		t.Errorf("worker-3 installed on %q, want /dev/sda (the smallest disk not on USB)", got)
+	}
+	if hw := m.Status.Hardware; hw == nil || len(hw.Disks) != 2 || hw.Disks[1].Transport != "usb" {
+		t.Errorf("worker-3's disks: %+v", hw)
+	}
 
 	// A managed machine goes to another running cluster: spare, one control
 	// plane, in its own namespace. The last control plane of spare cannot be

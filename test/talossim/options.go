@@ -29,6 +29,8 @@ type Disk struct {
 	Model string
 	// Serial is the disk serial number.
 	Serial string
+	// Transport is the bus the disk is on, as Talos reports it (sata, nvme, virtio, usb); empty: unknown.
+	Transport string
 }
 
 // Options configures a simulated node; zero values are replaced by the defaults documented per field.

@@ -166,6 +166,14 @@ func (n *Node) validateResetLocked(in *machine.ResetRequest) error {
 	return nil
 }
 
+// SystemDisk is the disk Talos is installed on, "" while it is not installed.
+func (n *Node) SystemDisk() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.systemDiskLocked()
+}
+
 // systemDiskLocked returns the install disk of an installed node, "" otherwise.
 func (n *Node) systemDiskLocked() string {
 	if !n.installed || n.active == nil || n.active.Machine() == nil {

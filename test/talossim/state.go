@@ -203,6 +203,7 @@ func publishHardware(ctx context.Context, st state.State, o Options) error {
 		spec.SectorSize = 512
 		spec.Model = d.Model
 		spec.Serial = d.Serial
+		spec.Transport = d.Transport
 		spec.SubSystem = "/sys/class/block"
 		resources = append(resources, disk)
 	}

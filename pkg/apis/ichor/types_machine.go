@@ -36,7 +36,7 @@ type TalosMachineSpec struct {
 // InstallSpec says where Talos is installed.
 type InstallSpec struct {
 	// disk is the device path of the install disk (/dev/sda). When empty the
-	// controller picks the smallest disk the node reports.
+	// controller picks the smallest disk the node reports that is not on USB.
 	Disk string
 }
 
@@ -124,6 +124,8 @@ type Disk struct {
 	Model string
 	// serial of the device.
 	Serial string
+	// transport is the bus the device is on (sata, nvme, virtio, usb, ...).
+	Transport string
 }
 
 // ApprovalDecision is the outcome of an approval.

@@ -130,7 +130,7 @@ func hardwareStatus(f *talos.Facts) *v1alpha1.HardwareStatus {
 		if d.SizeBytes < math.MaxInt64 {
 			size = int64(d.SizeBytes)
 		}
-		hw.Disks = append(hw.Disks, v1alpha1.Disk{Path: d.Path, SizeBytes: size, Model: d.Model, Serial: d.Serial})
+		hw.Disks = append(hw.Disks, v1alpha1.Disk{Path: d.Path, SizeBytes: size, Model: d.Model, Serial: d.Serial, Transport: d.Transport})
 	}
 	for _, a := range f.Addresses {
 		hw.Addresses = append(hw.Addresses, a.String())

@@ -50,6 +50,9 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 			if d.Serial != "" {
 				disk.WithSerial(d.Serial)
 			}
+			if d.Transport != "" {
+				disk.WithTransport(d.Transport)
+			}
 			hw.WithDisks(disk)
 		}
 		st.WithHardware(hw)

@@ -836,6 +836,13 @@ func schema_pkg_apis_ichor_v1alpha1_Disk(ref common.ReferenceCallback) common.Op
 							Format:      "",
 						},
 					},
+					"transport": {
+						SchemaProps: spec.SchemaProps{
+							Description: "transport is the bus the device is on (sata, nvme, virtio, usb, ...).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"path"},
 			},
@@ -1561,7 +1568,7 @@ func schema_pkg_apis_ichor_v1alpha1_InstallSpec(ref common.ReferenceCallback) co
 				Properties: map[string]spec.Schema{
 					"disk": {
 						SchemaProps: spec.SchemaProps{
-							Description: "disk is the device path of the install disk (/dev/sda). When empty the controller picks the smallest disk the node reports.",
+							Description: "disk is the device path of the install disk (/dev/sda). When empty the controller picks the smallest disk the node reports that is not on USB (where boot media usually are).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -948,6 +948,11 @@ func (m *Disk) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Transport)
+	copy(dAtA[i:], m.Transport)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Transport)))
+	i--
+	dAtA[i] = 0x2a
 	i -= len(m.Serial)
 	copy(dAtA[i:], m.Serial)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Serial)))
@@ -4855,6 +4860,8 @@ func (m *Disk) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Serial)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Transport)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -6359,6 +6366,7 @@ func (this *Disk) String() string {
 		`SizeBytes:` + fmt.Sprintf("%v", this.SizeBytes) + `,`,
 		`Model:` + fmt.Sprintf("%v", this.Model) + `,`,
 		`Serial:` + fmt.Sprintf("%v", this.Serial) + `,`,
+		`Transport:` + fmt.Sprintf("%v", this.Transport) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9837,6 +9845,38 @@ func (m *Disk) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Serial = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Transport", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Transport = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

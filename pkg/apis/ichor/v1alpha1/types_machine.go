@@ -48,7 +48,8 @@ type TalosMachineSpec struct {
 // InstallSpec says where Talos is installed.
 type InstallSpec struct {
 	// disk is the device path of the install disk (/dev/sda). When empty the
-	// controller picks the smallest disk the node reports.
+	// controller picks the smallest disk the node reports that is not on USB
+	// (where boot media usually are).
 	// +optional
 	Disk string `json:"disk,omitempty" protobuf:"bytes,1,opt,name=disk"`
 }
@@ -179,6 +180,9 @@ type Disk struct {
 	// serial of the device.
 	// +optional
 	Serial string `json:"serial,omitempty" protobuf:"bytes,4,opt,name=serial"`
+	// transport is the bus the device is on (sata, nvme, virtio, usb, ...).
+	// +optional
+	Transport string `json:"transport,omitempty" protobuf:"bytes,5,opt,name=transport"`
 }
 
 // ApprovalDecision is the outcome of an approval.

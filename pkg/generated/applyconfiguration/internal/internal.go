@@ -281,6 +281,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: sizeBytes
       type:
         scalar: numeric
+    - name: transport
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember
   map:
     fields:

@@ -31,6 +31,8 @@ type DiskApplyConfiguration struct {
 	Model *string `json:"model,omitempty"`
 	// serial of the device.
 	Serial *string `json:"serial,omitempty"`
+	// transport is the bus the device is on (sata, nvme, virtio, usb, ...).
+	Transport *string `json:"transport,omitempty"`
 }
 
 // DiskApplyConfiguration constructs a declarative configuration of the Disk type for use with
@@ -68,5 +70,13 @@ func (b *DiskApplyConfiguration) WithModel(value string) *DiskApplyConfiguration
 // If called multiple times, the Serial field is set to the value of the last call.
 func (b *DiskApplyConfiguration) WithSerial(value string) *DiskApplyConfiguration {
 	b.Serial = &value
+	return b
+}
+
+// WithTransport sets the Transport field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Transport field is set to the value of the last call.
+func (b *DiskApplyConfiguration) WithTransport(value string) *DiskApplyConfiguration {
+	b.Transport = &value
 	return b
 }

@@ -24,7 +24,8 @@ package v1alpha1
 // InstallSpec says where Talos is installed.
 type InstallSpecApplyConfiguration struct {
 	// disk is the device path of the install disk (/dev/sda). When empty the
-	// controller picks the smallest disk the node reports.
+	// controller picks the smallest disk the node reports that is not on USB
+	// (where boot media usually are).
 	Disk *string `json:"disk,omitempty"`
 }
 
