@@ -139,8 +139,9 @@ type Reconciler struct {
 	// the bundle (package workload). Tests give a fake.
 	Workload func(bundle *secrets.Bundle, endpoint string) (kubernetes.Interface, error)
 
-	budget *disruption.Budget
-	kubes  kubeClients
+	budget   *disruption.Budget
+	kubes    kubeClients
+	prepulls prepulls
 	// tries records when each Pending step was last tried (triedRecently).
 	triesMu sync.Mutex
 	tries   map[string]time.Time

@@ -200,6 +200,7 @@ func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 	ctx := context.Background()
 	for range 200 {
 		_, err := f.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+		f.r.prepulls.wait() // nodes change only between reconciles
 		if err != nil && !strings.Contains(err.Error(), "injected") {
 			f.t.Fatalf("reconcile: %v", err)
 		}
@@ -662,5 +663,56 @@ func TestDefragClearsNoSpace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUpgradePullsAhead: while a node reboots into its upgrade, the next
+// two nodes pull their installer already; each step still pulls before it
+// upgrades (an image present is quick to pull), so a pre-pull lost costs
+// only time.
+func TestUpgradePullsAhead(t *testing.T) {
+	f := newFixture(t, started("upgrade", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade,
+		TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}}))
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "upgrade"}}
+	const pull = "pull siderolabs/installer:v1.13.1"
+	var order []string // the machines in step order
+	for range 20 {
+		if _, err := f.r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		f.r.prepulls.wait()
+		if order == nil {
+			for _, rec := range f.get("upgrade").Status.Steps {
+				order = append(order, rec.Machine)
+			}
+		}
+		if len(order) > 0 && f.node(order[0]).Stage != "running" {
+			break
+		}
+	}
+	if len(order) != len(machineNames) || f.node(order[0]).Stage == "running" {
+		t.Fatalf("the first step never took its node away: steps %v", order)
+	}
+	// Its step followed while it is away: the next two pull, the third not.
+	if _, err := f.r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	f.r.prepulls.wait()
+	for i, name := range order[1:] {
+		if got, want := slices.Contains(f.node(name).Calls, pull), i < prepullAhead; got != want {
+			t.Errorf("%s pulled ahead: %v, want %v (calls %v)", name, got, want, f.node(name).Calls)
+		}
+		if slices.ContainsFunc(f.node(name).Calls, func(c string) bool { return strings.HasPrefix(c, "upgrade") }) {
+			t.Errorf("%s upgraded ahead of its step: %v", name, f.node(name).Calls)
+		}
+	}
+	if op := f.run("upgrade"); op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	for _, name := range machineNames {
+		if n := f.node(name); n.TalosVersion != "v1.13.1" || !slices.Contains(n.Calls, "upgrade siderolabs/installer:v1.13.1") {
+			t.Errorf("%s runs %q, calls %v", name, n.TalosVersion, n.Calls)
+		}
 	}
 }

@@ -50,6 +50,7 @@ func (r *Reconciler) waiting(x *run, reason, format string, args ...any) {
 
 // fail ends the operation as Failed, saying why.
 func (r *Reconciler) fail(x *run, reason, format string, args ...any) {
+	r.prepulls.forget(x.op.UID)
 	msg := fmt.Sprintf(format, args...)
 	op := x.op
 	op.Status.Phase = v1alpha1.OperationFailed
@@ -61,6 +62,7 @@ func (r *Reconciler) fail(x *run, reason, format string, args ...any) {
 
 // succeed ends the operation as Succeeded.
 func (r *Reconciler) succeed(x *run) {
+	r.prepulls.forget(x.op.UID)
 	op := x.op
 	op.Status.Phase = v1alpha1.OperationSucceeded
 	op.Status.CompletedAt = &x.now

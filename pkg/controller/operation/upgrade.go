@@ -97,6 +97,7 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 // then records the version the machine runs.
 func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	target := s.x.op.Spec.TalosUpgrade.Version
+	s.r.prepulls.next(ctx, s)
 	// The node still runs the boot the step recorded: the request was lost.
 	// The installer ran before the step was recorded, so a reboot is what
 	// is left, unless the node upgrades through the legacy call, which
@@ -152,7 +153,13 @@ func recordVersion(ctx context.Context, c client.Client, m *v1alpha1.TalosMachin
 // installer the node's config names (machine.install.image), or else the
 // controller's --install-image, at target's tag.
 func (s *step) installerImage(ctx context.Context, target string) (string, error) {
-	raw, err := s.node.Config(ctx)
+	return installerImage(ctx, s.r, s.node, target)
+}
+
+// installerImage is the installer of target for node: its config's
+// machine.install.image, or --install-image, at target's tag.
+func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target string) (string, error) {
+	raw, err := node.Config(ctx)
 	if err != nil {
 		return "", fmt.Errorf("read the node's config for its installer image: %w", err)
 	}
@@ -160,7 +167,7 @@ func (s *step) installerImage(ctx context.Context, target string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("parse the node's config: %w", err)
 	}
-	image := s.r.Options.InstallImage
+	image := r.Options.InstallImage
 	if cfg.Machine() != nil && cfg.Machine().Install().Image() != "" {
 		image = cfg.Machine().Install().Image()
 	}
