@@ -24,8 +24,9 @@ type benchClusterSpec struct {
 	endpointIP, firstAddr string
 	// controlPlanes and workers are how many machines of each role.
 	controlPlanes, workers int
-	// rebootDelay is each node's own reboot time.
-	rebootDelay time.Duration
+	// rebootDelay is each node's own reboot time; pullDelay the time it
+	// takes to download an image it does not have.
+	rebootDelay, pullDelay time.Duration
 }
 
 // benchCluster builds a Ready cluster of simulated nodes in ns with a real
@@ -63,7 +64,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		names[i] = fmt.Sprintf("n%04d", i)
 		nodes[names[i]] = simNode(b, talossim.Options{
 			ListenAddress: addr.String() + ":0", Kubernetes: kube, Etcd: etcd, Trustd: trustd,
-			InstallDelay: 10 * time.Millisecond, RebootDelay: spec.rebootDelay,
+			InstallDelay: 10 * time.Millisecond, RebootDelay: spec.rebootDelay, PullDelay: spec.pullDelay,
 		})
 		role := v1alpha1.MachineRoleWorker
 		if i < spec.controlPlanes {

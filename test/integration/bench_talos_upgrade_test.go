@@ -23,6 +23,10 @@ import (
 // upgrade benchmark: the floor of a rolling upgrade is the sum of them.
 const upgradeRebootDelay = 2 * time.Second
 
+// upgradePullDelay is how long a node of the pull variant takes to download
+// its installer.
+const upgradePullDelay = time.Second
+
 // BenchmarkTalosUpgradeRollout measures a rolling Talos upgrade of three
 // control planes and n workers whose nodes each take upgradeRebootDelay to
 // reboot, one node at a time as the operation runs it. The floor is the
@@ -31,15 +35,26 @@ const upgradeRebootDelay = 2 * time.Second
 // and Ichor's overhead in percent of the floor, and the test process's
 // CPU time and peak heap during the rollout (an upper bound for the
 // controller's: the process also runs ichor-apiserver and the simulated
-// nodes). Run: go test ./test/integration -run '^$' -bench TalosUpgradeRollout -benchtime 1x
+// nodes). With pull=1s each node takes upgradePullDelay to download its
+// installer, as a real node does (not counted in the floor: the node runs
+// meanwhile): the overhead shows how much of that the rollout hides by
+// pulling on the next nodes while one reboots.
+// Run: go test ./test/integration -run '^$' -bench TalosUpgradeRollout -benchtime 1x
 func BenchmarkTalosUpgradeRollout(b *testing.B) {
-	for _, workers := range []int{10, 100} {
-		if testing.Short() && workers > 10 {
+	for _, c := range []struct {
+		workers int
+		pull    time.Duration
+	}{{10, 0}, {10, upgradePullDelay}, {100, 0}} {
+		if testing.Short() && c.workers > 10 {
 			continue
 		}
-		b.Run(fmt.Sprintf("controlplanes=3,workers=%d", workers), func(b *testing.B) {
+		name := fmt.Sprintf("controlplanes=3,workers=%d", c.workers)
+		if c.pull > 0 {
+			name += ",pull=" + c.pull.String()
+		}
+		b.Run(name, func(b *testing.B) {
 			for range b.N {
-				r := upgradeRollout(b, workers)
+				r := upgradeRollout(b, c.workers, c.pull)
 				b.ReportMetric(r.total.Seconds(), "total-s")
 				b.ReportMetric(r.floor.Seconds(), "floor-s")
 				b.ReportMetric(r.total.Seconds()/r.floor.Seconds(), "total/floor")
@@ -56,7 +71,7 @@ type rolloutResult struct {
 	peakHeap          uint64
 }
 
-func upgradeRollout(b *testing.B, workers int) rolloutResult {
+func upgradeRollout(b *testing.B, workers int, pullDelay time.Duration) rolloutResult {
 	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
 	defer cancel()
 	installControllerRBAC(ctx, b)
@@ -68,7 +83,7 @@ func upgradeRollout(b *testing.B, workers int) rolloutResult {
 		o.InstallImage = "siderolabs/installer:v1.13.0"
 	})
 	nodes, _, _ := benchCluster(ctx, b, ns, benchClusterSpec{name: "rollout", endpointIP: "127.0.6.250", firstAddr: "127.0.7.0",
-		controlPlanes: 3, workers: workers, rebootDelay: upgradeRebootDelay})
+		controlPlanes: 3, workers: workers, rebootDelay: upgradeRebootDelay, pullDelay: pullDelay})
 
 	mustApply(ctx, b, fmt.Sprintf(`
 apiVersion: ichor.dev/v1alpha1

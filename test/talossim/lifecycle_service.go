@@ -76,7 +76,7 @@ func (s *imageServer) Pull(in *machine.ImageServicePullRequest, srv grpc.ServerS
 	n := s.node
 
 	n.mu.Lock()
-	stopped := n.stopped
+	stopped, present := n.stopped, n.images[ref]
 	n.mu.Unlock()
 
 	if stopped {
@@ -87,6 +87,13 @@ func (s *imageServer) Pull(in *machine.ImageServicePullRequest, srv grpc.ServerS
 		return status.Errorf(codes.NotFound, "error pulling image %q: failed to resolve reference %q: not found", ref, ref)
 	}
 
+	if present {
+		return srv.Send(&machine.ImageServicePullResponse{Response: &machine.ImageServicePullResponse_Name{Name: ref}})
+	}
+
+	// Downloading takes PullDelay, spread over the layers.
+	layerDelay := n.opts.PullDelay / pullLayers
+
 	const layerSize = 16 << 20
 	for i := range pullLayers {
 		for _, st := range []machine.ImageServicePullLayerProgress_Status{
@@ -95,6 +102,12 @@ func (s *imageServer) Pull(in *machine.ImageServicePullRequest, srv grpc.ServerS
 			offset := int64(0)
 			if st == machine.ImageServicePullLayerProgress_EXTRACT_COMPLETE {
 				offset = layerSize
+
+				select {
+				case <-srv.Context().Done():
+					return srv.Context().Err()
+				case <-time.After(layerDelay):
+				}
 			}
 
 			if err := srv.Send(&machine.ImageServicePullResponse{Response: &machine.ImageServicePullResponse_PullProgress{

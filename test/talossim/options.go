@@ -58,6 +58,9 @@ type Options struct {
 	// Registry is what ImageService.Pull can pull; nil serves every installer image whose tag is a Talos
 	// version.
 	Registry *Registry
+	// PullDelay is how long ImageService.Pull takes to download an image the node does not have yet;
+	// an image it has is not downloaded again, as containerd does not.
+	PullDelay time.Duration
 	// RebootDelay is how long the node stays in PhaseRebooting (API down), and how long it takes to boot
 	// after PowerOn.
 	RebootDelay time.Duration
