@@ -72,42 +72,51 @@ func checkEtcdSnapshotDownload(ctx context.Context, t *testing.T, ns string, etc
 
 	// What the process holds is the live heap the collector last marked
 	// (/gc/heap/live): garbage, such as every chunk of a stream once passed
-	// on, does not count, nor what is allocated while a cycle runs.
+	// on, does not count, nor what is allocated while a cycle runs. The
+	// process also runs the controller and the simulated nodes, whose work
+	// adds to any one measure; a stream that holds its bytes grows the heap
+	// every time, so the smaller growth of two downloads is compared.
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	readLive := func() uint64 {
 		metrics.Read(live)
 		return live[0].Value.Uint64()
 	}
-	runtime.GC()
-	baseline := readLive()
-	var peak uint64
-	stop := make(chan struct{})
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				peak = max(peak, readLive())
-			}
-		}
-	})
 	file := filepath.Join(dir, "etcd.snapshot")
-	took, err := download(file)
-	close(stop)
-	sampler.Wait()
-	if err != nil {
-		t.Fatalf("kubectl get --raw %s: %v", path, err)
+	measure := func() (growth int64, baseline uint64, took time.Duration) {
+		runtime.GC()
+		baseline = readLive()
+		var peak uint64
+		stop := make(chan struct{})
+		var sampler sync.WaitGroup
+		sampler.Go(func() {
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					peak = max(peak, readLive())
+				}
+			}
+		})
+		took, err := download(file)
+		close(stop)
+		sampler.Wait()
+		if err != nil {
+			t.Fatalf("kubectl get --raw %s: %v", path, err)
+		}
+		return int64(peak) - int64(baseline), baseline, took
 	}
-	growth := int64(peak) - int64(baseline)
+	growth, baseline, took := measure()
+	if again, base2, took2 := measure(); again < growth {
+		growth, baseline, took = again, base2, took2
+	}
 	info, err := os.Stat(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("streamed %d MiB in %s (%.0f MiB/s); the live heap grew by at most %.1f MiB over %.1f MiB",
+	t.Logf("streamed %d MiB in %s (%.0f MiB/s); the live heap grew by at most %.1f MiB over %.1f MiB (the smaller of two downloads)",
 		info.Size()>>20, took.Round(time.Millisecond), float64(info.Size())/(1<<20)/took.Seconds(), float64(growth)/(1<<20), float64(baseline)/(1<<20))
 	if growth > downloadHeapBound {
 		t.Errorf("the heap grew by %d MiB while a %d MiB snapshot streamed, more than the %d MiB bound: something holds the stream",
