@@ -13,7 +13,8 @@ import (
 )
 
 // prepullAhead is how many of the next nodes of a talos-upgrade pull their
-// installer while the node in flight reboots.
+// installer while the node in flight reboots (a batch of maxUnavailable, if
+// that is more).
 const prepullAhead = 2
 
 // prepulls pulls the installer on the next nodes of a talos-upgrade while
@@ -23,35 +24,59 @@ const prepullAhead = 2
 // upgrades, which finds the image there (ImageService.Pull of an image the
 // node has is quick), so a pre-pull lost with a restart costs only time.
 type prepulls struct {
-	mu    sync.Mutex
-	began map[types.UID]map[string]bool // operation UID -> machines
-	wg    sync.WaitGroup                // the pulls in flight
+	mu  sync.Mutex
+	ops map[types.UID]*opPrepulls
+	wg  sync.WaitGroup // the pulls in flight
+}
+
+// opPrepulls is what one operation began: the machines, and how to cancel
+// their pulls once it ends.
+type opPrepulls struct {
+	began  map[string]bool
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // next starts, in the background, the pulls of the next Pending steps of s's
-// operation that have not begun one, for the node of the Running step s.
+// operation that have not begun one, while the node of s, the Running step,
+// is away. Nothing starts for an operation that stops: deleted, or with a
+// failed step.
 func (p *prepulls) next(ctx context.Context, s *step) {
 	op := s.x.op
+	if !op.DeletionTimestamp.IsZero() || op.Spec.TalosUpgrade == nil ||
+		stepFailed(op) {
+		return
+	}
+	ahead := prepullAhead
+	if n := op.Spec.MaxUnavailable; n != nil && int(*n) > ahead {
+		ahead = int(*n)
+	}
 	var names []string
 	for _, rec := range op.Status.Steps[s.i+1:] {
-		if len(names) == prepullAhead {
+		if len(names) == ahead {
 			break
 		}
 		if rec.Phase == v1alpha1.OperationPending {
 			names = append(names, rec.Machine)
 		}
 	}
+
 	p.mu.Lock()
-	if p.began == nil {
-		p.began = map[types.UID]map[string]bool{}
+	if p.ops == nil {
+		p.ops = map[types.UID]*opPrepulls{}
 	}
-	if p.began[op.UID] == nil {
-		p.began[op.UID] = map[string]bool{}
+	o := p.ops[op.UID]
+	if o == nil {
+		// The pulls outlive the reconcile that starts them: they end with
+		// their operation (forget), or at shutdown, with ctx.
+		octx, cancel := context.WithCancel(ctx)
+		o = &opPrepulls{began: map[string]bool{}, ctx: octx, cancel: cancel}
+		p.ops[op.UID] = o
 	}
 	var todo []string
 	for _, n := range names {
-		if !p.began[op.UID][n] {
-			p.began[op.UID][n] = true
+		if !o.began[n] {
+			o.began[n] = true
 			todo = append(todo, n)
 		}
 	}
@@ -60,9 +85,9 @@ func (p *prepulls) next(ctx context.Context, s *step) {
 	target, namespace, creds, r := op.Spec.TalosUpgrade.Version, op.Namespace, s.creds, s.r
 	for _, name := range todo {
 		p.wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, r.Options.InstallTimeout)
+			ctx, cancel := context.WithTimeout(o.ctx, r.Options.InstallTimeout)
 			defer cancel()
-			logger := log.FromContext(ctx).WithValues("machine", name)
+			logger := log.FromContext(ctx).WithValues("ahead", name)
 			if err := prepull(ctx, r, namespace, name, target, creds); err != nil {
 				logger.V(1).Info("Installer not pulled ahead; its step pulls it", "error", err.Error())
 				return
@@ -72,14 +97,28 @@ func (p *prepulls) next(ctx context.Context, s *step) {
 	}
 }
 
-// wait returns once the pulls begun so far ended.
-func (p *prepulls) wait() { p.wg.Wait() }
-
-// forget drops what an ended operation began.
+// forget cancels the pulls an ended operation began, and drops its record.
 func (p *prepulls) forget(op types.UID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.began, op)
+	if o := p.ops[op]; o != nil {
+		o.cancel()
+		delete(p.ops, op)
+	}
+}
+
+// wait returns once the pulls begun so far ended.
+func (p *prepulls) wait() { p.wg.Wait() }
+
+// stepFailed reports whether a step of op failed: the operation starts no
+// other.
+func stepFailed(op *v1alpha1.TalosOperation) bool {
+	for _, s := range op.Status.Steps {
+		if s.Phase == v1alpha1.OperationFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // prepull pulls the installer of target on the node of machine name, as

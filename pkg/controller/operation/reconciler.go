@@ -511,6 +511,7 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 // the Node of every step that did not succeed (a failed step's node, a
 // draining one). A Node cordoned by anyone else stays as it is.
 func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	r.prepulls.forget(op.UID)
 	if op.Spec.Type == v1alpha1.OperationEtcdRestore {
 		if err := os.Remove(r.restorePath(op)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove the verified snapshot: %w", err)

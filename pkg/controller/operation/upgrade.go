@@ -97,7 +97,6 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 // then records the version the machine runs.
 func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	target := s.x.op.Spec.TalosUpgrade.Version
-	s.r.prepulls.next(ctx, s)
 	// The node still runs the boot the step recorded: the request was lost.
 	// The installer ran before the step was recorded, so a reboot is what
 	// is left, unless the node upgrades through the legacy call, which
@@ -118,6 +117,11 @@ func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	}
 	back, res, err := s.backFromReboot(ctx, again)
 	if !back || err != nil {
+		if err == nil && s.record().Phase == v1alpha1.OperationRunning {
+			// Away: the next nodes pull meanwhile (not once it is back,
+			// when the next step starts and pulls itself).
+			s.r.prepulls.next(ctx, s)
+		}
 		return res, err
 	}
 	cctx, cancel := s.call(ctx)
