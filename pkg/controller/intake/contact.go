@@ -61,6 +61,18 @@ func Contact(ctx context.Context, d talos.Dialer, address, pinned, expected stri
 	return r
 }
 
+// InMaintenance reports whether a node in maintenance mode answers at
+// address, whatever certificate it presents: a node that was reset is back.
+func InMaintenance(ctx context.Context, d talos.Dialer, address string) bool {
+	node, err := d.Maintenance(ctx, address, talos.Observe())
+	if err != nil {
+		return false
+	}
+	defer func() { _ = node.Close() }()
+	_, err = node.Facts(ctx)
+	return err == nil
+}
+
 // Mismatch is the refused certificate of a failed contact, if that is why it failed.
 func (r Result) Mismatch() (*talos.FingerprintMismatchError, bool) {
 	if r.Err == nil {

@@ -19,6 +19,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -229,11 +230,5 @@ func (r *Reconciler) checkQuorum(ctx context.Context, m *v1alpha1.TalosMachine, 
 func (r *Reconciler) inMaintenance(ctx context.Context, m *v1alpha1.TalosMachine) bool {
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
-	node, err := r.Dialer.Maintenance(ctx, m.Spec.Address, talos.Observe())
-	if err != nil {
-		return false
-	}
-	defer func() { _ = node.Close() }()
-	_, err = node.Facts(ctx)
-	return err == nil
+	return intake.InMaintenance(ctx, r.Dialer, m.Spec.Address)
 }

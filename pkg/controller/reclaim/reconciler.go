@@ -297,7 +297,7 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 		case apierrors.IsForbidden(err):
 			s.progress(v1alpha1.ReclaimReasonDeleteRefused, "deleting TalosMachine %s/%s is refused, so its node is not reset: %s",
 				ref.Namespace, ref.Name, apiMessage(err))
-			if s.before.Conditions == nil || reasonOf(s.before.Conditions) != v1alpha1.ReclaimReasonDeleteRefused {
+			if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c == nil || c.Reason != v1alpha1.ReclaimReasonDeleteRefused {
 				s.r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReclaimReasonDeleteRefused, eventActionReset, "%s", apiMessage(err))
 			}
 			return ctrl.Result{RequeueAfter: s.r.Options.RetryInterval}, nil
@@ -444,14 +444,6 @@ func (r *Reconciler) approve(ctx context.Context, rc *v1alpha1.MachineReclaim, m
 		Reason:   fmt.Sprintf("reclaimed by MachineReclaim %s, started by %s", rc.Name, rc.Status.ReclaimedBy),
 	}
 	return r.Client.SubResource("approval").Update(ctx, m)
-}
-
-// reasonOf is the reason of the Progressing condition in conds.
-func reasonOf(conds []metav1.Condition) string {
-	if c := meta.FindStatusCondition(conds, v1alpha1.ReclaimConditionProgressing); c != nil {
-		return c.Reason
-	}
-	return ""
 }
 
 // apiMessage is the message of an API error, without the client's wrapping.

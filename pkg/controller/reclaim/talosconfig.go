@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -116,11 +117,5 @@ func (r *Reconciler) deleteTalosconfig(ctx context.Context, rc *v1alpha1.Machine
 func (r *Reconciler) inMaintenance(ctx context.Context, address string) bool {
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
-	node, err := r.Dialer.Maintenance(ctx, address, talos.Observe())
-	if err != nil {
-		return false
-	}
-	defer func() { _ = node.Close() }()
-	_, err = node.Facts(ctx)
-	return err == nil
+	return intake.InMaintenance(ctx, r.Dialer, address)
 }
