@@ -13,6 +13,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	"ichor.dev/ichor/pkg/registry"
+	"ichor.dev/ichor/pkg/registry/ichor/talosbackup"
 )
 
 // Name is the API server's component name in logs and health checks.
@@ -24,6 +25,8 @@ type Config struct {
 	// IchorInformers are the informers on the server's own API that
 	// admission reads; the server starts them once it serves. Nil for none.
 	IchorInformers externalversions.SharedInformerFactory
+	// Controller is ichor-controller's upload endpoint; a zero URL refuses uploads.
+	Controller talosbackup.Controller
 }
 
 // CompletedConfig is a Config with its defaults filled in.
@@ -31,8 +34,9 @@ type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
 	// kube is the client configuration of the cluster's kube-apiserver,
 	// where the server records Events; nil records none.
-	kube      *rest.Config
-	informers externalversions.SharedInformerFactory
+	kube       *rest.Config
+	informers  externalversions.SharedInformerFactory
+	controller talosbackup.Controller
 }
 
 // Server is a running ichor-apiserver.
@@ -42,7 +46,7 @@ type Server struct {
 
 // Complete fills in the defaults the generic server derives.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig, informers: c.IchorInformers}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig, informers: c.IchorInformers, controller: c.Controller}
 }
 
 // New builds the server and installs the ichor.dev group.
@@ -58,8 +62,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var uploads *talosbackup.Forwarder
+	if c.controller.URL != "" {
+		if c.kube == nil {
+			return nil, fmt.Errorf("uploads to ichor-controller need the server's kube-apiserver identity (--kubeconfig or in-cluster)")
+		}
+		if uploads, err = talosbackup.NewForwarder(c.controller, c.kube); err != nil {
+			return nil, err
+		}
+	}
 	storage, err := registry.V1alpha1(Scheme, c.generic.RESTOptionsGetter, registry.Deps{
 		Recorder: recorder, Authorizer: c.generic.Authorization.Authorizer, Loopback: c.generic.LoopbackClientConfig,
+		Uploads: uploads,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build %s storage: %w", v1alpha1.SchemeGroupVersion, err)

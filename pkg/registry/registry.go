@@ -38,6 +38,8 @@ type Deps struct {
 	// Loopback is the server's client configuration of its own API, for
 	// the TalosCredentialRequests of downloads.
 	Loopback *restclient.Config
+	// Uploads reaches ichor-controller's upload endpoint; nil refuses uploads.
+	Uploads *talosbackup.Forwarder
 }
 
 // V1alpha1 returns the storage of every v1alpha1 resource path.
@@ -99,6 +101,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosbackups/status":              backups.Status,
 		"talosbackups/finalizers":          backups.Subresources["finalizers"],
 		"talosbackups/schedule":            backups.Subresources["schedule"],
+		"talosbackups/upload":              &talosbackup.UploadREST{Backups: backups.Store, Forwarder: deps.Uploads},
 		"ichorusers":                       users.Store,
 		"ichorusers/status":                users.Status,
 		"ichorusers/password":              users.Actions[ichoruser.PasswordSubresource],

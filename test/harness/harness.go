@@ -56,6 +56,10 @@ type ControlPlane struct {
 	// AuditLog is ichor-apiserver's audit log, written with the policy of
 	// artifacts/audit-policy.yaml.
 	AuditLog string
+	// ControllerUpload is where ichor-apiserver sends uploads: a controller
+	// that serves them listens there (its --upload-bind-address and
+	// serving certificate).
+	ControllerUpload UploadEndpoint
 
 	files   files
 	ichorCA []byte
@@ -69,6 +73,14 @@ type ControlPlane struct {
 	ichor      *ichorServer
 	logf       func(string, ...any)
 	kubeClient kubernetes.Interface
+}
+
+// UploadEndpoint is ichor-controller's upload endpoint as the harness
+// configures ichor-apiserver to reach it.
+type UploadEndpoint struct {
+	Address, CertFile, KeyFile string
+	// CAFile issued CertFile.
+	CAFile string
 }
 
 // startTimeout bounds each component's start.
@@ -104,11 +116,13 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
 	// Every port is chosen in one call, so no two components are handed the same one.
-	ports, err := proc.FreePorts("127.0.0.1", 7)
+	ports, err := proc.FreePorts("127.0.0.1", 8)
 	if err != nil {
 		return nil, err
 	}
-	cp.ichorPorts = ports[4:]
+	cp.ichorPorts = ports[4:7]
+	cp.ControllerUpload = UploadEndpoint{Address: "127.0.0.1:" + strconv.Itoa(ports[7]),
+		CertFile: cp.files.controllerServingCert, KeyFile: cp.files.controllerServingKey, CAFile: cp.files.controllerCA}
 	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {
 		return nil, err
 	}

@@ -107,6 +107,8 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 		"--audit-policy-file=" + policy, "--audit-log-path=" + cp.AuditLog,
 		// Events are written as they happen, so a test reads them at once.
 		"--audit-log-mode=blocking",
+		"--controller-upload-url=https://" + cp.ControllerUpload.Address,
+		"--controller-upload-ca-file=" + f.controllerCA,
 	}
 	if opts.IchorEmbeddedEtcd {
 		args = append(args,

@@ -17,9 +17,10 @@ const (
 	adminUser        = "ichor-test-admin"
 	frontProxyClient = "front-proxy-client"
 	// IchorNamespace and IchorServiceAccount are where artifacts/ installs ichor-apiserver.
-	IchorNamespace      = "ichor-system"
-	IchorServiceAccount = "ichor-apiserver"
-	ichorServiceName    = "ichor-apiserver"
+	IchorNamespace        = "ichor-system"
+	IchorServiceAccount   = "ichor-apiserver"
+	ichorServiceName      = "ichor-apiserver"
+	controllerServiceName = "ichor-controller"
 )
 
 // files are the paths of every credential the control plane uses.
@@ -31,6 +32,7 @@ type files struct {
 	saKey, saPub                                                         string
 	ichorCA, ichorServingCert, ichorServingKey                           string
 	adminCert, adminKey, ichorClientCert, ichorClientKey                 string
+	controllerCA, controllerServingCert, controllerServingKey            string
 }
 
 // writePKI generates every CA and certificate of a test control plane in dir.
@@ -130,6 +132,20 @@ func writePKI(dir string) (files, []byte, error) {
 			leaf.CommonName = ichorServiceName
 			leaf.DNSNames = append(leaf.DNSNames, ichorServiceName+"."+IchorNamespace+".svc")
 			f.ichorServingCert, f.ichorServingKey, err = issue(ca, "ichor-apiserver", leaf)
+			return err
+		},
+		func() error {
+			ca, err := pki.NewCA("ichor-controller-ca")
+			if err != nil {
+				return err
+			}
+			if f.controllerCA, err = write(ca, "ichor-controller-ca"); err != nil {
+				return err
+			}
+			leaf := serving
+			leaf.CommonName = controllerServiceName
+			leaf.DNSNames = append(leaf.DNSNames, controllerServiceName+"."+IchorNamespace+".svc")
+			f.controllerServingCert, f.controllerServingKey, err = issue(ca, "ichor-controller-upload", leaf)
 			return err
 		},
 		func() error {

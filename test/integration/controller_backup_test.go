@@ -351,6 +351,10 @@ func (d *demoCluster) backups(t *testing.T) {
 		d.etcdRestore(t, srv, identity)
 	})
 
+	t.Run("an admin uploads a snapshot taken elsewhere and restores it; nobody else may hand the controller an upload", func(t *testing.T) {
+		d.uploadRestore(t, srv)
+	})
+
 	t.Run("a volume target: files in a directory below --backup-volume-dir, none outside", func(t *testing.T) {
 		out, err := set(t, admin, `{"spec":{"backup":{"target":{"s3":null,"volume":{"path":"../outside"}}}}}`)
 		if msg := fmt.Sprint(err, out); err == nil || !strings.Contains(msg, "spec.backup.target.volume.path") {

@@ -152,6 +152,14 @@ type TalosBackupSpec struct {
 	// scheduledAt is the run time of the cluster's schedule this backup
 	// stands for; empty for a backup created by hand.
 	ScheduledAt *metav1.Time
+	// upload makes this backup an etcd snapshot an admin uploads.
+	Upload *BackupUpload
+}
+
+// BackupUpload describes a snapshot an admin uploads.
+type BackupUpload struct {
+	// digest is the SHA-256 of the snapshot file, as sha256:<64 hex digits>.
+	Digest string
 }
 
 // BackupPhase is where a backup is in its life.

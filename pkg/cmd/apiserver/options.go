@@ -35,6 +35,7 @@ import (
 	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
+	"ichor.dev/ichor/pkg/registry/ichor/talosbackup"
 )
 
 // EtcdPathPrefix is where Ichor's objects live in etcd.
@@ -50,6 +51,8 @@ type Options struct {
 	EmbeddedEtcd embedded.Options
 	// AskCollectionFirst wraps the delegated authorizer in authz.CollectionFirst.
 	AskCollectionFirst bool
+	// Controller is ichor-controller's upload endpoint.
+	Controller talosbackup.Controller
 }
 
 // NewOptions returns options with Ichor's defaults.
@@ -87,6 +90,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Authorize a request for one ichor.dev object by first asking kube-apiserver whether the user may do the same "+
 			"to every object of its resource (one cached answer for all objects), and only then about the named object. "+
 			"Turn it off if an authorization webhook denies requests by object name while having no opinion about all objects.")
+	fs.StringVar(&o.Controller.URL, "controller-upload-url", o.Controller.URL,
+		"https URL of ichor-controller's upload endpoint (its --upload-bind-address), which talosbackups/NAME/upload streams snapshots to; empty refuses uploads.")
+	fs.StringVar(&o.Controller.CAFile, "controller-upload-ca-file", o.Controller.CAFile,
+		"CA certificates that issue the upload endpoint's serving certificate.")
 }
 
 // UsesEmbeddedEtcd is true when no external etcd was named.
@@ -117,6 +124,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--embedded-etcd-data-dir is required when --etcd-servers is empty"))
 		}
 	}
+	if o.Controller.URL != "" && o.Controller.CAFile == "" {
+		errs = append(errs, fmt.Errorf("--controller-upload-url needs --controller-upload-ca-file"))
+	}
 	errs = append(errs, o.Recommended.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }
@@ -129,7 +139,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	// Downloads stream for as long as the file takes; they are not cut at
 	// the request timeout (kube-apiserver, which proxies them, applies its
 	// own --request-timeout to them: raise it for large snapshots).
-	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"), sets.NewString(download.Subresources...))
+	cfg.LongRunningFunc = genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch"),
+		sets.NewString(append(download.Subresources, v1alpha1.UploadSubresource)...))
 
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(ichoropenapi.GetOpenAPIDefinitions, namer)
@@ -161,7 +172,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
-	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers}, nil
+	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers, Controller: o.Controller}, nil
 }
 
 // applyStorageCodec makes etcd values v1alpha1 objects in the

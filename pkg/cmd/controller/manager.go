@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,6 +34,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/reclaim"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/controller/talosmachine"
+	"ichor.dev/ichor/pkg/controller/uploadserver"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -97,6 +99,10 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	if err := clusterindex.Register(context.Background(), mgr); err != nil {
 		return nil, err
 	}
+	runner := &backup.Runner{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
+		Options: backup.Options{VolumeDir: o.BackupVolumeDir},
+	}
 	reconcilers := []interface{ SetupWithManager(ctrl.Manager) error }{
 		&clustersecrets.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Scheme: scheme, Recorder: recorder,
@@ -136,10 +142,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 				InstallImage: o.InstallImage, ScratchDir: o.ScratchDir, BackupVolumeDir: o.BackupVolumeDir,
 			},
 		},
-		&backup.Runner{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
-			Options: backup.Options{VolumeDir: o.BackupVolumeDir},
-		},
+		runner,
 		&backup.Scheduler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder},
 		&reclaim.Reconciler{
 			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
@@ -162,6 +165,19 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("set up %T: %w", r, err)
+		}
+	}
+
+	if o.UploadBindAddress != "" {
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(&uploadserver.Server{
+			BindAddress: o.UploadBindAddress, CertFile: o.UploadCertFile, KeyFile: o.UploadKeyFile,
+			Kube: kube, Receiver: runner,
+		}); err != nil {
+			return nil, err
 		}
 	}
 

@@ -83,6 +83,13 @@ type Options struct {
 	// the restore runs: give it room for the largest snapshot.
 	ScratchDir string
 
+	// UploadBindAddress serves the endpoint ichor-apiserver streams
+	// uploaded etcd snapshots to; empty turns it off (uploads are refused).
+	UploadBindAddress string
+	// UploadCertFile and UploadKeyFile are that endpoint's serving
+	// certificate (ichor-apiserver's --controller-ca-file issues it).
+	UploadCertFile, UploadKeyFile string
+
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
 	Log zap.Options
@@ -161,6 +168,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Requests the controller may make to the management cluster's API in a burst.")
 	fs.IntVar(&o.MachineConcurrency, "machine-concurrency", o.MachineConcurrency,
 		"How many machines are contacted at once.")
+	fs.StringVar(&o.UploadBindAddress, "upload-bind-address", o.UploadBindAddress,
+		"Address of the HTTPS endpoint ichor-apiserver streams uploaded etcd snapshots to (talosbackups/NAME/upload); empty turns it off.")
+	fs.StringVar(&o.UploadCertFile, "upload-tls-cert-file", o.UploadCertFile,
+		"Serving certificate of the upload endpoint, reloaded when it changes.")
+	fs.StringVar(&o.UploadKeyFile, "upload-tls-private-key-file", o.UploadKeyFile,
+		"Private key of the upload endpoint's serving certificate.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.Log.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -200,6 +213,9 @@ func (o *Options) Validate() error {
 		if !c.ok {
 			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))
 		}
+	}
+	if o.UploadBindAddress != "" && (o.UploadCertFile == "" || o.UploadKeyFile == "") {
+		errs = append(errs, errors.New("--upload-bind-address needs --upload-tls-cert-file and --upload-tls-private-key-file"))
 	}
 	return utilerrors.NewAggregate(errs)
 }

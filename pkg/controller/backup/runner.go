@@ -129,6 +129,9 @@ type Runner struct {
 	// written for, in this process: with runningOn, which sees other
 	// processes' through the API, one backup per cluster at a time.
 	running sync.Map
+	// receiving holds the upload backups (types.NamespacedName) whose
+	// snapshot this process is receiving.
+	receiving sync.Map
 }
 
 // SetupWithManager registers the runner.
@@ -156,6 +159,8 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	switch {
 	case !b.DeletionTimestamp.IsZero():
 		return ctrl.Result{}, r.deleteFiles(ctx, &b)
+	case b.Spec.Upload != nil:
+		return ctrl.Result{}, r.awaitUpload(ctx, &b)
 	case b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed:
 		return ctrl.Result{}, nil
 	}
@@ -252,7 +257,7 @@ func (r *Runner) runningOn(ctx context.Context, b *v1alpha1.TalosBackup) (string
 		return "", err
 	}
 	for _, o := range list.Items {
-		if o.Name == b.Name || !o.DeletionTimestamp.IsZero() {
+		if o.Name == b.Name || !o.DeletionTimestamp.IsZero() || o.Spec.Upload != nil {
 			continue
 		}
 		older := o.CreationTimestamp.Before(&b.CreationTimestamp) ||

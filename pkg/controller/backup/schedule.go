@@ -165,13 +165,14 @@ func ScheduledName(cluster string, t time.Time) string {
 	return cluster + suffix
 }
 
-// finished are the backups that succeeded or failed and are not being
-// deleted, the latest completed first.
+// finished are the backups taken of the cluster that succeeded or failed
+// and are not being deleted, the latest completed first. Uploaded
+// snapshots are not among them: they say nothing of the cluster's backups.
 func finished(backups []v1alpha1.TalosBackup) []*v1alpha1.TalosBackup {
 	var out []*v1alpha1.TalosBackup
 	for i := range backups {
 		b := &backups[i]
-		if b.DeletionTimestamp.IsZero() && b.Status.CompletedAt != nil &&
+		if b.DeletionTimestamp.IsZero() && b.Spec.Upload == nil && b.Status.CompletedAt != nil &&
 			(b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed) {
 			out = append(out, b)
 		}

@@ -46,6 +46,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.BackupRetentionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BackupTarget"):
 		return &ichorv1alpha1.BackupTargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupUpload"):
+		return &ichorv1alpha1.BackupUploadApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterAuthentication"):
 		return &ichorv1alpha1.ClusterAuthenticationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterBackup"):

@@ -40,6 +40,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.BackupFile{}.OpenAPIModelName():                      schema_pkg_apis_ichor_v1alpha1_BackupFile(ref),
 		v1alpha1.BackupRetention{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref),
 		v1alpha1.BackupTarget{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref),
+		v1alpha1.BackupUpload{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_BackupUpload(ref),
 		v1alpha1.CNISpec{}.OpenAPIModelName():                         schema_pkg_apis_ichor_v1alpha1_CNISpec(ref),
 		v1alpha1.ClusterAuthentication{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref),
 		v1alpha1.ClusterBackup{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_ClusterBackup(ref),
@@ -355,8 +356,7 @@ func schema_pkg_apis_ichor_v1alpha1_BackupFile(ref common.ReferenceCallback) com
 					},
 					"machine": {
 						SchemaProps: spec.SchemaProps{
-							Description: "machine whose node the content was read from.",
-							Default:     "",
+							Description: "machine whose node the content was read from; empty for an uploaded snapshot.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -386,7 +386,7 @@ func schema_pkg_apis_ichor_v1alpha1_BackupFile(ref common.ReferenceCallback) com
 						},
 					},
 				},
-				Required: []string{"name", "content", "machine", "storedSize", "contentSize", "digest"},
+				Required: []string{"name", "content", "storedSize", "contentSize", "digest"},
 			},
 		},
 	}
@@ -463,6 +463,28 @@ func schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref common.ReferenceCallback) c
 		},
 		Dependencies: []string{
 			v1alpha1.AzureBlobTarget{}.OpenAPIModelName(), v1alpha1.GCSTarget{}.OpenAPIModelName(), v1alpha1.S3Target{}.OpenAPIModelName(), v1alpha1.VolumeTarget{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_BackupUpload(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BackupUpload describes a snapshot an admin uploads.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"digest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "digest is the SHA-256 of the snapshot file, as sha256:<64 hex digits> (sha256sum prints the hex digits). An upload whose bytes have another digest is refused and nothing of it is kept.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"digest"},
+			},
+		},
 	}
 }
 
@@ -2745,12 +2767,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosBackupSpec(ref common.ReferenceCallback
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"upload": {
+						SchemaProps: spec.SchemaProps{
+							Description: "upload makes this backup an etcd snapshot taken elsewhere (by talosctl etcd snapshot, or kept from another cluster's backup) that an admin streams in through talosbackups/NAME/upload, rather than one the controller takes. The controller writes it to the cluster's backup target like any backup, encrypted to its recipients, and an etcd-restore takes it like any backup. It cannot be scheduled.",
+							Ref:         ref(v1alpha1.BackupUpload{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"clusterName"},
 			},
 		},
 		Dependencies: []string{
-			v1.Time{}.OpenAPIModelName()},
+			v1alpha1.BackupUpload{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -308,4 +308,17 @@ const (
 	BackupReasonNoBackupYet         = "NoBackupYet"
 	BackupReasonDeleting            = "Deleting"
 	BackupReasonDeleteFailed        = "DeleteFailed"
+	// BackupReasonAwaitingUpload: an upload backup waits for its snapshot
+	// (Succeeded is Unknown).
+	BackupReasonAwaitingUpload = "AwaitingUpload"
+	// BackupReasonUploading: the snapshot is being received and written.
+	BackupReasonUploading = "Uploading"
+	// BackupReasonUploaded: the uploaded snapshot is written.
+	BackupReasonUploaded = "Uploaded"
+	// BackupReasonDigestMismatch: the uploaded bytes do not have the
+	// digest spec.upload.digest names; nothing of them was kept.
+	BackupReasonDigestMismatch = "DigestMismatch"
+	// BackupReasonUploadInterrupted: the upload's stream broke before its
+	// end; nothing of it was kept.
+	BackupReasonUploadInterrupted = "UploadInterrupted"
 )

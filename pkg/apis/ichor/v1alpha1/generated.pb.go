@@ -47,6 +47,8 @@ func (m *BackupRetention) Reset() { *m = BackupRetention{} }
 
 func (m *BackupTarget) Reset() { *m = BackupTarget{} }
 
+func (m *BackupUpload) Reset() { *m = BackupUpload{} }
+
 func (m *CNISpec) Reset() { *m = CNISpec{} }
 
 func (m *ClusterAuthentication) Reset() { *m = ClusterAuthentication{} }
@@ -529,6 +531,34 @@ func (m *BackupTarget) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0xa
 	}
+	return len(dAtA) - i, nil
+}
+
+func (m *BackupUpload) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *BackupUpload) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *BackupUpload) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.Digest)
+	copy(dAtA[i:], m.Digest)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Digest)))
+	i--
+	dAtA[i] = 0xa
 	return len(dAtA) - i, nil
 }
 
@@ -2949,6 +2979,18 @@ func (m *TalosBackupSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.Upload != nil {
+		{
+			size, err := m.Upload.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x1a
+	}
 	if m.ScheduledAt != nil {
 		{
 			size, err := m.ScheduledAt.MarshalToSizedBuffer(dAtA[:i])
@@ -4701,6 +4743,17 @@ func (m *BackupTarget) Size() (n int) {
 	return n
 }
 
+func (m *BackupUpload) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Digest)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *CNISpec) Size() (n int) {
 	if m == nil {
 		return 0
@@ -5587,6 +5640,10 @@ func (m *TalosBackupSpec) Size() (n int) {
 		l = m.ScheduledAt.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	if m.Upload != nil {
+		l = m.Upload.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -6247,6 +6304,16 @@ func (this *BackupTarget) String() string {
 		`AzureBlob:` + strings.Replace(this.AzureBlob.String(), "AzureBlobTarget", "AzureBlobTarget", 1) + `,`,
 		`Volume:` + strings.Replace(this.Volume.String(), "VolumeTarget", "VolumeTarget", 1) + `,`,
 		`Prefix:` + fmt.Sprintf("%v", this.Prefix) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *BackupUpload) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&BackupUpload{`,
+		`Digest:` + fmt.Sprintf("%v", this.Digest) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6927,6 +6994,7 @@ func (this *TalosBackupSpec) String() string {
 	s := strings.Join([]string{`&TalosBackupSpec{`,
 		`ClusterName:` + fmt.Sprintf("%v", this.ClusterName) + `,`,
 		`ScheduledAt:` + strings.Replace(fmt.Sprintf("%v", this.ScheduledAt), "Time", "v1.Time", 1) + `,`,
+		`Upload:` + strings.Replace(this.Upload.String(), "BackupUpload", "BackupUpload", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -8421,6 +8489,88 @@ func (m *BackupTarget) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Prefix = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *BackupUpload) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: BackupUpload: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: BackupUpload: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Digest", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Digest = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -16076,6 +16226,42 @@ func (m *TalosBackupSpec) Unmarshal(dAtA []byte) error {
 				m.ScheduledAt = &v1.Time{}
 			}
 			if err := m.ScheduledAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Upload", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.Upload == nil {
+				m.Upload = &BackupUpload{}
+			}
+			if err := m.Upload.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

@@ -180,7 +180,29 @@ type TalosBackupSpec struct {
 	// by the cluster's retention.
 	// +optional
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty" protobuf:"bytes,2,opt,name=scheduledAt"`
+	// upload makes this backup an etcd snapshot taken elsewhere (by
+	// talosctl etcd snapshot, or kept from another cluster's backup) that
+	// an admin streams in through talosbackups/NAME/upload, rather than
+	// one the controller takes. The controller writes it to the cluster's
+	// backup target like any backup, encrypted to its recipients, and an
+	// etcd-restore takes it like any backup. It cannot be scheduled.
+	// +optional
+	Upload *BackupUpload `json:"upload,omitempty" protobuf:"bytes,3,opt,name=upload"`
 }
+
+// BackupUpload describes a snapshot an admin uploads.
+type BackupUpload struct {
+	// digest is the SHA-256 of the snapshot file, as sha256:<64 hex
+	// digits> (sha256sum prints the hex digits). An upload whose bytes
+	// have another digest is refused and nothing of it is kept.
+	Digest string `json:"digest" protobuf:"bytes,1,opt,name=digest"`
+}
+
+// UploadSubresource is the subresource a snapshot is uploaded through:
+// POST talosbackups/NAME/upload with the file as the request's body
+// (application/octet-stream). RBAC's create verb on it is an admin's:
+// what is uploaded is what a restore writes into a cluster's etcd.
+const UploadSubresource = "upload"
 
 // AnnotationKeepFiles, set to "true" on a TalosBackup by an admin, lets a
 // deleted backup go without deleting its files: for a target that is gone
@@ -264,8 +286,10 @@ type BackupFile struct {
 	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// content the file holds.
 	Content BackupContent `json:"content" protobuf:"bytes,2,opt,name=content,casttype=BackupContent"`
-	// machine whose node the content was read from.
-	Machine string `json:"machine" protobuf:"bytes,3,opt,name=machine"`
+	// machine whose node the content was read from; empty for an
+	// uploaded snapshot.
+	// +optional
+	Machine string `json:"machine,omitempty" protobuf:"bytes,3,opt,name=machine"`
 	// storedSize is the bytes stored: compressed and encrypted.
 	StoredSize int64 `json:"storedSize" protobuf:"varint,4,opt,name=storedSize"`
 	// contentSize is the bytes of the content itself.

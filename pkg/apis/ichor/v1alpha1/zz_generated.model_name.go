@@ -57,6 +57,11 @@ func (in BackupTarget) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BackupUpload) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupUpload"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CNISpec) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec"
 }

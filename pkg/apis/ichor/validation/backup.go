@@ -197,7 +197,26 @@ func validateBackupRetention(r *ichor.BackupRetention, fldPath *field.Path) fiel
 // ValidateTalosBackup checks a TalosBackup on create.
 func ValidateTalosBackup(b *ichor.TalosBackup) field.ErrorList {
 	errs := validateNamespacedMeta(&b.ObjectMeta)
-	return append(errs, validateRequiredName(b.Spec.ClusterName, field.NewPath("spec", "clusterName"))...)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateRequiredName(b.Spec.ClusterName, spec.Child("clusterName"))...)
+	if u := b.Spec.Upload; u != nil {
+		errs = append(errs, validateDigest(u.Digest, spec.Child("upload", "digest"))...)
+		if b.Spec.ScheduledAt != nil {
+			errs = append(errs, field.Forbidden(spec.Child("scheduledAt"), "an uploaded snapshot is not a run of the schedule"))
+		}
+	}
+	return errs
+}
+
+// validateDigest checks a SHA-256 digest written as sha256:<64 hex digits>.
+func validateDigest(d string, fldPath *field.Path) field.ErrorList {
+	if d == "" {
+		return field.ErrorList{field.Required(fldPath, "the file's SHA-256, as sha256:<64 hex digits> (sha256sum prints the digits)")}
+	}
+	if hex, ok := strings.CutPrefix(d, "sha256:"); !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return field.ErrorList{field.Invalid(fldPath, d, "must be sha256: and 64 lowercase hex digits")}
+	}
+	return nil
 }
 
 // ValidateTalosBackupUpdate checks an update: what was asked does not change.
@@ -221,13 +240,13 @@ func ValidateTalosBackupStatusUpdate(b, old *ichor.TalosBackup) field.ErrorList 
 		p := status.Child("files").Index(i)
 		errs = append(errs, validateRelativePath(f.Name, p.Child("name"))...)
 		errs = append(errs, validateEnum(f.Content, p.Child("content"), ichor.BackupContentEtcdSnapshot, ichor.BackupContentMachineConfig)...)
-		errs = append(errs, validateRequiredName(f.Machine, p.Child("machine"))...)
+		if f.Machine != "" || b.Spec.Upload == nil {
+			errs = append(errs, validateRequiredName(f.Machine, p.Child("machine"))...)
+		}
 		if f.StoredSize < 0 || f.ContentSize < 0 {
 			errs = append(errs, field.Invalid(p.Child("storedSize"), f.StoredSize, "sizes must not be negative"))
 		}
-		if hex, ok := strings.CutPrefix(f.Digest, "sha256:"); !ok || len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
-			errs = append(errs, field.Invalid(p.Child("digest"), f.Digest, "must be sha256: and 64 lowercase hex digits"))
-		}
+		errs = append(errs, validateDigest(f.Digest, p.Child("digest"))...)
 	}
 	if s.StoredSize < 0 {
 		errs = append(errs, field.Invalid(status.Child("storedSize"), s.StoredSize, "must not be negative"))

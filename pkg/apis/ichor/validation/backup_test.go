@@ -116,3 +116,30 @@ func TestValidateTalosBackup(t *testing.T) {
 		invalid("status.files[1].name"), notSupported("status.files[1].content"), required("status.files[1].machine"),
 		invalid("status.files[1].storedSize"), invalid("status.files[1].digest"))
 }
+
+func TestValidateTalosBackupUpload(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	b := &ichor.TalosBackup{ObjectMeta: metav1.ObjectMeta{Name: "from-laptop", Namespace: "team-a"},
+		Spec: ichor.TalosBackupSpec{ClusterName: "prod", Upload: &ichor.BackupUpload{Digest: digest}}}
+	expectErrors(t, ValidateTalosBackup(b))
+
+	for _, bad := range []string{"", strings.Repeat("0f", 32), "sha256:" + strings.Repeat("0F", 32), "sha512:" + strings.Repeat("0f", 32), digest + "00"} {
+		u := b.DeepCopy()
+		u.Spec.Upload.Digest = bad
+		want := invalid("spec.upload.digest")
+		if bad == "" {
+			want = required("spec.upload.digest")
+		}
+		expectErrors(t, ValidateTalosBackup(u), want)
+	}
+	scheduled := b.DeepCopy()
+	scheduled.Spec.ScheduledAt = &metav1.Time{}
+	expectErrors(t, ValidateTalosBackup(scheduled), forbidden("spec.scheduledAt"))
+
+	// An uploaded snapshot was read from no machine of the cluster.
+	b.ResourceVersion = "1"
+	st := b.DeepCopy()
+	st.Status = ichor.TalosBackupStatus{Phase: ichor.BackupSucceeded, Files: []ichor.BackupFile{
+		{Name: "etcd.snapshot.zst.age", Content: ichor.BackupContentEtcdSnapshot, StoredSize: 10, ContentSize: 20, Digest: digest}}}
+	expectErrors(t, ValidateTalosBackupStatusUpdate(st, b))
+}

@@ -110,7 +110,6 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: machine
       type:
         scalar: string
-      default: ""
     - name: name
       type:
         scalar: string
@@ -146,6 +145,13 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: volume
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.VolumeTarget
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupUpload
+  map:
+    fields:
+    - name: digest
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
   map:
     fields:
@@ -835,6 +841,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: scheduledAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: upload
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.BackupUpload
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackupStatus
   map:
     fields:

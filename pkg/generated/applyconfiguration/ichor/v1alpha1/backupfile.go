@@ -31,7 +31,8 @@ type BackupFileApplyConfiguration struct {
 	Name *string `json:"name,omitempty"`
 	// content the file holds.
 	Content *ichorv1alpha1.BackupContent `json:"content,omitempty"`
-	// machine whose node the content was read from.
+	// machine whose node the content was read from; empty for an
+	// uploaded snapshot.
 	Machine *string `json:"machine,omitempty"`
 	// storedSize is the bytes stored: compressed and encrypted.
 	StoredSize *int64 `json:"storedSize,omitempty"`

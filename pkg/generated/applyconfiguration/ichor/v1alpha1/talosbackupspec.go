@@ -36,6 +36,13 @@ type TalosBackupSpecApplyConfiguration struct {
 	// ichor-controller alone holds), and only scheduled backups are pruned
 	// by the cluster's retention.
 	ScheduledAt *v1.Time `json:"scheduledAt,omitempty"`
+	// upload makes this backup an etcd snapshot taken elsewhere (by
+	// talosctl etcd snapshot, or kept from another cluster's backup) that
+	// an admin streams in through talosbackups/NAME/upload, rather than
+	// one the controller takes. The controller writes it to the cluster's
+	// backup target like any backup, encrypted to its recipients, and an
+	// etcd-restore takes it like any backup. It cannot be scheduled.
+	Upload *BackupUploadApplyConfiguration `json:"upload,omitempty"`
 }
 
 // TalosBackupSpecApplyConfiguration constructs a declarative configuration of the TalosBackupSpec type for use with
@@ -57,5 +64,13 @@ func (b *TalosBackupSpecApplyConfiguration) WithClusterName(value string) *Talos
 // If called multiple times, the ScheduledAt field is set to the value of the last call.
 func (b *TalosBackupSpecApplyConfiguration) WithScheduledAt(value v1.Time) *TalosBackupSpecApplyConfiguration {
 	b.ScheduledAt = &value
+	return b
+}
+
+// WithUpload sets the Upload field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Upload field is set to the value of the last call.
+func (b *TalosBackupSpecApplyConfiguration) WithUpload(value *BackupUploadApplyConfiguration) *TalosBackupSpecApplyConfiguration {
+	b.Upload = value
 	return b
 }

@@ -1,0 +1,136 @@
+package uploadserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/upload"
+)
+
+// tokens authenticates "Bearer NAME" as user NAME.
+type tokens struct{}
+
+func (tokens) AuthenticateRequest(r *http.Request) (*authenticator.Response, bool, error) {
+	name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return nil, false, nil
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{Name: name}}, true, nil
+}
+
+// only allows exactly one user the create on talosbackups/receive.
+type only struct {
+	user string
+	got  []authorizer.Attributes
+}
+
+func (o *only) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	o.got = append(o.got, a)
+	if a.GetUser().GetName() == o.user && a.GetVerb() == "create" && a.GetAPIGroup() == v1alpha1.GroupName &&
+		a.GetResource() == "talosbackups" && a.GetSubresource() == upload.ReceiveSubresource {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "no RBAC rule allows it", nil
+}
+
+// receiver records what it received.
+type receiver struct {
+	key      types.NamespacedName
+	uploader string
+	body     string
+	err      error
+}
+
+func (r *receiver) Receive(_ context.Context, key types.NamespacedName, uploader string, body io.Reader) (*v1alpha1.TalosBackup, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	r.key, r.uploader, r.body = key, uploader, string(data)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return &v1alpha1.TalosBackup{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace},
+		Status: v1alpha1.TalosBackupStatus{Phase: v1alpha1.BackupSucceeded}}, nil
+}
+
+func TestServeHTTP(t *testing.T) {
+	authz := &only{user: "system:serviceaccount:ichor-system:ichor-apiserver"}
+	rec := &receiver{}
+	srv := httptest.NewServer(&Server{Authenticator: tokens{}, Authorizer: authorizer.AuthorizerFunc(authz.Authorize), Receiver: rec})
+	defer srv.Close()
+
+	post := func(path, token, uploader, body string) (int, metav1.Status, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if uploader != "" {
+			req.Header.Set(upload.UploaderHeader, uploader)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close() //nolint:errcheck
+		data, _ := io.ReadAll(resp.Body)
+		var st metav1.Status
+		_ = json.Unmarshal(data, &st)
+		return resp.StatusCode, st, string(data)
+	}
+	path := upload.Path("team-a", "from-laptop")
+
+	for _, c := range []struct {
+		name, path, token, uploader string
+		code                        int
+		says                        string
+	}{
+		{"no credential", path, "", "carol", http.StatusUnauthorized, "ichor-apiserver only"},
+		{"an admin, around ichor-apiserver", path, "carol", "dave", http.StatusForbidden, `user "carol" may not hand uploads to ichor-controller: no RBAC rule allows it`},
+		{"no uploader named", path, authz.user, "", http.StatusBadRequest, "names no uploader"},
+		{"another path", "/uploads/ichor.dev/namespaces/team-a/talosoperations/x", authz.user, "carol", http.StatusNotFound, ""},
+	} {
+		code, st, raw := post(c.path, c.token, c.uploader, "snapshot")
+		if code != c.code || int(st.Code) != c.code || !strings.Contains(st.Message, c.says) {
+			t.Errorf("%s: %d %s; want %d saying %q", c.name, code, raw, c.code, c.says)
+		}
+		if rec.body != "" {
+			t.Fatalf("%s: the receiver got %q", c.name, rec.body)
+		}
+	}
+	if a := authz.got[0]; a.GetNamespace() != "team-a" || a.GetName() != "from-laptop" || !a.IsResourceRequest() {
+		t.Errorf("authorized %+v, want the backup's namespace and name", a)
+	}
+
+	code, _, raw := post(path, authz.user, "carol", "snapshot")
+	var b v1alpha1.TalosBackup
+	if code != http.StatusOK || json.Unmarshal([]byte(raw), &b) != nil || b.Status.Phase != v1alpha1.BackupSucceeded {
+		t.Fatalf("upload: %d %s", code, raw)
+	}
+	if rec.key != (types.NamespacedName{Namespace: "team-a", Name: "from-laptop"}) || rec.uploader != "carol" || rec.body != "snapshot" {
+		t.Fatalf("received %+v", rec)
+	}
+
+	rec.err = apierrors.NewConflict(v1alpha1.Resource("talosbackups"), "from-laptop", errors.New("already holds its uploaded snapshot"))
+	if code, st, raw := post(path, authz.user, "carol", "again"); code != http.StatusConflict || st.Reason != metav1.StatusReasonConflict {
+		t.Fatalf("a refused upload: %d %s", code, raw)
+	}
+}

@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/controller/backup"
+	"ichor.dev/ichor/pkg/upload"
+	"ichor.dev/ichor/test/objectstore"
+)
+
+// uploadRestore: an admin takes demo's etcd snapshot elsewhere (here: the
+// etcd-snapshot download), changes the cluster, uploads the snapshot into
+// a TalosBackup through talosbackups/NAME/upload with kubectl, and
+// restores it into the running cluster, which then holds exactly the
+// snapshot's objects. An operator may not upload; bytes that are not the
+// digest's are refused and nothing of them kept; and an Ichor admin who
+// calls ichor-controller's upload endpoint directly, to name another
+// uploader, is refused there.
+func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
+	ctx := d.ctx
+	rc, err := d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps := kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	if _, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "uploaded"}, Data: map[string]string{"v": "before"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := filepath.Join(t.TempDir(), "etcd.snapshot")
+	if err := d.etcd.PrepareSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := kubectlCmd(ctx, t, append(admin, "get", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosmachines/cp-1/etcd-snapshot")...)
+	cmd.Stdout, cmd.Stderr = f, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("download the snapshot: %v\n%s", err, stderr.String())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	if _, err := configMaps.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "uploaded"}, Data: map[string]string{"v": "after"}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-upload"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A controller that serves uploads where ichor-apiserver sends them.
+	tune := func(o *ctrlcmd.Options) {
+		d.tune(o)
+		o.OperationStepTimeout = clusterWait
+		o.UploadBindAddress = cp.ControllerUpload.Address
+		o.UploadCertFile, o.UploadKeyFile = cp.ControllerUpload.CertFile, cp.ControllerUpload.KeyFile
+	}
+	d.controller.stop()
+	d.controller = runController(d.parent, tune)
+
+	uploadBackup := func(name, digest string) {
+		t.Helper()
+		mustApply(ctx, t, "apiVersion: ichor.dev/v1alpha1\nkind: TalosBackup\nmetadata: {name: "+name+", namespace: "+d.ns+"}\n"+
+			"spec: {clusterName: demo, upload: {digest: '"+digest+"'}}\n")
+	}
+	uploadBackup("uploaded", digest)
+	uploadBackup("wrong-digest", "sha256:"+strings.Repeat("0", 64))
+	path := func(name string) string {
+		return "/apis/ichor.dev/v1alpha1/namespaces/" + d.ns + "/talosbackups/" + name + "/" + v1alpha1.UploadSubresource
+	}
+	send := func(who []string, name string) (string, error) {
+		return cp.Kubectl(ctx, append(who, "create", "--raw", path(name), "-f", snapshot)...)
+	}
+
+	waiting := d.waitBackup(t, "uploaded", "waiting for its upload", func(b *v1alpha1.TalosBackup) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.BackupConditionSucceeded)
+		return c != nil && c.Reason == v1alpha1.BackupReasonAwaitingUpload
+	})
+	if waiting.Status.Phase != v1alpha1.BackupPending {
+		t.Fatalf("an upload backup before its upload: %s", waiting.Status.Phase)
+	}
+
+	if out, err := send(operator, "uploaded"); err == nil || !strings.Contains(out+err.Error(), "forbidden") {
+		t.Fatalf("an operator uploaded a snapshot: %v\n%s", err, out)
+	}
+	if out, err := send(admin, "before-restore"); err == nil || !strings.Contains(out+err.Error(), "is a backup the controller takes, not an upload") {
+		t.Fatalf("an upload into a backup the controller took: %v\n%s", err, out)
+	}
+	out, err := send(admin, "wrong-digest")
+	if err == nil || !strings.Contains(out+err.Error(), "but spec.upload.digest is sha256:"+strings.Repeat("0", 64)) {
+		t.Fatalf("an upload whose bytes are not the digest's: %v\n%s", err, out)
+	}
+	wrong := d.waitBackupEnds(t, "wrong-digest", v1alpha1.BackupFailed)
+	if c := meta.FindStatusCondition(wrong.Status.Conditions, v1alpha1.BackupConditionSucceeded); c == nil || c.Reason != v1alpha1.BackupReasonDigestMismatch {
+		t.Fatalf("the refused upload's record: %+v", wrong.Status)
+	}
+	if keys := d.backupKeys(t, srv, "wrong-digest"); len(keys) != 0 {
+		t.Fatalf("the refused upload left objects: %v", keys)
+	}
+
+	// An Ichor admin (a ServiceAccount bound to ichor-admin) goes around
+	// ichor-apiserver to the controller's endpoint, to upload in
+	// someone else's name: authenticated, and refused.
+	direct := func(token string) (int, string) {
+		t.Helper()
+		pool, err := certutil.NewPool(cp.ControllerUpload.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+cp.ControllerUpload.Address+upload.Path(d.ns, "uploaded"), bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(upload.UploaderHeader, "carol")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close() //nolint:errcheck
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := direct(""); code != http.StatusUnauthorized {
+		t.Fatalf("an anonymous upload to the controller: %d %s", code, body)
+	}
+	if code, body := direct(ichorAdminToken(ctx, t, d.ns, "mallory")); code != http.StatusForbidden || !strings.Contains(body, "may not hand uploads to ichor-controller") {
+		t.Fatalf("an Ichor admin's upload straight to the controller: %d %s", code, body)
+	}
+	if b := d.getBackup(t, "uploaded"); b.Status.Phase != v1alpha1.BackupPending {
+		t.Fatalf("after the refused uploads the backup is %s", b.Status.Phase)
+	}
+
+	out, err = send(admin, "uploaded")
+	if err != nil {
+		t.Fatalf("an admin's upload: %v\n%s", err, out)
+	}
+	var answered v1alpha1.TalosBackup
+	if err := json.Unmarshal([]byte(out), &answered); err != nil || answered.Status.Phase != v1alpha1.BackupSucceeded {
+		t.Fatalf("the upload answered %v:\n%s", err, out)
+	}
+	got := d.getBackup(t, "uploaded")
+	if len(got.Status.Files) != 1 || got.Status.Files[0].Digest != digest || got.Status.Files[0].ContentSize != int64(len(data)) ||
+		got.Status.Files[0].Content != v1alpha1.BackupContentEtcdSnapshot {
+		t.Fatalf("the uploaded backup's files: %+v", got.Status.Files)
+	}
+	if keys := d.backupKeys(t, srv, "uploaded"); len(keys) != 2 {
+		t.Fatalf("the uploaded backup's objects: %v; want the snapshot and the manifest", keys)
+	}
+	waitEventSaying(ctx, t, d.ns, "uploaded", corev1.EventTypeNormal, backup.EventUploaded, "carol uploaded an etcd snapshot of")
+	if out, err := send(admin, "uploaded"); err == nil || !strings.Contains(out+err.Error(), "already holds its uploaded snapshot") {
+		t.Fatalf("a second upload into the same backup: %v\n%s", err, out)
+	}
+
+	restore := "clusterName: demo\ntype: etcd-restore\netcdRestore: {backup: uploaded, identitySecret: restore-identity}"
+	d.createOperation(t, admin, "restore-uploaded", restore)
+	d.startOperation(t, admin, "restore-uploaded")
+	d.waitOperationEnds(t, "restore-uploaded", v1alpha1.OperationSucceeded)
+	rc, err = d.kube.WaitReady(ctx, d.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configMaps = kubernetes.NewForConfigOrDie(rc).CoreV1().ConfigMaps(metav1.NamespaceDefault)
+	if cm, err := configMaps.Get(ctx, "uploaded", metav1.GetOptions{}); err != nil || cm.Data["v"] != "before" {
+		t.Fatalf("after restoring the upload: uploaded = %v, %v; want the snapshot's v=before", cm, err)
+	}
+	if _, err := configMaps.Get(ctx, "after-upload", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("after restoring the upload, the object created after the snapshot: %v; want NotFound", err)
+	}
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	d.controller.stop()
+	d.controller = runController(d.parent, d.tune)
+}
+
+// ichorAdminToken is a token of a new ServiceAccount name in ns, bound to
+// ichor-admin: an Ichor admin as kube-apiserver authenticates one.
+func ichorAdminToken(ctx context.Context, t *testing.T, ns, name string) string {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), ns+"-"+name, metav1.DeleteOptions{})
+	})
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// getBackup reads TalosBackup name.
+func (d *demoCluster) getBackup(t *testing.T, name string) *v1alpha1.TalosBackup {
+	t.Helper()
+	b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(d.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitBackup waits until TalosBackup name is as done says.
+func (d *demoCluster) waitBackup(t *testing.T, name, what string, done func(*v1alpha1.TalosBackup) bool) *v1alpha1.TalosBackup {
+	t.Helper()
+	var last *v1alpha1.TalosBackup
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := apiClient(t).IchorV1alpha1().TalosBackups(d.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = b
+		return done(b), nil
+	})
+	if err != nil {
+		t.Fatalf("TalosBackup %s %s: %v; last %+v", name, what, err, last)
+	}
+	return last
+}
