@@ -110,7 +110,7 @@ is made as you, so RBAC and the audit log name you.`,
 	for _, c := range []*cobra.Command{
 		newApprove(o, true), newApprove(o, false), newReclaim(o),
 		newStart(o), newWait(o), newOverride(o), newStatus(o),
-		newDownload(o), newPassword(o), newInit(o), newBreakGlass(o),
+		newDownload(o), newUpload(o), newPassword(o), newInit(o), newBreakGlass(o),
 	} {
 		root.AddCommand(c)
 	}
