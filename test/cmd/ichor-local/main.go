@@ -197,5 +197,9 @@ func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary 
 		// The simulated nodes pull any installer whose tag is a Talos version;
 		// a site names its own mirror's repository here.
 		"--install-image=siderolabs/installer:"+talossim.DefaultVersion,
+		// Where ichor-apiserver sends uploaded etcd snapshots.
+		"--upload-bind-address="+cp.ControllerUpload.Address,
+		"--upload-tls-cert-file="+cp.ControllerUpload.CertFile,
+		"--upload-tls-private-key-file="+cp.ControllerUpload.KeyFile,
 	)
 }
