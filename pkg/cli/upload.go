@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -58,6 +59,23 @@ another digest are refused and nothing of them is kept. An etcd-restore then nam
 		c, ns, err := o.clientIn()
 		if err != nil {
 			return err
+		}
+		// Asked first, so that a refused upload leaves no backup behind.
+		kube, err := o.kube()
+		if err != nil {
+			return err
+		}
+		review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "create", Group: v1alpha1.GroupName, Resource: "talosbackups", Subresource: v1alpha1.UploadSubresource, Name: name,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !review.Status.Allowed {
+			return apierrors.NewForbidden(v1alpha1.Resource("talosbackups"), name, fmt.Errorf(
+				`you cannot create resource "talosbackups/%s" in API group %q in the namespace %q`, v1alpha1.UploadSubresource, v1alpha1.GroupName, ns))
 		}
 		backups := c.IchorV1alpha1().TalosBackups(ns)
 		_, err = backups.Create(ctx, &v1alpha1.TalosBackup{

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -165,6 +166,30 @@ func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
 		t.Fatalf("after the refused uploads the backup is %s", b.Status.Phase)
 	}
 
+	// An upload whose client goes away mid-stream: nothing of it is kept,
+	// and the backup takes another upload.
+	admins := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin"))
+	err = admins.IchorV1alpha1().RESTClient().Post().Namespace(d.ns).Resource("talosbackups").Name("uploaded").SubResource(v1alpha1.UploadSubresource).
+		Body(io.MultiReader(bytes.NewReader(data[:len(data)/2]), &goingAway{ready: func() {
+			// Gone once the controller writes what it received. (No t.Fatal
+			// here: the transport reads the body on its own goroutine; the
+			// checks below fail if it never did.)
+			_ = wait.PollUntilContextTimeout(ctx, controllerPoll, time.Minute, true, func(ctx context.Context) (bool, error) {
+				b, err := admins.IchorV1alpha1().TalosBackups(d.ns).Get(ctx, "uploaded", metav1.GetOptions{})
+				return err == nil && b.Status.Phase == v1alpha1.BackupRunning, nil
+			})
+		}})).Do(ctx).Error()
+	if err == nil {
+		t.Fatal("an upload cut off mid-stream succeeded")
+	}
+	cut := d.waitBackupEnds(t, "uploaded", v1alpha1.BackupFailed)
+	if c := meta.FindStatusCondition(cut.Status.Conditions, v1alpha1.BackupConditionSucceeded); c == nil || c.Reason != v1alpha1.BackupReasonUploadInterrupted {
+		t.Fatalf("the cut-off upload's record: %+v", cut.Status)
+	}
+	if keys := d.backupKeys(t, srv, "uploaded"); len(keys) != 0 {
+		t.Fatalf("the cut-off upload left objects: %v", keys)
+	}
+
 	// The admin's upload, with the CLI: it finds the backup it would
 	// create, with the same digest, and streams the file into it.
 	runIchor(ctx, t, nil, "olivia", "ichor:operator", "--namespace="+d.ns, "upload-snapshot", "uploaded", "--cluster", "demo", "-f", snapshot).
@@ -257,4 +282,13 @@ func (d *demoCluster) waitBackup(t *testing.T, name, what string, done func(*v1a
 		t.Fatalf("TalosBackup %s %s: %v; last %+v", name, what, err, last)
 	}
 	return last
+}
+
+// goingAway fails its first read, as a client that goes away does, once
+// ready returned.
+type goingAway struct{ ready func() }
+
+func (g *goingAway) Read([]byte) (int, error) {
+	g.ready()
+	return 0, errors.New("the uploader went away")
 }

@@ -33,8 +33,8 @@ func (r *Runner) awaitUpload(ctx context.Context, b *v1alpha1.TalosBackup) error
 	}
 	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionUnknown,
 		Reason: v1alpha1.BackupReasonAwaitingUpload,
-		Message: fmt.Sprintf("waiting for an admin to upload the snapshot: POST talosbackups/%s/%s (ichor upload-snapshot %s -f FILE)",
-			b.Name, v1alpha1.UploadSubresource, b.Name)})
+		Message: fmt.Sprintf("waiting for an admin to upload the snapshot: POST talosbackups/%s/%s (ichor upload-snapshot %s --cluster %s -f FILE)",
+			b.Name, v1alpha1.UploadSubresource, b.Name, b.Spec.ClusterName)})
 	return client.IgnoreNotFound(r.Client.Status().Update(ctx, b))
 }
 
