@@ -175,7 +175,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		}
 		if err := mgr.Add(&uploadserver.Server{
 			BindAddress: o.UploadBindAddress, CertFile: o.UploadCertFile, KeyFile: o.UploadKeyFile,
-			Kube: kube, Receiver: runner,
+			Kube: kube, Receiver: runner, Caller: o.UploadCaller,
 		}); err != nil {
 			return nil, err
 		}

@@ -89,6 +89,8 @@ type Options struct {
 	// UploadCertFile and UploadKeyFile are that endpoint's serving
 	// certificate (ichor-apiserver's --controller-ca-file issues it).
 	UploadCertFile, UploadKeyFile string
+	// UploadCaller is the one user the upload endpoint takes uploads from.
+	UploadCaller string
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -116,6 +118,7 @@ func NewOptions() *Options {
 		OperationStepTimeout:       15 * time.Minute,
 		KubeAPIQPS:                 50,
 		KubeAPIBurst:               100,
+		UploadCaller:               "system:serviceaccount:" + DefaultNamespace + ":ichor-apiserver",
 	}
 }
 
@@ -174,6 +177,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Serving certificate of the upload endpoint, reloaded when it changes.")
 	fs.StringVar(&o.UploadKeyFile, "upload-tls-private-key-file", o.UploadKeyFile,
 		"Private key of the upload endpoint's serving certificate.")
+	fs.StringVar(&o.UploadCaller, "upload-caller", o.UploadCaller,
+		"The one user (ichor-apiserver's ServiceAccount) the upload endpoint takes uploads from; RBAC's create on talosbackups/receive is asked as well.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.Log.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -214,8 +219,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))
 		}
 	}
-	if o.UploadBindAddress != "" && (o.UploadCertFile == "" || o.UploadKeyFile == "") {
-		errs = append(errs, errors.New("--upload-bind-address needs --upload-tls-cert-file and --upload-tls-private-key-file"))
+	if o.UploadBindAddress != "" && (o.UploadCertFile == "" || o.UploadKeyFile == "" || o.UploadCaller == "") {
+		errs = append(errs, errors.New("--upload-bind-address needs --upload-tls-cert-file, --upload-tls-private-key-file and --upload-caller"))
 	}
 	return utilerrors.NewAggregate(errs)
 }

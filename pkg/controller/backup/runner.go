@@ -130,7 +130,8 @@ type Runner struct {
 	// processes' through the API, one backup per cluster at a time.
 	running sync.Map
 	// receiving holds the upload backups (types.NamespacedName) whose
-	// snapshot this process is receiving.
+	// snapshot this process is receiving, each with the
+	// context.CancelCauseFunc that stops it.
 	receiving sync.Map
 }
 
@@ -158,9 +159,13 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("cluster", b.Spec.ClusterName))
 	switch {
 	case !b.DeletionTimestamp.IsZero():
+		if r.stopReceiving(req.NamespacedName) {
+			// Its files are deleted once the upload stopped and cleaned up.
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+		}
 		return ctrl.Result{}, r.deleteFiles(ctx, &b)
 	case b.Spec.Upload != nil:
-		return ctrl.Result{}, r.awaitUpload(ctx, &b)
+		return ctrl.Result{}, r.settleUpload(ctx, req.NamespacedName)
 	case b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed:
 		return ctrl.Result{}, nil
 	}

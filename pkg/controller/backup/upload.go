@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -25,17 +26,111 @@ import (
 // EventUploaded is the reason of the Event an uploaded snapshot leaves.
 const EventUploaded = "SnapshotUploaded"
 
-// awaitUpload says on a pending upload backup what it waits for. The
-// runner takes no snapshot for it: Receive writes what an admin uploads.
-func (r *Runner) awaitUpload(ctx context.Context, b *v1alpha1.TalosBackup) error {
-	if b.Status.Phase != v1alpha1.BackupPending || meta.FindStatusCondition(b.Status.Conditions, v1alpha1.BackupConditionSucceeded) != nil {
+// errDeleted stops an upload whose backup is deleted.
+var errDeleted = errors.New("the TalosBackup is being deleted")
+
+// Receiving uploads and running reconciles happen in the elected process
+// only (the upload endpoint needs leader election, as the runner does), so
+// an upload backup that is Running and not in r.receiving lost its upload
+// with the process that received it.
+
+// stopReceiving stops the upload into key, if this process receives one,
+// and says whether it did.
+func (r *Runner) stopReceiving(key types.NamespacedName) bool {
+	v, ok := r.receiving.Load(key)
+	if ok {
+		v.(context.CancelCauseFunc)(errDeleted)
+	}
+	return ok
+}
+
+// settleUpload looks after an upload backup between uploads: it says on a
+// pending one what it waits for, and fails one whose upload ended with the
+// process that received it, deleting what reached the target. The runner
+// takes no snapshot for it: Receive writes what an admin uploads.
+func (r *Runner) settleUpload(ctx context.Context, key types.NamespacedName) error {
+	if _, busy := r.receiving.Load(key); busy {
 		return nil
 	}
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionUnknown,
-		Reason: v1alpha1.BackupReasonAwaitingUpload,
-		Message: fmt.Sprintf("waiting for an admin to upload the snapshot: POST talosbackups/%s/%s (ichor upload-snapshot %s --cluster %s -f FILE)",
-			b.Name, v1alpha1.UploadSubresource, b.Name, b.Spec.ClusterName)})
-	return client.IgnoreNotFound(r.Client.Status().Update(ctx, b))
+	var b v1alpha1.TalosBackup
+	if err := r.APIReader.Get(ctx, key, &b); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	switch b.Status.Phase {
+	case v1alpha1.BackupPending, "":
+		if meta.FindStatusCondition(b.Status.Conditions, v1alpha1.BackupConditionSucceeded) != nil {
+			return nil
+		}
+		return r.setUploadStatus(ctx, key, func(b *v1alpha1.TalosBackup) error {
+			if b.Status.Phase != v1alpha1.BackupPending && b.Status.Phase != "" {
+				return nil
+			}
+			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionUnknown,
+				Reason: v1alpha1.BackupReasonAwaitingUpload,
+				Message: fmt.Sprintf("waiting for an admin to upload the snapshot: POST talosbackups/%s/%s (ichor upload-snapshot %s --cluster %s -f FILE)",
+					b.Name, v1alpha1.UploadSubresource, b.Name, b.Spec.ClusterName)})
+			return nil
+		})
+	case v1alpha1.BackupRunning:
+		out := outcome{reason: v1alpha1.BackupReasonUploadInterrupted}
+		if t := b.Status.Target; t != nil {
+			target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
+			if err != nil {
+				return err // the files are deleted once the target answers
+			}
+			err = r.deleteFolder(ctx, target, b.Name+"/")
+			_ = target.Close()
+			if err != nil {
+				return target.Redact(err)
+			}
+		}
+		return r.failUpload(ctx, key, out, errors.New("the upload ended with the ichor-controller that received it (restarted, or no longer the leader) before its last byte; nothing of it was kept: upload again"))
+	}
+	return nil
+}
+
+// setUploadStatus re-reads the backup and writes the status change sets,
+// again on a conflict: an upload's status changes while labels,
+// annotations or the schedule's own writes change the object, and only
+// this process writes an upload's status meanwhile.
+func (r *Runner) setUploadStatus(ctx context.Context, key types.NamespacedName, set func(*v1alpha1.TalosBackup) error) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var b v1alpha1.TalosBackup
+		if err := r.APIReader.Get(ctx, key, &b); err != nil {
+			return err
+		}
+		if err := set(&b); err != nil {
+			return err
+		}
+		return r.Client.Status().Update(ctx, &b)
+	})
+}
+
+// failUpload records an upload that failed, with a Warning Event on the
+// backup (not on its cluster: the cluster's own backups did not fail).
+func (r *Runner) failUpload(ctx context.Context, key types.NamespacedName, out outcome, cause error) error {
+	msg := message(cause)
+	var failed v1alpha1.TalosBackup
+	err := r.setUploadStatus(ctx, key, func(b *v1alpha1.TalosBackup) error {
+		now := metav1.NewMicroTime(r.Now())
+		b.Status.Phase = v1alpha1.BackupFailed
+		b.Status.CompletedAt = &now
+		b.Status.Files, b.Status.StoredSize = nil, 0
+		if out.leftovers {
+			b.Status.Location = out.location // deleted with the record
+		} else {
+			b.Status.Target, b.Status.Location = nil, ""
+		}
+		meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionFalse,
+			Reason: out.reason, Message: msg})
+		failed = *b
+		return nil
+	})
+	if err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.Recorder.Eventf(&failed, nil, corev1.EventTypeWarning, EventFailed, "Upload", "%s", msg)
+	return nil
 }
 
 // Receive writes the snapshot body carries into the backup key names, an
@@ -46,7 +141,9 @@ func (r *Runner) awaitUpload(ctx context.Context, b *v1alpha1.TalosBackup) error
 // saying why nothing was written, or why what was written is gone again.
 func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader string, body io.Reader) (*v1alpha1.TalosBackup, error) {
 	gr := v1alpha1.Resource("talosbackups")
-	if _, busy := r.receiving.LoadOrStore(key, true); busy {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if _, busy := r.receiving.LoadOrStore(key, stop); busy {
 		return nil, apierrors.NewConflict(gr, key.Name, errors.New("another upload of this backup is being received; wait for it to end"))
 	}
 	defer r.receiving.Delete(key)
@@ -75,58 +172,85 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 	}
 
 	if !controllerutil.ContainsFinalizer(&b, Finalizer) {
-		patch := client.MergeFrom(b.DeepCopy())
+		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&b, Finalizer)
 		if err := r.Client.SubResource("finalizers").Patch(ctx, &b, patch); err != nil {
 			return nil, fmt.Errorf("add the finalizer of TalosBackup %s: %w", b.Name, err)
 		}
 	}
 	// Running, with the target, before the first byte is written: a
-	// deletion from now on deletes whatever reached the target. The
-	// update carries the resourceVersion read above, so of two uploads
-	// racing from two processes one is refused here.
-	now := metav1.NewMicroTime(r.Now())
-	b.Status = v1alpha1.TalosBackupStatus{
-		Phase: v1alpha1.BackupRunning, StartedAt: &now,
-		Target: setting.Target.DeepCopy(), Recipients: slices.Clone(setting.Encryption.Recipients), Compression: setting.Compression,
-		Conditions: b.Status.Conditions,
-	}
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionUnknown,
-		Reason: v1alpha1.BackupReasonUploading, Message: fmt.Sprintf("receiving the snapshot %s uploads", uploader)})
-	if err := r.Client.Status().Update(ctx, &b); err != nil {
+	// deletion from now on stops the upload (stopReceiving) and then
+	// deletes whatever reached the target. Decided on the stored object,
+	// so that of two uploads only one begins.
+	err = r.setUploadStatus(ctx, key, func(s *v1alpha1.TalosBackup) error {
+		if err := uploadable(s); err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(r.Now())
+		s.Status = v1alpha1.TalosBackupStatus{
+			Phase: v1alpha1.BackupRunning, StartedAt: &now,
+			Target: setting.Target.DeepCopy(), Recipients: slices.Clone(setting.Encryption.Recipients), Compression: setting.Compression,
+			Conditions: s.Status.Conditions,
+		}
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionUnknown,
+			Reason: v1alpha1.BackupReasonUploading, Message: fmt.Sprintf("receiving the snapshot %s uploads", uploader)})
+		b = *s
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventStarted, "Upload", "receiving the etcd snapshot %s uploads", uploader)
 
-	runCtx, cancel := context.WithTimeout(ctx, r.Options.Timeout)
-	defer cancel()
-	out, runErr := r.receive(runCtx, &b, &cluster, recipients, body)
+	// The upload lasts as long as its uploader sends: its request, or a
+	// deletion of the backup, ends it; not the runner's timeout.
+	out, runErr := r.receive(ctx, &b, &cluster, recipients, body)
+	done := context.WithoutCancel(ctx)
 	if runErr != nil {
-		if out.leftovers {
-			b.Status.Location = out.location
-		} else {
-			b.Status.Target = nil
-		}
-		if err := r.fail(context.WithoutCancel(ctx), &b, &cluster, out.reason, runErr); err != nil {
+		if err := r.failUpload(done, key, out, runErr); err != nil {
 			return nil, err
 		}
 		return nil, uploadFailure(&b, out.reason, runErr)
 	}
-	done := metav1.NewMicroTime(r.Now())
 	f := out.files[0]
-	b.Status.Phase = v1alpha1.BackupSucceeded
-	b.Status.CompletedAt = &done
-	b.Status.Location = out.location
-	b.Status.Files = out.files
-	b.Status.StoredSize = f.StoredSize
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionTrue,
-		Reason: v1alpha1.BackupReasonUploaded, Message: fmt.Sprintf("the etcd snapshot %s uploaded (%d bytes, %s) is written to %s", uploader, f.ContentSize, f.Digest, out.location)})
-	if err := r.Client.Status().Update(context.WithoutCancel(ctx), &b); err != nil {
-		return nil, err
+	err = r.setUploadStatus(done, key, func(s *v1alpha1.TalosBackup) error {
+		if !s.DeletionTimestamp.IsZero() {
+			return errDeleted
+		}
+		now := metav1.NewMicroTime(r.Now())
+		s.Status.Phase = v1alpha1.BackupSucceeded
+		s.Status.CompletedAt = &now
+		s.Status.Location = out.location
+		s.Status.Files = out.files
+		s.Status.StoredSize = f.StoredSize
+		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.BackupReasonUploaded, Message: fmt.Sprintf("the etcd snapshot %s uploaded (%d bytes, %s) is written to %s", uploader, f.ContentSize, f.Digest, out.location)})
+		b = *s
+		return nil
+	})
+	if err != nil {
+		// Deleted while its last bytes were written: its files go too,
+		// as the deletion asked.
+		r.cleanUp(done, &b, out.location)
+		return nil, apierrors.NewConflict(gr, key.Name, fmt.Errorf("%w: nothing of the upload was kept", err))
 	}
 	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventUploaded, "Upload", "%s uploaded an etcd snapshot of %d bytes (%s); %d bytes stored at %s",
 		uploader, f.ContentSize, f.Digest, b.Status.StoredSize, out.location)
 	return &b, nil
+}
+
+// cleanUp deletes the files an upload wrote whose record could not say so.
+func (r *Runner) cleanUp(ctx context.Context, b *v1alpha1.TalosBackup, location string) {
+	ctx, cancel := context.WithTimeout(ctx, 4*r.Options.CallTimeout)
+	defer cancel()
+	target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, b.Status.Target)
+	if err == nil {
+		err = r.deleteFolder(ctx, target, b.Name+"/")
+		_ = target.Close()
+	}
+	if err != nil {
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFailed, "Upload", "the files of a deleted upload are left at %s: %s", location, message(err))
+	}
 }
 
 // uploadable refuses a backup that is not waiting for an upload, saying
@@ -135,7 +259,7 @@ func uploadable(b *v1alpha1.TalosBackup) error {
 	gr := v1alpha1.Resource("talosbackups")
 	switch {
 	case !b.DeletionTimestamp.IsZero():
-		return apierrors.NewConflict(gr, b.Name, errors.New("the backup is being deleted"))
+		return apierrors.NewConflict(gr, b.Name, errDeleted)
 	case b.Spec.Upload == nil:
 		return apierrors.NewBadRequest(fmt.Sprintf(
 			"TalosBackup %s is a backup the controller takes, not an upload: create a TalosBackup with spec.upload.digest to upload a snapshot", b.Name))
@@ -146,8 +270,7 @@ func uploadable(b *v1alpha1.TalosBackup) error {
 		if b.Status.StartedAt != nil {
 			since = " since " + b.Status.StartedAt.UTC().Format(time.RFC3339)
 		}
-		return apierrors.NewConflict(gr, b.Name, fmt.Errorf(
-			"an upload has been received%s; if it was cut off (ichor-controller restarted), delete this TalosBackup and create it again", since))
+		return apierrors.NewConflict(gr, b.Name, fmt.Errorf("an upload has been received%s; wait for it to end", since))
 	}
 	return nil
 }
@@ -174,9 +297,15 @@ func (r *Runner) receive(ctx context.Context, b *v1alpha1.TalosBackup, cluster *
 	}()
 	if err = w.write(ctx, SnapshotFile, v1alpha1.BackupContentEtcdSnapshot, "", body); err != nil {
 		var se *storeError
-		if errors.As(err, &se) {
+		switch {
+		case ctx.Err() != nil:
+			// The uploader went away, or the backup is being deleted:
+			// whatever the writer then said, the stream stopped.
+			out.reason = v1alpha1.BackupReasonUploadInterrupted
+			err = fmt.Errorf("the upload stopped before its end (%v); nothing of it was kept", context.Cause(ctx))
+		case errors.As(err, &se):
 			out.reason = store.Reason(err)
-		} else {
+		default:
 			out.reason = v1alpha1.BackupReasonUploadInterrupted
 			err = fmt.Errorf("the upload ended before its last byte: %w; nothing of it was kept", err)
 		}
@@ -196,10 +325,10 @@ func (r *Runner) receive(ctx context.Context, b *v1alpha1.TalosBackup, cluster *
 }
 
 // uploadFailure is the API error an uploader gets for a failed upload: a
-// 400 for bytes that are not what the backup said, a 503 for a target that
-// failed, the reason and the record's name in both.
+// 400 for bytes that are not what the backup said or a stream that broke,
+// a 503 for a target that failed, the reason and the record's name in both.
 func uploadFailure(b *v1alpha1.TalosBackup, reason string, err error) error {
-	msg := fmt.Sprintf("%s (TalosBackup %s is Failed with reason %s)", message(err), b.Name, reason)
+	msg := fmt.Sprintf("%s (TalosBackup %s is Failed with reason %s; it takes another upload)", message(err), b.Name, reason)
 	switch reason {
 	case v1alpha1.BackupReasonDigestMismatch, v1alpha1.BackupReasonUploadInterrupted:
 		return apierrors.NewBadRequest(msg)

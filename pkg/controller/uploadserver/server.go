@@ -59,6 +59,11 @@ type Server struct {
 	// create on talosbackups/receive; both delegate to Kube when nil.
 	Authenticator authenticator.Request
 	Authorizer    authorizer.Authorizer
+	// Caller is the one user uploads are taken from (ichor-apiserver's
+	// ServiceAccount), whatever else RBAC lets do the same: a cluster-admin
+	// or a ServiceAccount with wildcard rights passes the SubjectAccessReview
+	// too, and must not upload in another's name around ichor-apiserver.
+	Caller string
 	// Receiver writes what is received.
 	Receiver Receiver
 	// Started, when not nil, is called with the address listened on.
@@ -96,8 +101,14 @@ func (s *Server) Start(ctx context.Context) error {
 			// Asked for, and verified by the authenticator against the
 			// cluster's client CA, as kube-apiserver does.
 			ClientAuth: tls.RequestClientCert,
+			// HTTP/1.1 only, as controller-runtime's own servers: an
+			// upload is one long stream, and HTTP/2's stream resets are
+			// a denial of service this endpoint need not risk.
+			NextProtos: []string{"http/1.1"},
 		},
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
 	}
 	if s.Started != nil {
 		s.Started(l.Addr())
@@ -134,6 +145,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	resp, ok, err := s.Authenticator.AuthenticateRequest(r)
 	if err != nil || !ok {
 		writeError(w, apierrors.NewUnauthorized("the upload endpoint takes requests from ichor-apiserver only"))
+		return
+	}
+	if resp.User.GetName() != s.Caller {
+		writeError(w, apierrors.NewForbidden(v1alpha1.Resource("talosbackups/"+upload.ReceiveSubresource), key.Name,
+			fmt.Errorf("user %q may not hand uploads to ichor-controller: it takes them from %s only", resp.User.GetName(), s.Caller)))
 		return
 	}
 	decision, reason, err := s.Authorizer.Authorize(r.Context(), authorizer.AttributesRecord{

@@ -40,7 +40,7 @@ type only struct {
 
 func (o *only) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	o.got = append(o.got, a)
-	if a.GetUser().GetName() == o.user && a.GetVerb() == "create" && a.GetAPIGroup() == v1alpha1.GroupName &&
+	if (a.GetUser().GetName() == o.user || a.GetUser().GetName() == "root") && a.GetVerb() == "create" && a.GetAPIGroup() == v1alpha1.GroupName &&
 		a.GetResource() == "talosbackups" && a.GetSubresource() == upload.ReceiveSubresource {
 		return authorizer.DecisionAllow, "", nil
 	}
@@ -71,7 +71,7 @@ func (r *receiver) Receive(_ context.Context, key types.NamespacedName, uploader
 func TestServeHTTP(t *testing.T) {
 	authz := &only{user: "system:serviceaccount:ichor-system:ichor-apiserver"}
 	rec := &receiver{}
-	srv := httptest.NewServer(&Server{Authenticator: tokens{}, Authorizer: authorizer.AuthorizerFunc(authz.Authorize), Receiver: rec})
+	srv := httptest.NewServer(&Server{Authenticator: tokens{}, Authorizer: authorizer.AuthorizerFunc(authz.Authorize), Receiver: rec, Caller: authz.user})
 	defer srv.Close()
 
 	post := func(path, token, uploader, body string) (int, metav1.Status, string) {
@@ -104,7 +104,8 @@ func TestServeHTTP(t *testing.T) {
 		says                        string
 	}{
 		{"no credential", path, "", "carol", http.StatusUnauthorized, "ichor-apiserver only"},
-		{"an admin, around ichor-apiserver", path, "carol", "dave", http.StatusForbidden, `user "carol" may not hand uploads to ichor-controller: no RBAC rule allows it`},
+		{"an admin, around ichor-apiserver", path, "carol", "dave", http.StatusForbidden, `user "carol" may not hand uploads to ichor-controller: it takes them from ` + authz.user + " only"},
+		{"a cluster-admin RBAC allows, around ichor-apiserver", path, "root", "dave", http.StatusForbidden, `user "root" may not hand uploads to ichor-controller`},
 		{"no uploader named", path, authz.user, "", http.StatusBadRequest, "names no uploader"},
 		{"another path", "/uploads/ichor.dev/namespaces/team-a/talosoperations/x", authz.user, "carol", http.StatusNotFound, ""},
 	} {
@@ -115,6 +116,16 @@ func TestServeHTTP(t *testing.T) {
 		if rec.body != "" {
 			t.Fatalf("%s: the receiver got %q", c.name, rec.body)
 		}
+	}
+	// The caller pinned, RBAC is asked as well: revoking the rule stops uploads.
+	caller := authz.user
+	authz.user = "nobody"
+	if code, st, raw := post(path, caller, "carol", "snapshot"); code != http.StatusForbidden || !strings.Contains(st.Message, "no RBAC rule allows it") {
+		t.Errorf("the pinned caller without the RBAC rule: %d %s", code, raw)
+	}
+	authz.user = caller
+	if len(authz.got) == 0 {
+		t.Fatal("the authorizer was never asked")
 	}
 	if a := authz.got[0]; a.GetNamespace() != "team-a" || a.GetName() != "from-laptop" || !a.IsResourceRequest() {
 		t.Errorf("authorized %+v, want the backup's namespace and name", a)

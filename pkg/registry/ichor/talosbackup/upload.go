@@ -139,7 +139,8 @@ func (f *Forwarder) forward(ctx context.Context, namespace, name, uploader strin
 	req.Header.Set(upload.UploaderHeader, uploader)
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("ichor-controller's upload endpoint (%s) did not answer: %v; nothing was written", f.base.Host, err))
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf(
+			"ichor-controller's upload endpoint (%s) did not answer or broke off: %v; see the TalosBackup's status for what, if anything, was written", f.base.Host, err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -150,6 +151,10 @@ func (f *Forwarder) forward(ctx context.Context, namespace, name, uploader strin
 		var st metav1.Status
 		if json.Unmarshal(data, &st) != nil || st.Code == 0 {
 			return nil, apierrors.NewInternalError(fmt.Errorf("ichor-controller answered the upload with %s", resp.Status))
+		}
+		if st.Code == http.StatusUnauthorized || st.Code == http.StatusForbidden {
+			// The controller refused this server, not the uploader.
+			return nil, apierrors.NewServiceUnavailable("ichor-controller refused ichor-apiserver's upload: " + st.Message)
 		}
 		return nil, &apierrors.StatusError{ErrStatus: st}
 	}

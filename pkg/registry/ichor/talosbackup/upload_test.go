@@ -77,7 +77,7 @@ func (z *zeros) Read(p []byte) (int, error) {
 func TestForwardStreams(t *testing.T) {
 	rec := &counting{}
 	srv := httptest.NewTLSServer(&uploadserver.Server{
-		Authenticator: apiserverToken{}, Receiver: rec,
+		Authenticator: apiserverToken{}, Receiver: rec, Caller: "ichor-apiserver",
 		Authorizer: authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 			if a.GetUser().GetName() == "ichor-apiserver" {
 				return authorizer.DecisionAllow, "", nil
@@ -138,8 +138,11 @@ func TestForwardStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.forward(t.Context(), "team-a", "from-laptop", "carol", strings.NewReader("x")); !apierrors.IsUnauthorized(err) {
-		t.Fatalf("a forward as someone else: %v, want Unauthorized", err)
+	// The controller refusing ichor-apiserver is the server's failure, not
+	// the uploader's: never a 401 that would send kubectl to log in again.
+	if _, err := other.forward(t.Context(), "team-a", "from-laptop", "carol", strings.NewReader("x")); !apierrors.IsServiceUnavailable(err) ||
+		!strings.Contains(err.Error(), "refused ichor-apiserver") {
+		t.Fatalf("a forward as someone else: %v, want ServiceUnavailable", err)
 	}
 	if _, err := NewForwarder(Controller{URL: "http://" + strings.TrimPrefix(srv.URL, "https://"), CAFile: ca}, &restclient.Config{}); err == nil {
 		t.Fatal("a plain-HTTP controller URL was taken")
