@@ -190,6 +190,37 @@ func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
 		t.Fatalf("the cut-off upload left objects: %v", keys)
 	}
 
+	// A backup deleted while its uploader stalls mid-stream: the upload
+	// stops without waiting for the next byte, what reached the target is
+	// deleted, and then the record goes.
+	uploadBackup("doomed", digest)
+	release := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		sent <- admins.IchorV1alpha1().RESTClient().Post().Namespace(d.ns).Resource("talosbackups").Name("doomed").SubResource(v1alpha1.UploadSubresource).
+			Body(io.MultiReader(bytes.NewReader(data[:len(data)/2]), &goingAway{ready: func() { <-release }})).Do(ctx).Error()
+	}()
+	d.waitBackup(t, "doomed", "receiving", func(b *v1alpha1.TalosBackup) bool {
+		select {
+		case err := <-sent:
+			close(release)
+			t.Fatalf("the upload into doomed ended before it was received: %v", err)
+		default:
+		}
+		return b.Status.Phase == v1alpha1.BackupRunning
+	})
+	if out, err := cp.Kubectl(ctx, append(admin, "-n", d.ns, "delete", "talosbackup", "doomed", "--timeout=60s")...); err != nil {
+		close(release)
+		t.Fatalf("delete a backup mid-upload: %v\n%s", err, out)
+	}
+	if keys := d.backupKeys(t, srv, "doomed"); len(keys) != 0 {
+		t.Errorf("the deleted backup's upload left objects: %v", keys)
+	}
+	close(release)
+	if err := <-sent; err == nil {
+		t.Error("an upload into a backup deleted mid-stream succeeded")
+	}
+
 	// The admin's upload, with the CLI: it finds the backup it would
 	// create, with the same digest, and streams the file into it.
 	runIchor(ctx, t, nil, "olivia", "ichor:operator", "--namespace="+d.ns, "upload-snapshot", "uploaded", "--cluster", "demo", "-f", snapshot).

@@ -171,12 +171,20 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 		return nil, apierrors.NewConflict(gr, b.Name, fmt.Errorf("TalosCluster %s: spec.backup.encryption: %w", cluster.Name, err))
 	}
 
-	if !controllerutil.ContainsFinalizer(&b, Finalizer) {
-		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(&b, Finalizer)
-		if err := r.Client.SubResource("finalizers").Patch(ctx, &b, patch); err != nil {
-			return nil, fmt.Errorf("add the finalizer of TalosBackup %s: %w", b.Name, err)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var s v1alpha1.TalosBackup
+		if err := r.APIReader.Get(ctx, key, &s); err != nil {
+			return err
 		}
+		if err := uploadable(&s); err != nil || controllerutil.ContainsFinalizer(&s, Finalizer) {
+			return err
+		}
+		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&s, Finalizer)
+		return r.Client.SubResource("finalizers").Patch(ctx, &s, patch)
+	})
+	if err != nil {
+		return nil, err
 	}
 	// Running, with the target, before the first byte is written: a
 	// deletion from now on stops the upload (stopReceiving) and then
@@ -203,7 +211,12 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventStarted, "Upload", "receiving the etcd snapshot %s uploads", uploader)
 
 	// The upload lasts as long as its uploader sends: its request, or a
-	// deletion of the backup, ends it; not the runner's timeout.
+	// deletion of the backup, ends it; not the runner's timeout. A body
+	// that can be cut is cut when it ends, so that a read waiting on a
+	// stalled uploader returns.
+	if d, ok := body.(interface{ SetReadDeadline(time.Time) error }); ok {
+		defer context.AfterFunc(ctx, func() { _ = d.SetReadDeadline(time.Now()) })()
+	}
 	out, runErr := r.receive(ctx, &b, &cluster, recipients, body)
 	done := context.WithoutCancel(ctx)
 	if runErr != nil {

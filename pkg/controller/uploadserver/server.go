@@ -168,7 +168,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.FromContext(r.Context()).Info("receiving an upload", "backup", key.String(), "uploader", uploader, "from", resp.User.GetName())
-	b, err := s.Receiver.Receive(r.Context(), key, uploader, r.Body)
+	b, err := s.Receiver.Receive(r.Context(), key, uploader, cuttable{Reader: r.Body, rc: http.NewResponseController(w)})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -177,6 +177,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(b)
 }
+
+// cuttable is a request body whose blocked read a deadline ends: a
+// receiver that must stop (its backup is deleted) does not wait for a
+// stalled uploader's next byte.
+type cuttable struct {
+	io.Reader
+	rc *http.ResponseController
+}
+
+// SetReadDeadline ends reads at t.
+func (c cuttable) SetReadDeadline(t time.Time) error { return c.rc.SetReadDeadline(t) }
 
 // writeError answers with err as a metav1.Status, as the API server would.
 func writeError(w http.ResponseWriter, err error) {
