@@ -5,6 +5,7 @@
 package upload
 
 import (
+	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -38,4 +39,11 @@ func ParsePath(p string) (types.NamespacedName, bool) {
 		return types.NamespacedName{}, false
 	}
 	return types.NamespacedName{Namespace: parts[0], Name: parts[2]}, true
+}
+
+// NotAnUpload refuses an upload into the backup name, one the controller
+// takes: ichor-apiserver says it before it reads the body, and the
+// controller again, deciding on the stored object.
+func NotAnUpload(name string) string {
+	return fmt.Sprintf("TalosBackup %s is a backup the controller takes, not an upload: create a TalosBackup with spec.upload.digest to upload a snapshot", name)
 }

@@ -21,6 +21,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
+	"ichor.dev/ichor/pkg/upload"
 )
 
 // EventUploaded is the reason of the Event an uploaded snapshot leaves.
@@ -73,15 +74,9 @@ func (r *Runner) settleUpload(ctx context.Context, key types.NamespacedName) err
 		})
 	case v1alpha1.BackupRunning:
 		out := outcome{reason: v1alpha1.BackupReasonUploadInterrupted}
-		if t := b.Status.Target; t != nil {
-			target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
-			if err != nil {
+		if b.Status.Target != nil {
+			if err := r.deleteRecordedFiles(ctx, &b); err != nil {
 				return err // the files are deleted once the target answers
-			}
-			err = r.deleteFolder(ctx, target, b.Name+"/")
-			_ = target.Close()
-			if err != nil {
-				return target.Redact(err)
 			}
 		}
 		return r.failUpload(ctx, key, out, errors.New("the upload ended with the ichor-controller that received it (restarted, or no longer the leader) before its last byte; nothing of it was kept: upload again"))
@@ -256,14 +251,19 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 func (r *Runner) cleanUp(ctx context.Context, b *v1alpha1.TalosBackup, location string) {
 	ctx, cancel := context.WithTimeout(ctx, 4*r.Options.CallTimeout)
 	defer cancel()
-	target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, b.Status.Target)
-	if err == nil {
-		err = r.deleteFolder(ctx, target, b.Name+"/")
-		_ = target.Close()
-	}
-	if err != nil {
+	if err := r.deleteRecordedFiles(ctx, b); err != nil {
 		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFailed, "Upload", "the files of a deleted upload are left at %s: %s", location, message(err))
 	}
+}
+
+// deleteRecordedFiles deletes b's folder from the target its status records.
+func (r *Runner) deleteRecordedFiles(ctx context.Context, b *v1alpha1.TalosBackup) error {
+	target, _, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, b.Status.Target)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	return target.Redact(r.deleteFolder(ctx, target, b.Name+"/"))
 }
 
 // uploadable refuses a backup that is not waiting for an upload, saying
@@ -274,8 +274,7 @@ func uploadable(b *v1alpha1.TalosBackup) error {
 	case !b.DeletionTimestamp.IsZero():
 		return apierrors.NewConflict(gr, b.Name, errDeleted)
 	case b.Spec.Upload == nil:
-		return apierrors.NewBadRequest(fmt.Sprintf(
-			"TalosBackup %s is a backup the controller takes, not an upload: create a TalosBackup with spec.upload.digest to upload a snapshot", b.Name))
+		return apierrors.NewBadRequest(upload.NotAnUpload(b.Name))
 	case b.Status.Phase == v1alpha1.BackupSucceeded:
 		return apierrors.NewConflict(gr, b.Name, errors.New("the backup already holds its uploaded snapshot; create another TalosBackup to upload another"))
 	case b.Status.Phase == v1alpha1.BackupRunning:

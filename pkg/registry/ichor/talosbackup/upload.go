@@ -109,8 +109,7 @@ func (r *UploadREST) Connect(ctx context.Context, name string, _ runtime.Object,
 	}
 	b := obj.(*ichor.TalosBackup)
 	if b.Spec.Upload == nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf(
-			"TalosBackup %s is a backup the controller takes, not an upload: create a TalosBackup with spec.upload.digest to upload a snapshot", name))
+		return nil, apierrors.NewBadRequest(upload.NotAnUpload(name))
 	}
 	if r.Forwarder == nil {
 		return nil, apierrors.NewServiceUnavailable(
