@@ -18,6 +18,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -48,7 +49,7 @@ const maxAttempts = 5
 // operation's step holds it for m. A holder whose machine or operation is
 // gone (another UID, or none of that name) no longer holds it.
 func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction) (*v1alpha1.DisruptionStatus, error) {
-	return b.acquire(ctx, m, action, "", 1)
+	return b.acquire(ctx, m, action, "", 1, nil)
 }
 
 // AcquireForOperation is Acquire for a step of the TalosOperation named
@@ -56,19 +57,29 @@ func (b *Budget) Acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 // above 1, m may join the machines the operation already holds the budget
 // for, with the same action, while they are fewer than batch: the
 // operation says which machines may go together (workers).
-func (b *Budget) AcquireForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, batch int) (*v1alpha1.DisruptionStatus, error) {
-	return b.acquire(ctx, m, action, operation, batch)
+//
+// leaving are machines whose steps of the operation just ended: their
+// places are given back in the same write that takes m's, so a rollout
+// hands the budget from one node to the next in one write instead of two.
+// When it returns no holder and no error, none of them holds a place any
+// more; otherwise they keep theirs.
+func (b *Budget) AcquireForOperation(ctx context.Context, operation string, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, batch int, leaving ...*v1alpha1.TalosMachine) (*v1alpha1.DisruptionStatus, error) {
+	return b.acquire(ctx, m, action, operation, batch, leaving)
 }
 
-func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, operation string, batch int) (*v1alpha1.DisruptionStatus, error) {
+func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v1alpha1.DisruptionAction, operation string, batch int, leaving []*v1alpha1.TalosMachine) (*v1alpha1.DisruptionStatus, error) {
 	for range maxAttempts {
 		var c v1alpha1.TalosCluster
 		if err := b.Reader.Get(ctx, clusterKey(m), &c); err != nil {
 			return nil, fmt.Errorf("read TalosCluster %s for its disruption budget: %w", m.Spec.ClusterName, err)
 		}
 		cur := c.Status.Disruption
+		handover := false
+		if cur != nil && operation != "" && cur.Operation == operation && len(leaving) > 0 {
+			cur, handover = without(cur, leaving)
+		}
 		held := cur != nil && cur.Operation == operation && holds(cur, m)
-		if held && (cur.Action == action || cur.MachineUID != m.UID) {
+		if held && !handover && (cur.Action == action || cur.MachineUID != m.UID) {
 			return nil, nil
 		}
 		join := cur != nil && !held && operation != "" && cur.Operation == operation && cur.Action == action && 1+len(cur.Batch) < batch
@@ -83,9 +94,11 @@ func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 		}
 		d := ichorac.DisruptionStatus().WithMachine(m.Name).WithMachineUID(m.UID).WithAction(action).WithSince(metav1.NewTime(b.now()))
 		if held {
-			// Its holder's action changes; its batch stays.
+			// Its holder's action may change; its batch stays.
 			next := cur.DeepCopy()
-			next.Action = action
+			if next.MachineUID == m.UID {
+				next.Action = action
+			}
 			d = record(next, cur.Batch)
 		} else if join {
 			d = record(cur, append(slices.Clone(cur.Batch), v1alpha1.DisruptionMember{Machine: m.Name, MachineUID: m.UID}))
@@ -102,6 +115,30 @@ func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 		return nil, nil
 	}
 	return nil, fmt.Errorf("take the disruption budget of TalosCluster %s: it kept changing", m.Spec.ClusterName)
+}
+
+// without is d less the places of leaving (nil when no place is left), and
+// whether any was removed. When its first machine leaves, the next of its
+// batch takes the first place, as in release.
+func without(d *v1alpha1.DisruptionStatus, leaving []*v1alpha1.TalosMachine) (*v1alpha1.DisruptionStatus, bool) {
+	gone := func(uid types.UID) bool {
+		return slices.ContainsFunc(leaving, func(m *v1alpha1.TalosMachine) bool { return m.UID == uid })
+	}
+	rest := slices.DeleteFunc(slices.Clone(d.Batch), func(b v1alpha1.DisruptionMember) bool { return gone(b.MachineUID) })
+	if !gone(d.MachineUID) {
+		if len(rest) == len(d.Batch) {
+			return d, false
+		}
+		next := d.DeepCopy()
+		next.Batch = rest
+		return next, true
+	}
+	if len(rest) == 0 {
+		return nil, true
+	}
+	next := d.DeepCopy()
+	next.Machine, next.MachineUID, next.Batch = rest[0].Machine, rest[0].MachineUID, rest[1:]
+	return next, true
 }
 
 // apply writes d as c's budget, on the version of c just read: if anyone

@@ -231,3 +231,67 @@ func TestOperationBatch(t *testing.T) {
 		t.Fatalf("after every release: %+v", h)
 	}
 }
+
+// TestOperationHandover: a step's acquire gives back, in the same write,
+// the places of the machines whose steps just ended, and only theirs: a
+// full batch frees one place for the next machine, another operation's
+// hold is not touched, and a refused acquire leaves the leaving machines
+// their places for the caller to give back.
+func TestOperationHandover(t *testing.T) {
+	ctx := t.Context()
+	a, b, c3, d := machine("a"), machine("b"), machine("c"), machine("d")
+	op := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "upgrade", Namespace: "ns"}}
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	budget, c := newBudget(t, cluster, a, b, c3, d, op)
+
+	// One at a time: a's place goes to b.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot, 1); h != nil || err != nil {
+		t.Fatalf("a: %+v, %v", h, err)
+	}
+	if h, err := budget.AcquireForOperation(ctx, op.Name, b, v1alpha1.DisruptionReboot, 1); err != nil || h == nil {
+		t.Fatalf("b without a leaving: %+v, %v", h, err)
+	}
+	if h, err := budget.AcquireForOperation(ctx, op.Name, b, v1alpha1.DisruptionReboot, 1, a); h != nil || err != nil {
+		t.Fatalf("b as a leaves: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "b" || h.Operation != op.Name || len(h.Batch) != 0 {
+		t.Fatalf("after the handover: %+v", h)
+	}
+
+	// A batch of two, full: c leaves, d takes its place; b stays.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, c3, v1alpha1.DisruptionReboot, 2); h != nil || err != nil {
+		t.Fatalf("c joins: %+v, %v", h, err)
+	}
+	if h, err := budget.AcquireForOperation(ctx, op.Name, d, v1alpha1.DisruptionReboot, 2, c3); h != nil || err != nil {
+		t.Fatalf("d as c leaves: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "b" || len(h.Batch) != 1 || h.Batch[0].Machine != "d" {
+		t.Fatalf("after c's handover: %+v", h)
+	}
+	// The first place leaves: the next of the batch takes it.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot, 2, b); h != nil || err != nil {
+		t.Fatalf("a as b leaves: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "d" || len(h.Batch) != 1 || h.Batch[0].Machine != "a" {
+		t.Fatalf("after b's handover: %+v", h)
+	}
+	// Holding already, as its batch-mate leaves: the leaver's place goes.
+	if h, err := budget.AcquireForOperation(ctx, op.Name, a, v1alpha1.DisruptionReboot, 2, d); h != nil || err != nil {
+		t.Fatalf("a again as d leaves: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "a" || len(h.Batch) != 0 {
+		t.Fatalf("after d's handover: %+v", h)
+	}
+
+	// Another operation's machines are not this one's to hand over.
+	if h, err := budget.AcquireForOperation(ctx, "other", b, v1alpha1.DisruptionReboot, 1, a); err != nil || h == nil || h.Machine != "a" {
+		t.Fatalf("another operation handing over a: %+v, %v", h, err)
+	}
+	if h := holder(t, c); h == nil || h.Machine != "a" || h.Operation != op.Name {
+		t.Fatalf("after another operation's try: %+v", h)
+	}
+	// The last leaves without a next: an ordinary release.
+	if err := budget.ReleaseForOperation(ctx, op.Name, a); err != nil || holder(t, c) != nil {
+		t.Fatalf("release: %v, %+v", err, holder(t, c))
+	}
+}

@@ -190,6 +190,12 @@ type run struct {
 	// persist writes the operation's status now if it changed: a step is
 	// recorded before its node is called.
 	persist func(context.Context) error
+	// ended are the machines whose steps ended in this reconcile and may
+	// still hold a place in the budget: the next step's acquire hands it
+	// over (one write instead of a release and an acquire), and persist
+	// gives back what is left first, so the operation's status never
+	// records a step ended whose machine still holds the budget.
+	ended []*v1alpha1.TalosMachine
 }
 
 func (x *run) set(condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
@@ -214,6 +220,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	written := op.Status.DeepCopy()
 	x := &run{op: &op, now: metav1.NewTime(r.Now())}
 	x.persist = func(ctx context.Context) error {
+		for _, m := range x.ended {
+			if err := r.budget.ReleaseForOperation(ctx, op.Name, m); err != nil {
+				return err
+			}
+		}
+		x.ended = nil
 		if equality.Semantic.DeepEqual(written, &op.Status) {
 			return nil
 		}

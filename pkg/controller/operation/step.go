@@ -216,12 +216,12 @@ func (s *step) mayTake(ctx context.Context, action v1alpha1.DisruptionAction) (b
 	return true, ctrl.Result{}, nil
 }
 
-// done ends the step as Succeeded and gives the budget back.
+// done ends the step as Succeeded. Its place in the budget goes to the
+// next step that takes one in this reconcile, or back when the status is
+// written (run.ended).
 func (s *step) done(ctx context.Context, format string, args ...any) (ctrl.Result, error) {
 	rec := s.record()
-	if err := s.r.budget.ReleaseForOperation(ctx, s.x.op.Name, s.m); err != nil {
-		return ctrl.Result{}, err
-	}
+	s.x.ended = append(s.x.ended, s.m)
 	rec.Phase = v1alpha1.OperationSucceeded
 	completedAt := metav1.NewTime(s.r.Now())
 	rec.CompletedAt = &completedAt
@@ -281,13 +281,14 @@ func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (
 // batch of batch machines; it returns the reason and message of a wait
 // while another holds it, or "".
 func (s *step) acquire(ctx context.Context, action v1alpha1.DisruptionAction, batch int) (string, string, error) {
-	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, batch)
+	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, batch, s.x.ended...)
 	if err != nil {
 		return "", "", err
 	}
 	if holder != nil {
 		return v1alpha1.OperationReasonWaitingForBudget, "waiting for the disruption budget, held by " + describeHolder(holder), nil
 	}
+	s.x.ended = nil // their places went with this write
 	return "", "", nil
 }
 

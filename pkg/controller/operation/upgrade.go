@@ -133,11 +133,22 @@ func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	if running != target {
 		return s.failed(ctx, "the node rebooted into Talos %s, not %s: the installer's boot assets did not take", running, target)
 	}
-	if back, res, err := s.nodeBack(ctx); !back || err != nil {
-		return res, err
+	// The node runs the new version: the machine's status says so while
+	// its Node is awaited.
+	recorded := make(chan error, 1)
+	go func() {
+		if s.m.Status.TalosVersion == running {
+			recorded <- nil
+			return
+		}
+		recorded <- recordVersion(ctx, s.r.Client, s.m, running)
+	}()
+	back, res, err = s.nodeBack(ctx)
+	if rerr := <-recorded; rerr != nil && err == nil {
+		return ctrl.Result{}, rerr
 	}
-	if err := recordVersion(ctx, s.r.Client, s.m, running); err != nil {
-		return ctrl.Result{}, err
+	if !back || err != nil {
+		return res, err
 	}
 	return s.done(ctx, "runs Talos %s and is ready", running)
 }
