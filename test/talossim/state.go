@@ -3,6 +3,7 @@ package talossim
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
 	"github.com/cosi-project/runtime/pkg/state/registry"
+	"github.com/siderolabs/crypto/x509"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -96,6 +98,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&k8s.KubeletSpec{},
 		&k8s.Manifest{},
 		&v1alpha1.Service{},
+		&secrets.OSRoot{},
 	} {
 		if err := rdReg.Register(ctx, r); err != nil {
 			return nil, fmt.Errorf("registering resource definition %T: %w", r, err)
@@ -317,6 +320,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 		}
 	}
 
+	if err := publishOSRoot(ctx, st, v); err != nil {
+		return err
+	}
+
 	if err := publishControlPlaneConfigs(ctx, st, v); err != nil {
 		return err
 	}
@@ -337,4 +344,41 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	return removeResource(ctx, st, config.NewMachineType().Metadata())
+}
+
+// publishOSRoot writes the secrets.OSRoot resource as Talos's RootOSController derives it from the
+// active config, on every node type: the issuing Talos API CA (only where the config holds its key),
+// every accepted CA with the issuing one's certificate last, the certificate SANs and the machine token.
+// It is sensitive: only os:admin reads it (talosctl rotate-ca reads the current CA from it).
+func publishOSRoot(ctx context.Context, st state.State, v nodeView) error {
+	root := secrets.NewOSRoot(secrets.OSRootID)
+
+	if v.active == nil || v.active.Machine() == nil || v.active.Cluster() == nil {
+		return removeResource(ctx, st, root.Metadata())
+	}
+
+	sec := v.active.Machine().Security()
+	spec := root.TypedSpec()
+	spec.IssuingCA = sec.IssuingCA()
+	spec.AcceptedCAs = sec.AcceptedCAs()
+
+	if spec.IssuingCA != nil {
+		spec.AcceptedCAs = append(spec.AcceptedCAs, &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
+
+		if len(spec.IssuingCA.Key) == 0 {
+			spec.IssuingCA = nil // a worker's config holds the certificate only
+		}
+	}
+
+	for _, san := range sec.CertSANs() {
+		if ip, err := netip.ParseAddr(san); err == nil {
+			spec.CertSANIPs = append(spec.CertSANIPs, ip)
+		} else {
+			spec.CertSANDNSNames = append(spec.CertSANDNSNames, san)
+		}
+	}
+
+	spec.Token = sec.Token()
+
+	return putResource(ctx, st, root)
 }

@@ -6,12 +6,15 @@ package proc
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -156,22 +159,65 @@ func WaitHealthy(ctx context.Context, p Liveness, client *http.Client, url strin
 	}
 }
 
-// FreePorts asks the kernel for n distinct unused ports on ip.
+// FreePorts returns n distinct ports on ip that are free now, for a child
+// process to listen on. They are chosen below the kernel's ephemeral range
+// (ip_local_port_range), which the kernel hands to outgoing connections and
+// to listeners on port 0: a port from that range, free when chosen, is often
+// some connection's source port by the time the child binds it ("address
+// already in use"). No port is handed out twice by one process.
 func FreePorts(ip string, n int) ([]int, error) {
+	lo, hi := childPortRange()
+
+	handed.Lock()
+	defer handed.Unlock()
+
 	ports := make([]int, 0, n)
-
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return nil, err
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 10000 {
+			return nil, fmt.Errorf("no %d free ports on %s between %d and %d", n, ip, lo, hi)
 		}
-		// Held open until all are chosen, so the kernel hands out distinct ports.
-		defer l.Close() //nolint:errcheck
 
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		p := lo + rand.IntN(hi-lo)
+		if handed.ports[p] {
+			continue
+		}
+
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
+		if err != nil {
+			continue // in use
+		}
+
+		l.Close() //nolint:errcheck
+		handed.ports[p] = true
+		ports = append(ports, p)
 	}
 
 	return ports, nil
+}
+
+// handed are the ports FreePorts returned.
+var handed = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// childPortRange is where FreePorts chooses: from 10000 up to the start of the
+// kernel's ephemeral range (32768 when it cannot be read).
+func childPortRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if start, err := strconv.Atoi(f[0]); err == nil && start > lo+1000 {
+			hi = start
+		}
+	}
+
+	return lo, hi
 }
 
 // Tail returns the last n lines of s.
