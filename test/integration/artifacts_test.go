@@ -465,6 +465,19 @@ const secretsHolder = "ichor-controller-secrets"
 
 var secretsHolderVerbs = []string{"get", "create", "delete"}
 
+// metricsReader is the one role with a non-resource URL: get on /metrics,
+// for an installation to bind to its Prometheus (ichor-controller's metrics
+// endpoint asks kube-apiserver whether the caller may; the same rule reads
+// kube-apiserver's own /metrics, as every such role does). artifacts/ binds
+// it to no one.
+const metricsReader = "ichor-metrics-reader"
+
+// isMetricsRule is metricsReader's rule, exactly.
+func isMetricsRule(r rbacv1.PolicyRule) bool {
+	return slices.Equal(r.NonResourceURLs, []string{"/metrics"}) && slices.Equal(r.Verbs, []string{"get"}) &&
+		len(r.APIGroups) == 0 && len(r.Resources) == 0 && len(r.ResourceNames) == 0
+}
+
 // splitSecretsHolderRules separates, in the secrets holder's rules, those
 // that grant exactly core Secrets with some of secretsHolderVerbs from the
 // rest, which are held to leastPrivilegeViolations like every other rule: a
@@ -645,6 +658,12 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 					t.Errorf("%s: grants no Secret access, yet reads and generates bundles", where)
 				}
 			}
+			if r.Name == metricsReader {
+				if !slices.ContainsFunc(rules, isMetricsRule) {
+					t.Errorf("%s: does not grant get on /metrics", where)
+				}
+				rules = slices.DeleteFunc(slices.Clone(rules), isMetricsRule)
+			}
 			violations = leastPrivilegeViolations(where, rules)
 			// An aggregated role's rules belong to the clusterrole-aggregation
 			// controller: even `rules: []` makes a server-side re-apply conflict
@@ -699,6 +718,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 			t.Fatalf("live ClusterRole %s has no rules", name)
 		}
 		live[name] = r.Rules
+	}
+	if referenced[roleRef{"ClusterRole", "", metricsReader}] {
+		t.Errorf("artifacts/ binds %s: only an installation's Prometheus should hold it", metricsReader)
 	}
 	for ref := range referenced {
 		if _, checked := live[ref.name]; checked && ref.kind == "ClusterRole" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -25,8 +26,15 @@ const (
 
 // Options are everything ichor-controller can be told on its command line.
 type Options struct {
-	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
+	// MetricsBindAddress serves Prometheus metrics over HTTPS, to callers
+	// kube-apiserver authenticates (a bearer token, through a TokenReview)
+	// and authorizes to get the non-resource URL /metrics; "0" turns them
+	// off.
 	MetricsBindAddress string
+	// MetricsCertFile and MetricsKeyFile are the metrics endpoint's serving
+	// certificate, reloaded when it changes (in one directory); without
+	// them the endpoint serves a self-signed certificate it makes at start.
+	MetricsCertFile, MetricsKeyFile string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
 	HealthProbeBindAddress string
 
@@ -100,7 +108,7 @@ type Options struct {
 // NewOptions returns options with ichor-controller's defaults.
 func NewOptions() *Options {
 	return &Options{
-		MetricsBindAddress:         ":8080",
+		MetricsBindAddress:         ":8443",
 		HealthProbeBindAddress:     ":8081",
 		LeaderElect:                true,
 		LeaderElectionID:           DefaultLeaderElectionID,
@@ -130,7 +138,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		fs.AddGoFlag(f)
 	}
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress,
-		`Address the Prometheus metrics endpoint binds to; "0" turns it off.`)
+		`Address the Prometheus metrics endpoint (HTTPS; callers need get on the non-resource URL /metrics) binds to; "0" turns it off.`)
+	fs.StringVar(&o.MetricsCertFile, "metrics-tls-cert-file", o.MetricsCertFile,
+		"Serving certificate of the metrics endpoint, reloaded when it changes; empty: a self-signed one made at start.")
+	fs.StringVar(&o.MetricsKeyFile, "metrics-tls-private-key-file", o.MetricsKeyFile,
+		"Private key of the metrics endpoint's serving certificate, in the certificate's directory.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress,
 		`Address /healthz and /readyz bind to; "0" turns them off.`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect,
@@ -218,6 +230,11 @@ func (o *Options) Validate() error {
 		if !c.ok {
 			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))
 		}
+	}
+	if (o.MetricsCertFile == "") != (o.MetricsKeyFile == "") {
+		errs = append(errs, errors.New("--metrics-tls-cert-file and --metrics-tls-private-key-file go together"))
+	} else if o.MetricsCertFile != "" && filepath.Dir(o.MetricsCertFile) != filepath.Dir(o.MetricsKeyFile) {
+		errs = append(errs, errors.New("--metrics-tls-cert-file and --metrics-tls-private-key-file must be in one directory"))
 	}
 	if o.UploadBindAddress != "" && (o.UploadCertFile == "" || o.UploadKeyFile == "" || o.UploadCaller == "") {
 		errs = append(errs, errors.New("--upload-bind-address needs --upload-tls-cert-file, --upload-tls-private-key-file and --upload-caller"))

@@ -47,3 +47,23 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsServing: the metrics endpoint always serves HTTPS behind
+// kube-apiserver's authentication and authorization; its certificate
+// files go together, in one directory.
+func TestMetricsServing(t *testing.T) {
+	o := NewOptions()
+	if m := o.metricsServing(); !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" || m.CertDir != "" {
+		t.Errorf("default metrics serving: %+v", m)
+	}
+	o.MetricsCertFile, o.MetricsKeyFile = "/tls/tls.crt", "/tls/tls.key"
+	if m := o.metricsServing(); m.CertDir != "/tls" || m.CertName != "tls.crt" || m.KeyName != "tls.key" || !m.SecureServing {
+		t.Errorf("metrics serving with a certificate: %+v", m)
+	}
+	for _, files := range [][2]string{{"/tls/tls.crt", ""}, {"", "/tls/tls.key"}, {"/a/tls.crt", "/b/tls.key"}} {
+		o.MetricsCertFile, o.MetricsKeyFile = files[0], files[1]
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--metrics-tls") {
+			t.Errorf("certificate %q, key %q: %v", files[0], files[1], err)
+		}
+	}
+}

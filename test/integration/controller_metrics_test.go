@@ -1,0 +1,121 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+)
+
+// TestControllerMetricsNeedTLSAndAuthorization: ichor-controller serves its
+// metrics over HTTPS only, with its serving certificate, and only to a
+// caller kube-apiserver authenticates and allows to get /metrics: a plain
+// HTTP request, a request without a token and the token of a
+// ServiceAccount without ichor-metrics-reader are refused; the same
+// ServiceAccount bound to ichor-metrics-reader reads Ichor's own metrics.
+func TestControllerMetricsNeedTLSAndAuthorization(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	installControllerRBAC(ctx, t)
+	ns := cp.Namespace(t)
+	addr := freeLoopbackAddress(t)
+	startController(t, func(o *ctrlcmd.Options) {
+		o.MetricsBindAddress = addr
+		o.MetricsCertFile, o.MetricsKeyFile = cp.ControllerUpload.CertFile, cp.ControllerUpload.KeyFile
+	})
+
+	caPEM, err := os.ReadFile(cp.ControllerUpload.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+	}}
+	get := func(c *http.Client, url, token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close() //nolint:errcheck
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	// The endpoint comes up with the manager; until then, nothing answers.
+	url := "https://" + addr + "/metrics"
+	var code int
+	var body string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		code, body = get(httpsClient, url, "")
+		return code != 0, nil
+	}); err != nil {
+		t.Fatalf("the metrics endpoint never answered: %s", body)
+	}
+	if code != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d %s", code, body)
+	}
+	if code, body := get(&http.Client{Timeout: 10 * time.Second}, "http://"+addr+"/metrics", ""); code == http.StatusOK || strings.Contains(body, "ichor_") {
+		t.Fatalf("plain HTTP: %d %s", code, body)
+	}
+
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "prometheus", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := tr.Status.Token
+	if code, body := get(httpsClient, url, token); code != http.StatusForbidden {
+		t.Fatalf("a ServiceAccount without ichor-metrics-reader: %d %s", code, body)
+	}
+
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-prometheus"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), ns+"-prometheus", metav1.DeleteOptions{})
+	})
+	// The endpoint keeps a refusal for a while (its authorizer's cache):
+	// poll until the binding is seen.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		code, body = get(httpsClient, url, token)
+		return code == http.StatusOK, nil
+	}); err != nil {
+		t.Fatalf("with ichor-metrics-reader: %d %s", code, body)
+	}
+	for _, metric := range []string{"controller_runtime_reconcile_total", "controller_runtime_active_workers"} {
+		if !strings.Contains(body, metric) {
+			t.Errorf("the metrics lack %s", metric)
+		}
+	}
+}
