@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"crypto/tls"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +55,17 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 // files go together, in one directory.
 func TestMetricsServing(t *testing.T) {
 	o := NewOptions()
-	if m := o.metricsServing(); !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" || m.CertDir != "" {
+	m := o.metricsServing()
+	if !m.SecureServing || m.FilterProvider == nil || m.BindAddress != ":8443" || m.CertDir != "" {
 		t.Errorf("default metrics serving: %+v", m)
+	}
+	// controller-runtime offers h2 unless told otherwise.
+	c := &tls.Config{NextProtos: []string{"h2"}}
+	for _, opt := range m.TLSOpts {
+		opt(c)
+	}
+	if !slices.Equal(c.NextProtos, []string{"http/1.1"}) || c.MinVersion != tls.VersionTLS12 {
+		t.Errorf("metrics TLS: protocols %v, minimum version %x", c.NextProtos, c.MinVersion)
 	}
 	o.MetricsCertFile, o.MetricsKeyFile = "/tls/tls.crt", "/tls/tls.key"
 	if m := o.metricsServing(); m.CertDir != "/tls" || m.CertName != "tls.crt" || m.KeyName != "tls.key" || !m.SecureServing {

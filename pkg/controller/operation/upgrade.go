@@ -144,11 +144,14 @@ func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 		recorded <- recordVersion(ctx, s.r.Client, s.m, running)
 	}()
 	back, res, err = s.nodeBack(ctx)
-	if rerr := <-recorded; rerr != nil && err == nil {
-		return ctrl.Result{}, rerr
-	}
+	rerr := <-recorded
 	if !back || err != nil {
+		// A step nodeBack failed, or one that waits, keeps that result; a
+		// version not recorded is written on the next poll.
 		return res, err
+	}
+	if rerr != nil {
+		return ctrl.Result{}, rerr
 	}
 	return s.done(ctx, "runs Talos %s and is ready", running)
 }
