@@ -97,6 +97,13 @@ func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
 	}
 	uploadBackup("uploaded", digest)
 	uploadBackup("wrong-digest", "sha256:"+strings.Repeat("0", 64))
+	// Only who may upload may create a backup that awaits one.
+	byOperator := []byte("apiVersion: ichor.dev/v1alpha1\nkind: TalosBackup\nmetadata: {name: operators-upload, namespace: " + d.ns + "}\n" +
+		"spec: {clusterName: demo, upload: {digest: '" + digest + "'}}\n")
+	if out, err := cp.KubectlWithInput(ctx, byOperator, append(operator, "create", "-f", "-")...); err == nil ||
+		!strings.Contains(out+err.Error(), `needs the "create" verb on resource "talosbackups", subresource "upload"`) {
+		t.Fatalf("an operator created a backup awaiting an upload: %v\n%s", err, out)
+	}
 	path := func(name string) string {
 		return "/apis/ichor.dev/v1alpha1/namespaces/" + d.ns + "/talosbackups/" + name + "/" + v1alpha1.UploadSubresource
 	}

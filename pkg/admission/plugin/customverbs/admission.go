@@ -32,6 +32,7 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
@@ -105,6 +106,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	}
 	if a.GetSubresource() == "" && a.GetOperation() == admission.Create {
 		if err := p.validateReclaimSource(ctx, a); err != nil {
+			return err
+		}
+		if err := p.validateUploadBackup(ctx, a); err != nil {
 			return err
 		}
 		return p.validateFieldSubresources(ctx, a, o)
@@ -185,6 +189,19 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 	msg := fmt.Sprintf("user %q cannot %s: it needs the %q verb on %s", a.GetUserInfo().GetName(), what, verb, target)
 	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
+}
+
+// validateUploadBackup checks that the creator of a TalosBackup that awaits
+// an uploaded snapshot (spec.upload) may upload it: create on
+// talosbackups/upload, an admin's. Nothing but that upload fills such a
+// backup, so one an operator created would only wait, and a snapshot is
+// what a restore writes into a cluster's etcd.
+func (p *Plugin) validateUploadBackup(ctx context.Context, a admission.Attributes) error {
+	b, ok := a.GetObject().(*ichor.TalosBackup)
+	if !ok || a.GetResource().Resource != "talosbackups" || b.Spec.Upload == nil {
+		return nil
+	}
+	return p.authorize(ctx, a, "create", v1alpha1.UploadSubresource, fmt.Sprintf("create TalosBackup %q awaiting an upload", a.GetName()))
 }
 
 // validateReclaimSource checks that the creator of a MachineReclaim of a

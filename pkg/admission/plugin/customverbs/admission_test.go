@@ -340,3 +340,43 @@ func TestReclaimTalosconfigNeedsGetAndDelete(t *testing.T) {
 		}
 	}
 }
+
+// A TalosBackup that awaits an upload needs create on talosbackups/upload,
+// the upload's own verb (an admin's); one the controller takes needs nothing
+// more than create.
+func TestUploadBackupNeedsTheUploadVerb(t *testing.T) {
+	backups := ichor.Resource("talosbackups").WithVersion("v1alpha1")
+	upload := &ichor.TalosBackup{Spec: ichor.TalosBackupSpec{ClusterName: "prod", Upload: &ichor.BackupUpload{Digest: "sha256:" + strings.Repeat("ab", 32)}}}
+	taken := &ichor.TalosBackup{Spec: ichor.TalosBackupSpec{ClusterName: "prod"}}
+	for _, tc := range []struct {
+		obj   *ichor.TalosBackup
+		allow bool
+	}{{upload, false}, {upload, true}, {taken, false}} {
+		var asked []authorizer.Attributes
+		p := New()
+		p.SetAuthorizer(authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+			asked = append(asked, a)
+			if tc.allow {
+				return authorizer.DecisionAllow, "", nil
+			}
+			return authorizer.DecisionNoOpinion, "", nil
+		}))
+		attrs := admission.NewAttributesRecord(tc.obj, nil, backups.GroupVersion().WithKind("TalosBackup"), "ns", "b1", backups, "", admission.Create, nil, false, &user.DefaultInfo{Name: "olga"})
+		err := p.Validate(context.Background(), attrs, admission.NewObjectInterfacesFromScheme(apiserver.Scheme))
+		if tc.obj == taken {
+			if err != nil || len(asked) != 0 {
+				t.Errorf("a backup the controller takes: %v, asked %+v", err, asked)
+			}
+			continue
+		}
+		if len(asked) != 1 || asked[0].GetVerb() != "create" || asked[0].GetSubresource() != "upload" || asked[0].GetName() != "b1" || asked[0].GetResource() != "talosbackups" {
+			t.Fatalf("asked %+v", asked)
+		}
+		if tc.allow && err != nil {
+			t.Errorf("allowed: %v", err)
+		}
+		if !tc.allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `needs the "create" verb on resource "talosbackups", subresource "upload"`)) {
+			t.Errorf("refused: %v", err)
+		}
+	}
+}
