@@ -174,7 +174,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		}
 		if err := mgr.Add(&uploadserver.Server{
 			BindAddress: o.UploadBindAddress, CertFile: o.UploadCertFile, KeyFile: o.UploadKeyFile,
-			Kube: kube, Receiver: runner, Caller: o.UploadCaller,
+			Kube: kube, Receiver: runner, Caller: o.UploadCaller, IdleTimeout: o.UploadIdleTimeout,
 		}); err != nil {
 			return nil, err
 		}

@@ -99,6 +99,9 @@ type Options struct {
 	UploadCertFile, UploadKeyFile string
 	// UploadCaller is the one user the upload endpoint takes uploads from.
 	UploadCaller string
+	// UploadIdleTimeout ends an upload whose uploader sends nothing for
+	// that long.
+	UploadIdleTimeout time.Duration
 
 	// Log configures the structured (zap) logger; klog, which client-go
 	// logs through, writes to it as well.
@@ -127,6 +130,7 @@ func NewOptions() *Options {
 		KubeAPIQPS:                 50,
 		KubeAPIBurst:               100,
 		UploadCaller:               "system:serviceaccount:" + DefaultNamespace + ":ichor-apiserver",
+		UploadIdleTimeout:          2 * time.Minute,
 	}
 }
 
@@ -189,6 +193,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Serving certificate of the upload endpoint, reloaded when it changes.")
 	fs.StringVar(&o.UploadKeyFile, "upload-tls-private-key-file", o.UploadKeyFile,
 		"Private key of the upload endpoint's serving certificate.")
+	fs.DurationVar(&o.UploadIdleTimeout, "upload-idle-timeout", o.UploadIdleTimeout,
+		"An upload whose uploader sends nothing for this long ends as interrupted.")
 	fs.StringVar(&o.UploadCaller, "upload-caller", o.UploadCaller,
 		"The one user (ichor-apiserver's ServiceAccount) the upload endpoint takes uploads from; RBAC's create on talosbackups/receive is asked as well.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -226,6 +232,7 @@ func (o *Options) Validate() error {
 		{"--credential-request-retention", o.CredentialRequestRetention > 0},
 		{"--machine-contact-timeout", o.MachineContactTimeout > 0},
 		{"--machine-recheck-interval", o.MachineRecheckInterval > 0},
+		{"--upload-idle-timeout", o.UploadIdleTimeout > 0},
 	} {
 		if !c.ok {
 			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))

@@ -25,6 +25,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -66,6 +68,10 @@ type Server struct {
 	Caller string
 	// Receiver writes what is received.
 	Receiver Receiver
+	// IdleTimeout ends an upload whose uploader sends nothing for that
+	// long (0: never), so that a stalled client does not hold the backup
+	// Uploading, and a connection open, for ever.
+	IdleTimeout time.Duration
 	// Started, when not nil, is called with the address listened on.
 	Started func(net.Addr)
 }
@@ -168,7 +174,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.FromContext(r.Context()).Info("receiving an upload", "backup", key.String(), "uploader", uploader, "from", resp.User.GetName())
-	b, err := s.Receiver.Receive(r.Context(), key, uploader, cuttable{Reader: r.Body, rc: http.NewResponseController(w)})
+	b, err := s.Receiver.Receive(r.Context(), key, uploader, &cuttable{r: r.Body, rc: http.NewResponseController(w), idle: s.IdleTimeout})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -180,14 +186,50 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // cuttable is a request body whose blocked read a deadline ends: a
 // receiver that must stop (its backup is deleted) does not wait for a
-// stalled uploader's next byte.
+// stalled uploader's next byte, and every read waits at most idle.
 type cuttable struct {
-	io.Reader
-	rc *http.ResponseController
+	r    io.Reader
+	rc   *http.ResponseController
+	idle time.Duration
+
+	mu  sync.Mutex
+	cut bool
 }
 
-// SetReadDeadline ends reads at t.
-func (c cuttable) SetReadDeadline(t time.Time) error { return c.rc.SetReadDeadline(t) }
+// Read reads with a deadline idle from now, unless the body was cut.
+func (c *cuttable) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.cut {
+		c.mu.Unlock()
+		return 0, os.ErrDeadlineExceeded
+	}
+	if c.idle > 0 {
+		if err := c.rc.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+			c.mu.Unlock()
+			return 0, err
+		}
+	}
+	c.mu.Unlock()
+	n, err := c.r.Read(p)
+	if err != nil && c.idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !c.wasCut() {
+		err = fmt.Errorf("the uploader sent nothing for %s: %w", c.idle, err)
+	}
+	return n, err
+}
+
+// SetReadDeadline cuts the body at t: no later read renews the deadline.
+func (c *cuttable) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	return c.rc.SetReadDeadline(t)
+}
+
+func (c *cuttable) wasCut() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut
+}
 
 // writeError answers with err as a metav1.Status, as the API server would.
 func writeError(w http.ResponseWriter, err error) {

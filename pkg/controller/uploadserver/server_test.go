@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,5 +144,56 @@ func TestServeHTTP(t *testing.T) {
 	rec.err = apierrors.NewConflict(v1alpha1.Resource("talosbackups"), "from-laptop", errors.New("already holds its uploaded snapshot"))
 	if code, st, raw := post(path, authz.user, "carol", "again"); code != http.StatusConflict || st.Reason != metav1.StatusReasonConflict {
 		t.Fatalf("a refused upload: %d %s", code, raw)
+	}
+}
+
+// TestIdleUploadEnds: an uploader that stops sending ends its upload after
+// the idle timeout, with a message that says so; one that keeps sending,
+// however slowly, is not cut.
+func TestIdleUploadEnds(t *testing.T) {
+	authz := &only{user: "system:serviceaccount:ichor-system:ichor-apiserver"}
+	rec := &receiver{}
+	const idle = time.Second
+	srv := httptest.NewServer(&Server{Authenticator: tokens{}, Authorizer: authorizer.AuthorizerFunc(authz.Authorize), Receiver: rec, Caller: authz.user, IdleTimeout: idle})
+	defer srv.Close()
+
+	send := func(body io.Reader) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+upload.Path("team-a", "from-laptop"), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+authz.user)
+		req.Header.Set(upload.UploaderHeader, "carol")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close() //nolint:errcheck
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+
+	// Slow but steady: a byte every quarter of the idle timeout, for 1.5 times it.
+	pr, pw := io.Pipe()
+	go func() {
+		for range 6 {
+			_, _ = pw.Write([]byte("x"))
+			time.Sleep(idle / 4) // the slowness under test, not synchronisation
+		}
+		_ = pw.Close()
+	}()
+	if code, raw := send(pr); code != http.StatusOK || rec.body != "xxxxxx" {
+		t.Fatalf("a slow upload: %d %s, received %q", code, raw, rec.body)
+	}
+
+	// Stalled after its first bytes: cut after the idle timeout.
+	rec.body = ""
+	pr, pw = io.Pipe()
+	defer pw.Close() //nolint:errcheck
+	go func() { _, _ = pw.Write([]byte("part")) }()
+	code, raw := send(pr)
+	if code == http.StatusOK || !strings.Contains(raw, "the uploader sent nothing for 1s") {
+		t.Fatalf("a stalled upload: %d %s", code, raw)
 	}
 }
