@@ -174,7 +174,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.FromContext(r.Context()).Info("receiving an upload", "backup", key.String(), "uploader", uploader, "from", resp.User.GetName())
-	b, err := s.Receiver.Receive(r.Context(), key, uploader, &cuttable{r: r.Body, rc: http.NewResponseController(w), idle: s.IdleTimeout})
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	b, err := s.Receiver.Receive(ctx, key, uploader, &cuttable{r: r.Body, rc: http.NewResponseController(w), idle: s.IdleTimeout, cancel: cancel})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -186,49 +188,69 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // cuttable is a request body whose blocked read a deadline ends: a
 // receiver that must stop (its backup is deleted) does not wait for a
-// stalled uploader's next byte, and every read waits at most idle.
+// stalled uploader's next byte. A read that waits longer than idle cuts
+// the body the same way, having first cancelled the receiver's context
+// with the reason. The idle limit is a timer that runs during a read
+// only: no deadline stays armed between reads, nor after the last one
+// (net/http then reads the connection on its own, and an old deadline
+// would cancel a receiver still flushing its last parts).
 type cuttable struct {
-	r    io.Reader
-	rc   *http.ResponseController
-	idle time.Duration
+	r      io.Reader
+	rc     *http.ResponseController
+	idle   time.Duration
+	cancel context.CancelCauseFunc
 
-	mu  sync.Mutex
-	cut bool
+	mu      sync.Mutex
+	cut     bool
+	expired error
 }
 
-// Read reads with a deadline idle from now, unless the body was cut.
+// Read reads, cut after idle without a byte.
 func (c *cuttable) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	if c.cut {
 		c.mu.Unlock()
 		return 0, os.ErrDeadlineExceeded
 	}
+	var timer *time.Timer
 	if c.idle > 0 {
-		if err := c.rc.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
-			c.mu.Unlock()
-			return 0, err
-		}
+		timer = time.AfterFunc(c.idle, c.expire)
 	}
 	c.mu.Unlock()
 	n, err := c.r.Read(p)
-	if err != nil && c.idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !c.wasCut() {
-		err = fmt.Errorf("the uploader sent nothing for %s: %w", c.idle, err)
+	if timer != nil {
+		timer.Stop()
+	}
+	if err != nil {
+		c.mu.Lock()
+		if c.expired != nil {
+			err = fmt.Errorf("%w: %w", c.expired, err)
+		}
+		c.mu.Unlock()
 	}
 	return n, err
 }
 
-// SetReadDeadline cuts the body at t: no later read renews the deadline.
+// expire cuts a read that waited idle: the receiver's context ends with
+// the reason before the read fails, so that the reason is what it reports.
+func (c *cuttable) expire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return
+	}
+	c.cut = true
+	c.expired = fmt.Errorf("the uploader sent nothing for %s", c.idle)
+	c.cancel(c.expired)
+	_ = c.rc.SetReadDeadline(time.Now())
+}
+
+// SetReadDeadline cuts the body at t: no later read waits.
 func (c *cuttable) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cut = true
 	return c.rc.SetReadDeadline(t)
-}
-
-func (c *cuttable) wasCut() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cut
 }
 
 // writeError answers with err as a metav1.Status, as the API server would.

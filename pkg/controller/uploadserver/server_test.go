@@ -54,14 +54,26 @@ type receiver struct {
 	uploader string
 	body     string
 	err      error
+	// cause is why the receiver's context ended, if it did.
+	cause error
+	// flush is how long the receiver works after the last byte.
+	flush time.Duration
 }
 
-func (r *receiver) Receive(_ context.Context, key types.NamespacedName, uploader string, body io.Reader) (*v1alpha1.TalosBackup, error) {
+func (r *receiver) Receive(ctx context.Context, key types.NamespacedName, uploader string, body io.Reader) (*v1alpha1.TalosBackup, error) {
 	data, err := io.ReadAll(body)
 	if err != nil {
+		r.cause = context.Cause(ctx)
 		return nil, err
 	}
 	r.key, r.uploader, r.body = key, uploader, string(data)
+	if r.flush > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(r.flush): // the slow target under test, not synchronisation
+		}
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -187,6 +199,14 @@ func TestIdleUploadEnds(t *testing.T) {
 		t.Fatalf("a slow upload: %d %s, received %q", code, raw, rec.body)
 	}
 
+	// A receiver that flushes for longer than the idle timeout after the
+	// last byte is not cut: no deadline outlives the reads.
+	rec.flush = idle + idle/2
+	if code, raw := send(strings.NewReader("whole")); code != http.StatusOK || rec.body != "whole" {
+		t.Fatalf("an upload whose receiver flushes past the idle timeout: %d %s", code, raw)
+	}
+	rec.flush = 0
+
 	// Stalled after its first bytes: cut after the idle timeout.
 	rec.body = ""
 	pr, pw = io.Pipe()
@@ -195,5 +215,10 @@ func TestIdleUploadEnds(t *testing.T) {
 	code, raw := send(pr)
 	if code == http.StatusOK || !strings.Contains(raw, "the uploader sent nothing for 1s") {
 		t.Fatalf("a stalled upload: %d %s", code, raw)
+	}
+	// The receiver's context ends with the reason, before the read fails:
+	// that is what a receiver that checks its context reports.
+	if rec.cause == nil || !strings.Contains(rec.cause.Error(), "the uploader sent nothing for 1s") {
+		t.Fatalf("the receiver's context ended with %v", rec.cause)
 	}
 }
