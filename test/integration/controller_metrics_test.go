@@ -11,12 +11,7 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 )
@@ -82,29 +77,12 @@ func TestControllerMetricsNeedTLSAndAuthorization(t *testing.T) {
 		t.Fatalf("plain HTTP: %d %s", code, body)
 	}
 
-	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
-	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "prometheus", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := tr.Status.Token
+	token := serviceAccountToken(ctx, t, ns, "prometheus")
 	if code, body := get(httpsClient, url, token); code != http.StatusForbidden {
 		t.Fatalf("a ServiceAccount without ichor-metrics-reader: %d %s", code, body)
 	}
 
-	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: ns + "-prometheus"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), ns+"-prometheus", metav1.DeleteOptions{})
-	})
+	bindClusterRole(ctx, t, ns, "prometheus", "ichor-metrics-reader")
 	// The endpoint keeps a refusal for a while (its authorizer's cache):
 	// poll until the binding is seen.
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {

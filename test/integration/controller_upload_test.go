@@ -273,13 +273,34 @@ func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
 // ichor-admin: an Ichor admin as kube-apiserver authenticates one.
 func ichorAdminToken(ctx context.Context, t *testing.T, ns, name string) string {
 	t.Helper()
+	token := serviceAccountToken(ctx, t, ns, name)
+	bindClusterRole(ctx, t, ns, name, "ichor-admin")
+	return token
+}
+
+// serviceAccountToken creates the ServiceAccount name in ns and returns a
+// token of it.
+func serviceAccountToken(ctx context.Context, t *testing.T, ns, name string) string {
+	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// bindClusterRole binds the ClusterRole role to the ServiceAccount name in
+// ns, until the test ends.
+func bindClusterRole(ctx context.Context, t *testing.T, ns, name, role string) {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -287,11 +308,6 @@ func ichorAdminToken(ctx context.Context, t *testing.T, ns, name string) string 
 	t.Cleanup(func() {
 		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(ctx), ns+"-"+name, metav1.DeleteOptions{})
 	})
-	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
 }
 
 // getBackup reads TalosBackup name.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -360,7 +361,7 @@ func publishOSRoot(ctx context.Context, st state.State, v nodeView) error {
 	sec := v.active.Machine().Security()
 	spec := root.TypedSpec()
 	spec.IssuingCA = sec.IssuingCA()
-	spec.AcceptedCAs = sec.AcceptedCAs()
+	spec.AcceptedCAs = slices.Clone(sec.AcceptedCAs()) // appended to below: not the config's own slice
 
 	if spec.IssuingCA != nil {
 		spec.AcceptedCAs = append(spec.AcceptedCAs, &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})

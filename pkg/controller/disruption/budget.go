@@ -119,7 +119,7 @@ func (b *Budget) acquire(ctx context.Context, m *v1alpha1.TalosMachine, action v
 
 // without is d less the places of leaving (nil when no place is left), and
 // whether any was removed. When its first machine leaves, the next of its
-// batch takes the first place, as in release.
+// batch takes the first place.
 func without(d *v1alpha1.DisruptionStatus, leaving []*v1alpha1.TalosMachine) (*v1alpha1.DisruptionStatus, bool) {
 	gone := func(uid types.UID) bool {
 		return slices.ContainsFunc(leaving, func(m *v1alpha1.TalosMachine) bool { return m.UID == uid })
@@ -194,7 +194,8 @@ func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operatio
 		if d == nil || d.Operation != operation || !holds(d, m) {
 			return nil
 		}
-		if len(d.Batch) == 0 {
+		next, _ := without(d, []*v1alpha1.TalosMachine{m})
+		if next == nil {
 			// Removed only if the record is still the one just read: a
 			// holder that changed meanwhile keeps the budget.
 			if _, err := statusapply.RemoveIfUnchanged(ctx, b.Client, &c, "/status/disruption", d); err != nil && !apierrors.IsNotFound(err) {
@@ -203,12 +204,7 @@ func (b *Budget) release(ctx context.Context, m *v1alpha1.TalosMachine, operatio
 			return nil
 		}
 		// One of a batch leaves: the others keep the budget.
-		rest := slices.DeleteFunc(slices.Clone(d.Batch), func(b v1alpha1.DisruptionMember) bool { return b.MachineUID == m.UID })
-		next := d.DeepCopy()
-		if d.MachineUID == m.UID {
-			next.Machine, next.MachineUID, rest = rest[0].Machine, rest[0].MachineUID, rest[1:]
-		}
-		err = b.apply(ctx, &c, record(next, rest))
+		err = b.apply(ctx, &c, record(next, next.Batch))
 		if apierrors.IsConflict(err) {
 			continue
 		}
