@@ -14,6 +14,7 @@ import (
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
@@ -198,5 +199,91 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.2:50000", install: {di
 	}
 	if got.Status.Disruption != nil || got.Status.Override == nil || got.Status.Phase != v1alpha1.ClusterPhaseProvisioning {
 		t.Errorf("after the release: disruption %+v, override %+v, phase %s", got.Status.Disruption, got.Status.Override, got.Status.Phase)
+	}
+}
+
+// TestResetHandsConditionsBackToIntake: after a node-reset repinned a
+// machine, the machine config reconciler wrote intake's two conditions from
+// its own view (it owns them while the machine has a config) before the
+// operation forgot the config. Forgetting it hands the conditions back to
+// intake whole: no condition is left without its reason, and the write
+// succeeds.
+func TestResetHandsConditionsBackToIntake(t *testing.T) {
+	ctx := t.Context()
+	installControllerRBAC(ctx, t)
+	useProvisioningNetworks(ctx, t, "127.0.7.0/24")
+	ns := cp.Namespace(t)
+	mustApply(ctx, t, `
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: m1, namespace: `+ns+`}
+spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {disk: /dev/sda}}
+`)
+	scheme, err := ctrlcmd.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asController, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "m1"}
+	get := func() *v1alpha1.TalosMachine {
+		t.Helper()
+		var m v1alpha1.TalosMachine
+		if err := asController.Get(ctx, key, &m); err != nil {
+			t.Fatal(err)
+		}
+		return &m
+	}
+	at := metav1.NewTime(time.Now().Truncate(time.Second))
+	set := func(m *v1alpha1.TalosMachine, condType string, status metav1.ConditionStatus, reason string) {
+		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason,
+			Message: reason, ObservedGeneration: m.Generation, LastTransitionTime: at})
+	}
+
+	// Intake pins the certificate the node presents after its reset.
+	m := get()
+	m.Status.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: strings.Repeat("A", 43) + "=", SeenAt: at}
+	set(m, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonPinnedAfterReset)
+	set(m, v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonContacted)
+	if err := intake.WriteStatus(ctx, asController, m); err != nil {
+		t.Fatal(err)
+	}
+
+	// The machine config reconciler, whose copy still has the config, finds
+	// the node unreachable over its configured API.
+	m = get()
+	m.Status.Phase = v1alpha1.MachinePhaseReady
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: strings.Repeat("ab", 32), Effect: v1alpha1.ConfigEffectReboot, AppliedAt: at}
+	set(m, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled)
+	set(m, v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonNotReachable)
+	set(m, v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonLeftMaintenance)
+	if err := machineconfig.WriteStatus(ctx, asController, m); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operation forgets the config.
+	if err := machineconfig.ForgetConfig(ctx, asController, get(), "reset-1", at); err != nil {
+		t.Fatalf("forget the config: %v", err)
+	}
+	got := get()
+	if got.Status.AppliedConfig != nil {
+		t.Errorf("the config is still recorded: %+v", got.Status.AppliedConfig)
+	}
+	for _, c := range got.Status.Conditions {
+		if c.Reason == "" {
+			t.Errorf("condition %s lost its reason: %+v", c.Type, c)
+		}
+	}
+	if !hasCondition(got.Status.Conditions, v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonLeftMaintenance) ||
+		!hasCondition(got.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonPinnedAfterReset) {
+		t.Errorf("intake's conditions: %s", describeStatus(got))
+	}
+	// Intake writes them again on its own, as it does in maintenance mode.
+	m = get()
+	set(m, v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonContacted)
+	if err := intake.WriteStatus(ctx, asController, m); err != nil {
+		t.Fatalf("intake writes its conditions after the reset: %v", err)
 	}
 }

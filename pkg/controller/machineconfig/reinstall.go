@@ -52,7 +52,18 @@ func Repin(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine, conta
 
 // ForgetConfig forgets the config of m, repinned after operation reset its
 // node, so that it is installed again.
+//
+// Without a config, intake's two conditions (certificate, reachability) are
+// intake's alone again, and this reconciler's apply leaves them out. Server-
+// side apply then removes the fields of them that only this reconciler
+// owned — those it last changed — and would leave a condition without its
+// reason, which validation refuses, on every retry. So intake first takes
+// the conditions back as they stand (conditional on m's resourceVersion),
+// and the apply that drops them removes nothing.
 func ForgetConfig(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine, operation string, now metav1.Time) error {
+	if err := intake.WriteStatus(ctx, c, m); err != nil {
+		return err
+	}
 	forgot := m.DeepCopy()
 	forgot.Status.AppliedConfig = nil
 	forgot.Status.Phase = v1alpha1.MachinePhaseConfiguring
