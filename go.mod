@@ -16,6 +16,7 @@ require (
 	github.com/blang/semver/v4 v4.0.0
 	github.com/cosi-project/runtime v1.14.1
 	github.com/evanphx/json-patch v5.9.11+incompatible
+	github.com/go-jose/go-jose/v4 v4.1.6
 	github.com/go-logr/logr v1.4.4
 	github.com/klauspost/compress v1.20.5
 	github.com/prometheus/client_golang v1.24.0
@@ -117,7 +118,6 @@ require (
 	github.com/gertd/go-pluralize v0.2.1 // indirect
 	github.com/ghodss/yaml v1.0.0 // indirect
 	github.com/go-errors/errors v1.4.2 // indirect
-	github.com/go-jose/go-jose/v4 v4.1.6 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-logr/zapr v1.3.0 // indirect
 	github.com/go-openapi/jsonpointer v1.0.1 // indirect

@@ -105,6 +105,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"ichorusers":                       users.Store,
 		"ichorusers/status":                users.Status,
 		"ichorusers/password":              users.Actions[ichoruser.PasswordSubresource],
+		"ichorusers/login":                 users.Actions[ichoruser.LoginSubresource],
 		"ichorinstallations":               installations.Store,
 		"ichorinstallations/status":        installations.Status,
 		"ichorinstallations/version":       installations.Subresources["version"],

@@ -60,6 +60,12 @@ type ControlPlane struct {
 	// that serves them listens there (its --upload-bind-address and
 	// serving certificate).
 	ControllerUpload UploadEndpoint
+	// Auth is where ichor-auth, Ichor's token issuer, is to serve: the
+	// kube-apiserver trusts tokens from that issuer URL (artifacts/kube-
+	// apiserver/authentication-config.yaml). A test starts it there.
+	Auth IssuerEndpoint
+	// OIDC is the same for the external OpenID provider.
+	OIDC IssuerEndpoint
 
 	files   files
 	ichorCA []byte
@@ -79,6 +85,14 @@ type ControlPlane struct {
 // configures ichor-apiserver to reach it.
 type UploadEndpoint struct {
 	Address, CertFile, KeyFile string
+	// CAFile issued CertFile.
+	CAFile string
+}
+
+// IssuerEndpoint is an OpenID issuer the kube-apiserver trusts: its URL, the
+// address it listens on, and its serving certificate.
+type IssuerEndpoint struct {
+	URL, Address, CertFile, KeyFile string
 	// CAFile issued CertFile.
 	CAFile string
 }
@@ -116,13 +130,15 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
 	// Every port is chosen in one call, so no two components are handed the same one.
-	ports, err := proc.FreePorts("127.0.0.1", 8)
+	ports, err := proc.FreePorts("127.0.0.1", 10)
 	if err != nil {
 		return nil, err
 	}
 	cp.ichorPorts = ports[4:7]
 	cp.ControllerUpload = UploadEndpoint{Address: "127.0.0.1:" + strconv.Itoa(ports[7]),
 		CertFile: cp.files.controllerServingCert, KeyFile: cp.files.controllerServingKey, CAFile: cp.files.controllerCA}
+	cp.Auth = issuerAt(ports[8], cp.files.authServingCert, cp.files.authServingKey, cp.files.issuersCA)
+	cp.OIDC = issuerAt(ports[9], cp.files.oidcServingCert, cp.files.oidcServingKey, cp.files.issuersCA)
 	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {
 		return nil, err
 	}
@@ -189,7 +205,10 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, clientPort, peerPort int)
 func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error {
 	f := cp.files
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(port)
-	var err error
+	authConfig, err := cp.writeAuthenticationConfig()
+	if err != nil {
+		return err
+	}
 	cp.kube, err = proc.Start(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+f.kubeServingCert, "--tls-private-key-file="+f.kubeServingKey,
@@ -208,6 +227,8 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file="+f.frontProxyCert, "--proxy-client-key-file="+f.frontProxyKey,
+		// People: Ichor's issuer and the OpenID provider, as artifacts/ configures them.
+		"--authentication-config="+authConfig,
 		// No kubelets or pods here: the kubernetes Service would point at loopback.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",

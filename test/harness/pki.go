@@ -33,6 +33,9 @@ type files struct {
 	ichorCA, ichorServingCert, ichorServingKey                           string
 	adminCert, adminKey, ichorClientCert, ichorClientKey                 string
 	controllerCA, controllerServingCert, controllerServingKey            string
+	// issuersCA issued the serving certificates of ichor-auth and of the
+	// OpenID provider, which kube-apiserver's authentication configuration trusts.
+	issuersCA, authServingCert, authServingKey, oidcServingCert, oidcServingKey string
 }
 
 // writePKI generates every CA and certificate of a test control plane in dir.
@@ -146,6 +149,23 @@ func writePKI(dir string) (files, []byte, error) {
 			leaf.CommonName = controllerServiceName
 			leaf.DNSNames = append(leaf.DNSNames, controllerServiceName+"."+IchorNamespace+".svc")
 			f.controllerServingCert, f.controllerServingKey, err = issue(ca, "ichor-controller-upload", leaf)
+			return err
+		},
+		func() error {
+			ca, err := pki.NewCA("ichor-issuers-ca")
+			if err != nil {
+				return err
+			}
+			if f.issuersCA, err = write(ca, "ichor-issuers-ca"); err != nil {
+				return err
+			}
+			leaf := serving
+			leaf.CommonName = "ichor-auth"
+			if f.authServingCert, f.authServingKey, err = issue(ca, "ichor-auth", leaf); err != nil {
+				return err
+			}
+			leaf.CommonName = "oidc-provider"
+			f.oidcServingCert, f.oidcServingKey, err = issue(ca, "oidc-provider", leaf)
 			return err
 		},
 		func() error {

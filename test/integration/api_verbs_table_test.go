@@ -41,6 +41,9 @@ var beyondDesign = []verbRow{
 	{"approve", []string{"talosmachines/privileged-approval"}, []string{"ichor:admin"}},
 	// Managing the IchorUsers of a role (IchorUserRoles, the password action).
 	{"grant", []string{"ichorusers/viewer", "ichorusers/operator", "ichorusers/admin"}, []string{"ichor:admin"}},
+	// Checking a password (ichorusers/NAME/login): only ichor-auth's
+	// ServiceAccount, no role, not even admin.
+	{"authenticate", []string{"ichorusers"}, nil},
 }
 
 // TestVerbsTable walks every row of the verbs table for every group: the
@@ -98,7 +101,7 @@ func TestVerbsTable(t *testing.T) {
 			}
 		}
 	}
-	if want := (29 + 1 + 3) * len(allGroups); rows != want {
+	if want := (29 + 1 + 3 + 1) * len(allGroups); rows != want {
 		t.Fatalf("walked %d cells, want %d: DESIGN.md's table has changed, or a row was not read", rows, want)
 	}
 }
@@ -221,6 +224,9 @@ func (o *tableObjects) request(ctx context.Context, t *testing.T, user, group, v
 			})
 		}
 		return err
+	case "authenticate":
+		body := fmt.Sprintf(`{"apiVersion":"ichor.dev/v1alpha1","kind":"IchorUserLogin","metadata":{"name":%q},"password":"a long enough password"}`, name)
+		return as.Post().Resource(resource).Name(name).SubResource("login").Body([]byte(body)).Do(ctx).Error()
 	case "start", "reclaim":
 		kind := map[string]string{"start": "TalosOperation", "reclaim": "MachineReclaim"}[verb]
 		return as.Post().Namespace(o.ns).Resource(resource).Name(name).SubResource(map[string]string{"start": "start", "reclaim": "reclaim"}[verb]).

@@ -497,6 +497,24 @@ func splitSecretsHolderRules(rules []rbacv1.PolicyRule) (secretRules, rest []rba
 	return secretRules, rest
 }
 
+// authState is the Role of ichor-auth's own state: get and update of its
+// two Secrets, by name, in its namespace; nothing else.
+const authState = "ichor-auth-state"
+
+// splitAuthStateRules separates authState's one allowed rule from the rest.
+func splitAuthStateRules(rules []rbacv1.PolicyRule) (own, rest []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		exact := slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"secrets"}) &&
+			slices.Equal(r.Verbs, []string{"get", "update"}) && slices.Equal(r.ResourceNames, []string{"ichor-auth-keys", "ichor-auth-sessions"})
+		if exact {
+			own = append(own, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return own, rest
+}
+
 // bindingViolations lists what is wrong with a binding's roleRef.
 func bindingViolations(binding string, ref rbacv1.RoleRef) []string {
 	if ref.Name == "cluster-admin" {
@@ -635,8 +653,10 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	defer cancel()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	_, _, docs := readArtifacts(t)
-	// The harness installs ichor-apiserver's access; the controller's is installed here.
+	// The harness installs ichor-apiserver's access; the controller's and
+	// ichor-auth's are installed here.
 	installControllerRBAC(ctx, t)
+	installAuth(ctx, t)
 
 	// The manifests.
 	type roleRef struct{ kind, namespace, name string }
@@ -677,7 +697,14 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 			if err := yaml.UnmarshalStrict(d.data, &r); err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
-			violations = leastPrivilegeViolations(where, r.Rules)
+			rules := r.Rules
+			if r.Name == authState {
+				var own []rbacv1.PolicyRule
+				if own, rules = splitAuthStateRules(rules); len(own) != 1 {
+					t.Errorf("%s: want one rule for its own two Secrets, found %d", where, len(own))
+				}
+			}
+			violations = leastPrivilegeViolations(where, rules)
 			roles++
 		case "ClusterRoleBinding":
 			var b rbacv1.ClusterRoleBinding
@@ -745,6 +772,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		}
 		if ref.kind == "ClusterRole" && ref.name == secretsHolder {
 			_, rules = splitSecretsHolderRules(rules)
+		}
+		if ref.kind == "Role" && ref.name == authState {
+			_, rules = splitAuthStateRules(rules)
 		}
 		for _, v := range leastPrivilegeViolations("live "+ref.kind+" "+ref.name, rules) {
 			t.Error(v)
@@ -880,6 +910,33 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	} {
 		if got := allowed(ctx, t, kube, controllerUser, controllerGroups, c.a, c.namespace); got != c.want {
 			t.Errorf("%s may %s in namespace %q: %v, want %v", controllerUser, c.a, c.namespace, got, c.want)
+		}
+	}
+
+	// ichor-auth: its two Secrets by name, password checks, reads of users.
+	for _, c := range []struct {
+		a         access
+		namespace string
+		want      bool
+	}{
+		{access{resource: "secrets", verb: "get", name: "ichor-auth-keys"}, harness.IchorNamespace, true},
+		{access{resource: "secrets", verb: "update", name: "ichor-auth-sessions"}, harness.IchorNamespace, true},
+		{access{resource: "secrets", verb: "get", name: "other"}, harness.IchorNamespace, false},
+		{access{resource: "secrets", verb: "get", name: "ichor-auth-keys"}, "kube-system", false},
+		{access{resource: "secrets", verb: "list"}, harness.IchorNamespace, false},
+		{access{resource: "secrets", verb: "create"}, harness.IchorNamespace, false},
+		{access{resource: "secrets", verb: "delete", name: "ichor-auth-keys"}, harness.IchorNamespace, false},
+		{access{group: "ichor.dev", resource: "ichorusers", verb: "authenticate"}, "", true},
+		{access{group: "ichor.dev", resource: "ichorusers", subresource: "login", verb: "create"}, "", true},
+		{access{group: "ichor.dev", resource: "ichorusers", verb: "get"}, "", true},
+		{access{group: "ichor.dev", resource: "ichorusers", verb: "list"}, "", false},
+		{access{group: "ichor.dev", resource: "ichorusers", verb: "update"}, "", false},
+		{access{group: "ichor.dev", resource: "ichorusers", subresource: "password", verb: "update"}, "", false},
+		{access{group: "ichor.dev", resource: "ichorusers", subresource: "status", verb: "update"}, "", false},
+		{access{group: "ichor.dev", resource: "talosclusters", verb: "get"}, "default", false},
+	} {
+		if got := allowed(ctx, t, kube, authUser, authGroups, c.a, c.namespace); got != c.want {
+			t.Errorf("%s may %s in namespace %q: %v, want %v", authUser, c.a, c.namespace, got, c.want)
 		}
 	}
 }

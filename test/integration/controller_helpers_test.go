@@ -204,13 +204,19 @@ func freeLoopbackAddress(t testing.TB) string {
 // waitHTTP polls url until it answers 200.
 func waitHTTP(ctx context.Context, t testing.TB, url string) {
 	t.Helper()
+	waitHTTPWith(ctx, t, http.DefaultClient, url)
+}
+
+// waitHTTPWith is waitHTTP with client.
+func waitHTTPWith(ctx context.Context, t testing.TB, client *http.Client, url string) {
+	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()
 			return false, nil

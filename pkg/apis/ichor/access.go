@@ -28,6 +28,11 @@ const (
 	// giving a user the role, setting one's password. RBAC says who may
 	// manage whom, not group names in code; admins hold it for every role.
 	VerbGrant = "grant"
+	// VerbAuthenticate on ichorusers checks an IchorUser's password and
+	// records the sign-in (ichorusers/NAME/login). Only Ichor's token
+	// issuer holds it: a holder could guess passwords, so no role has it,
+	// not even admin, who can set a password but never test one.
+	VerbAuthenticate = "authenticate"
 )
 
 // The audit annotations ichor-apiserver adds to the requests they describe

@@ -41,6 +41,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TalosBackup{}, &TalosBackupList{},
 		&Override{},
 		&IchorUserPassword{},
+		&IchorUserLogin{},
 		&DownloadOptions{},
 		&PacketCaptureOptions{},
 	)

@@ -68,3 +68,14 @@ type IchorUserPassword struct {
 	// Password is the new password.
 	Password string
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorUserLogin is the request body of the login subresource.
+type IchorUserLogin struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	// Password is the password to check.
+	Password string
+}

@@ -63,6 +63,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.IchorInstallationStatus{}.OpenAPIModelName():         schema_pkg_apis_ichor_v1alpha1_IchorInstallationStatus(ref),
 		v1alpha1.IchorUser{}.OpenAPIModelName():                       schema_pkg_apis_ichor_v1alpha1_IchorUser(ref),
 		v1alpha1.IchorUserList{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_IchorUserList(ref),
+		v1alpha1.IchorUserLogin{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_IchorUserLogin(ref),
 		v1alpha1.IchorUserPassword{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_IchorUserPassword(ref),
 		v1alpha1.IchorUserSpec{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_IchorUserSpec(ref),
 		v1alpha1.IchorUserStatus{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref),
@@ -1434,6 +1435,51 @@ func schema_pkg_apis_ichor_v1alpha1_IchorUserList(ref common.ReferenceCallback) 
 		},
 		Dependencies: []string{
 			v1alpha1.IchorUser{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_IchorUserLogin(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "IchorUserLogin is the request body of ichorusers/NAME/login, which checks the user's password and records the sign-in (status.lastLoginAt). Only Ichor's token issuer (ichor-auth) holds the verb to send it: it signs a token for the user when the password matches and the user is enabled. A password that does not match is refused as Invalid, a disabled user's sign-in as Forbidden; neither writes anything.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "metadata.name, when set, must be the user's name.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"password": {
+						SchemaProps: spec.SchemaProps{
+							Description: "password to check. The server neither stores nor logs it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"password"},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 

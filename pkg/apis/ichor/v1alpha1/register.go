@@ -44,6 +44,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TalosBackup{}, &TalosBackupList{},
 		&Override{},
 		&IchorUserPassword{},
+		&IchorUserLogin{},
 		&DownloadOptions{},
 		&PacketCaptureOptions{},
 	)

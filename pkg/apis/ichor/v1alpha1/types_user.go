@@ -5,6 +5,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // +genclient
 // +genclient:nonNamespaced
 // +genclient:method=UpdatePassword,verb=update,subresource=password,input=IchorUserPassword,result=IchorUser
+// +genclient:method=Login,verb=create,subresource=login,input=IchorUserLogin,result=IchorUser
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // IchorUser is a user Ichor manages itself, for installations without an
@@ -86,3 +87,25 @@ type IchorUserPassword struct {
 	// password is the new password: at least 12 characters, at most 1024 bytes.
 	Password string `json:"password" protobuf:"bytes,2,opt,name=password"`
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IchorUserLogin is the request body of ichorusers/NAME/login, which checks
+// the user's password and records the sign-in (status.lastLoginAt). Only
+// Ichor's token issuer (ichor-auth) holds the verb to send it: it signs a
+// token for the user when the password matches and the user is enabled.
+// A password that does not match is refused as Invalid, a disabled user's
+// sign-in as Forbidden; neither writes anything.
+type IchorUserLogin struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata.name, when set, must be the user's name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// password to check. The server neither stores nor logs it.
+	Password string `json:"password" protobuf:"bytes,2,opt,name=password"`
+}
+
+// CauseTypeUserDisabled is the cause of ichorusers/NAME/login's Forbidden
+// answer for a disabled user whose password matched.
+const CauseTypeUserDisabled metav1.CauseType = "UserDisabled"

@@ -172,6 +172,11 @@ func (in IchorUserList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in IchorUserLogin) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserLogin"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in IchorUserPassword) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.IchorUserPassword"
 }

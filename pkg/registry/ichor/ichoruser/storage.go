@@ -23,18 +23,21 @@ var Definition = &resource.Definition[*ichor.IchorUser]{
 	New:     func() *ichor.IchorUser { return &ichor.IchorUser{} },
 	NewList: func() runtime.Object { return &ichor.IchorUserList{} },
 
-	// The password is set only through /password, and its hash is never read back.
+	// The password is set only through /password, and its hash is never
+	// read back; a sign-in is recorded only through /login.
 	PrepareForStatusUpdate: func(_ context.Context, u, old *ichor.IchorUser) {
 		u.Status.PasswordHash, u.Status.PasswordSet, u.Status.PasswordChangedAt =
 			old.Status.PasswordHash, old.Status.PasswordSet, old.Status.PasswordChangedAt
+		u.Status.LastLoginAt = old.Status.LastLoginAt
 	},
 	StatusResetFields: []fieldpath.Path{
 		fieldpath.MakePathOrDie("status", "passwordHash"),
 		fieldpath.MakePathOrDie("status", "passwordSet"),
 		fieldpath.MakePathOrDie("status", "passwordChangedAt"),
+		fieldpath.MakePathOrDie("status", "lastLoginAt"),
 	},
 	Decorate: func(u *ichor.IchorUser) { u.Status.PasswordHash = "" },
-	Actions:  []resource.Action[*ichor.IchorUser]{password},
+	Actions:  []resource.Action[*ichor.IchorUser]{password, login},
 
 	Validate:             validation.ValidateIchorUser,
 	ValidateUpdate:       validation.ValidateIchorUserUpdate,

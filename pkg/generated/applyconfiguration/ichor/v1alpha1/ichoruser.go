@@ -84,6 +84,12 @@ func ExtractIchorUser(ichorUser *ichorv1alpha1.IchorUser, fieldManager string) (
 	return ExtractIchorUserFrom(ichorUser, fieldManager, "")
 }
 
+// ExtractIchorUserLogin extracts the applied configuration owned by fieldManager from
+// ichorUser for the login subresource.
+func ExtractIchorUserLogin(ichorUser *ichorv1alpha1.IchorUser, fieldManager string) (*IchorUserApplyConfiguration, error) {
+	return ExtractIchorUserFrom(ichorUser, fieldManager, "login")
+}
+
 // ExtractIchorUserPassword extracts the applied configuration owned by fieldManager from
 // ichorUser for the password subresource.
 func ExtractIchorUserPassword(ichorUser *ichorv1alpha1.IchorUser, fieldManager string) (*IchorUserApplyConfiguration, error) {

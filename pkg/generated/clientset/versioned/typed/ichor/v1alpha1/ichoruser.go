@@ -52,6 +52,7 @@ type IchorUserInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, ichorUser *applyconfigurationichorv1alpha1.IchorUserApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.IchorUser, err error)
 	UpdatePassword(ctx context.Context, ichorUserName string, ichorUserPassword *ichorv1alpha1.IchorUserPassword, opts v1.UpdateOptions) (*ichorv1alpha1.IchorUser, error)
+	Login(ctx context.Context, ichorUserName string, ichorUserLogin *ichorv1alpha1.IchorUserLogin, opts v1.CreateOptions) (*ichorv1alpha1.IchorUser, error)
 
 	IchorUserExpansion
 }
@@ -84,6 +85,20 @@ func (c *ichorUsers) UpdatePassword(ctx context.Context, ichorUserName string, i
 		SubResource("password").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(ichorUserPassword).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Login takes the representation of a ichorUserLogin and creates it.  Returns the server's representation of the ichorUser, and an error, if there is any.
+func (c *ichorUsers) Login(ctx context.Context, ichorUserName string, ichorUserLogin *ichorv1alpha1.IchorUserLogin, opts v1.CreateOptions) (result *ichorv1alpha1.IchorUser, err error) {
+	result = &ichorv1alpha1.IchorUser{}
+	err = c.GetClient().Post().
+		Resource("ichorusers").
+		Name(ichorUserName).
+		SubResource("login").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(ichorUserLogin).
 		Do(ctx).
 		Into(result)
 	return

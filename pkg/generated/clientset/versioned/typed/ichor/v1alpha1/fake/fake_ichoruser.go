@@ -64,3 +64,14 @@ func (c *fakeIchorUsers) UpdatePassword(ctx context.Context, ichorUserName strin
 	}
 	return obj.(*v1alpha1.IchorUser), err
 }
+
+// Login takes the representation of a ichorUserLogin and creates it.  Returns the server's representation of the ichorUser, and an error, if there is any.
+func (c *fakeIchorUsers) Login(ctx context.Context, ichorUserName string, ichorUserLogin *v1alpha1.IchorUserLogin, opts v1.CreateOptions) (result *v1alpha1.IchorUser, err error) {
+	emptyResult := &v1alpha1.IchorUser{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), ichorUserName, "login", ichorUserLogin, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.IchorUser), err
+}
