@@ -51,4 +51,3 @@ func (f *secretFile) update(ctx context.Context, change func(data []byte) ([]byt
 		return nil
 	})
 }
-

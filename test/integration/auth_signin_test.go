@@ -128,6 +128,26 @@ func TestIchorUserSignIn(t *testing.T) {
 		}
 	})
 
+	t.Run("the audit log names the sign-in and holds no password", func(t *testing.T) {
+		found := false
+		for _, e := range auditEvents(t) {
+			for who, password := range passwords {
+				if bytes.Contains(e.raw, []byte(password)) {
+					t.Errorf("the audit log holds %s's password, in a %s event of %s %s", who, e.Level, e.Verb, e.RequestURI)
+				}
+			}
+			if e.ObjectRef.Subresource == "login" && e.ObjectRef.Name == dana && e.User.Username == authUser {
+				found = true
+				if e.Level != "Metadata" {
+					t.Errorf("a sign-in is audited at level %s", e.Level)
+				}
+			}
+		}
+		if !found {
+			t.Error("no audit event of ichor-auth checking dana's password")
+		}
+	})
+
 	t.Run("wrong passwords, unknown users and users without one get one answer", func(t *testing.T) {
 		const answer = "sign-in refused: the username or password is wrong"
 		p.login(ctx, t, name("vic"), "not the password at all").fails(t, "a wrong password", answer)
@@ -318,7 +338,9 @@ func useUsersEnabled(ctx context.Context, t testing.TB, on bool) {
 		if _, err := installations.Create(ctx, in, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create IchorInstallation: %v", err)
 		}
-		t.Cleanup(func() { _ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{})
+		})
 		return
 	}
 	if err != nil {

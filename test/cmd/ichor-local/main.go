@@ -1,7 +1,8 @@
 // Command ichor-local runs the whole local management plane in the
 // foreground for `make run`: etcd, kube-apiserver, kube-controller-manager
 // and ichor-apiserver (with its embedded etcd) registered through its
-// APIService, ichor-controller as its ServiceAccount, plus simulated Talos
+// APIService, ichor-controller and ichor-auth as their ServiceAccounts (with
+// a first IchorUser, admin, to sign in as), plus simulated Talos
 // machines in maintenance mode. Once ichor.dev is Available it writes an
 // admin kubeconfig and says how to use it; Ctrl-C or SIGTERM stops
 // everything it started.
@@ -9,6 +10,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -20,7 +23,12 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
@@ -39,6 +47,7 @@ func run() error {
 	kubeconfig := flag.String("kubeconfig", ".local/kubeconfig", "Where to write the admin kubeconfig.")
 	apiserver := flag.String("ichor-apiserver", "bin/ichor-apiserver", "The ichor-apiserver binary to run.")
 	controller := flag.String("ichor-controller", "bin/ichor-controller", "The ichor-controller binary to run.")
+	auth := flag.String("ichor-auth", "bin/ichor-auth", "The ichor-auth binary to run.")
 	machines := flag.Int("machines", 5, "How many simulated Talos machines to start in maintenance mode.")
 	machineNet := flag.String("machine-network", "127.0.1.0/24", "Loopback network the simulated machines listen in, one address each, on the Talos API port.")
 	flag.Parse()
@@ -94,6 +103,12 @@ func run() error {
 	}
 	defer ctrlProc.Stop(15 * time.Second) //nolint:errcheck
 
+	authProc, err := startAuth(ctx, cp, dir, *auth)
+	if err != nil {
+		return err
+	}
+	defer authProc.Stop(15 * time.Second) //nolint:errcheck
+
 	data, err := os.ReadFile(cp.AdminKubeconfig)
 	if err != nil {
 		return err
@@ -101,15 +116,25 @@ func run() error {
 	if err := os.WriteFile(*kubeconfig, data, 0o600); err != nil {
 		return err
 	}
+	signIn, err := firstAdmin(ctx, cp, filepath.Dir(*kubeconfig))
+	if err != nil {
+		return err
+	}
 	fmt.Printf(`
 Ichor is running: ichor.dev/v1alpha1 is Available through kube-apiserver at %s.
-Logs are in %s (ichor-controller.log for the controller).
+Logs are in %s (ichor-controller.log, ichor-auth.log).
 
   kubectl --kubeconfig %s get ichor -A
   kubectl --kubeconfig %s api-resources --api-group=ichor.dev
 
+Sign in as the IchorUser admin (its password is in %s), then act as ichor:admin:
+
+  bin/ichor login --kubeconfig %s --issuer %s --username admin \
+    --issuer-certificate-authority %s --password-file %s
+  kubectl --kubeconfig %s auth whoami
+
 Simulated Talos machines in maintenance mode (Talos API address, certificate fingerprint):
-`, cp.URL, dir, *kubeconfig, *kubeconfig)
+`, cp.URL, dir, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig)
 	for _, n := range nodes {
 		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
 	}
@@ -177,16 +202,8 @@ func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary 
 	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "controller-rbac.yaml")); err != nil {
 		return nil, fmt.Errorf("install the controller's RBAC: %w", err)
 	}
-	cfg, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
+	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-controller", controllerUser)
 	if err != nil {
-		return nil, err
-	}
-	for _, user := range cfg.AuthInfos {
-		user.Impersonate = controllerUser
-		user.ImpersonateGroups = strings.Split(controllerGroups, ",")
-	}
-	kubeconfig := filepath.Join(dir, "ichor-controller.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		return nil, err
 	}
 	return proc.Start(dir, "ichor-controller", binary,
@@ -202,4 +219,99 @@ func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary 
 		"--upload-tls-cert-file="+cp.ControllerUpload.CertFile,
 		"--upload-tls-private-key-file="+cp.ControllerUpload.KeyFile,
 	)
+}
+
+// The identity of ichor-auth, as artifacts/auth-rbac.yaml names it.
+const authUser = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-auth"
+
+// startAuth installs ichor-auth's RBAC and state Secrets from artifacts/ and
+// runs the binary as its ServiceAccount at the issuer URL the harness's
+// kube-apiserver trusts.
+func startAuth(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*proc.Process, error) {
+	binary, err := filepath.Abs(binary)
+	if err != nil {
+		return nil, err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "auth-rbac.yaml"),
+		"-f", filepath.Join(root, "artifacts", "auth-state.yaml")); err != nil {
+		return nil, fmt.Errorf("install ichor-auth's RBAC: %w", err)
+	}
+	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-auth", authUser)
+	if err != nil {
+		return nil, err
+	}
+	return proc.Start(dir, "ichor-auth", binary,
+		"--kubeconfig="+kubeconfig,
+		"--bind-address="+cp.Auth.Address,
+		"--issuer-url="+cp.Auth.URL,
+		"--tls-cert-file="+cp.Auth.CertFile,
+		"--tls-private-key-file="+cp.Auth.KeyFile,
+	)
+}
+
+// impersonatingKubeconfig writes a kubeconfig whose requests the admin
+// credential makes as user, a ServiceAccount of Ichor's namespace: so every
+// request is authorized against that ServiceAccount's RBAC.
+func impersonatingKubeconfig(cp *harness.ControlPlane, dir, name, user string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, u := range cfg.AuthInfos {
+		u.Impersonate = user
+		u.ImpersonateGroups = strings.Split(controllerGroups, ",")
+	}
+	kubeconfig := filepath.Join(dir, name+".kubeconfig")
+	return kubeconfig, clientcmd.WriteToFile(*cfg, kubeconfig)
+}
+
+// localSignIn is how the first admin signs in.
+type localSignIn struct{ passwordFile, kubeconfig string }
+
+// firstAdmin turns Ichor users on and creates the IchorUser admin with a
+// random password, written to a file of dir that only its owner reads, and
+// a kubeconfig that knows the management cluster and holds no credential,
+// for ichor login to fill.
+func firstAdmin(ctx context.Context, cp *harness.ControlPlane, dir string) (localSignIn, error) {
+	s := localSignIn{passwordFile: filepath.Join(dir, "admin-password"), kubeconfig: filepath.Join(dir, "people.kubeconfig")}
+	raw := make([]byte, 18)
+	if _, err := rand.Read(raw); err != nil {
+		return s, err
+	}
+	password := base64.RawURLEncoding.EncodeToString(raw)
+	if err := os.WriteFile(s.passwordFile, []byte(password+"\n"), 0o600); err != nil {
+		return s, err
+	}
+	ichor, err := versioned.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return s, err
+	}
+	if _, err := ichor.IchorV1alpha1().IchorInstallations().Create(ctx, &v1alpha1.IchorInstallation{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
+		Spec:       v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{UsersEnabled: true}},
+	}, metav1.CreateOptions{}); err != nil {
+		return s, fmt.Errorf("create the IchorInstallation: %w", err)
+	}
+	users := ichor.IchorV1alpha1().IchorUsers()
+	if _, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: "admin"},
+		Spec: v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleAdmin, DisplayName: "First admin"}}, metav1.CreateOptions{}); err != nil {
+		return s, fmt.Errorf("create the IchorUser admin: %w", err)
+	}
+	if _, err := users.UpdatePassword(ctx, "admin", &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: "admin"}, Password: password},
+		metav1.UpdateOptions{}); err != nil {
+		return s, fmt.Errorf("set the password of the IchorUser admin: %w", err)
+	}
+	admin, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
+	if err != nil {
+		return s, err
+	}
+	people := clientcmdapi.NewConfig()
+	people.Clusters["local"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
+	people.Contexts["local"] = &clientcmdapi.Context{Cluster: "local"}
+	people.CurrentContext = "local"
+	return s, clientcmd.WriteToFile(*people, s.kubeconfig)
 }
