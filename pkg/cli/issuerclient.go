@@ -45,6 +45,8 @@ func newIssuerClient(ctx context.Context, issuer, caPEM string) (*issuerClient, 
 	c := &issuerClient{issuer: issuer, http: &http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
+		// A password is never sent on to wherever a redirect points.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(issuer, "/")+"/.well-known/openid-configuration", nil)
 	if err != nil {
@@ -68,6 +70,11 @@ func newIssuerClient(ctx context.Context, issuer, caPEM string) (*issuerClient, 
 	}
 	if doc.Issuer != issuer {
 		return nil, fmt.Errorf("the discovery document at %s names issuer %q: give --issuer exactly as the issuer names itself", issuer, doc.Issuer)
+	}
+	for _, endpoint := range []string{doc.Token, doc.Revocation} {
+		if e, err := url.Parse(endpoint); endpoint != "" && (err != nil || e.Scheme != "https" || e.Host != u.Host) {
+			return nil, fmt.Errorf("the issuer's discovery document names endpoint %q, not an https URL of %s", endpoint, u.Host)
+		}
 	}
 	c.token, c.revoke = doc.Token, doc.Revocation
 	return c, nil

@@ -88,10 +88,17 @@ holds no secret. kube-apiserver then knows you as ichor:USER in the group ichor:
 		if err != nil {
 			return err
 		}
+		previous, _ := readSignIn(path)
 		err = writeSignIn(path, s)
 		unlock()
 		if err != nil {
 			return err
+		}
+		// The sign-in this one replaces ends at the issuer too.
+		if previous != nil && previous.RefreshToken != "" {
+			if err := c.end(cmd.Context(), previous.RefreshToken); err != nil {
+				fmt.Fprintf(o.ErrOut, "warning: the previous session was not ended: %v\n", err)
+			}
 		}
 		fmt.Fprintf(o.Out, "Signed in to %s as %s; the token is renewed until the session ends.\n", f.issuer, f.username)
 		if noKubeconfig {

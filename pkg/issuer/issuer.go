@@ -56,6 +56,9 @@ type Issuer struct {
 
 	mu  sync.RWMutex
 	set *keySet // nil until the first sync
+	// synced is when the key set was last read: a replica that has not
+	// read it for long may sign with a key the others dropped, and stops.
+	synced time.Time
 }
 
 // Data keys of the two Secrets.
@@ -70,8 +73,8 @@ func New(cfg Config) (*Issuer, error) {
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("issuer URL %q: %w", cfg.URL, err)
-	case u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return nil, fmt.Errorf("issuer URL %q: must be https://host[:port][/path], without query, fragment or user", cfg.URL)
+	case u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.HasSuffix(u.Path, "/"):
+		return nil, fmt.Errorf("issuer URL %q: must be https://host[:port][/path], without query, fragment, user or trailing slash", cfg.URL)
 	case cfg.Audience == "":
 		return nil, errors.New("an audience is required")
 	case cfg.TokenLifetime <= 0 || cfg.SessionLifetime < cfg.TokenLifetime:
@@ -113,15 +116,31 @@ func (i *Issuer) SyncKeys(ctx context.Context) error {
 		return err
 	}
 	i.mu.Lock()
-	i.set = synced
+	i.set, i.synced = synced, time.Now()
 	i.mu.Unlock()
 	return nil
+}
+
+// staleAfter is how long after its last read the key set is no longer
+// trusted to sign: half the lead time, within which every replica reads a
+// new key before it signs.
+func (i *Issuer) staleAfter() time.Duration { return i.cfg.KeyLead / 2 }
+
+// signingKey is the key to sign with at now, or nil when there is none or
+// the key set is stale.
+func (i *Issuer) signingKey(now time.Time) *signingKey {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if i.set == nil || now.Sub(i.synced) > i.staleAfter() {
+		return nil
+	}
+	return i.set.signing(now)
 }
 
 // Run syncs the keys until ctx ends, often enough that every replica
 // publishes a new key well before it signs.
 func (i *Issuer) Run(ctx context.Context) {
-	every := min(30*time.Second, i.cfg.KeyLead/4)
+	every := min(30*time.Second, i.staleAfter()/4)
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := i.SyncKeys(ctx); err != nil {
 			klog.ErrorS(err, "sync the signing keys")
@@ -129,12 +148,8 @@ func (i *Issuer) Run(ctx context.Context) {
 	}, every)
 }
 
-// Ready reports whether the issuer has keys to publish and sign with.
-func (i *Issuer) Ready() bool {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	return i.set != nil && i.set.signing(time.Now()) != nil
-}
+// Ready reports whether the issuer has keys, read lately, to sign with.
+func (i *Issuer) Ready() bool { return i.signingKey(time.Now()) != nil }
 
 // publicKeys is the JWKS served now.
 func (i *Issuer) publicKeys() jose.JSONWebKeySet {
@@ -156,14 +171,9 @@ type claims struct {
 
 // mint signs an ID token for user at now.
 func (i *Issuer) mint(user string, uid types.UID, role string, now time.Time) (string, time.Time, error) {
-	i.mu.RLock()
-	var k *signingKey
-	if i.set != nil {
-		k = i.set.signing(now)
-	}
-	i.mu.RUnlock()
+	k := i.signingKey(now)
 	if k == nil {
-		return "", time.Time{}, errors.New("no signing key yet")
+		return "", time.Time{}, errors.New("no signing key read lately: the keys Secret cannot be read")
 	}
 	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: signingAlgorithm, Key: jose.JSONWebKey{Key: k.private, KeyID: k.ID}},
 		(&jose.SignerOptions{}).WithType("JWT"))

@@ -1,6 +1,7 @@
 package issuer
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 
@@ -22,10 +23,12 @@ const (
 	limitersKept = 10000
 )
 
-// limiter holds the token buckets of users and sources.
+// limiter holds the token buckets of users and sources. Each replica of
+// ichor-auth has its own: n replicas allow n times the attempts.
 type limiter struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
+	pruned  time.Time
 }
 
 type bucket struct {
@@ -36,9 +39,17 @@ type bucket struct {
 func newLimiter() *limiter { return &limiter{buckets: map[string]*bucket{}} }
 
 // Keys of the buckets: one namespace per kind.
-func userKey(name string) string   { return "user/" + name }
-func sourceKey(addr string) string { return "source/" + addr }
-func isUserKey(key string) bool    { return len(key) > 5 && key[:5] == "user/" }
+func userKey(name string) string { return "user/" + name }
+func sourceKey(addr string) string {
+	// An IPv6 host usually has a /64 to itself: count the /64.
+	if ip, err := netip.ParseAddr(addr); err == nil && ip.Is6() && !ip.Is4In6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return "source/" + p.String()
+		}
+	}
+	return "source/" + addr
+}
+func isUserKey(key string) bool { return len(key) > 5 && key[:5] == "user/" }
 func limitOf(key string) (rate.Limit, int) {
 	if isUserKey(key) {
 		return rate.Every(userEvery), userBurst
@@ -51,9 +62,11 @@ func limitOf(key string) (rate.Limit, int) {
 func (l *limiter) take(now time.Time, keys ...string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.buckets) > limitersKept {
+	// A bucket idle for longer than it takes to refill is full: drop it,
+	// looking at most once a minute.
+	if len(l.buckets) > limitersKept && now.Sub(l.pruned) > time.Minute {
+		l.pruned = now
 		for k, b := range l.buckets {
-			// A bucket idle for longer than it takes to refill is full: drop it.
 			if now.Sub(b.used) > sourceBurst*sourceEvery+userBurst*userEvery {
 				delete(l.buckets, k)
 			}

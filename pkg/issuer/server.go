@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -156,15 +157,21 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 	if err := i.usersEnabled(ctx); err != nil {
 		return nil, err
 	}
+	// What no IchorUser can be, or no password can match, is answered as a
+	// wrong password, in as long as one takes.
+	if len(validation.IsDNS1123Subdomain(user)) > 0 || len(password) > passwordhash.MaxBytes {
+		return nil, i.wrongCredentials(password)
+	}
 	u, err := i.cfg.Ichor.IchorV1alpha1().IchorUsers().Login(ctx, user, &v1alpha1.IchorUserLogin{Password: password}, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		passwordhash.VerifyNothing(password) // as long as a wrong password takes
-		return nil, errWrongCredentials
-	case apierrors.IsInvalid(err):
+		return nil, i.wrongCredentials(password)
+	case isPasswordMismatch(err):
 		return nil, errWrongCredentials
 	case isDisabled(err):
 		return nil, grantError("the user is disabled; an Ichor admin can enable it")
+	case apierrors.IsTooManyRequests(err):
+		return nil, busy()
 	case err != nil:
 		return nil, unavailable(err, "check passwords")
 	}
@@ -176,7 +183,7 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 			return nil, err
 		}
 		s.prune(now)
-		if _, refresh, err = s.start(u.Name, u.UID, now, i.cfg.SessionLifetime); err != nil {
+		if _, refresh, err = s.start(u.Name, u.UID, passwordChangedAt(u), now, i.cfg.SessionLifetime); err != nil {
 			return nil, err
 		}
 		return json.Marshal(s)
@@ -184,6 +191,42 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 		return nil, unavailable(err, "record the session")
 	}
 	return i.respond(u.Name, u, refresh, now)
+}
+
+// wrongCredentials is errWrongCredentials after the work of a password
+// check, so that its time does not tell an unknown user from a wrong
+// password; busy when as many checks as a process runs at once are running.
+func (i *Issuer) wrongCredentials(password string) error {
+	release, ok := passwordhash.Acquire()
+	if !ok {
+		return busy()
+	}
+	defer release()
+	passwordhash.VerifyNothing(password)
+	return errWrongCredentials
+}
+
+// busy is the answer when too many passwords are being checked at once.
+func busy() *oauthError {
+	return &oauthError{status: http.StatusServiceUnavailable, Code: "temporarily_unavailable", retryAfter: time.Second,
+		Description: "too many sign-ins at once; try again in a second"}
+}
+
+// isPasswordMismatch reports whether err is ichorusers/NAME/login's
+// refusal of the password.
+func isPasswordMismatch(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsInvalid(err) {
+		return false
+	}
+	if d := status.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			if c.Field == "password" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isDisabled reports whether err is ichorusers/NAME/login's refusal of a
@@ -250,7 +293,7 @@ func (i *Issuer) refreshGrant(ctx context.Context, token string) (*tokenResponse
 		return nil, unavailable(err, "read the user")
 	case u.Spec.Disabled:
 		why = "the user is disabled"
-	case u.Status.PasswordChangedAt != nil && u.Status.PasswordChangedAt.After(sess.Started):
+	case !passwordChangedAt(u).Equal(sess.PasswordChangedAt):
 		why = "the user's password changed"
 	}
 	if why == "" {
@@ -279,7 +322,11 @@ func (i *Issuer) refreshGrant(ctx context.Context, token string) (*tokenResponse
 			return json.Marshal(s)
 		}
 		// A replayed token ends the session: that too is written.
-		renewed, next, renewErr = s.renew(token, now)
+		var changed bool
+		renewed, next, changed, renewErr = s.renew(token, now)
+		if !changed {
+			return nil, nil
+		}
 		return json.Marshal(s)
 	}); err != nil {
 		return nil, unavailable(err, "record the session")
@@ -340,4 +387,13 @@ func writeError(w http.ResponseWriter, e *oauthError) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retryAfter.Seconds()))))
 	}
 	writeJSON(w, e.status, e)
+}
+
+// passwordChangedAt is when u's password last changed, as a session
+// records it; zero for none.
+func passwordChangedAt(u *v1alpha1.IchorUser) time.Time {
+	if u.Status.PasswordChangedAt == nil {
+		return time.Time{}
+	}
+	return u.Status.PasswordChangedAt.UTC()
 }

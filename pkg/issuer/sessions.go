@@ -24,6 +24,9 @@ type session struct {
 	// ends Expires, whatever its refreshes.
 	Started time.Time `json:"started"`
 	Expires time.Time `json:"expires"`
+	// PasswordChangedAt is the user's status.passwordChangedAt at sign-in:
+	// a refresh after the password changed ends the session.
+	PasswordChangedAt time.Time `json:"passwordChangedAt"`
 	// Current is the SHA-256 of the refresh token that renews it now;
 	// Previous, of the one it replaced, presented again only by a thief or
 	// a replay (it ends the session).
@@ -61,7 +64,7 @@ func splitRefreshToken(token string) (id string, hash []byte, ok bool) {
 }
 
 // start adds a session for user and returns its ID and refresh token.
-func (s sessions) start(user string, uid types.UID, now time.Time, lifetime time.Duration) (id, token string, err error) {
+func (s sessions) start(user string, uid types.UID, passwordChangedAt, now time.Time, lifetime time.Duration) (id, token string, err error) {
 	raw := make([]byte, 16)
 	if _, err := rand.Read(raw); err != nil {
 		return "", "", err
@@ -71,7 +74,7 @@ func (s sessions) start(user string, uid types.UID, now time.Time, lifetime time
 	if err != nil {
 		return "", "", err
 	}
-	s[id] = &session{User: user, UID: uid, Started: now.UTC(), Expires: now.Add(lifetime).UTC(), Current: hash}
+	s[id] = &session{User: user, UID: uid, PasswordChangedAt: passwordChangedAt, Started: now.UTC(), Expires: now.Add(lifetime).UTC(), Current: hash}
 	// Bound what one user keeps: the oldest of theirs ends first.
 	var own []string
 	for other, sess := range s {
@@ -95,29 +98,32 @@ var (
 )
 
 // renew checks token and replaces it with a new one: it returns the
-// session and the new token.
-func (s sessions) renew(token string, now time.Time) (*session, string, error) {
+// session and the new token, and whether s changed (a renewal, or a
+// session ended by a replay or its expiry).
+func (s sessions) renew(token string, now time.Time) (_ *session, next string, changed bool, _ error) {
 	id, hash, ok := splitRefreshToken(token)
 	if !ok {
-		return nil, "", errUnknownSession
+		return nil, "", false, errUnknownSession
 	}
 	sess := s[id]
 	switch {
-	case sess == nil || !now.Before(sess.Expires):
+	case sess == nil:
+		return nil, "", false, errUnknownSession
+	case !now.Before(sess.Expires):
 		delete(s, id)
-		return nil, "", errUnknownSession
+		return nil, "", true, errUnknownSession
 	case subtle.ConstantTimeCompare(hash, sess.Previous) == 1:
 		delete(s, id)
-		return nil, "", errReplayed
+		return nil, "", true, errReplayed
 	case subtle.ConstantTimeCompare(hash, sess.Current) != 1:
-		return nil, "", errUnknownSession
+		return nil, "", false, errUnknownSession
 	}
 	next, nextHash, err := newRefreshToken(id)
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	sess.Previous, sess.Current = sess.Current, nextHash
-	return sess, next, nil
+	return sess, next, true, nil
 }
 
 // end removes the session token renews, if any, and reports whether it

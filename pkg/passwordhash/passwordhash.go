@@ -100,6 +100,28 @@ var decoy = func() string {
 // VerifyNothing costs what Verify costs and matches nothing: a sign-in for
 // a user who does not exist, or has no password, takes as long as one with
 // a wrong password, so that the time of the answer does not tell them apart.
+// It hashes at most MaxBytes of password, as Verify of an accepted one does.
 func VerifyNothing(password string) {
+	if len(password) > MaxBytes {
+		password = password[:MaxBytes]
+	}
 	_, _ = Verify(decoy, password)
+}
+
+// MaxConcurrent bounds the password checks a process runs at once: each
+// holds memoryKiB of memory, so unbounded checks are a way to exhaust it.
+const MaxConcurrent = 4
+
+var slots = make(chan struct{}, MaxConcurrent)
+
+// Acquire takes one of MaxConcurrent slots for a password check without
+// waiting: ok is false when all are taken (answer "try again" rather than
+// queue), else release gives the slot back.
+func Acquire() (release func(), ok bool) {
+	select {
+	case slots <- struct{}{}:
+		return func() { <-slots }, true
+	default:
+		return nil, false
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/oidcprovider"
 )
 
 // Options tune a control plane.
@@ -64,7 +65,8 @@ type ControlPlane struct {
 	// kube-apiserver trusts tokens from that issuer URL (artifacts/kube-
 	// apiserver/authentication-config.yaml). A test starts it there.
 	Auth IssuerEndpoint
-	// OIDC is the same for the external OpenID provider.
+	// OIDC is the external OpenID provider (test/oidcprovider), which the
+	// harness runs, with the people of oidcprovider.People.
 	OIDC IssuerEndpoint
 
 	files   files
@@ -79,6 +81,7 @@ type ControlPlane struct {
 	ichor      *ichorServer
 	logf       func(string, ...any)
 	kubeClient kubernetes.Interface
+	oidc       *oidcprovider.Server
 }
 
 // UploadEndpoint is ichor-controller's upload endpoint as the harness
@@ -139,6 +142,10 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		CertFile: cp.files.controllerServingCert, KeyFile: cp.files.controllerServingKey, CAFile: cp.files.controllerCA}
 	cp.Auth = issuerAt(ports[8], cp.files.authServingCert, cp.files.authServingKey, cp.files.issuersCA)
 	cp.OIDC = issuerAt(ports[9], cp.files.oidcServingCert, cp.files.oidcServingKey, cp.files.issuersCA)
+	// The OpenID provider first, so that kube-apiserver finds it at start.
+	if cp.oidc, err = oidcprovider.Start(cp.OIDC.URL, cp.OIDC.Address, cp.OIDC.CertFile, cp.OIDC.KeyFile); err != nil {
+		return nil, fmt.Errorf("start the OpenID provider: %w", err)
+	}
 	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {
 		return nil, err
 	}
@@ -170,6 +177,7 @@ func (cp *ControlPlane) Stop() {
 	cp.kcm.Stop(10 * time.Second)
 	cp.kube.Stop(15 * time.Second)
 	cp.etcd.Stop(10 * time.Second)
+	_ = cp.oidc.Stop()
 	if cp.ownDir && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
 		os.RemoveAll(cp.Dir)
 	}

@@ -302,6 +302,18 @@ func TestIchorUserSignIn(t *testing.T) {
 		}
 	})
 
+	t.Run("a password change ends the sessions begun before it", func(t *testing.T) {
+		vic := name("vic")
+		p.login(ctx, t, vic, passwords["vic"]).ok(t, "ichor login")
+		passwords["vic"] = "a new password for vic"
+		if _, err := users.UpdatePassword(ctx, vic, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: vic}, Password: passwords["vic"]}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := p.ichor(ctx, t, nil, "auth", "token", "--issuer", cp.Auth.URL, "--username", vic)
+		r.fails(t, "auth token after the password changed", "the user's password changed")
+		p.login(ctx, t, vic, passwords["vic"]).ok(t, "ichor login with the new password")
+	})
+
 	t.Run("with the issuer down, issued tokens keep working and sign-in fails clearly", func(t *testing.T) {
 		eve := name("eve")
 		p.login(ctx, t, eve, passwords["eve"]).ok(t, "ichor login")

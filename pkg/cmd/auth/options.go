@@ -108,6 +108,9 @@ func (o *Options) Run(ctx context.Context, cfg *rest.Config) error {
 
 // RunOn is Run on a listener already open (nil: BindAddress).
 func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) error {
+	// A slow API server must not pile up sign-ins.
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 30 * time.Second
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

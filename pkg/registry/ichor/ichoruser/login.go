@@ -38,10 +38,12 @@ var login = resource.Action[*ichor.IchorUser]{
 		}
 		mismatch := apierrors.NewInvalid(ichor.Kind("IchorUserLogin"), u.Name,
 			field.ErrorList{field.Invalid(field.NewPath("password"), field.OmitValueType{}, "does not match the user's password")})
-		if len(p.Password) > passwordhash.MaxBytes {
-			return mismatch
+		release, ok := passwordhash.Acquire()
+		if !ok {
+			return apierrors.NewTooManyRequests("too many passwords are being checked at once; try again", 1)
 		}
-		if u.Status.PasswordHash == "" {
+		defer release()
+		if len(p.Password) > passwordhash.MaxBytes || u.Status.PasswordHash == "" {
 			passwordhash.VerifyNothing(p.Password)
 			return mismatch
 		}
