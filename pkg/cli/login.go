@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,21 +15,54 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// signInFlags name a sign-in: the issuer and the user.
+// signInFlags name a sign-in: an IchorUser at Ichor's issuer, or, with
+// --oidc, a person at an OpenID provider through its client.
 type signInFlags struct {
 	issuer, username string
+	oidc             bool
+	clientID         string
 }
 
 func (f *signInFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.issuer, "issuer", "", "Ichor's token issuer (ichor-auth), as kube-apiserver's authentication configuration names it")
-	cmd.Flags().StringVar(&f.username, "username", "", "the IchorUser")
+	cmd.Flags().StringVar(&f.issuer, "issuer", "", "the issuer: Ichor's (ichor-auth), or with --oidc your OpenID provider, as kube-apiserver's authentication configuration names it")
+	cmd.Flags().StringVar(&f.username, "username", "", "the IchorUser (without --oidc)")
+	cmd.Flags().BoolVar(&f.oidc, "oidc", false, "sign in at an OpenID provider instead of as an IchorUser")
+	cmd.Flags().StringVar(&f.clientID, "client-id", "ichor", "with --oidc: the provider's client for the ichor CLI (a public client; also kube-apiserver's audience)")
 	_ = cmd.MarkFlagRequired("issuer")
-	_ = cmd.MarkFlagRequired("username")
 }
 
-// loginHint is the command that signs the user in again.
+// check says what is missing.
+func (f *signInFlags) check() error {
+	switch {
+	case f.oidc && f.username != "":
+		return errors.New("--username is for IchorUsers; with --oidc, who you are is whom you sign in as at the provider")
+	case !f.oidc && f.username == "":
+		return errors.New("--username is required (or --oidc, to sign in at an OpenID provider)")
+	case f.oidc && f.clientID == "":
+		return errors.New("--client-id is required with --oidc")
+	}
+	return nil
+}
+
+// who names the sign-in in ~/.ichor/tokens/.
+func (f *signInFlags) who() string {
+	if f.oidc {
+		return "client:" + f.clientID
+	}
+	return f.username
+}
+
+// args are the flags that name the sign-in again, for auth token and hints.
+func (f *signInFlags) args() []string {
+	if f.oidc {
+		return []string{"--oidc", "--issuer", f.issuer, "--client-id", f.clientID}
+	}
+	return []string{"--issuer", f.issuer, "--username", f.username}
+}
+
+// loginHint is the command that signs in again.
 func (f *signInFlags) loginHint() string {
-	return fmt.Sprintf("ichor login --issuer %s --username %s", f.issuer, f.username)
+	return "ichor login " + strings.Join(f.args(), " ")
 }
 
 func newLogin(o *Options) *cobra.Command {
@@ -36,25 +70,41 @@ func newLogin(o *Options) *cobra.Command {
 		f                    signInFlags
 		caFile, passwordFile string
 		noKubeconfig         bool
+		device, noBrowser    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "login --issuer URL --username USER",
-		Short: "Sign in as an IchorUser and set up kubectl to act as you",
-		Long: `login signs an IchorUser in at Ichor's token issuer with a password (prompted without echo; for
-automation, from --password-file or ` + PasswordEnv + `). It keeps the session in ~/.ichor/tokens/
-(readable by you only) and writes a kubeconfig user ichor:USER, and a context of the same name
-for the current context's cluster (or --cluster), that runs "ichor auth token": the kubeconfig
-holds no secret. kube-apiserver then knows you as ichor:USER in the group ichor:<your role>.`,
+		Use:   "login --issuer URL (--username USER | --oidc)",
+		Short: "Sign in, as an IchorUser or at your OpenID provider, and set up kubectl to act as you",
+		Long: `login signs you in and keeps the session in ~/.ichor/tokens/ (readable by you only). It then
+writes a kubeconfig user, and a context of the same name for the current context's cluster (or
+--cluster), that runs "ichor auth token": the kubeconfig holds no secret.
+
+As an IchorUser (--username), it sends the password (prompted without echo; for automation, from
+--password-file or ` + PasswordEnv + `) to Ichor's token issuer; kube-apiserver knows you as
+ichor:USER, in the group ichor:<your role>.
+
+At an OpenID provider (--oidc), you sign in there: in a browser (the authorization-code flow with
+PKCE, the answer coming back to a listener on 127.0.0.1), or with --device on a shell without a
+browser (you open the provider's page anywhere and enter the code shown). kube-apiserver knows you
+as oidc:<your email>, in the ichor: groups your provider's ichor-viewer, ichor-operator or
+ichor-admin group gives.`,
 		Example: `  ichor login --issuer https://ichor-auth.example.net --username dana
+  ichor login --oidc --issuer https://idp.example.net
+  ichor login --oidc --issuer https://idp.example.net --device
   kubectl auth whoami`,
 		GroupID: "access",
 		Args:    cobra.NoArgs,
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&caFile, "issuer-certificate-authority", "", "PEM file of the CA of the issuer's serving certificate, when the system does not trust it")
-	cmd.Flags().StringVar(&passwordFile, "password-file", "", "read the password from this file (its first line)")
+	cmd.Flags().StringVar(&passwordFile, "password-file", "", "read the IchorUser's password from this file (its first line)")
 	cmd.Flags().BoolVar(&noKubeconfig, "no-kubeconfig", false, "only sign in; leave the kubeconfig as it is")
+	cmd.Flags().BoolVar(&device, "device", false, "with --oidc: the device flow, for a shell without a browser")
+	cmd.Flags().BoolVar(&noBrowser, "no-browser", false, "with --oidc: print the sign-in URL; open no browser")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := f.check(); err != nil {
+			return err
+		}
 		var ca string
 		if caFile != "" {
 			b, err := os.ReadFile(caFile)
@@ -63,24 +113,41 @@ holds no secret. kube-apiserver then knows you as ichor:USER in the group ichor:
 			}
 			ca = string(b)
 		}
-		password, err := readSecret(o, passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
-		if err != nil {
-			return err
-		}
-		c, err := newIssuerClient(cmd.Context(), f.issuer, ca)
-		if err != nil {
-			return err
-		}
-		s, err := c.signIn(cmd.Context(), f.username, password)
-		if err != nil {
-			var ended *sessionEndedError
-			if errors.As(err, &ended) {
-				return fmt.Errorf("sign-in refused: %s", ended.why)
+		var s *signIn
+		var name string
+		var end func(refreshToken string) error
+		if f.oidc {
+			c, err := newOIDCClient(cmd.Context(), f.issuer, f.clientID, ca)
+			if err != nil {
+				return err
 			}
-			return err
+			var email string
+			if device {
+				s, email, err = c.deviceSignIn(cmd.Context(), o)
+			} else {
+				s, email, err = c.browserSignIn(cmd.Context(), o, !noBrowser)
+			}
+			if err != nil {
+				return signInRefused(err)
+			}
+			name = "oidc:" + email
+		} else {
+			password, err := readSecret(o, passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
+			if err != nil {
+				return err
+			}
+			c, err := newIssuerClient(cmd.Context(), f.issuer, ca)
+			if err != nil {
+				return err
+			}
+			if s, err = c.signIn(cmd.Context(), f.username, password); err != nil {
+				return signInRefused(err)
+			}
+			name = "ichor:" + f.username
+			end = func(token string) error { return c.end(cmd.Context(), token) }
 		}
 		s.CertificateAuthority = ca
-		path, err := signInPath(f.issuer, f.username)
+		path, err := signInPath(f.issuer, f.who())
 		if err != nil {
 			return err
 		}
@@ -94,34 +161,43 @@ holds no secret. kube-apiserver then knows you as ichor:USER in the group ichor:
 		if err != nil {
 			return err
 		}
-		// The sign-in this one replaces ends at the issuer too.
-		if previous != nil && previous.RefreshToken != "" {
-			if err := c.end(cmd.Context(), previous.RefreshToken); err != nil {
+		// The sign-in this one replaces ends at Ichor's issuer too.
+		if end != nil && previous != nil && previous.RefreshToken != "" {
+			if err := end(previous.RefreshToken); err != nil {
 				fmt.Fprintf(o.ErrOut, "warning: the previous session was not ended: %v\n", err)
 			}
 		}
-		fmt.Fprintf(o.Out, "Signed in to %s as %s; the token is renewed until the session ends.\n", f.issuer, f.username)
+		fmt.Fprintf(o.Out, "Signed in to %s as %s; the token is renewed until the session ends.\n", f.issuer, name)
 		if noKubeconfig {
 			return nil
 		}
-		name, cluster, err := writeExecUser(o, &f)
+		cluster, err := writeExecUser(o, &f, name)
 		if err != nil {
 			return fmt.Errorf("signed in, but the kubeconfig was not written: %w", err)
 		}
-		fmt.Fprintf(o.Out, "Context %q (cluster %q) is now current: kubectl acts as ichor:%s.\n", name, cluster, f.username)
+		fmt.Fprintf(o.Out, "Context %q (cluster %q) is now current: kubectl acts as %s.\n", name, cluster, name)
 		return nil
 	}
 	return cmd
 }
 
+// signInRefused says that the issuer refused the sign-in, and why.
+func signInRefused(err error) error {
+	var ended *sessionEndedError
+	if errors.As(err, &ended) {
+		return fmt.Errorf("sign-in refused: %s", ended.why)
+	}
+	return err
+}
+
 // writeExecUser writes the kubeconfig user and context ichor:USER, the
 // context for the cluster of --cluster or of the current context, and
 // makes it current.
-func writeExecUser(o *Options, f *signInFlags) (name, cluster string, err error) {
+func writeExecUser(o *Options, f *signInFlags, name string) (cluster string, err error) {
 	loader := o.Config.ToRawKubeConfigLoader()
 	raw, err := loader.RawConfig()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	current := raw.CurrentContext
 	if o.Config.Context != nil && *o.Config.Context != "" {
@@ -133,14 +209,12 @@ func writeExecUser(o *Options, f *signInFlags) (name, cluster string, err error)
 		cluster = ctx.Cluster
 	}
 	if _, ok := raw.Clusters[cluster]; !ok || cluster == "" {
-		return "", "", errors.New("no cluster to sign in to: give --cluster, or a kubeconfig whose current context names the management cluster")
+		return "", errors.New("no cluster to sign in to: give --cluster, or a kubeconfig whose current context names the management cluster")
 	}
-	name = "ichor:" + f.username
-	self := "ichor"
 	raw.AuthInfos[name] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
 		APIVersion:      clientauthv1.SchemeGroupVersion.String(),
-		Command:         self,
-		Args:            []string{"auth", "token", "--issuer", f.issuer, "--username", f.username},
+		Command:         "ichor",
+		Args:            append([]string{"auth", "token"}, f.args()...),
 		InstallHint:     "the ichor CLI signs you in to Ichor: install it on your PATH, then run " + f.loginHint(),
 		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
 	}}
@@ -150,7 +224,7 @@ func writeExecUser(o *Options, f *signInFlags) (name, cluster string, err error)
 	}
 	raw.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name, Namespace: ns}
 	raw.CurrentContext = name
-	return name, cluster, clientcmd.ModifyConfig(loader.ConfigAccess(), raw, false)
+	return cluster, clientcmd.ModifyConfig(loader.ConfigAccess(), raw, false)
 }
 
 func newAuth(o *Options) *cobra.Command {
@@ -169,7 +243,7 @@ const renewBefore = 30 * time.Second
 func newAuthToken(o *Options) *cobra.Command {
 	var f signInFlags
 	cmd := &cobra.Command{
-		Use:   "token --issuer URL --username USER",
+		Use:   "token --issuer URL (--username USER | --oidc)",
 		Short: "Print the signed-in user's token as kubectl's exec credential plugin",
 		Long: `token prints, as a client.authentication.k8s.io/v1 ExecCredential, the token of the sign-in
 "ichor login" kept, renewed with its refresh token when it is about to expire (one renewal at a
@@ -180,7 +254,10 @@ and how to sign in again.`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		path, err := signInPath(f.issuer, f.username)
+		if err := f.check(); err != nil {
+			return err
+		}
+		path, err := signInPath(f.issuer, f.who())
 		if err != nil {
 			return err
 		}
@@ -191,7 +268,7 @@ and how to sign in again.`,
 		defer unlock()
 		s, err := readSignIn(path)
 		if errors.Is(err, errNotSignedIn) {
-			return fmt.Errorf("not signed in to %s as %s: run %s", f.issuer, f.username, f.loginHint())
+			return fmt.Errorf("not signed in to %s: run %s", f.issuer, f.loginHint())
 		}
 		if err != nil {
 			return err
@@ -226,13 +303,23 @@ and how to sign in again.`,
 
 // renewSignIn renews s at its issuer.
 func renewSignIn(cmd *cobra.Command, s *signIn) (*signIn, error) {
-	c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
-	if err != nil {
-		return nil, err
-	}
-	renewed, err := c.renew(cmd.Context(), s)
-	if err != nil {
-		return nil, err
+	var renewed *signIn
+	if s.ClientID != "" {
+		c, err := newOIDCClient(cmd.Context(), s.Issuer, s.ClientID, s.CertificateAuthority)
+		if err != nil {
+			return nil, err
+		}
+		if renewed, err = c.renew(cmd.Context(), s); err != nil {
+			return nil, err
+		}
+	} else {
+		c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
+		if err != nil {
+			return nil, err
+		}
+		if renewed, err = c.renew(cmd.Context(), s); err != nil {
+			return nil, err
+		}
 	}
 	renewed.CertificateAuthority = s.CertificateAuthority
 	return renewed, nil
@@ -241,7 +328,7 @@ func renewSignIn(cmd *cobra.Command, s *signIn) (*signIn, error) {
 func newLogout(o *Options) *cobra.Command {
 	var f signInFlags
 	cmd := &cobra.Command{
-		Use:   "logout --issuer URL --username USER",
+		Use:   "logout --issuer URL (--username USER | --oidc)",
 		Short: "End the sign-in at the issuer and forget its tokens",
 		Long: `logout ends the session at Ichor's token issuer, so that its refresh token renews nothing
 any more, and removes it from ~/.ichor/tokens/. A token already handed to kubectl stays valid
@@ -251,7 +338,10 @@ until it expires (minutes).`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		path, err := signInPath(f.issuer, f.username)
+		if err := f.check(); err != nil {
+			return err
+		}
+		path, err := signInPath(f.issuer, f.who())
 		if err != nil {
 			return err
 		}
@@ -262,23 +352,28 @@ until it expires (minutes).`,
 		defer unlock()
 		s, err := readSignIn(path)
 		if errors.Is(err, errNotSignedIn) {
-			fmt.Fprintf(o.Out, "Not signed in to %s as %s.\n", f.issuer, f.username)
+			fmt.Fprintf(o.Out, "Not signed in to %s.\n", f.issuer)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
-		if err != nil {
-			return err
-		}
-		if err := c.end(cmd.Context(), s.RefreshToken); err != nil {
-			return err
+		// Ichor's issuer ends the session; an OpenID provider's session
+		// is the provider's to end (sign out there), and its tokens here
+		// are forgotten.
+		if s.ClientID == "" {
+			c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
+			if err != nil {
+				return err
+			}
+			if err := c.end(cmd.Context(), s.RefreshToken); err != nil {
+				return err
+			}
 		}
 		if err := os.Remove(path); err != nil {
 			return err
 		}
-		fmt.Fprintf(o.Out, "Signed out of %s as %s.\n", f.issuer, f.username)
+		fmt.Fprintf(o.Out, "Signed out of %s.\n", f.issuer)
 		return nil
 	}
 	return cmd

@@ -18,8 +18,11 @@ import (
 // is the user's alone (0600, in a 0700 directory); the kubeconfig holds no
 // secret, only the command that reads this.
 type signIn struct {
-	Issuer   string `json:"issuer"`
-	Username string `json:"username"`
+	Issuer string `json:"issuer"`
+	// Username is the IchorUser of a sign-in at Ichor's issuer; ClientID,
+	// the client of a sign-in at an OpenID provider.
+	Username string `json:"username,omitempty"`
+	ClientID string `json:"clientID,omitempty"`
 	// CertificateAuthority is the PEM of the CA that issued the issuer's
 	// serving certificate, when it is not one the system trusts.
 	CertificateAuthority string    `json:"certificateAuthority,omitempty"`
@@ -28,13 +31,14 @@ type signIn struct {
 	RefreshToken         string    `json:"refreshToken"`
 }
 
-// signInPath is where the sign-in of username at issuer is kept.
-func signInPath(issuer, username string) (string, error) {
+// signInPath is where the sign-in of who (an IchorUser, or client:ID at
+// an OpenID provider) at issuer is kept.
+func signInPath(issuer, who string) (string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(issuer + "\x00" + username))
+	sum := sha256.Sum256([]byte(issuer + "\x00" + who))
 	return filepath.Join(home, ".ichor", "tokens", hex.EncodeToString(sum[:12])+".json"), nil
 }
 

@@ -143,7 +143,11 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	cp.Auth = issuerAt(ports[8], cp.files.authServingCert, cp.files.authServingKey, cp.files.issuersCA)
 	cp.OIDC = issuerAt(ports[9], cp.files.oidcServingCert, cp.files.oidcServingKey, cp.files.issuersCA)
 	// The OpenID provider first, so that kube-apiserver finds it at start.
-	if cp.oidc, err = oidcprovider.Start(cp.OIDC.URL, cp.OIDC.Address, cp.OIDC.CertFile, cp.OIDC.KeyFile); err != nil {
+	oidcLog, err := os.Create(filepath.Join(cp.Dir, "oidc-provider.log"))
+	if err != nil {
+		return nil, err
+	}
+	if cp.oidc, err = oidcprovider.Start(cp.OIDC.URL, cp.OIDC.Address, cp.OIDC.CertFile, cp.OIDC.KeyFile, oidcLog); err != nil {
 		return nil, fmt.Errorf("start the OpenID provider: %w", err)
 	}
 	if err = cp.startEtcd(ctx, ports[0], ports[1]); err != nil {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -48,8 +50,9 @@ type Server struct {
 }
 
 // Start serves the provider as issuer (https://ADDRESS) at address with the
-// given serving certificate, until Stop.
-func Start(issuer, address, certFile, keyFile string) (*Server, error) {
+// given serving certificate, until Stop. It logs to log, which becomes the
+// process's default slog output (the example provider sets it).
+func Start(issuer, address, certFile, keyFile string, log io.Writer) (*Server, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, err
@@ -72,7 +75,7 @@ func Start(issuer, address, certFile, keyFile string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{srv: &http.Server{
-		Handler:           exampleop.SetupServer(issuer, st, nil, false),
+		Handler:           exampleop.SetupServer(issuer, st, slog.New(slog.NewTextHandler(log, nil)), false),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}},
 	}}

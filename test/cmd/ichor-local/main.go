@@ -133,8 +133,12 @@ Sign in as the IchorUser admin (its password is in %s), then act as ichor:admin:
     --issuer-certificate-authority %s --password-file %s
   kubectl --kubeconfig %s auth whoami
 
+Or sign in at the local OpenID provider (as olga, password "olga's provider password": an operator):
+
+  bin/ichor login --kubeconfig %s --oidc --issuer %s --issuer-certificate-authority %s
+
 Simulated Talos machines in maintenance mode (Talos API address, certificate fingerprint):
-`, cp.URL, dir, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig)
+`, cp.URL, dir, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig, signIn.kubeconfig, cp.OIDC.URL, cp.OIDC.CAFile)
 	for _, n := range nodes {
 		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
 	}
