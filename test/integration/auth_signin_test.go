@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -579,4 +580,108 @@ func signToken(t *testing.T, key *ecdsa.PrivateKey, kid string, claims map[strin
 		t.Fatal(err)
 	}
 	return token
+}
+
+// TestIssuerKeyRotation: ichor-auth rotates its signing key; every token it
+// signs names a key it published before, and kube-apiserver accepts tokens
+// of the old key and of the new one.
+func TestIssuerKeyRotation(t *testing.T) {
+	ctx := t.Context()
+	ns := cp.Namespace(t)
+	useUsersEnabled(ctx, t, true)
+	users := apiClient(t).IchorV1alpha1().IchorUsers()
+	name := "kim-" + ns
+	if _, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = users.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	const password = "kim's long password"
+	if _, err := users.UpdatePassword(ctx, name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: name}, Password: password}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runAuth(t, func(o *authcmd.Options) {
+		o.TokenLifetime, o.KeyRotation, o.KeyLead = 10*time.Second, 15*time.Second, 3*time.Second
+	})
+	c := issuerHTTPClient(t)
+	code, body := passwordGrant(ctx, t, c, name, password)
+	if code != http.StatusOK {
+		t.Fatalf("sign in: %d %s", code, body)
+	}
+	var resp struct {
+		IDToken string `json:"id_token"`
+		Refresh string `json:"refresh_token"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	first := resp.IDToken
+	firstKid := tokenKeyID(t, first)
+	// Renew until a token is signed by another key, checking each against
+	// the keys published before it was asked for.
+	var second string
+	last := first
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		published := publishedKeyIDs(ctx, t, c)
+		code, body := refreshGrant(ctx, t, resp.Refresh)
+		if code != http.StatusOK {
+			return false, fmt.Errorf("renew: %d %s", code, body)
+		}
+		if err := json.Unmarshal([]byte(body), &resp); err != nil {
+			return false, err
+		}
+		kid := tokenKeyID(t, resp.IDToken)
+		if !slices.Contains(published, kid) {
+			return false, fmt.Errorf("a token is signed with key %s, which was not published before (%v)", kid, published)
+		}
+		if kid != firstKid {
+			second = resp.IDToken
+			return true, nil
+		}
+		last = resp.IDToken // the old key's latest token, still valid after the switch
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no token signed by a new key: %v", err)
+	}
+	for what, token := range map[string]string{"the new key's token": second, "the old key's last token": last} {
+		if who, err := reviewToken(ctx, token); err != nil || who.Username != "ichor:"+name {
+			t.Errorf("%s: %+v %v", what, who, err)
+		}
+	}
+}
+
+// tokenKeyID is the kid of a JWT's header.
+func tokenKeyID(t *testing.T, token string) string {
+	t.Helper()
+	parsed, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil || len(parsed.Headers) != 1 {
+		t.Fatalf("parse a token: %v", err)
+	}
+	return parsed.Headers[0].KeyID
+}
+
+// publishedKeyIDs are the key IDs of the issuer's JWKS now.
+func publishedKeyIDs(ctx context.Context, t *testing.T, c *http.Client) []string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.Auth.URL+"/keys", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var set jose.JSONWebKeySet
+	if err := json.NewDecoder(resp.Body).Decode(&set); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, k := range set.Keys {
+		if k.Algorithm != string(jose.ES256) || !k.IsPublic() {
+			t.Errorf("published key %s: algorithm %s, public %v", k.KeyID, k.Algorithm, k.IsPublic())
+		}
+		ids = append(ids, k.KeyID)
+	}
+	return ids
 }
