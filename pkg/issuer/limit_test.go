@@ -31,3 +31,18 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("after a refill, limited: %s", wait)
 	}
 }
+
+// TestSourceKey: an IPv6 host counts by its /64; IPv4 by its address.
+func TestSourceKey(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.2":            "source/127.0.0.2",
+		"2001:db8:1:2:aaaa::1": "source/2001:db8:1:2::/64",
+		"2001:db8:1:2:bbbb::9": "source/2001:db8:1:2::/64",
+		"::ffff:10.0.0.1":      "source/::ffff:10.0.0.1",
+		"not an address":       "source/not an address",
+	} {
+		if got := sourceKey(addr); got != want {
+			t.Errorf("sourceKey(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
