@@ -45,6 +45,9 @@ func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("classify: new config: %w", err)
 	}
+	if paths := encryptionSwitches(oldDocs, newDocs); len(paths) > 0 {
+		return "", nil, &ResetRequiredError{Paths: paths}
+	}
 	worker := machineType(oldDocs) == "worker" && machineType(newDocs) == "worker"
 
 	var changes []Change
@@ -69,6 +72,42 @@ func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
 		effects[i] = c.Effect
 	}
 	return Strongest(effects...), changes, nil
+}
+
+// systemVolumes are the volumes whose encryption Talos sets when it
+// formats them at install.
+var systemVolumes = []string{"STATE", "EPHEMERAL"}
+
+// encryptionSwitches are the places where new turns the encryption of a
+// system volume on, off, or to another provider, against old: in its
+// VolumeConfig document, or in the deprecated machine.systemDiskEncryption.
+func encryptionSwitches(oldDocs, newDocs map[string]document) []string {
+	var paths []string
+	for _, volume := range systemVolumes {
+		key := "VolumeConfig/" + volume
+		if encryptionOf(oldDocs[key].body["encryption"]) != encryptionOf(newDocs[key].body["encryption"]) {
+			paths = append(paths, key+":encryption")
+		}
+		legacy := func(docs map[string]document) string {
+			m, _ := docs[v1alpha1Key].body["machine"].(map[string]any)
+			sde, _ := m["systemDiskEncryption"].(map[string]any)
+			return encryptionOf(sde[strings.ToLower(volume)])
+		}
+		if legacy(oldDocs) != legacy(newDocs) {
+			paths = append(paths, "machine.systemDiskEncryption."+strings.ToLower(volume))
+		}
+	}
+	return paths
+}
+
+// encryptionOf is the provider of an encryption section ("" for none).
+func encryptionOf(section any) string {
+	m, _ := section.(map[string]any)
+	if len(m) == 0 {
+		return ""
+	}
+	provider, _ := m["provider"].(string)
+	return cmp.Or(provider, "luks2")
 }
 
 // document is one YAML document of a config, decoded generically.

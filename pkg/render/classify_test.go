@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -208,5 +209,47 @@ func TestEffectTableNeverClaimsLessThanTalos(t *testing.T) {
 		if got := v1alpha1Effect(strings.Split(unlisted, "."), false); got != ichorv1alpha1.ConfigEffectReboot {
 			t.Errorf("%s is %s, want Reboot", unlisted, got)
 		}
+	}
+}
+
+// TestClassifyEncryptionSwitch: turning a system volume's encryption on or
+// off, or changing its provider, needs a reset; changing its keys reboots.
+func TestClassifyEncryptionSwitch(t *testing.T) {
+	base := "version: v1alpha1\nmachine:\n  type: worker\n"
+	state := func(encryption string) string {
+		return base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: STATE\n" + encryption
+	}
+	tpm := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n"
+	static := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      static: {passphrase: x}\n"
+	legacy := base + "  systemDiskEncryption:\n    ephemeral:\n      provider: luks2\n      keys:\n        - slot: 0\n          nodeID: {}\n"
+	for _, tc := range []struct {
+		name, old, new string
+		reset          []string
+	}{
+		{"STATE encrypted", state(""), state(tpm), []string{"VolumeConfig/STATE:encryption"}},
+		{"STATE decrypted", state(tpm), base, []string{"VolumeConfig/STATE:encryption"}},
+		{"EPHEMERAL encrypted the deprecated way", base, legacy, []string{"machine.systemDiskEncryption.ephemeral"}},
+		{"keys changed", state(tpm), state(static), nil},
+		{"unchanged", state(tpm), state(tpm), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			effect, _, err := Classify([]byte(tc.old), []byte(tc.new))
+			var reset *ResetRequiredError
+			if tc.reset == nil {
+				if err != nil {
+					t.Fatalf("classify: %v", err)
+				}
+				if tc.old != tc.new && effect != ichorv1alpha1.ConfigEffectReboot {
+					t.Errorf("effect %s, want reboot", effect)
+				}
+				return
+			}
+			if !errors.As(err, &reset) || !slices.Equal(reset.Paths, tc.reset) {
+				t.Fatalf("want a reset for %v, got %v", tc.reset, err)
+			}
+			if !strings.Contains(err.Error(), "node-reset") {
+				t.Errorf("the error does not say what to do: %v", err)
+			}
+		})
 	}
 }

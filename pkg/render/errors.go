@@ -60,3 +60,20 @@ func (e *InputError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *InputError) Unwrap() error { return e.Err }
+
+// ResetRequiredError is returned by Classify for a change that Talos cannot
+// make to an installed node, whatever it takes: turning the encryption of
+// its system volumes on or off, which Talos sets only when it formats them.
+// Applied anyway, the node would fail to open the volume at its next boot.
+// The change needs the machine reset with those volumes wiped (node-reset),
+// after which it is installed with the new config.
+type ResetRequiredError struct {
+	// Paths are the fields at fault, as Change.Path names them.
+	Paths []string
+}
+
+// Error implements error.
+func (e *ResetRequiredError) Error() string {
+	return fmt.Sprintf("%s: Talos sets the encryption of a system volume only when it formats it, so an installed node cannot change it; reset the machine with its system disk wiped (a node-reset TalosOperation) to install it with this config",
+		strings.Join(e.Paths, ", "))
+}

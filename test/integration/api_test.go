@@ -364,16 +364,20 @@ func TestAPICRUDEveryKind(t *testing.T) {
 				fixture:    func(_ testing.TB, name, _ string) *v1alpha1.IchorUser { return apiIchorUser(name) },
 				specMark:   func(o *v1alpha1.IchorUser) string { return o.Spec.DisplayName },
 				mutateSpec: func(o *v1alpha1.IchorUser) { o.Spec.DisplayName = fmt.Sprintf("Renamed %d", n.next()) },
-				// passwordSet belongs to the password subresource; lastLoginAt to /status.
+				// passwordSet belongs to the password subresource and
+				// lastLoginAt to the login one; conditions to /status.
 				statusMark: func(o *v1alpha1.IchorUser) string {
-					if o.Status.LastLoginAt == nil {
-						return "never"
+					if len(o.Status.Conditions) == 0 {
+						return "none"
 					}
-					return o.Status.LastLoginAt.UTC().Format(time.RFC3339)
+					return o.Status.Conditions[0].Reason
 				},
-				setStatus:     func(o *v1alpha1.IchorUser) { t := metav1.Unix(1767225600, 0); o.Status.LastLoginAt = &t },
-				initialStatus: "never",
-				writtenStatus: "2026-01-01T00:00:00Z",
+				setStatus: func(o *v1alpha1.IchorUser) {
+					o.Status.Conditions = []metav1.Condition{{Type: "Reviewed", Status: metav1.ConditionTrue, Reason: "Audited",
+						LastTransitionTime: metav1.Unix(1767225600, 0)}}
+				},
+				initialStatus: "none",
+				writtenStatus: "Audited",
 			})
 		}},
 		{"IchorInstallation", func(t *testing.T) {

@@ -163,6 +163,12 @@ func TestIchorUserSignIn(t *testing.T) {
 		if u.Status.LastLoginAt != nil {
 			t.Errorf("a refused sign-in was recorded: %v", u.Status.LastLoginAt)
 		}
+		// Only a sign-in records one: not a write of /status.
+		forged := metav1.Unix(1767225600, 0)
+		u.Status.LastLoginAt = &forged
+		if u, err = users.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil || u.Status.LastLoginAt != nil {
+			t.Errorf("lastLoginAt written through /status: %v %v", u.Status.LastLoginAt, err)
+		}
 	})
 
 	t.Run("brute force is slowed down, per user and observably", func(t *testing.T) {

@@ -73,6 +73,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 	t.Run("a no-reboot patch applies everywhere without a reboot", d.noRebootPatch)
 	t.Run("a reboot-required patch reboots one node at a time", d.rebootPatch)
 	t.Run("a bad patch reports its error and changes nothing", d.badPatch)
+	t.Run("a patch that encrypts the system disk waits for a node-reset", d.encryptionPatch)
 	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", d.restartMidRollout)
 	t.Run("kubelet serving certificates are approved after checking each node's Talos API", d.kubeletServing)
 	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", d.credentialRequests)
@@ -534,6 +535,41 @@ func (d *demoCluster) badPatch(t *testing.T) {
 	}
 	if got := d.appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("removing the bad patch changed configs: %v -> %v", before, got)
+	}
+}
+
+// encryptionPatch: encrypting STATE is something Talos does only when it
+// formats the volume; installed nodes are sent nothing, and say why.
+func (d *demoCluster) encryptionPatch(t *testing.T) {
+	ctx := d.ctx
+	before := d.appliedHashes(t)
+	d.applyPatch(t, "encrypt-state", "apiVersion: v1alpha1\nkind: VolumeConfig\nname: STATE\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n")
+	for name := range d.nodes {
+		m := waitMachine(ctx, t, d.ns, name, "a reset is asked for", func(m *v1alpha1.TalosMachine) bool {
+			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonResetRequired)
+		})
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); !strings.Contains(c.Message, "VolumeConfig/STATE:encryption") ||
+			!strings.Contains(c.Message, "node-reset") {
+			t.Errorf("%s: the condition does not say what and what to do: %s", name, c.Message)
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
+		p, err := d.patches.Get(ctx, "encrypt-state", metav1.GetOptions{})
+		return err == nil && hasCondition(p.Status.Conditions, v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonResetRequired), nil
+	})
+	if err != nil {
+		t.Errorf("the patch's status does not say it waits for a reset: %v", err)
+	}
+	if got := d.appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("applied configs changed: %v -> %v", before, got)
+	}
+	if err := d.patches.Delete(ctx, "encrypt-state", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range d.nodes {
+		waitMachine(ctx, t, d.ns, name, "up to date again", func(m *v1alpha1.TalosMachine) bool {
+			return hasCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate)
+		})
 	}
 }
 

@@ -150,7 +150,8 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 	with := append(slices.Clone(others), *p)
 
 	slices.SortFunc(machines.Items, func(a, b v1alpha1.TalosMachine) int { return cmp.Compare(a.Name, b.Name) })
-	var targeted, pending, blocked []string
+	var targeted, pending, blocked, needsReset []string
+	var resetWhy string
 	for i := range machines.Items {
 		m := &machines.Items[i]
 		if !clusterindex.Member(m) {
@@ -178,7 +179,15 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 			continue
 		}
 		if without, err := r.render(&cluster, m, others, bundle); err == nil {
-			if effect, _, err := render.Classify(without.Config, withPatch.Config); err == nil {
+			effect, _, err := render.Classify(without.Config, withPatch.Config)
+			var reset *render.ResetRequiredError
+			switch {
+			case errors.As(err, &reset) && m.Status.AppliedConfig != nil:
+				// Installed: only a node-reset gives it the patch.
+				needsReset = append(needsReset, m.Name)
+				resetWhy = reset.Error()
+				continue
+			case err == nil:
 				p.Status.Effect = render.Strongest(p.Status.Effect, effect)
 			}
 		}
@@ -194,6 +203,9 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonNoTargets, "no approved machine of cluster %s is targeted", cluster.Name)
 	case len(blocked) > 0:
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonBlocked, "the configs of these machines do not render: %s", strings.Join(blocked, "; "))
+	case len(needsReset) > 0:
+		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonResetRequired, "installed machines %s take it only after a node-reset: %s",
+			strings.Join(needsReset, ", "), resetWhy)
 	case len(pending) > 0:
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonRollingOut, "applied on %d of %d machines; waiting for %s",
 			len(p.Status.AppliedMachines), len(targeted), strings.Join(pending, ", "))

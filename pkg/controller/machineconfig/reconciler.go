@@ -17,6 +17,7 @@ package machineconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -419,6 +420,15 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, err.Error()), nil
 	}
 	effect, changes, err := render.Classify(current, rendered.Config)
+	var reset *render.ResetRequiredError
+	if errors.As(err, &reset) {
+		// The node keeps what it runs; a node-reset installs the new config.
+		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != err.Error() {
+			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "CompareConfig", "%v", err)
+		}
+		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonResetRequired, err.Error())
+		return ctrl.Result{}, nil // a change of the cluster, machine or a patch wakes us
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("compare the config of %s/%s: %w", m.Namespace, m.Name, err)
 	}

@@ -53,12 +53,16 @@ const (
 	MachineReasonSecretsNotReady            = "SecretsNotReady"
 	MachineReasonRenderFailed               = "RenderFailed"
 	MachineReasonApplyFailed                = "ApplyFailed"
-	MachineReasonWaitingForRollout          = "WaitingForRollout"
-	MachineReasonRunning                    = "Running"
-	MachineReasonBooting                    = "Booting"
-	MachineReasonRebooting                  = "Rebooting"
-	MachineReasonNotReachable               = "NotReachable"
-	MachineReasonResetting                  = "Resetting"
+	// MachineReasonResetRequired: the new config changes what Talos sets
+	// only at install (a system volume's encryption); the node keeps its
+	// config until a node-reset wipes it and installs the new one.
+	MachineReasonResetRequired     = "ResetRequired"
+	MachineReasonWaitingForRollout = "WaitingForRollout"
+	MachineReasonRunning           = "Running"
+	MachineReasonBooting           = "Booting"
+	MachineReasonRebooting         = "Rebooting"
+	MachineReasonNotReachable      = "NotReachable"
+	MachineReasonResetting         = "Resetting"
 	// MachineReasonShuttingDown: the node is shutting down (Talos drains
 	// it first), and stays off until it is powered on.
 	MachineReasonShuttingDown               = "ShuttingDown"
@@ -148,12 +152,16 @@ const (
 
 // Reasons of the conditions of a TalosConfigPatch.
 const (
-	PatchReasonRenders         = "Renders"
-	PatchReasonDisabled        = "Disabled"
-	PatchReasonNoTargets       = "NoTargets"
-	PatchReasonAllApplied      = "AllApplied"
-	PatchReasonRollingOut      = "RollingOut"
-	PatchReasonBlocked         = "Blocked"
+	PatchReasonRenders    = "Renders"
+	PatchReasonDisabled   = "Disabled"
+	PatchReasonNoTargets  = "NoTargets"
+	PatchReasonAllApplied = "AllApplied"
+	PatchReasonRollingOut = "RollingOut"
+	PatchReasonBlocked    = "Blocked"
+	// PatchReasonResetRequired: the patch changes what Talos sets only at
+	// install (a system volume's encryption); installed machines take it
+	// after a node-reset.
+	PatchReasonResetRequired   = "ResetRequired"
 	PatchReasonClusterNotFound = "ClusterNotFound"
 	PatchReasonSecretsNotReady = "SecretsNotReady"
 )
