@@ -165,6 +165,11 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
 		}
 	}
+	if e := spec.Security.DiskEncryption; e != nil {
+		if cfg, err = withDiskEncryption(cfg, contract, e); err != nil {
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
+		}
+	}
 	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
 		if cfg, err = withKubeletCertificateAuthority(cfg); err != nil {
 			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}

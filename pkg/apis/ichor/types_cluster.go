@@ -94,7 +94,23 @@ type ClusterAuthentication struct {
 type ClusterSecurity struct {
 	// kubeletServingCertificates makes kubelets request serving certificates that Ichor approves.
 	KubeletServingCertificates KubeletServingCertificates
+	// diskEncryption encrypts every machine's system volumes when it is installed.
+	DiskEncryption *DiskEncryption
 }
+
+// DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.
+type DiskEncryption struct {
+	// Key protects the volumes: tpm or nodeID.
+	Key DiskEncryptionKey
+}
+
+// DiskEncryptionKey is what protects an encrypted volume's key.
+type DiskEncryptionKey string
+
+const (
+	DiskEncryptionKeyTPM    DiskEncryptionKey = "tpm"
+	DiskEncryptionKeyNodeID DiskEncryptionKey = "nodeID"
+)
 
 // KubeletServingCertificates configures kubelet serving certificates.
 type KubeletServingCertificates struct {

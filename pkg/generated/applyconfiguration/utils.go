@@ -68,6 +68,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.CredentialLifetimesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Disk"):
 		return &ichorv1alpha1.DiskApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DiskEncryption"):
+		return &ichorv1alpha1.DiskEncryptionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DisruptionMember"):
 		return &ichorv1alpha1.DisruptionMemberApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DisruptionStatus"):

@@ -51,6 +51,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ControlPlaneSpec{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ControlPlaneSpec(ref),
 		v1alpha1.CredentialLifetimes{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_CredentialLifetimes(ref),
 		v1alpha1.Disk{}.OpenAPIModelName():                            schema_pkg_apis_ichor_v1alpha1_Disk(ref),
+		v1alpha1.DiskEncryption{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_DiskEncryption(ref),
 		v1alpha1.DisruptionMember{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionMember(ref),
 		v1alpha1.DisruptionStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref),
 		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
@@ -736,11 +737,17 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterSecurity(ref common.ReferenceCallback
 							Ref:         ref(v1alpha1.KubeletServingCertificates{}.OpenAPIModelName()),
 						},
 					},
+					"diskEncryption": {
+						SchemaProps: spec.SchemaProps{
+							Description: "diskEncryption encrypts every machine's system volumes (STATE, which holds its config, and EPHEMERAL, which holds its pods' data) with LUKS2. Talos sets a volume's encryption only when it formats it, at install: machines installed before it was set, or after it was removed, keep what they have (their ConfigApplied condition says ResetRequired) until a node-reset wipes and reinstalls them.",
+							Ref:         ref(v1alpha1.DiskEncryption{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.KubeletServingCertificates{}.OpenAPIModelName()},
+			v1alpha1.DiskEncryption{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificates{}.OpenAPIModelName()},
 	}
 }
 
@@ -868,6 +875,29 @@ func schema_pkg_apis_ichor_v1alpha1_Disk(ref common.ReferenceCallback) common.Op
 					},
 				},
 				Required: []string{"path"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_DiskEncryption(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "key protects the volumes' keys. tpm seals them to the node's TPM and its SecureBoot state: the node must boot a SecureBoot image (a UKI), or enrolment fails at install; a disk taken away opens nowhere else. nodeID derives them from the node's identity: a disk taken away from its machine is protected from a casual reader only, since anyone who knows the machine's identity can derive the key.\n\nPossible enum values:\n - `\"nodeID\"`\n - `\"tpm\"`",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"nodeID", "tpm"},
+						},
+					},
+				},
+				Required: []string{"key"},
 			},
 		},
 	}

@@ -69,6 +69,8 @@ func (m *CredentialLifetimes) Reset() { *m = CredentialLifetimes{} }
 
 func (m *Disk) Reset() { *m = Disk{} }
 
+func (m *DiskEncryption) Reset() { *m = DiskEncryption{} }
+
 func (m *DisruptionMember) Reset() { *m = DisruptionMember{} }
 
 func (m *DisruptionStatus) Reset() { *m = DisruptionStatus{} }
@@ -839,6 +841,18 @@ func (m *ClusterSecurity) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.DiskEncryption != nil {
+		{
+			size, err := m.DiskEncryption.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x12
+	}
 	{
 		size, err := m.KubeletServingCertificates.MarshalToSizedBuffer(dAtA[:i])
 		if err != nil {
@@ -1001,6 +1015,34 @@ func (m *Disk) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	i -= len(m.Path)
 	copy(dAtA[i:], m.Path)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Path)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
+func (m *DiskEncryption) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *DiskEncryption) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *DiskEncryption) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.Key)
+	copy(dAtA[i:], m.Key)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Key)))
 	i--
 	dAtA[i] = 0xa
 	return len(dAtA) - i, nil
@@ -4896,6 +4938,10 @@ func (m *ClusterSecurity) Size() (n int) {
 	_ = l
 	l = m.KubeletServingCertificates.Size()
 	n += 1 + l + sovGenerated(uint64(l))
+	if m.DiskEncryption != nil {
+		l = m.DiskEncryption.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -4954,6 +5000,17 @@ func (m *Disk) Size() (n int) {
 	l = len(m.Serial)
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Transport)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
+func (m *DiskEncryption) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Key)
 	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
@@ -6441,6 +6498,7 @@ func (this *ClusterSecurity) String() string {
 	}
 	s := strings.Join([]string{`&ClusterSecurity{`,
 		`KubeletServingCertificates:` + strings.Replace(strings.Replace(this.KubeletServingCertificates.String(), "KubeletServingCertificates", "KubeletServingCertificates", 1), `&`, ``, 1) + `,`,
+		`DiskEncryption:` + strings.Replace(this.DiskEncryption.String(), "DiskEncryption", "DiskEncryption", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -6487,6 +6545,16 @@ func (this *Disk) String() string {
 		`Model:` + fmt.Sprintf("%v", this.Model) + `,`,
 		`Serial:` + fmt.Sprintf("%v", this.Serial) + `,`,
 		`Transport:` + fmt.Sprintf("%v", this.Transport) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *DiskEncryption) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&DiskEncryption{`,
+		`Key:` + fmt.Sprintf("%v", this.Key) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9577,6 +9645,42 @@ func (m *ClusterSecurity) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DiskEncryption", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.DiskEncryption == nil {
+				m.DiskEncryption = &DiskEncryption{}
+			}
+			if err := m.DiskEncryption.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -10091,6 +10195,88 @@ func (m *Disk) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Transport = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *DiskEncryption) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: DiskEncryption: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: DiskEncryption: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Key", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Key = DiskEncryptionKey(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

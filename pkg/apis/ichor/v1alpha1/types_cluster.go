@@ -118,7 +118,35 @@ type ClusterSecurity struct {
 	// kubeletServingCertificates makes kubelets request serving certificates that Ichor approves.
 	// +optional
 	KubeletServingCertificates KubeletServingCertificates `json:"kubeletServingCertificates,omitempty" protobuf:"bytes,1,opt,name=kubeletServingCertificates"`
+	// diskEncryption encrypts every machine's system volumes (STATE, which
+	// holds its config, and EPHEMERAL, which holds its pods' data) with
+	// LUKS2. Talos sets a volume's encryption only when it formats it, at
+	// install: machines installed before it was set, or after it was
+	// removed, keep what they have (their ConfigApplied condition says
+	// ResetRequired) until a node-reset wipes and reinstalls them.
+	// +optional
+	DiskEncryption *DiskEncryption `json:"diskEncryption,omitempty" protobuf:"bytes,2,opt,name=diskEncryption"`
 }
+
+// DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.
+type DiskEncryption struct {
+	// key protects the volumes' keys. tpm seals them to the node's TPM and
+	// its SecureBoot state: the node must boot a SecureBoot image (a UKI),
+	// or enrolment fails at install; a disk taken away opens nowhere else.
+	// nodeID derives them from the node's identity: a disk taken away from
+	// its machine is protected from a casual reader only, since anyone who
+	// knows the machine's identity can derive the key.
+	Key DiskEncryptionKey `json:"key" protobuf:"bytes,1,opt,name=key,casttype=DiskEncryptionKey"`
+}
+
+// DiskEncryptionKey is what protects an encrypted volume's key.
+// +enum
+type DiskEncryptionKey string
+
+const (
+	DiskEncryptionKeyTPM    DiskEncryptionKey = "tpm"
+	DiskEncryptionKeyNodeID DiskEncryptionKey = "nodeID"
+)
 
 // KubeletServingCertificates configures kubelet serving certificates.
 type KubeletServingCertificates struct {

@@ -112,6 +112,11 @@ func (in Disk) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in DiskEncryption) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskEncryption"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DisruptionMember) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember"
 }

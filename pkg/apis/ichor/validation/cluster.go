@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+	"slices"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 )
@@ -119,6 +120,12 @@ func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) fi
 	}
 	if s.Backup != nil {
 		errs = append(errs, validateClusterBackup(s.Backup, fldPath.Child("backup"))...)
+	}
+	if e := s.Security.DiskEncryption; e != nil {
+		keys := []string{string(ichor.DiskEncryptionKeyTPM), string(ichor.DiskEncryptionKeyNodeID)}
+		if !slices.Contains(keys, string(e.Key)) {
+			errs = append(errs, field.NotSupported(fldPath.Child("security", "diskEncryption", "key"), e.Key, keys))
+		}
 	}
 	ksc := s.Security.KubeletServingCertificates
 	if ksc.VerifyFromAPIServer && !ksc.Enabled {

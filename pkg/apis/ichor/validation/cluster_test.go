@@ -211,6 +211,13 @@ func TestValidateTalosCluster(t *testing.T) {
 			want: []fe{forbidden("spec.security.kubeletServingCertificates.verifyFromAPIServer")},
 		},
 		{
+			name: "disk encryption with an unknown key",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Security.DiskEncryption = &ichor.DiskEncryption{Key: "static"}
+			},
+			want: []fe{notSupported("spec.security.diskEncryption.key")},
+		},
+		{
 			name:   "empty spec",
 			mutate: func(c *ichor.TalosCluster) { c.Spec = ichor.TalosClusterSpec{} },
 			want: []fe{

@@ -240,6 +240,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterSecurity
   map:
     fields:
+    - name: diskEncryption
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskEncryption
     - name: kubeletServingCertificates
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificates
@@ -290,6 +293,13 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: transport
       type:
         scalar: string
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskEncryption
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember
   map:
     fields:

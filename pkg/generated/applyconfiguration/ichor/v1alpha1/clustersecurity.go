@@ -25,6 +25,13 @@ package v1alpha1
 type ClusterSecurityApplyConfiguration struct {
 	// kubeletServingCertificates makes kubelets request serving certificates that Ichor approves.
 	KubeletServingCertificates *KubeletServingCertificatesApplyConfiguration `json:"kubeletServingCertificates,omitempty"`
+	// diskEncryption encrypts every machine's system volumes (STATE, which
+	// holds its config, and EPHEMERAL, which holds its pods' data) with
+	// LUKS2. Talos sets a volume's encryption only when it formats it, at
+	// install: machines installed before it was set, or after it was
+	// removed, keep what they have (their ConfigApplied condition says
+	// ResetRequired) until a node-reset wipes and reinstalls them.
+	DiskEncryption *DiskEncryptionApplyConfiguration `json:"diskEncryption,omitempty"`
 }
 
 // ClusterSecurityApplyConfiguration constructs a declarative configuration of the ClusterSecurity type for use with
@@ -38,5 +45,13 @@ func ClusterSecurity() *ClusterSecurityApplyConfiguration {
 // If called multiple times, the KubeletServingCertificates field is set to the value of the last call.
 func (b *ClusterSecurityApplyConfiguration) WithKubeletServingCertificates(value *KubeletServingCertificatesApplyConfiguration) *ClusterSecurityApplyConfiguration {
 	b.KubeletServingCertificates = value
+	return b
+}
+
+// WithDiskEncryption sets the DiskEncryption field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DiskEncryption field is set to the value of the last call.
+func (b *ClusterSecurityApplyConfiguration) WithDiskEncryption(value *DiskEncryptionApplyConfiguration) *ClusterSecurityApplyConfiguration {
+	b.DiskEncryption = value
 	return b
 }
