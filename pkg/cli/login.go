@@ -25,19 +25,22 @@ type signInFlags struct {
 
 func (f *signInFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.issuer, "issuer", "", "the issuer: Ichor's (ichor-auth), or with --oidc your OpenID provider, as kube-apiserver's authentication configuration names it")
-	cmd.Flags().StringVar(&f.username, "username", "", "the IchorUser (without --oidc)")
+	cmd.Flags().StringVar(&f.username, "username", "", "the IchorUser; with --oidc, the email you sign in with at the provider")
 	cmd.Flags().BoolVar(&f.oidc, "oidc", false, "sign in at an OpenID provider instead of as an IchorUser")
 	cmd.Flags().StringVar(&f.clientID, "client-id", "ichor", "with --oidc: the provider's client for the ichor CLI (a public client; also kube-apiserver's audience)")
 	_ = cmd.MarkFlagRequired("issuer")
 }
 
-// check says what is missing.
-func (f *signInFlags) check() error {
+// check says what is missing or out of place; login finds out who an
+// OpenID sign-in is for, the other commands are told.
+func (f *signInFlags) check(cmd *cobra.Command, login bool) error {
 	switch {
-	case f.oidc && f.username != "":
-		return errors.New("--username is for IchorUsers; with --oidc, who you are is whom you sign in as at the provider")
 	case !f.oidc && f.username == "":
 		return errors.New("--username is required (or --oidc, to sign in at an OpenID provider)")
+	case f.oidc && !login && f.username == "":
+		return errors.New("--username is required: the email of the OpenID sign-in")
+	case !f.oidc && cmd.Flags().Changed("client-id"):
+		return errors.New("--client-id is for --oidc")
 	case f.oidc && f.clientID == "":
 		return errors.New("--client-id is required with --oidc")
 	}
@@ -47,7 +50,7 @@ func (f *signInFlags) check() error {
 // who names the sign-in in ~/.ichor/tokens/.
 func (f *signInFlags) who() string {
 	if f.oidc {
-		return "client:" + f.clientID
+		return "client:" + f.clientID + "/" + f.username
 	}
 	return f.username
 }
@@ -55,7 +58,7 @@ func (f *signInFlags) who() string {
 // args are the flags that name the sign-in again, for auth token and hints.
 func (f *signInFlags) args() []string {
 	if f.oidc {
-		return []string{"--oidc", "--issuer", f.issuer, "--client-id", f.clientID}
+		return []string{"--oidc", "--issuer", f.issuer, "--client-id", f.clientID, "--username", f.username}
 	}
 	return []string{"--issuer", f.issuer, "--username", f.username}
 }
@@ -102,8 +105,16 @@ ichor-admin group gives.`,
 	cmd.Flags().BoolVar(&device, "device", false, "with --oidc: the device flow, for a shell without a browser")
 	cmd.Flags().BoolVar(&noBrowser, "no-browser", false, "with --oidc: print the sign-in URL; open no browser")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(); err != nil {
+		if err := f.check(cmd, true); err != nil {
 			return err
+		}
+		for _, flag := range []string{"device", "no-browser"} {
+			if cmd.Flags().Changed(flag) && !f.oidc {
+				return fmt.Errorf("--%s is for --oidc", flag)
+			}
+		}
+		if f.oidc && (passwordFile != "") {
+			return errors.New("--password-file is for IchorUsers: with --oidc you sign in at the provider")
 		}
 		var ca string
 		if caFile != "" {
@@ -130,6 +141,13 @@ ichor-admin group gives.`,
 			if err != nil {
 				return signInRefused(err)
 			}
+			if c.warn != "" {
+				fmt.Fprintf(o.ErrOut, "warning: %s\n", c.warn)
+			}
+			if f.username != "" && f.username != email {
+				return fmt.Errorf("you signed in at the provider as %s, not %s: nothing was kept", email, f.username)
+			}
+			f.username = email
 			name = "oidc:" + email
 		} else {
 			password, err := readSecret(o, passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
@@ -243,7 +261,7 @@ const renewBefore = 30 * time.Second
 func newAuthToken(o *Options) *cobra.Command {
 	var f signInFlags
 	cmd := &cobra.Command{
-		Use:   "token --issuer URL (--username USER | --oidc)",
+		Use:   "token --issuer URL [--oidc] --username USER",
 		Short: "Print the signed-in user's token as kubectl's exec credential plugin",
 		Long: `token prints, as a client.authentication.k8s.io/v1 ExecCredential, the token of the sign-in
 "ichor login" kept, renewed with its refresh token when it is about to expire (one renewal at a
@@ -254,7 +272,7 @@ and how to sign in again.`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(); err != nil {
+		if err := f.check(cmd, false); err != nil {
 			return err
 		}
 		path, err := signInPath(f.issuer, f.who())
@@ -328,7 +346,7 @@ func renewSignIn(cmd *cobra.Command, s *signIn) (*signIn, error) {
 func newLogout(o *Options) *cobra.Command {
 	var f signInFlags
 	cmd := &cobra.Command{
-		Use:   "logout --issuer URL (--username USER | --oidc)",
+		Use:   "logout --issuer URL [--oidc] --username USER",
 		Short: "End the sign-in at the issuer and forget its tokens",
 		Long: `logout ends the session at Ichor's token issuer, so that its refresh token renews nothing
 any more, and removes it from ~/.ichor/tokens/. A token already handed to kubectl stays valid
@@ -338,7 +356,7 @@ until it expires (minutes).`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(); err != nil {
+		if err := f.check(cmd, false); err != nil {
 			return err
 		}
 		path, err := signInPath(f.issuer, f.who())
@@ -372,6 +390,10 @@ until it expires (minutes).`,
 		}
 		if err := os.Remove(path); err != nil {
 			return err
+		}
+		if s.ClientID != "" {
+			fmt.Fprintf(o.Out, "Signed out of %s here: its tokens are forgotten; your session at the provider is the provider's to end.\n", f.issuer)
+			return nil
 		}
 		fmt.Fprintf(o.Out, "Signed out of %s.\n", f.issuer)
 		return nil

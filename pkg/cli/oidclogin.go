@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"runtime"
 	"time"
@@ -32,6 +33,8 @@ type oidcClient struct {
 	issuer, clientID string
 	http             *http.Client
 	provider         *oidc.Provider
+	// warn is what the person should know about the sign-in just made.
+	warn string
 }
 
 func newOIDCClient(ctx context.Context, issuer, clientID, caPEM string) (*oidcClient, error) {
@@ -47,9 +50,19 @@ func newOIDCClient(ctx context.Context, issuer, clientID, caPEM string) (*oidcCl
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
 	}}
+	u, err := url.Parse(issuer)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("issuer %q: an https URL is required", issuer)
+	}
 	p, err := oidc.NewProvider(c.context(ctx), issuer)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the OpenID provider at %s: %w", issuer, err)
+	}
+	e := p.Endpoint()
+	for _, endpoint := range []string{e.AuthURL, e.TokenURL, e.DeviceAuthURL} {
+		if eu, err := url.Parse(endpoint); endpoint != "" && (err != nil || eu.Scheme != "https") {
+			return nil, fmt.Errorf("the provider's discovery document names endpoint %q, not an https URL", endpoint)
+		}
 	}
 	c.provider = p
 	return c, nil
@@ -78,13 +91,23 @@ func (c *oidcClient) kept(ctx context.Context, tok *oauth2.Token, nonce string) 
 		return nil, "", errors.New("the provider's ID token answers another sign-in (its nonce differs)")
 	}
 	var claims struct {
-		Email string `json:"email"`
+		Email         string `json:"email"`
+		EmailVerified *bool  `json:"email_verified"`
 	}
-	_ = id.Claims(&claims)
+	if err := id.Claims(&claims); err != nil {
+		return nil, "", fmt.Errorf("the provider's ID token: %w", err)
+	}
+	switch {
+	case claims.Email == "":
+		return nil, "", errors.New("the provider's ID token names no email (the email scope): kube-apiserver knows people by it")
+	case claims.EmailVerified == nil || !*claims.EmailVerified:
+		c.warn = fmt.Sprintf("the provider has not verified %s: kube-apiserver refuses such tokens", claims.Email)
+	}
 	if tok.RefreshToken == "" {
 		return nil, "", errors.New("the provider gave no refresh token (the offline_access scope)")
 	}
-	return &signIn{Issuer: c.issuer, ClientID: c.clientID, IDToken: raw, Expiry: id.Expiry, RefreshToken: tok.RefreshToken}, claims.Email, nil
+	return &signIn{Issuer: c.issuer, ClientID: c.clientID, Username: claims.Email, Subject: id.Subject,
+		IDToken: raw, Expiry: id.Expiry, RefreshToken: tok.RefreshToken}, claims.Email, nil
 }
 
 // browserSignIn runs the authorization-code flow with PKCE: the person
@@ -124,7 +147,7 @@ func (c *oidcClient) browserSignIn(ctx context.Context, o *Options, openBrowser 
 			res.code = q.Get("code")
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		msg := "Signed in to Ichor: you can close this window."
+		msg := "Authorization received: the sign-in finishes in your terminal. You can close this window."
 		if res.err != nil {
 			msg = "The sign-in failed: " + res.err.Error()
 		}
@@ -195,7 +218,15 @@ func (c *oidcClient) renew(ctx context.Context, s *signIn) (*signIn, error) {
 		tok.RefreshToken = s.RefreshToken
 	}
 	renewed, _, err := c.kept(ctx, tok, "")
-	return renewed, err
+	switch {
+	case err != nil:
+		// The provider may have rotated the refresh token already: the
+		// sign-in cannot go on.
+		return nil, &sessionEndedError{why: "the provider's renewal: " + err.Error()}
+	case renewed.Subject != s.Subject:
+		return nil, &sessionEndedError{why: "the provider's renewal names someone else"}
+	}
+	return renewed, nil
 }
 
 // providerError says what a provider's refusal means; an invalid_grant ends

@@ -23,6 +23,9 @@ type signIn struct {
 	// the client of a sign-in at an OpenID provider.
 	Username string `json:"username,omitempty"`
 	ClientID string `json:"clientID,omitempty"`
+	// Subject is the provider's sub of an OpenID sign-in: a renewal must
+	// name the same.
+	Subject string `json:"subject,omitempty"`
 	// CertificateAuthority is the PEM of the CA that issued the issuer's
 	// serving certificate, when it is not one the system trusts.
 	CertificateAuthority string    `json:"certificateAuthority,omitempty"`

@@ -81,33 +81,37 @@ var systemVolumes = []string{"STATE", "EPHEMERAL"}
 // encryptionSwitches are the places where new turns the encryption of a
 // system volume on, off, or to another provider, against old: in its
 // VolumeConfig document, or in the deprecated machine.systemDiskEncryption.
+//
+// A volume's encryption is one value whichever place sets it (Talos refuses
+// a config that sets it in both), so moving it from one place to the other
+// changes nothing.
 func encryptionSwitches(oldDocs, newDocs map[string]document) []string {
 	var paths []string
 	for _, volume := range systemVolumes {
-		key := "VolumeConfig/" + volume
-		if encryptionOf(oldDocs[key].body["encryption"]) != encryptionOf(newDocs[key].body["encryption"]) {
-			paths = append(paths, key+":encryption")
-		}
-		legacy := func(docs map[string]document) string {
-			m, _ := docs[v1alpha1Key].body["machine"].(map[string]any)
-			sde, _ := m["systemDiskEncryption"].(map[string]any)
-			return encryptionOf(sde[strings.ToLower(volume)])
-		}
-		if legacy(oldDocs) != legacy(newDocs) {
-			paths = append(paths, "machine.systemDiskEncryption."+strings.ToLower(volume))
+		before, where := volumeEncryption(oldDocs, volume)
+		after, whereNew := volumeEncryption(newDocs, volume)
+		if before != after {
+			paths = append(paths, cmp.Or(whereNew, where))
 		}
 	}
 	return paths
 }
 
-// encryptionOf is the provider of an encryption section ("" for none).
-func encryptionOf(section any) string {
-	m, _ := section.(map[string]any)
-	if len(m) == 0 {
-		return ""
+// volumeEncryption is the provider that encrypts volume in docs ("" for
+// none), and the field that says so.
+func volumeEncryption(docs map[string]document, volume string) (provider, path string) {
+	key := "VolumeConfig/" + volume
+	if section, _ := docs[key].body["encryption"].(map[string]any); len(section) > 0 {
+		provider, _ = section["provider"].(string)
+		return provider, key + ":encryption"
 	}
-	provider, _ := m["provider"].(string)
-	return cmp.Or(provider, "luks2")
+	m, _ := docs[v1alpha1Key].body["machine"].(map[string]any)
+	sde, _ := m["systemDiskEncryption"].(map[string]any)
+	if section, _ := sde[strings.ToLower(volume)].(map[string]any); len(section) > 0 {
+		provider, _ = section["provider"].(string)
+		return cmp.Or(provider, "luks2"), "machine.systemDiskEncryption." + strings.ToLower(volume)
+	}
+	return "", ""
 }
 
 // document is one YAML document of a config, decoded generically.

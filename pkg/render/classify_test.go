@@ -230,6 +230,8 @@ func TestClassifyEncryptionSwitch(t *testing.T) {
 		{"STATE decrypted", state(tpm), base, []string{"VolumeConfig/STATE:encryption"}},
 		{"EPHEMERAL encrypted the deprecated way", base, legacy, []string{"machine.systemDiskEncryption.ephemeral"}},
 		{"keys changed", state(tpm), state(static), nil},
+		{"moved from the deprecated field", legacy, base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\n" +
+			"encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n", nil},
 		{"unchanged", state(tpm), state(tpm), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,6 +60,16 @@ func (n *machineryNode) Status(ctx context.Context) (*Status, error) {
 		return nil, n.v.explain("read node name", err)
 	}
 	s.Nodename = nn.TypedSpec().Nodename
+	sec, err := safe.StateGetByID[*runtime.SecurityState](ctx, n.c.COSI, runtime.SecurityStateID)
+	switch {
+	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
+	case err != nil:
+		return nil, n.v.explain("read security state", err)
+	default:
+		spec := sec.TypedSpec()
+		s.Security = &Security{SecureBoot: spec.SecureBoot, BootedWithUKI: spec.BootedWithUKI,
+			ModuleSignatureEnforced: spec.ModuleSignatureEnforced, PCRSigningKeyFingerprint: spec.PCRSigningKeyFingerprint}
+	}
 	return s, nil
 }
 

@@ -223,6 +223,15 @@ type Status struct {
 	Unmet []string
 	// Nodename is the name the node's kubelet registers with.
 	Nodename string
+	// Security is how the node says it booted (its SecurityState); nil
+	// when it does not say.
+	Security *Security
+}
+
+// Security is how a node says it booted.
+type Security struct {
+	SecureBoot, BootedWithUKI, ModuleSignatureEnforced bool
+	PCRSigningKeyFingerprint                           string
 }
 
 // Running is true for a node in stage running that reports itself ready.

@@ -68,7 +68,7 @@ func TestOIDCSignIn(t *testing.T) {
 		path := p.signInPathFor(t, "client:"+oidcprovider.ClientID)
 		before := p.signInAt(t, path)
 		expire(t, path)
-		r := p.ichor(ctx, t, nil, "auth", "token", "--oidc", "--issuer", cp.OIDC.URL)
+		r := p.ichor(ctx, t, nil, "auth", "token", "--oidc", "--issuer", cp.OIDC.URL, "--username", olga.Email)
 		r.ok(t, "auth token, renewed")
 		after := p.signInAt(t, path)
 		if after.IDToken == before.IDToken || !strings.Contains(r.stdout, after.IDToken) {
@@ -77,7 +77,7 @@ func TestOIDCSignIn(t *testing.T) {
 		if who := p.whoami(ctx, t); who.Username != "oidc:"+olga.Email {
 			t.Errorf("after renewal: %+v", who)
 		}
-		p.ichor(ctx, t, nil, "logout", "--oidc", "--issuer", cp.OIDC.URL).ok(t, "ichor logout --oidc", "Signed out")
+		p.ichor(ctx, t, nil, "logout", "--oidc", "--issuer", cp.OIDC.URL, "--username", olga.Email).ok(t, "ichor logout --oidc", "Signed out")
 		if out, err := p.kubectl(ctx, "get", "talosmachines"); err == nil || !strings.Contains(out, "not signed in") {
 			t.Errorf("kubectl after logout: %v\n%s", err, out)
 		}
@@ -108,7 +108,11 @@ func TestOIDCSignIn(t *testing.T) {
 		una := person("una")
 		login := p.startIchor(ctx, t, "login", "--oidc", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile, "--no-browser")
 		signInAtProvider(ctx, t, login.await(t, regexp.MustCompile(`https://\S+/auth\?\S+`)), una)
-		login.wait(t).ok(t, "ichor login --oidc as una")
+		r := login.wait(t)
+		r.ok(t, "ichor login --oidc as una")
+		if !strings.Contains(r.stderr, "has not verified una@example.com") {
+			t.Errorf("no warning about the unverified email: %s", r.stderr)
+		}
 		token := p.signInAt(t, p.signInPathFor(t, "client:"+oidcprovider.ClientID)).IDToken
 		if who, err := reviewToken(ctx, token); !apierrors.IsUnauthorized(err) {
 			t.Errorf("una's token with an unverified email: %+v %v", who, err)
@@ -297,7 +301,7 @@ func signInAtProvider(ctx context.Context, t *testing.T, authURL string, who oid
 	}
 	body, _ := io.ReadAll(back.Body)
 	back.Body.Close()
-	if back.StatusCode != http.StatusOK || !strings.Contains(string(body), "Signed in") {
+	if back.StatusCode != http.StatusOK || !strings.Contains(string(body), "Authorization received") {
 		t.Fatalf("the CLI's callback: %s %s", back.Status, body)
 	}
 }

@@ -542,6 +542,14 @@ func (d *demoCluster) badPatch(t *testing.T) {
 // formats the volume; installed nodes are sent nothing, and say why.
 func (d *demoCluster) encryptionPatch(t *testing.T) {
 	ctx := d.ctx
+	// How each node booted, as it says: the simulated nodes enforce module
+	// signatures and booted without SecureBoot.
+	for name := range d.nodes {
+		m := waitMachine(ctx, t, d.ns, name, "its security state is recorded", func(m *v1alpha1.TalosMachine) bool { return m.Status.Security != nil })
+		if sec := m.Status.Security; sec.SecureBoot || sec.BootedWithUKI || !sec.ModuleSignatureEnforced {
+			t.Errorf("%s: security %+v", name, sec)
+		}
+	}
 	before := d.appliedHashes(t)
 	d.applyPatch(t, "encrypt-state", "apiVersion: v1alpha1\nkind: VolumeConfig\nname: STATE\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n")
 	for name := range d.nodes {

@@ -49,6 +49,9 @@ type Options struct {
 	Addresses []netip.Prefix
 	// HardwareAddr is eth0's MAC address; default a locally administered MAC derived from SystemUUID.
 	HardwareAddr net.HardwareAddr
+	// SecureBoot makes the node report that it booted a SecureBoot UKI under firmware that enforces
+	// SecureBoot (its SecurityState); default a node booted without.
+	SecureBoot bool
 	// Version is the Talos version tag the node reports; default DefaultVersion.
 	Version string
 	// InstallDelay is how long the node stays in PhaseInstalling after a config is applied in maintenance.

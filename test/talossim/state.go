@@ -2,6 +2,8 @@ package talossim
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -89,6 +91,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&k8s.NodeIP{},
 		&k8s.Nodename{},
 		&runtime.MachineStatus{},
+		&runtime.SecurityState{},
 		&runtime.Version{},
 		&etcd.Member{},
 		&config.MachineConfig{},
@@ -196,7 +199,17 @@ func publishHardware(ctx context.Context, st state.State, o Options) error {
 	si.TypedSpec().UUID = o.SystemUUID
 	si.TypedSpec().SerialNumber = o.SystemSerial
 
-	resources := []resource.Resource{si}
+	// How the node booted: module signatures are enforced by default since Talos v1.12; a SecureBoot
+	// boot is a UKI whose PCR policy a key signed.
+	sec := runtime.NewSecurityStateSpec(runtime.NamespaceName)
+	sec.TypedSpec().ModuleSignatureEnforced = true
+	if o.SecureBoot {
+		sec.TypedSpec().SecureBoot, sec.TypedSpec().BootedWithUKI = true, true
+		fp := sha256.Sum256([]byte("talossim PCR signing key " + o.SystemUUID))
+		sec.TypedSpec().PCRSigningKeyFingerprint = hex.EncodeToString(fp[:])
+	}
+
+	resources := []resource.Resource{si, sec}
 
 	for _, d := range o.Disks {
 		disk := block.NewDisk(block.NamespaceName, filepath.Base(d.Path))

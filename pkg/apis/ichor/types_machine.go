@@ -81,6 +81,16 @@ type TalosMachineStatus struct {
 	// kubernetes are the versions a kubernetes-upgrade set for the machine's
 	// Kubernetes components while it runs.
 	Kubernetes *KubernetesVersions
+	// security is what the node reports of how it booted.
+	Security *MachineSecurityStatus
+}
+
+// MachineSecurityStatus is what a node reports of how it booted.
+type MachineSecurityStatus struct {
+	SecureBoot               bool
+	BootedWithUKI            bool
+	ModuleSignatureEnforced  bool
+	PCRSigningKeyFingerprint string
 }
 
 // KubernetesVersions are versions of a machine's Kubernetes components.

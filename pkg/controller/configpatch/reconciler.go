@@ -178,12 +178,13 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 			blocked = append(blocked, fmt.Sprintf("%s (%v)", m.Name, err))
 			continue
 		}
+		applied := m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash == withPatch.Hash
 		if without, err := r.render(&cluster, m, others, bundle); err == nil {
 			effect, _, err := render.Classify(without.Config, withPatch.Config)
 			var reset *render.ResetRequiredError
 			switch {
-			case errors.As(err, &reset) && m.Status.AppliedConfig != nil:
-				// Installed: only a node-reset gives it the patch.
+			case errors.As(err, &reset) && m.Status.AppliedConfig != nil && !applied:
+				// Installed without it: only a node-reset gives it the patch.
 				needsReset = append(needsReset, m.Name)
 				resetWhy = reset.Error()
 				continue
@@ -191,7 +192,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 				p.Status.Effect = render.Strongest(p.Status.Effect, effect)
 			}
 		}
-		if m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash == withPatch.Hash {
+		if applied {
 			p.Status.AppliedMachines = append(p.Status.AppliedMachines, m.Name)
 		} else {
 			pending = append(pending, m.Name)

@@ -401,6 +401,10 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, fmt.Sprintf("the node's Talos API does not answer over mutual TLS: %v", err)), nil
 	}
 	m.Status.NodeName = st.Nodename
+	if sec := st.Security; sec != nil {
+		m.Status.Security = &v1alpha1.MachineSecurityStatus{SecureBoot: sec.SecureBoot, BootedWithUKI: sec.BootedWithUKI,
+			ModuleSignatureEnforced: sec.ModuleSignatureEnforced, PCRSigningKeyFingerprint: sec.PCRSigningKeyFingerprint}
+	}
 	if !st.Running() {
 		msg := "the node is in stage " + st.Stage
 		if len(st.Unmet) > 0 {
@@ -422,12 +426,24 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	effect, changes, err := render.Classify(current, rendered.Config)
 	var reset *render.ResetRequiredError
 	if errors.As(err, &reset) {
-		// The node keeps what it runs; a node-reset installs the new config.
+		// The node keeps what it runs, and runs: it is Ready, and gives
+		// back the budget a change it took it for held. A node-reset
+		// installs the new config.
 		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != err.Error() {
 			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "CompareConfig", "%v", err)
 		}
+		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonResetRequired, err.Error())
-		return ctrl.Result{}, nil // a change of the cluster, machine or a patch wakes us
+		s.set(v1alpha1.MachineConditionReady, metav1.ConditionTrue, v1alpha1.MachineReasonRunning, fmt.Sprintf("node %s is running and ready, with the config it had", st.Nodename))
+		if disruption.HeldBy(s.cluster, m) {
+			if err := s.persist(ctx); err != nil {
+				return ctrl.Result{}, err
+			}
+			if err := r.budget.Release(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("compare the config of %s/%s: %w", m.Namespace, m.Name, err)

@@ -26,7 +26,8 @@ func ownedConditions(m *v1alpha1.TalosMachine) []string {
 }
 
 // WriteStatus applies the fields of m's status this reconciler owns — phase,
-// observed generation, node name, applied config and its conditions — with
+// observed generation, node name, how the node booted, applied config and
+// its conditions — with
 // server-side apply under FieldManager, so that a field another writer set
 // meanwhile (the approval, an admin's override grant, the approver's
 // certificate record, intake's conditions) is neither overwritten nor
@@ -38,6 +39,10 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 	}
 	if m.Status.NodeName != "" {
 		st.WithNodeName(m.Status.NodeName)
+	}
+	if sec := m.Status.Security; sec != nil {
+		st.WithSecurity(ichorac.MachineSecurityStatus().WithSecureBoot(sec.SecureBoot).WithBootedWithUKI(sec.BootedWithUKI).
+			WithModuleSignatureEnforced(sec.ModuleSignatureEnforced).WithPCRSigningKeyFingerprint(sec.PCRSigningKeyFingerprint))
 	}
 	if a := m.Status.AppliedConfig; a != nil {
 		ac := ichorac.AppliedConfigStatus().WithHash(a.Hash).WithAppliedAt(a.AppliedAt)

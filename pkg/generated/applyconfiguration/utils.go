@@ -116,6 +116,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.MachineReclaimStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MachineReference"):
 		return &ichorv1alpha1.MachineReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MachineSecurityStatus"):
+		return &ichorv1alpha1.MachineSecurityStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceStatus"):
 		return &ichorv1alpha1.MaintenanceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeResetParameters"):

@@ -81,6 +81,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachineReclaimSpec{}.OpenAPIModelName():              schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref),
 		v1alpha1.MachineReclaimStatus{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_MachineReclaimStatus(ref),
 		v1alpha1.MachineReference{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_MachineReference(ref),
+		v1alpha1.MachineSecurityStatus{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_MachineSecurityStatus(ref),
 		v1alpha1.MaintenanceStatus{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref),
 		v1alpha1.NodeResetParameters{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref),
 		v1alpha1.NodeShutdownParameters{}.OpenAPIModelName():          schema_pkg_apis_ichor_v1alpha1_NodeShutdownParameters(ref),
@@ -2214,6 +2215,47 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReference(ref common.ReferenceCallbac
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_MachineSecurityStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MachineSecurityStatus is what a node reports of how it booted.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"secureBoot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secureBoot: the firmware enforces SecureBoot (not in setup mode) and the node booted under it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"bootedWithUKI": {
+						SchemaProps: spec.SchemaProps{
+							Description: "bootedWithUKI: the node booted a unified kernel image.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"moduleSignatureEnforced": {
+						SchemaProps: spec.SchemaProps{
+							Description: "moduleSignatureEnforced: the kernel loads signed modules only.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"pcrSigningKeyFingerprint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pcrSigningKeyFingerprint is the fingerprint of the key that signed the booted image's PCR policy, which TPM-sealed disk keys are bound to.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3986,11 +4028,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.KubernetesVersions{}.OpenAPIModelName()),
 						},
 					},
+					"security": {
+						SchemaProps: spec.SchemaProps{
+							Description: "security is what the node reports of how it booted (its SecurityState resource), read over its authenticated Talos API while it runs its config. It is the node's word: that the firmware really enforces SecureBoot only the hardware proves (docs/hardening.md).",
+							Ref:         ref(v1alpha1.MachineSecurityStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.KubernetesVersions{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.AppliedConfigStatus{}.OpenAPIModelName(), v1alpha1.ApprovalStatus{}.OpenAPIModelName(), v1alpha1.HardwareStatus{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(), v1alpha1.KubernetesVersions{}.OpenAPIModelName(), v1alpha1.MachineSecurityStatus{}.OpenAPIModelName(), v1alpha1.MaintenanceStatus{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

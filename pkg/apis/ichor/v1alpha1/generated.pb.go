@@ -129,6 +129,8 @@ func (m *MachineReclaimStatus) Reset() { *m = MachineReclaimStatus{} }
 
 func (m *MachineReference) Reset() { *m = MachineReference{} }
 
+func (m *MachineSecurityStatus) Reset() { *m = MachineSecurityStatus{} }
+
 func (m *MaintenanceStatus) Reset() { *m = MaintenanceStatus{} }
 
 func (m *NodeResetParameters) Reset() { *m = NodeResetParameters{} }
@@ -2418,6 +2420,58 @@ func (m *MachineReference) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *MachineSecurityStatus) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *MachineSecurityStatus) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *MachineSecurityStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.PCRSigningKeyFingerprint)
+	copy(dAtA[i:], m.PCRSigningKeyFingerprint)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.PCRSigningKeyFingerprint)))
+	i--
+	dAtA[i] = 0x22
+	i--
+	if m.ModuleSignatureEnforced {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x18
+	i--
+	if m.BootedWithUKI {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x10
+	i--
+	if m.SecureBoot {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x8
+	return len(dAtA) - i, nil
+}
+
 func (m *MaintenanceStatus) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -4160,6 +4214,18 @@ func (m *TalosMachineStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.Security != nil {
+		{
+			size, err := m.Security.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x6a
+	}
 	if m.Kubernetes != nil {
 		{
 			size, err := m.Kubernetes.MarshalToSizedBuffer(dAtA[:i])
@@ -5512,6 +5578,20 @@ func (m *MachineReference) Size() (n int) {
 	return n
 }
 
+func (m *MachineSecurityStatus) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	n += 2
+	n += 2
+	n += 2
+	l = len(m.PCRSigningKeyFingerprint)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *MaintenanceStatus) Size() (n int) {
 	if m == nil {
 		return 0
@@ -6172,6 +6252,10 @@ func (m *TalosMachineStatus) Size() (n int) {
 	}
 	if m.Kubernetes != nil {
 		l = m.Kubernetes.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
+	if m.Security != nil {
+		l = m.Security.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	return n
@@ -6953,6 +7037,19 @@ func (this *MachineReference) String() string {
 	}, "")
 	return s
 }
+func (this *MachineSecurityStatus) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&MachineSecurityStatus{`,
+		`SecureBoot:` + fmt.Sprintf("%v", this.SecureBoot) + `,`,
+		`BootedWithUKI:` + fmt.Sprintf("%v", this.BootedWithUKI) + `,`,
+		`ModuleSignatureEnforced:` + fmt.Sprintf("%v", this.ModuleSignatureEnforced) + `,`,
+		`PCRSigningKeyFingerprint:` + fmt.Sprintf("%v", this.PCRSigningKeyFingerprint) + `,`,
+		`}`,
+	}, "")
+	return s
+}
 func (this *MaintenanceStatus) String() string {
 	if this == nil {
 		return "nil"
@@ -7420,6 +7517,7 @@ func (this *TalosMachineStatus) String() string {
 		`AppliedConfig:` + strings.Replace(this.AppliedConfig.String(), "AppliedConfigStatus", "AppliedConfigStatus", 1) + `,`,
 		`KubeletServingCertificate:` + strings.Replace(this.KubeletServingCertificate.String(), "KubeletServingCertificateStatus", "KubeletServingCertificateStatus", 1) + `,`,
 		`Kubernetes:` + strings.Replace(this.Kubernetes.String(), "KubernetesVersions", "KubernetesVersions", 1) + `,`,
+		`Security:` + strings.Replace(this.Security.String(), "MachineSecurityStatus", "MachineSecurityStatus", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -14495,6 +14593,148 @@ func (m *MachineReference) Unmarshal(dAtA []byte) error {
 	}
 	return nil
 }
+func (m *MachineSecurityStatus) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: MachineSecurityStatus: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: MachineSecurityStatus: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SecureBoot", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.SecureBoot = bool(v != 0)
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field BootedWithUKI", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.BootedWithUKI = bool(v != 0)
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ModuleSignatureEnforced", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.ModuleSignatureEnforced = bool(v != 0)
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PCRSigningKeyFingerprint", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.PCRSigningKeyFingerprint = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
 func (m *MaintenanceStatus) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
 	iNdEx := 0
@@ -20386,6 +20626,42 @@ func (m *TalosMachineStatus) Unmarshal(dAtA []byte) error {
 				m.Kubernetes = &KubernetesVersions{}
 			}
 			if err := m.Kubernetes.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Security", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.Security == nil {
+				m.Security = &MachineSecurityStatus{}
+			}
+			if err := m.Security.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

@@ -116,6 +116,30 @@ type TalosMachineStatus struct {
 	// them, and the next kubernetes-upgrade moves them on.
 	// +optional
 	Kubernetes *KubernetesVersions `json:"kubernetes,omitempty" protobuf:"bytes,12,opt,name=kubernetes"`
+	// security is what the node reports of how it booted (its SecurityState
+	// resource), read over its authenticated Talos API while it runs its
+	// config. It is the node's word: that the firmware really enforces
+	// SecureBoot only the hardware proves (docs/hardening.md).
+	// +optional
+	Security *MachineSecurityStatus `json:"security,omitempty" protobuf:"bytes,13,opt,name=security"`
+}
+
+// MachineSecurityStatus is what a node reports of how it booted.
+type MachineSecurityStatus struct {
+	// secureBoot: the firmware enforces SecureBoot (not in setup mode) and
+	// the node booted under it.
+	// +optional
+	SecureBoot bool `json:"secureBoot,omitempty" protobuf:"varint,1,opt,name=secureBoot"`
+	// bootedWithUKI: the node booted a unified kernel image.
+	// +optional
+	BootedWithUKI bool `json:"bootedWithUKI,omitempty" protobuf:"varint,2,opt,name=bootedWithUKI"`
+	// moduleSignatureEnforced: the kernel loads signed modules only.
+	// +optional
+	ModuleSignatureEnforced bool `json:"moduleSignatureEnforced,omitempty" protobuf:"varint,3,opt,name=moduleSignatureEnforced"`
+	// pcrSigningKeyFingerprint is the fingerprint of the key that signed the
+	// booted image's PCR policy, which TPM-sealed disk keys are bound to.
+	// +optional
+	PCRSigningKeyFingerprint string `json:"pcrSigningKeyFingerprint,omitempty" protobuf:"bytes,4,opt,name=pcrSigningKeyFingerprint"`
 }
 
 // KubernetesVersions are versions of a machine's Kubernetes components,

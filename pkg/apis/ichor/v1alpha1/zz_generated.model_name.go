@@ -262,6 +262,11 @@ func (in MachineReference) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MachineSecurityStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineSecurityStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in MaintenanceStatus) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus"
 }

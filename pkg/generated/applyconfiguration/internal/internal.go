@@ -684,6 +684,21 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineSecurityStatus
+  map:
+    fields:
+    - name: bootedWithUKI
+      type:
+        scalar: boolean
+    - name: moduleSignatureEnforced
+      type:
+        scalar: boolean
+    - name: pcrSigningKeyFingerprint
+      type:
+        scalar: string
+    - name: secureBoot
+      type:
+        scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MaintenanceStatus
   map:
     fields:
@@ -1226,6 +1241,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: phase
       type:
         scalar: string
+    - name: security
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineSecurityStatus
     - name: talosVersion
       type:
         scalar: string

@@ -59,6 +59,11 @@ type TalosMachineStatusApplyConfiguration struct {
 	// spec.kubernetesVersion follows; one that fails or is deleted leaves
 	// them, and the next kubernetes-upgrade moves them on.
 	Kubernetes *KubernetesVersionsApplyConfiguration `json:"kubernetes,omitempty"`
+	// security is what the node reports of how it booted (its SecurityState
+	// resource), read over its authenticated Talos API while it runs its
+	// config. It is the node's word: that the firmware really enforces
+	// SecureBoot only the hardware proves (docs/hardening.md).
+	Security *MachineSecurityStatusApplyConfiguration `json:"security,omitempty"`
 }
 
 // TalosMachineStatusApplyConfiguration constructs a declarative configuration of the TalosMachineStatus type for use with
@@ -165,5 +170,13 @@ func (b *TalosMachineStatusApplyConfiguration) WithKubeletServingCertificate(val
 // If called multiple times, the Kubernetes field is set to the value of the last call.
 func (b *TalosMachineStatusApplyConfiguration) WithKubernetes(value *KubernetesVersionsApplyConfiguration) *TalosMachineStatusApplyConfiguration {
 	b.Kubernetes = value
+	return b
+}
+
+// WithSecurity sets the Security field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Security field is set to the value of the last call.
+func (b *TalosMachineStatusApplyConfiguration) WithSecurity(value *MachineSecurityStatusApplyConfiguration) *TalosMachineStatusApplyConfiguration {
+	b.Security = value
 	return b
 }
