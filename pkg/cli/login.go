@@ -63,6 +63,30 @@ func (f *signInFlags) args() []string {
 	return []string{"--issuer", f.issuer, "--username", f.username}
 }
 
+// open checks the flags of a command that uses a kept sign-in, takes the
+// sign-in's lock and reads it: s is nil when there is none. The caller
+// releases the lock with unlock.
+func (f *signInFlags) open(cmd *cobra.Command) (path string, s *signIn, unlock func(), err error) {
+	if err := f.check(cmd, false); err != nil {
+		return "", nil, nil, err
+	}
+	if path, err = signInPath(f.issuer, f.who()); err != nil {
+		return "", nil, nil, err
+	}
+	if unlock, err = lockSignIn(path); err != nil {
+		return "", nil, nil, err
+	}
+	s, err = readSignIn(path)
+	switch {
+	case errors.Is(err, errNotSignedIn):
+		return path, nil, unlock, nil
+	case err != nil:
+		unlock()
+		return "", nil, nil, err
+	}
+	return path, s, unlock, nil
+}
+
 // loginHint is the command that signs in again.
 func (f *signInFlags) loginHint() string {
 	return "ichor login " + strings.Join(f.args(), " ")
@@ -272,24 +296,13 @@ and how to sign in again.`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(cmd, false); err != nil {
-			return err
-		}
-		path, err := signInPath(f.issuer, f.who())
-		if err != nil {
-			return err
-		}
-		unlock, err := lockSignIn(path)
+		path, s, unlock, err := f.open(cmd)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		s, err := readSignIn(path)
-		if errors.Is(err, errNotSignedIn) {
+		if s == nil {
 			return fmt.Errorf("not signed in to %s: run %s", f.issuer, f.loginHint())
-		}
-		if err != nil {
-			return err
 		}
 		if time.Until(s.Expiry) < renewBefore {
 			renewed, err := renewSignIn(cmd, s)
@@ -356,25 +369,14 @@ until it expires (minutes).`,
 	}
 	f.add(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(cmd, false); err != nil {
-			return err
-		}
-		path, err := signInPath(f.issuer, f.who())
-		if err != nil {
-			return err
-		}
-		unlock, err := lockSignIn(path)
+		path, s, unlock, err := f.open(cmd)
 		if err != nil {
 			return err
 		}
 		defer unlock()
-		s, err := readSignIn(path)
-		if errors.Is(err, errNotSignedIn) {
+		if s == nil {
 			fmt.Fprintf(o.Out, "Not signed in to %s.\n", f.issuer)
 			return nil
-		}
-		if err != nil {
-			return err
 		}
 		// Ichor's issuer ends the session; an OpenID provider's session
 		// is the provider's to end (sign out there), and its tokens here

@@ -206,15 +206,29 @@ func grantRole(ctx context.Context, t testing.TB, ns, name string, subject rbacv
 }
 
 // useProvisioningNetworks makes cidrs the installation's provisioning networks
-// for the rest of the test, creating the installation if there is none, and
-// puts back what was there when the test ends.
+// for the rest of the test (useSettings).
 func useProvisioningNetworks(ctx context.Context, t testing.TB, cidrs ...string) {
+	t.Helper()
+	useSettings(ctx, t, func(s *v1alpha1.InstallationSettings) { s.ProvisioningNetworks = cidrs })
+}
+
+// useUsersEnabled turns sign-in with Ichor users on or off for the rest of
+// the test (useSettings).
+func useUsersEnabled(ctx context.Context, t testing.TB, on bool) {
+	t.Helper()
+	useSettings(ctx, t, func(s *v1alpha1.InstallationSettings) { s.UsersEnabled = on })
+}
+
+// useSettings changes the installation's settings with change for the rest
+// of the test, creating the installation if there is none, and puts back
+// what was there when the test ends.
+func useSettings(ctx context.Context, t testing.TB, change func(*v1alpha1.InstallationSettings)) {
 	t.Helper()
 	installations := apiClient(t).IchorV1alpha1().IchorInstallations()
 	in, err := installations.Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		in = apiIchorInstallation()
-		in.Spec.Settings.ProvisioningNetworks = cidrs
+		change(&in.Spec.Settings)
 		if _, err := installations.Create(ctx, in, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create IchorInstallation: %v", err)
 		}
@@ -226,17 +240,17 @@ func useProvisioningNetworks(ctx context.Context, t testing.TB, cidrs ...string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	previous := in.Spec.Settings.ProvisioningNetworks
-	in.Spec.Settings.ProvisioningNetworks = cidrs
+	previous := *in.Spec.Settings.DeepCopy()
+	change(&in.Spec.Settings)
 	if _, err := installations.UpdateSettings(ctx, in.Name, in, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("set provisioning networks: %v", err)
+		t.Fatalf("change the installation's settings: %v", err)
 	}
 	t.Cleanup(func() {
 		in, err := installations.Get(context.Background(), v1alpha1.InstallationName, metav1.GetOptions{})
 		if err != nil {
 			return
 		}
-		in.Spec.Settings.ProvisioningNetworks = previous
+		in.Spec.Settings = previous
 		_, _ = installations.UpdateSettings(context.Background(), in.Name, in, metav1.UpdateOptions{})
 	})
 }

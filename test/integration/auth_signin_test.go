@@ -346,40 +346,6 @@ func lastLine(out string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// useUsersEnabled turns sign-in with Ichor users on or off for the test.
-func useUsersEnabled(ctx context.Context, t testing.TB, on bool) {
-	t.Helper()
-	installations := apiClient(t).IchorV1alpha1().IchorInstallations()
-	in, err := installations.Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		in = apiIchorInstallation()
-		in.Spec.Settings.UsersEnabled = on
-		if _, err := installations.Create(ctx, in, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create IchorInstallation: %v", err)
-		}
-		t.Cleanup(func() {
-			_ = installations.Delete(context.Background(), v1alpha1.InstallationName, metav1.DeleteOptions{})
-		})
-		return
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	previous := in.Spec.Settings.UsersEnabled
-	in.Spec.Settings.UsersEnabled = on
-	if _, err := installations.UpdateSettings(ctx, in.Name, in, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("set usersEnabled: %v", err)
-	}
-	t.Cleanup(func() {
-		in, err := installations.Get(context.Background(), v1alpha1.InstallationName, metav1.GetOptions{})
-		if err != nil {
-			return
-		}
-		in.Spec.Settings.UsersEnabled = previous
-		_, _ = installations.UpdateSettings(context.Background(), in.Name, in, metav1.UpdateOptions{})
-	})
-}
-
 // person is someone at their own shell: a home directory, and a kubeconfig
 // that knows the management cluster but holds no credential.
 type person struct {
