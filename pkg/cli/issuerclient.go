@@ -30,24 +30,13 @@ type issuerClient struct {
 // newIssuerClient reads issuer's discovery document, over TLS verified
 // with caPEM when given (else the system's roots).
 func newIssuerClient(ctx context.Context, issuer, caPEM string) (*issuerClient, error) {
-	u, err := url.Parse(issuer)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("issuer %q: an https URL is required", issuer)
+	u, client, err := httpsClient(issuer, caPEM, "issuer")
+	if err != nil {
+		return nil, err
 	}
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caPEM != "" {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-			return nil, errors.New("the issuer's certificate authority holds no PEM certificate")
-		}
-		tlsConfig.RootCAs = pool
-	}
-	c := &issuerClient{issuer: issuer, http: &http.Client{
-		Timeout:   30 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
-		// A password is never sent on to wherever a redirect points.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	// A password is never sent on to wherever a redirect points.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c := &issuerClient{issuer: issuer, http: client}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(issuer, "/")+"/.well-known/openid-configuration", nil)
 	if err != nil {
 		return nil, err
@@ -78,6 +67,28 @@ func newIssuerClient(ctx context.Context, issuer, caPEM string) (*issuerClient, 
 	}
 	c.token, c.revoke = doc.Token, doc.Revocation
 	return c, nil
+}
+
+// httpsClient checks that issuer is an https URL and returns it with a
+// client that verifies it with caPEM when given (else the system's roots);
+// what names the issuer in errors.
+func httpsClient(issuer, caPEM, what string) (*url.URL, *http.Client, error) {
+	u, err := url.Parse(issuer)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, nil, fmt.Errorf("issuer %q: an https URL is required", issuer)
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caPEM != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+			return nil, nil, fmt.Errorf("the %s's certificate authority holds no PEM certificate", what)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	return u, &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
+	}, nil
 }
 
 func (c *issuerClient) config() *oauth2.Config {

@@ -3,8 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -38,22 +36,11 @@ type oidcClient struct {
 }
 
 func newOIDCClient(ctx context.Context, issuer, clientID, caPEM string) (*oidcClient, error) {
-	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caPEM != "" {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
-			return nil, errors.New("the provider's certificate authority holds no PEM certificate")
-		}
-		tlsConfig.RootCAs = pool
+	_, client, err := httpsClient(issuer, caPEM, "provider")
+	if err != nil {
+		return nil, err
 	}
-	c := &oidcClient{issuer: issuer, clientID: clientID, http: &http.Client{
-		Timeout:   30 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
-	}}
-	u, err := url.Parse(issuer)
-	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("issuer %q: an https URL is required", issuer)
-	}
+	c := &oidcClient{issuer: issuer, clientID: clientID, http: client}
 	p, err := oidc.NewProvider(c.context(ctx), issuer)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the OpenID provider at %s: %w", issuer, err)

@@ -177,16 +177,10 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 	}
 	now := time.Now()
 	var refresh string
-	if err := i.sessions.update(ctx, func(data []byte) ([]byte, error) {
-		s, err := parseSessions(data)
-		if err != nil {
-			return nil, err
-		}
-		s.prune(now)
-		if _, refresh, err = s.start(u.Name, u.UID, passwordChangedAt(u), now, i.cfg.SessionLifetime); err != nil {
-			return nil, err
-		}
-		return json.Marshal(s)
+	if err := i.changeSessions(ctx, now, func(s sessions) (bool, error) {
+		var err error
+		_, refresh, err = s.start(u.Name, u.UID, passwordChangedAt(u), now, i.cfg.SessionLifetime)
+		return err == nil, err
 	}); err != nil {
 		return nil, unavailable(err, "record the session")
 	}
@@ -309,25 +303,14 @@ func (i *Issuer) refreshGrant(ctx context.Context, token string) (*tokenResponse
 	var renewed *session
 	var next string
 	var renewErr error
-	if err := i.sessions.update(ctx, func(data []byte) ([]byte, error) {
-		s, err := parseSessions(data)
-		if err != nil {
-			return nil, err
-		}
-		s.prune(now)
+	if err := i.changeSessions(ctx, now, func(s sessions) (bool, error) {
 		if why != "" {
-			if !s.end(token) {
-				return nil, nil
-			}
-			return json.Marshal(s)
+			return s.end(token), nil
 		}
 		// A replayed token ends the session: that too is written.
 		var changed bool
 		renewed, next, changed, renewErr = s.renew(token, now)
-		if !changed {
-			return nil, nil
-		}
-		return json.Marshal(s)
+		return changed, nil
 	}); err != nil {
 		return nil, unavailable(err, "record the session")
 	}
@@ -360,20 +343,30 @@ func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := r.PostForm.Get("token")
-	if err := i.sessions.update(r.Context(), func(data []byte) ([]byte, error) {
-		s, err := parseSessions(data)
-		if err != nil {
-			return nil, err
-		}
-		if !s.end(token) {
-			return nil, nil
-		}
-		return json.Marshal(s)
+	if err := i.changeSessions(r.Context(), time.Now(), func(s sessions) (bool, error) {
+		return s.end(token), nil
 	}); err != nil {
 		writeError(w, unavailable(err, "end the session"))
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// changeSessions reads the sessions, drops those expired at now, and has
+// change change them; they are written back, under the Secret's
+// resourceVersion, only when change reports a change.
+func (i *Issuer) changeSessions(ctx context.Context, now time.Time, change func(sessions) (bool, error)) error {
+	return i.sessions.update(ctx, func(data []byte) ([]byte, error) {
+		s, err := parseSessions(data)
+		if err != nil {
+			return nil, err
+		}
+		s.prune(now)
+		if changed, err := change(s); err != nil || !changed {
+			return nil, err
+		}
+		return json.Marshal(s)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

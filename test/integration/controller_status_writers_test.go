@@ -35,14 +35,7 @@ kind: TalosMachine
 metadata: {name: m1, namespace: `+ns+`}
 spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {disk: /dev/sda}}
 `)
-	scheme, err := ctrlcmd.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(t)
 	var stale v1alpha1.TalosMachine
 	if err := asController.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m1"}, &stale); err != nil {
 		t.Fatal(err)
@@ -123,14 +116,7 @@ kind: TalosMachine
 metadata: {name: m2, namespace: `+ns+`}
 spec: {clusterName: demo, role: worker, address: "127.0.7.2:50000", install: {disk: /dev/sda}}
 `)
-	scheme, err := ctrlcmd.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(t)
 	key := client.ObjectKey{Namespace: ns, Name: "demo"}
 	var stale v1alpha1.TalosCluster
 	if err := asController.Get(ctx, key, &stale); err != nil {
@@ -219,14 +205,7 @@ kind: TalosMachine
 metadata: {name: m1, namespace: `+ns+`}
 spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {disk: /dev/sda}}
 `)
-	scheme, err := ctrlcmd.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	asController, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	asController := controllerClient(t)
 	key := client.ObjectKey{Namespace: ns, Name: "m1"}
 	get := func() *v1alpha1.TalosMachine {
 		t.Helper()
@@ -286,4 +265,18 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	if err := intake.WriteStatus(ctx, asController, m); err != nil {
 		t.Fatalf("intake writes its conditions after the reset: %v", err)
 	}
+}
+
+// controllerClient is a controller-runtime client acting as ichor-controller.
+func controllerClient(t *testing.T) client.Client {
+	t.Helper()
+	scheme, err := ctrlcmd.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.ConfigFor(controllerUser, controllerGroups...), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
