@@ -170,6 +170,11 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 			return nil, nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
 		}
 	}
+	if a := spec.Authentication; a != nil && machineType == machine.TypeControlPlane {
+		if cfg, err = withOIDCTrust(cfg, a); err != nil {
+			return nil, nil, &InputError{Field: "TalosCluster.spec.authentication", Err: err}
+		}
+	}
 	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
 		if cfg, err = withKubeletCertificateAuthority(cfg); err != nil {
 			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}

@@ -88,6 +88,9 @@ type ClusterAuthentication struct {
 	UsernameClaim string
 	// groupsClaim is the claim used as the user's groups.
 	GroupsClaim string
+	// caBundle is the PEM certificates that issue the issuer's certificate,
+	// when public roots do not.
+	CABundle string
 }
 
 // ClusterSecurity holds opt-in hardening options.

@@ -516,12 +516,12 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref common.ReferenceCa
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver.",
+				Description: "ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver: people signed in at that issuer reach the cluster as oidc:<username>, in groups oidc:<group>. The prefix is fixed, so that no token can name a system: user or group. It is rendered into the control planes' kube-apiserver flags (--oidc-*), a change that restarts kube-apiserver and is rolled out one control plane at a time, without a reboot.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"issuerURL": {
 						SchemaProps: spec.SchemaProps{
-							Description: "issuerURL is the https URL of the OIDC issuer.",
+							Description: "issuerURL is the https URL of the OIDC issuer; kube-apiserver reads its discovery document and keys from there.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -537,14 +537,21 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref common.ReferenceCa
 					},
 					"usernameClaim": {
 						SchemaProps: spec.SchemaProps{
-							Description: "usernameClaim is the claim used as the user name.",
+							Description: "usernameClaim is the claim used as the user name. With email (the default), a token whose email_verified claim is false is refused.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"groupsClaim": {
 						SchemaProps: spec.SchemaProps{
-							Description: "groupsClaim is the claim used as the user's groups.",
+							Description: "groupsClaim is the claim used as the user's groups. Default: groups.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"caBundle": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caBundle is the PEM certificates that issue the issuer's certificate, when the public roots kube-apiserver's image carries do not. They are added to the control planes' trusted roots (a TrustedRootsConfig), which kube-apiserver then reads.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -44,6 +44,22 @@ func SetDefaults_TalosClusterSpec(obj *TalosClusterSpec) {
 	}
 }
 
+// Default claims of a cluster's OIDC trust: the ones most providers issue.
+const (
+	DefaultUsernameClaim = "email"
+	DefaultGroupsClaim   = "groups"
+)
+
+// SetDefaults_ClusterAuthentication names the usual claims.
+func SetDefaults_ClusterAuthentication(obj *ClusterAuthentication) {
+	if obj.UsernameClaim == "" {
+		obj.UsernameClaim = DefaultUsernameClaim
+	}
+	if obj.GroupsClaim == "" {
+		obj.GroupsClaim = DefaultGroupsClaim
+	}
+}
+
 // SetDefaults_ClusterBackup compresses backups unless asked otherwise.
 func SetDefaults_ClusterBackup(obj *ClusterBackup) {
 	if obj.Compression == "" {

@@ -616,6 +616,11 @@ func (m *ClusterAuthentication) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.CABundle)
+	copy(dAtA[i:], m.CABundle)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.CABundle)))
+	i--
+	dAtA[i] = 0x2a
 	i -= len(m.GroupsClaim)
 	copy(dAtA[i:], m.GroupsClaim)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.GroupsClaim)))
@@ -4927,6 +4932,8 @@ func (m *ClusterAuthentication) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.GroupsClaim)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.CABundle)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -6531,6 +6538,7 @@ func (this *ClusterAuthentication) String() string {
 		`ClientID:` + fmt.Sprintf("%v", this.ClientID) + `,`,
 		`UsernameClaim:` + fmt.Sprintf("%v", this.UsernameClaim) + `,`,
 		`GroupsClaim:` + fmt.Sprintf("%v", this.GroupsClaim) + `,`,
+		`CABundle:` + fmt.Sprintf("%v", this.CABundle) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9061,6 +9069,38 @@ func (m *ClusterAuthentication) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.GroupsClaim = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CABundle", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.CABundle = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -99,18 +99,31 @@ type CNISpec struct {
 	Name CNIName `json:"name,omitempty" protobuf:"bytes,1,opt,name=name,casttype=CNIName"`
 }
 
-// ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver.
+// ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver:
+// people signed in at that issuer reach the cluster as oidc:<username>, in
+// groups oidc:<group>. The prefix is fixed, so that no token can name a
+// system: user or group. It is rendered into the control planes'
+// kube-apiserver flags (--oidc-*), a change that restarts kube-apiserver
+// and is rolled out one control plane at a time, without a reboot.
 type ClusterAuthentication struct {
-	// issuerURL is the https URL of the OIDC issuer.
+	// issuerURL is the https URL of the OIDC issuer; kube-apiserver reads
+	// its discovery document and keys from there.
 	IssuerURL string `json:"issuerURL" protobuf:"bytes,1,opt,name=issuerURL"`
 	// clientID is the audience tokens must carry.
 	ClientID string `json:"clientID" protobuf:"bytes,2,opt,name=clientID"`
-	// usernameClaim is the claim used as the user name.
+	// usernameClaim is the claim used as the user name. With email (the
+	// default), a token whose email_verified claim is false is refused.
 	// +optional
 	UsernameClaim string `json:"usernameClaim,omitempty" protobuf:"bytes,3,opt,name=usernameClaim"`
-	// groupsClaim is the claim used as the user's groups.
+	// groupsClaim is the claim used as the user's groups. Default: groups.
 	// +optional
 	GroupsClaim string `json:"groupsClaim,omitempty" protobuf:"bytes,4,opt,name=groupsClaim"`
+	// caBundle is the PEM certificates that issue the issuer's certificate,
+	// when the public roots kube-apiserver's image carries do not. They are
+	// added to the control planes' trusted roots (a TrustedRootsConfig),
+	// which kube-apiserver then reads.
+	// +optional
+	CABundle string `json:"caBundle,omitempty" protobuf:"bytes,5,opt,name=caBundle"`
 }
 
 // ClusterSecurity holds opt-in hardening options.

@@ -66,6 +66,9 @@ func SetObjectDefaults_MachineReclaimList(in *MachineReclaimList) {
 
 func SetObjectDefaults_TalosCluster(in *TalosCluster) {
 	SetDefaults_TalosClusterSpec(&in.Spec)
+	if in.Spec.Authentication != nil {
+		SetDefaults_ClusterAuthentication(in.Spec.Authentication)
+	}
 	if in.Spec.Backup != nil {
 		SetDefaults_ClusterBackup(in.Spec.Backup)
 	}

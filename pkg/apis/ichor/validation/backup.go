@@ -1,8 +1,6 @@
 package validation
 
 import (
-	"crypto/x509"
-	"encoding/pem"
 	"path"
 	"regexp"
 	"strings"
@@ -124,30 +122,6 @@ func validateRelativePath(p string, fldPath *field.Path) field.ErrorList {
 		return field.ErrorList{field.Invalid(fldPath, p, "must be a clean relative path without . or .. elements")}
 	case strings.ContainsAny(p, "\\\x00"):
 		return field.ErrorList{field.Invalid(fldPath, p, "must not contain a backslash or NUL")}
-	}
-	return nil
-}
-
-// validateCABundle checks PEM certificates, without echoing them.
-func validateCABundle(bundle string, fldPath *field.Path) field.ErrorList {
-	rest := []byte(bundle)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "must hold only PEM CERTIFICATE blocks, found "+b.Type)}
-		}
-		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-			return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "holds a certificate that does not parse: "+err.Error())}
-		}
-		n++
-	}
-	if n == 0 || strings.TrimSpace(string(rest)) != "" {
-		return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "must be PEM certificates and nothing else")}
 	}
 	return nil
 }

@@ -1,11 +1,13 @@
 package validation
 
 import (
+	"regexp"
+	"slices"
+
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
-	"slices"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 )
@@ -112,11 +114,7 @@ func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) fi
 		errs = append(errs, validateRequiredName(s.SecretsRef.Name, fldPath.Child("secretsRef", "name"))...)
 	}
 	if a := s.Authentication; a != nil {
-		authPath := fldPath.Child("authentication")
-		errs = append(errs, validateHTTPSURL(a.IssuerURL, authPath.Child("issuerURL"))...)
-		if a.ClientID == "" {
-			errs = append(errs, field.Required(authPath.Child("clientID"), ""))
-		}
+		errs = append(errs, validateClusterAuthentication(a, fldPath.Child("authentication"))...)
 	}
 	if s.Backup != nil {
 		errs = append(errs, validateClusterBackup(s.Backup, fldPath.Child("backup"))...)
@@ -191,4 +189,41 @@ func ipFamilies(cidrs []string) string {
 		return "IPv6"
 	}
 	return ""
+}
+
+// maxClaimName bounds a claim name and a client ID: kube-apiserver takes
+// each as one flag value.
+const maxClaimName = 256
+
+// claimName is what a claim name and a client ID may hold: claim names are
+// often URLs (https://example.com/groups). No space, comma or "=", which
+// would split a flag value.
+var claimName = regexp.MustCompile(`^[A-Za-z0-9_.:/-]+$`)
+
+// maxIssuerCABundle bounds the PEM certificates of an OIDC issuer.
+const maxIssuerCABundle = 64 << 10
+
+func validateClusterAuthentication(a *ichor.ClusterAuthentication, fldPath *field.Path) field.ErrorList {
+	errs := validateHTTPSURL(a.IssuerURL, fldPath.Child("issuerURL"))
+	for _, f := range []struct {
+		name, value string
+	}{{"clientID", a.ClientID}, {"usernameClaim", a.UsernameClaim}, {"groupsClaim", a.GroupsClaim}} {
+		p := fldPath.Child(f.name)
+		switch {
+		case f.value == "":
+			errs = append(errs, field.Required(p, ""))
+		case len(f.value) > maxClaimName:
+			errs = append(errs, field.TooLong(p, "", maxClaimName))
+		case !claimName.MatchString(f.value):
+			errs = append(errs, field.Invalid(p, f.value, "may hold only letters, digits and _ . : / -"))
+		}
+	}
+	if a.CABundle != "" {
+		if len(a.CABundle) > maxIssuerCABundle {
+			errs = append(errs, field.TooLong(fldPath.Child("caBundle"), "", maxIssuerCABundle))
+		} else {
+			errs = append(errs, validateCABundle(a.CABundle, fldPath.Child("caBundle"))...)
+		}
+	}
+	return errs
 }

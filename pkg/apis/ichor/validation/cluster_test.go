@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,7 +50,8 @@ func TestValidateTalosCluster(t *testing.T) {
 				c.Spec.Network.CNI.Name = ichor.CNICilium
 				c.Spec.CiliumValues = "kubeProxyReplacement: true\nipam:\n  mode: kubernetes\n"
 				c.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "prod-secrets"}
-				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes"}
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes",
+					UsernameClaim: "email", GroupsClaim: "https://example.com/claims/groups", CABundle: selfSignedPEM()}
 				c.Spec.Security.KubeletServingCertificates = ichor.KubeletServingCertificates{Enabled: true, VerifyFromAPIServer: true}
 				c.Spec.Paused = true
 			},
@@ -201,7 +203,17 @@ func TestValidateTalosCluster(t *testing.T) {
 			mutate: func(c *ichor.TalosCluster) {
 				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "http://issuer.example.com"}
 			},
-			want: []fe{invalid("spec.authentication.issuerURL"), required("spec.authentication.clientID")},
+			want: []fe{invalid("spec.authentication.issuerURL"), required("spec.authentication.clientID"),
+				required("spec.authentication.usernameClaim"), required("spec.authentication.groupsClaim")},
+		},
+		{
+			name: "authentication with flag-splitting claims and a CA that is not one",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com", ClientID: "a,b",
+					UsernameClaim: "email=x", GroupsClaim: strings.Repeat("g", 257), CABundle: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}
+			},
+			want: []fe{invalid("spec.authentication.clientID"), invalid("spec.authentication.usernameClaim"),
+				tooLong("spec.authentication.groupsClaim"), invalid("spec.authentication.caBundle")},
 		},
 		{
 			name: "verifyFromAPIServer without serving certificates",
@@ -300,7 +312,8 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 				c.Spec.Network.CNI.Name = ichor.CNICilium
 				c.Spec.CiliumValues = "ipam: {mode: kubernetes}\n"
 				c.Spec.SecretsRef = &ichor.LocalSecretReference{Name: "other"}
-				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes"}
+				c.Spec.Authentication = &ichor.ClusterAuthentication{IssuerURL: "https://issuer.example.com/realms/x", ClientID: "kubernetes",
+					UsernameClaim: "email", GroupsClaim: "groups"}
 			},
 			want: []fe{forbidden("spec.ciliumValues"), forbidden("spec.secretsRef"), forbidden("spec.authentication")},
 		},

@@ -3,6 +3,8 @@
 package validation
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/netip"
@@ -240,4 +242,28 @@ func validateFieldSubresources(resource string, obj, old any) field.ErrorList {
 func fieldPath(dotted string) *field.Path {
 	parts := strings.Split(dotted, ".")
 	return field.NewPath(parts[0], parts[1:]...)
+}
+
+// validateCABundle checks PEM certificates, without echoing them.
+func validateCABundle(bundle string, fldPath *field.Path) field.ErrorList {
+	rest := []byte(bundle)
+	n := 0
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "must hold only PEM CERTIFICATE blocks, found "+b.Type)}
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "holds a certificate that does not parse: "+err.Error())}
+		}
+		n++
+	}
+	if n == 0 || strings.TrimSpace(string(rest)) != "" {
+		return field.ErrorList{field.Invalid(fldPath, field.OmitValueType{}, "must be PEM certificates and nothing else")}
+	}
+	return nil
 }

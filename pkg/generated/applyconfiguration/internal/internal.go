@@ -161,6 +161,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterAuthentication
   map:
     fields:
+    - name: caBundle
+      type:
+        scalar: string
     - name: clientID
       type:
         scalar: string

@@ -21,16 +21,28 @@ package v1alpha1
 // ClusterAuthenticationApplyConfiguration represents a declarative configuration of the ClusterAuthentication type for use
 // with apply.
 //
-// ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver.
+// ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver:
+// people signed in at that issuer reach the cluster as oidc:<username>, in
+// groups oidc:<group>. The prefix is fixed, so that no token can name a
+// system: user or group. It is rendered into the control planes'
+// kube-apiserver flags (--oidc-*), a change that restarts kube-apiserver
+// and is rolled out one control plane at a time, without a reboot.
 type ClusterAuthenticationApplyConfiguration struct {
-	// issuerURL is the https URL of the OIDC issuer.
+	// issuerURL is the https URL of the OIDC issuer; kube-apiserver reads
+	// its discovery document and keys from there.
 	IssuerURL *string `json:"issuerURL,omitempty"`
 	// clientID is the audience tokens must carry.
 	ClientID *string `json:"clientID,omitempty"`
-	// usernameClaim is the claim used as the user name.
+	// usernameClaim is the claim used as the user name. With email (the
+	// default), a token whose email_verified claim is false is refused.
 	UsernameClaim *string `json:"usernameClaim,omitempty"`
-	// groupsClaim is the claim used as the user's groups.
+	// groupsClaim is the claim used as the user's groups. Default: groups.
 	GroupsClaim *string `json:"groupsClaim,omitempty"`
+	// caBundle is the PEM certificates that issue the issuer's certificate,
+	// when the public roots kube-apiserver's image carries do not. They are
+	// added to the control planes' trusted roots (a TrustedRootsConfig),
+	// which kube-apiserver then reads.
+	CABundle *string `json:"caBundle,omitempty"`
 }
 
 // ClusterAuthenticationApplyConfiguration constructs a declarative configuration of the ClusterAuthentication type for use with
@@ -68,5 +80,13 @@ func (b *ClusterAuthenticationApplyConfiguration) WithUsernameClaim(value string
 // If called multiple times, the GroupsClaim field is set to the value of the last call.
 func (b *ClusterAuthenticationApplyConfiguration) WithGroupsClaim(value string) *ClusterAuthenticationApplyConfiguration {
 	b.GroupsClaim = &value
+	return b
+}
+
+// WithCABundle sets the CABundle field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CABundle field is set to the value of the last call.
+func (b *ClusterAuthenticationApplyConfiguration) WithCABundle(value string) *ClusterAuthenticationApplyConfiguration {
+	b.CABundle = &value
 	return b
 }
