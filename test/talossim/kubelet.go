@@ -297,7 +297,7 @@ func (n *Node) runKubelet(ctx context.Context, spec kubeletSpec, certs *kubeletC
 	// configs.
 	var mirrors *mirrorPods
 	if spec.controlPlane {
-		mirrors = &mirrorPods{client: client, spec: spec, st: n.st}
+		mirrors = &mirrorPods{client: client, spec: spec, st: n.st, apiServerSettled: n.apiServerSettled}
 
 		// Talos labels a control plane's Node with its role (NodeRestriction keeps the kubelet
 		// from doing it), with the control plane's own admin credentials.

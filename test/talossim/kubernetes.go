@@ -89,6 +89,24 @@ type kubeRun struct {
 	// recoverFrom, when set, is the snapshot its etcd data directory is restored from before etcd starts.
 	recoverFrom   string
 	skipHashCheck bool
+
+	// kube-apiserver (kubernetes_apiserver.go): its flags before the config's, its place in procs, and
+	// how to tell that it serves; set before ready is closed and then used by the run's goroutine only.
+	apiBase    []string
+	apiIndex   int
+	apiHealthy func(context.Context, *proc.Process) error
+	// apiSpec is the key of the spec it runs; apiWant the spec it is to restart with; both under
+	// Kubernetes.mu. apiKick wakes the run's goroutine.
+	apiSpec string
+	apiWant *apiServerSpec
+	apiKick chan struct{}
+}
+
+func newKubeRun(ca string, cancel context.CancelFunc, dir string) *kubeRun {
+	return &kubeRun{
+		ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}), dir: dir,
+		apiKick: make(chan struct{}, 1),
+	}
 }
 
 // ErrKubernetesStopped is returned by waits on a stopped Kubernetes.
@@ -118,7 +136,7 @@ func (k *Kubernetes) bootstrap(cfg config.Provider) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &kubeRun{ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	r := newKubeRun(ca, cancel, "")
 
 	if k.runs == nil {
 		k.runs = map[string]*kubeRun{}
@@ -182,10 +200,8 @@ func (k *Kubernetes) recoverEtcd(cfg config.Provider, path string, skipHashCheck
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &kubeRun{
-		ca: ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}), dir: dir,
-		recoverFrom: snap, skipHashCheck: skipHashCheck,
-	}
+	r := newKubeRun(ca, cancel, dir)
+	r.recoverFrom, r.skipHashCheck = snap, skipHashCheck
 	k.powerLocked(endpoint).parked = nil
 
 	if k.runs == nil {
@@ -430,7 +446,7 @@ func (k *Kubernetes) start(ctx context.Context, r *kubeRun, cfg config.Provider,
 	k.logf("talossim: Kubernetes control plane ready at %s", cfg.Cluster().Endpoint())
 	close(r.ready)
 
-	<-ctx.Done()
+	k.followAPIServerConfig(ctx, r)
 }
 
 func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.Provider, dir string) error {
@@ -508,12 +524,26 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		)
 	}
 
-	apiserver, err := k.startProcess(r, dir, "kube-apiserver", args...)
+	spec := apiServerSpecOf(cfg)
+	if err = spec.writeHost(r.hostDir()); err != nil {
+		return err
+	}
+
+	r.apiBase, r.apiIndex = args, len(r.procs)
+	r.apiHealthy = func(ctx context.Context, p *proc.Process) error {
+		return waitTLSHealthy(ctx, p, f.acceptedCAs, f.adminCert, f.adminKey, endpoint+"/readyz")
+	}
+
+	k.mu.Lock()
+	r.apiSpec = spec.key()
+	k.mu.Unlock()
+
+	apiserver, err := k.startProcess(r, dir, "kube-apiserver", spec.flags(args, r.hostDir())...)
 	if err != nil {
 		return err
 	}
 
-	if err = waitTLSHealthy(ctx, apiserver, f.acceptedCAs, f.adminCert, f.adminKey, endpoint+"/readyz"); err != nil {
+	if err = r.apiHealthy(ctx, apiserver); err != nil {
 		return err
 	}
 

@@ -54,7 +54,7 @@ func (k *Kubernetes) controlPlaneOn(cfg config.Provider, addr string) {
 
 	p.parked = nil
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &kubeRun{ca: old.ca, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}), dir: old.dir}
+	r := newKubeRun(old.ca, cancel, old.dir)
 	k.runs[endpoint] = r
 	k.notifyLocked()
 	k.logf("talossim: a majority of the control planes of %s runs again; starting its control plane from its data", endpoint)

@@ -85,6 +85,9 @@ type Node struct {
 	sequence  bool            // an install, upgrade, reset or reboot sequence is in progress
 	// controlPlaneOf is the endpoint of the cluster the node runs as a control plane of, "" when none.
 	controlPlaneOf string
+	// apiServerKey is what shaped kube-apiserver in the config this control plane ran last
+	// (kubernetes_apiserver.go).
+	apiServerKey string
 	seqGen         uint64     // bumped by every sequence start; steps of a superseded sequence give up
 	api            *apiServer // current apid instance; nil while the API is down
 	stopped        bool
@@ -321,6 +324,7 @@ func (n *Node) setPhaseLocked(p Phase) error {
 // line with the node's phase and config.
 func (n *Node) publishLocked() error {
 	n.syncKubeletLocked()
+	n.followAPIServerLocked()
 
 	if n.configuredLocked() && n.phase == PhaseRunning {
 		n.opts.Trustd.offer(n.active.Machine().Security().IssuingCA())

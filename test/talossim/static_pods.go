@@ -133,6 +133,8 @@ type mirrorPods struct {
 	st     state.State
 	node   *corev1.Node
 	synced map[string]staticPod // by pod name
+	// apiServerSettled reports whether kube-apiserver runs the node's config: its new pod waits for it.
+	apiServerSettled func() bool
 }
 
 // sync writes the mirror pod of every component whose config changed since the last sync: the old
@@ -153,6 +155,10 @@ func (m *mirrorPods) sync(ctx context.Context) error {
 		name := string(c.id) + "-" + m.spec.nodeName
 
 		if !ok || m.synced[name] == want {
+			continue
+		}
+
+		if c.id == k8s.APIServerConfigID && m.apiServerSettled != nil && !m.apiServerSettled() {
 			continue
 		}
 

@@ -1,0 +1,283 @@
+package talossim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+
+	"ichor.dev/ichor/test/internal/proc"
+)
+
+// A control plane's kube-apiserver follows its machine config as Talos runs it: cluster.apiServer's
+// extraArgs become flags (over the simulator's own, but for the plumbing that ties the process to its
+// loopback listener, certificates and etcd, which stays the simulator's), its extraVolumes mount host
+// paths into the pod, and its env is the pod's. A change of any of them, or of the trusted roots such
+// a mount shows, restarts kube-apiserver (not etcd, not the other components), as Talos replaces the
+// static pod; its mirror pod at the new config version appears, Ready, only once the restarted
+// process serves (mirrorPods). The host is the run directory's host/: the simulator writes there
+// the one host file it models, /etc/ssl/certs/ca-certificates.crt, holding the TrustedRootsConfig
+// certificates (it has no system roots); any other host path is an empty directory. The cluster has
+// one kube-apiserver for all its control planes: it runs the spec of the control plane whose config
+// changed last.
+
+// simAPIServerFlags are the flags the simulator keeps: they tie kube-apiserver to the simulated
+// control plane.
+var simAPIServerFlags = []string{
+	"bind-address", "advertise-address", "secure-port", "tls-cert-file", "tls-private-key-file",
+	"etcd-servers", "etcd-cafile", "etcd-certfile", "etcd-keyfile", "client-ca-file",
+	"service-account-issuer", "service-account-key-file", "service-account-signing-key-file",
+	"requestheader-client-ca-file", "requestheader-allowed-names", "requestheader-username-headers",
+	"requestheader-group-headers", "requestheader-extra-headers-prefix", "proxy-client-cert-file",
+	"proxy-client-key-file", "endpoint-reconciler-type",
+}
+
+// hostTrustedRoots is the host's trust bundle, where Talos writes its roots and TrustedRootsConfigs.
+const hostTrustedRoots = "/etc/ssl/certs/ca-certificates.crt"
+
+// apiServerSpec is what of a control plane's config shapes its kube-apiserver.
+type apiServerSpec struct {
+	args   map[string][]string
+	env    map[string]string
+	mounts map[string]string // mount path → host path
+	roots  string            // the host's trust bundle
+}
+
+func apiServerSpecOf(cfg config.Provider) apiServerSpec {
+	s := apiServerSpec{args: map[string][]string{}, env: map[string]string{}, mounts: map[string]string{}}
+	if cfg == nil || cfg.Cluster() == nil {
+		return s
+	}
+
+	api := cfg.Cluster().APIServer()
+	maps.Copy(s.args, api.ExtraArgs())
+	maps.Copy(s.env, api.Env())
+
+	for _, v := range api.ExtraVolumes() {
+		s.mounts[filepath.Clean(v.MountPath())] = filepath.Clean(v.HostPath())
+	}
+
+	if roots := cfg.TrustedRoots(); roots != nil {
+		s.roots = strings.Join(roots.ExtraTrustedRootCertificates(), "\n")
+	}
+
+	return s
+}
+
+// key is the spec in one comparable string.
+func (s apiServerSpec) key() string {
+	var b strings.Builder
+
+	for _, k := range slices.Sorted(maps.Keys(s.args)) {
+		fmt.Fprintf(&b, "arg %s=%q\n", k, s.args[k])
+	}
+
+	for _, k := range slices.Sorted(maps.Keys(s.env)) {
+		fmt.Fprintf(&b, "env %s=%q\n", k, s.env[k])
+	}
+
+	for _, k := range slices.Sorted(maps.Keys(s.mounts)) {
+		fmt.Fprintf(&b, "mount %s=%s\n", k, s.mounts[k])
+	}
+
+	fmt.Fprintf(&b, "roots %q\n", s.roots)
+
+	return b.String()
+}
+
+// writeHost writes the simulated host's files under hostDir.
+func (s apiServerSpec) writeHost(hostDir string) error {
+	for _, h := range s.mounts {
+		if err := os.MkdirAll(filepath.Join(hostDir, h), 0o755); err != nil {
+			return err
+		}
+	}
+
+	bundle := filepath.Join(hostDir, hostTrustedRoots)
+	if err := os.MkdirAll(filepath.Dir(bundle), 0o755); err != nil {
+		return err
+	}
+
+	return os.WriteFile(bundle, []byte(s.roots), 0o644)
+}
+
+// hostPath maps a path inside the pod onto the simulated host, through the longest mount holding it;
+// a path under no mount is the image's, which the simulator takes as is.
+func (s apiServerSpec) hostPath(hostDir, p string) string {
+	best := ""
+	for m := range s.mounts {
+		if (p == m || strings.HasPrefix(p, m+"/")) && len(m) > len(best) {
+			best = m
+		}
+	}
+
+	if best == "" {
+		return p
+	}
+
+	return filepath.Join(hostDir, s.mounts[best], strings.TrimPrefix(p, best))
+}
+
+// flags merges the spec's extra args over base (--name=value flags), but for simAPIServerFlags; a
+// value that is a path inside a mount is mapped onto the host.
+func (s apiServerSpec) flags(base []string, hostDir string) []string {
+	extra := map[string][]string{}
+	for k, vs := range s.args {
+		if slices.Contains(simAPIServerFlags, k) {
+			continue
+		}
+
+		for _, v := range vs {
+			if strings.HasPrefix(v, "/") {
+				v = s.hostPath(hostDir, v)
+			}
+
+			extra[k] = append(extra[k], v)
+		}
+	}
+
+	var out []string
+	for _, f := range base {
+		name, _, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		if _, over := extra[name]; !over {
+			out = append(out, f)
+		}
+	}
+
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		for _, v := range extra[k] {
+			out = append(out, "--"+k+"="+v)
+		}
+	}
+
+	return out
+}
+
+// apiServerConfig tells the cluster's control plane that a control plane's config changed what
+// shapes kube-apiserver; the run restarts its kube-apiserver with it unless it runs that already.
+func (k *Kubernetes) apiServerConfig(cfg config.Provider) {
+	if cfg.Cluster() == nil || cfg.Cluster().Endpoint() == nil {
+		return
+	}
+
+	want := apiServerSpecOf(cfg)
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	r := k.runs[cfg.Cluster().Endpoint().String()]
+	if r == nil || (r.apiWant == nil && r.apiSpec == want.key()) {
+		return
+	}
+
+	r.apiWant = &want
+	select {
+	case r.apiKick <- struct{}{}:
+	default:
+	}
+}
+
+// apiServerSettled reports whether the cluster's kube-apiserver runs, restarted, with what cfg says.
+func (k *Kubernetes) apiServerSettled(cfg config.Provider) bool {
+	if cfg == nil || cfg.Cluster() == nil || cfg.Cluster().Endpoint() == nil {
+		return false
+	}
+
+	key := apiServerSpecOf(cfg).key()
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	r := k.runs[cfg.Cluster().Endpoint().String()]
+
+	return r != nil && r.apiWant == nil && r.apiSpec == key
+}
+
+// followAPIServerConfig restarts the run's kube-apiserver with each spec asked for, until ctx ends.
+func (k *Kubernetes) followAPIServerConfig(ctx context.Context, r *kubeRun) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.apiKick:
+		}
+
+		k.mu.Lock()
+		want := r.apiWant
+		k.mu.Unlock()
+
+		if want == nil {
+			continue
+		}
+
+		if err := k.restartAPIServer(ctx, r, *want); err != nil {
+			k.logf("talossim: kube-apiserver restarted with its new config does not serve: %v", err)
+		}
+
+		k.mu.Lock()
+		r.apiSpec = want.key()
+		if r.apiWant == want {
+			r.apiWant = nil
+		}
+		k.mu.Unlock()
+	}
+}
+
+// restartAPIServer stops the run's kube-apiserver and starts it with spec, and waits until it serves.
+func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiServerSpec) error {
+	k.logf("talossim: restarting kube-apiserver with its new config")
+
+	if err := spec.writeHost(r.hostDir()); err != nil {
+		return err
+	}
+
+	old := r.procs[r.apiIndex]
+	_ = old.Stop(15 * time.Second)
+
+	p, err := proc.Start(r.dir, "kube-apiserver", filepath.Join(k.BinDir, "kube-apiserver"), spec.flags(r.apiBase, r.hostDir())...)
+	if err != nil {
+		return err
+	}
+
+	r.procs[r.apiIndex] = p
+
+	return r.apiHealthy(ctx, p)
+}
+
+// hostDir is the simulated host of the run's control planes.
+func (r *kubeRun) hostDir() string { return filepath.Join(r.dir, "host") }
+
+// followAPIServerLocked tells the node's Kubernetes when what shapes kube-apiserver changed in the
+// config of this running control plane.
+func (n *Node) followAPIServerLocked() {
+	k := n.opts.Kubernetes
+	if k == nil || n.phase != PhaseRunning || !n.configuredLocked() || !n.isControlPlaneLocked() {
+		return
+	}
+
+	key := apiServerSpecOf(n.active).key()
+	if key == n.apiServerKey {
+		return
+	}
+
+	n.apiServerKey = key
+	k.apiServerConfig(n.active)
+}
+
+// apiServerSettled reports whether the cluster's kube-apiserver serves with what this node's config
+// says: until then the kubelet does not show the new static pod.
+func (n *Node) apiServerSettled() bool {
+	n.mu.Lock()
+	cfg := n.active
+	n.mu.Unlock()
+
+	k := n.opts.Kubernetes
+
+	return k == nil || k.apiServerSettled(cfg)
+}
