@@ -362,3 +362,15 @@ func describeMemberAlarms(as []*machineapi.EtcdMemberAlarm) []string {
 	}
 	return out
 }
+
+// APIServerConfigVersion implements Node.
+func (n *machineryNode) APIServerConfigVersion(ctx context.Context) (string, error) {
+	c, err := safe.StateGetByID[*k8s.APIServerConfig](ctx, n.c.COSI, k8s.APIServerConfigID)
+	switch {
+	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
+		return "", nil
+	case err != nil:
+		return "", n.v.explain("read the API server's config", err)
+	}
+	return c.Metadata().Version().String(), nil
+}

@@ -136,6 +136,12 @@ type Node interface {
 	EtcdDisarmAlarms(ctx context.Context) ([]string, error)
 	// Version reads the Talos version the node runs (v1.13.0).
 	Version(ctx context.Context) (string, error)
+	// APIServerConfigVersion reads the version of a control plane's
+	// APIServerConfig resource, which goes up with every change of what
+	// shapes its kube-apiserver: once kube-apiserver runs it, its static
+	// pod carries it in the talos.dev/config-version annotation, as
+	// `talosctl upgrade-k8s` checks. "" on a node without one (a worker).
+	APIServerConfigVersion(ctx context.Context) (string, error)
 	// PullImage pulls an image into the node's system containerd.
 	PullImage(ctx context.Context, ref string) error
 	// Upgrade runs the installer of image, pulled first, which writes the

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -44,6 +46,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // ControllerName names the controller in logs, metrics and Events.
@@ -97,8 +100,13 @@ type Reconciler struct {
 	Options  Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Workload opens a managed cluster's API at endpoint as the controller's
+	// own identity there; nil signs a short-lived client certificate from
+	// the bundle (package workload). Tests give a fake.
+	Workload func(bundle *secrets.Bundle, endpoint string) (kubernetes.Interface, error)
 
 	budget *disruption.Budget
+	kubes  workload.Clients
 }
 
 // SetupWithManager registers the reconciler. It wakes on a machine's spec,
@@ -181,8 +189,9 @@ func deletionStarted() predicate.Funcs {
 // step is what one reconcile found and did, to be written into status.
 type step struct {
 	m *v1alpha1.TalosMachine
-	// cluster is m's cluster, as the cache has it.
+	// cluster is m's cluster, as the cache has it, and bundle its secrets.
 	cluster *v1alpha1.TalosCluster
+	bundle  *secrets.Bundle
 	now     metav1.Time
 	// persist writes m's status now if it changed. A rollout step calls it
 	// before giving back its cluster's disruption budget, so the next
@@ -301,7 +310,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if m.Status.AppliedConfig == nil {
 		return r.install(callCtx, s, rendered, creds)
 	}
-	s.cluster = &cluster
+	s.cluster, s.bundle = &cluster, bundle
 	return r.converge(callCtx, s, rendered, creds)
 }
 
@@ -464,8 +473,21 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 				m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
 			}
 		}
-		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonUpToDate, fmt.Sprintf("the node runs config %s", short(rendered.Hash)))
+		if restartsAPIServer(s.cluster, m) {
+			// Back once its kube-apiserver serves the change: only then may
+			// the next control plane restart its own.
+			waiting, err := r.apiServerWaits(ctx, s, node, s.bundle)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if waiting != "" {
+				m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+				s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonAPIServerRestarting, waiting)
+				return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+			}
+		}
+		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(v1alpha1.MachineConditionReady, metav1.ConditionTrue, v1alpha1.MachineReasonRunning, fmt.Sprintf("node %s is running and ready", st.Nodename))
 		if disruption.HeldBy(s.cluster, m) {
 			// Back: the next machine may go. Status first, so that the next

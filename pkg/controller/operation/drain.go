@@ -30,7 +30,7 @@ func (s *step) kube() (kubernetes.Interface, error) {
 	if s.r.Workload != nil {
 		return s.r.Workload(s.bundle, s.cluster.Spec.ControlPlane.Endpoint)
 	}
-	return s.r.kubes.get(s.cluster.UID, s.cluster.Spec.ControlPlane.Endpoint, s.bundle, s.r.Now(), s.r.Options.CredentialTTL)
+	return s.r.kubes.Get(s.cluster.UID, s.cluster.Spec.ControlPlane.Endpoint, s.bundle, s.r.Now(), s.r.Options.CredentialTTL)
 }
 
 // withAccess calls f; when the controller's identity is not authorized for

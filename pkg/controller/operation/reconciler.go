@@ -140,7 +140,7 @@ type Reconciler struct {
 	Workload func(bundle *secrets.Bundle, endpoint string) (kubernetes.Interface, error)
 
 	budget   *disruption.Budget
-	kubes    kubeClients
+	kubes    workload.Clients
 	prepulls prepulls
 	// tries records when each Pending step was last tried (triedRecently).
 	triesMu sync.Mutex

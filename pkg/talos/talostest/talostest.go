@@ -58,6 +58,10 @@ type Node struct {
 	Quota int64
 	// NoSpace is the raised NOSPACE alarm of this member, until disarmed.
 	NoSpace bool
+	// APIServerConfigVersion is the version of a control plane's
+	// APIServerConfig resource; a test moves it as Talos does when a
+	// change reaches kube-apiserver.
+	APIServerConfigVersion string
 	// Calls logs what was asked of the node: "maintenance-apply",
 	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
 	// force=<bool>", "shutdown force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
@@ -335,6 +339,15 @@ func (s *session) EtcdDefragment(context.Context) error {
 	s.n.Calls = append(s.n.Calls, "etcd-defrag")
 	s.n.DBSize = s.n.DBSizeInUse
 	return nil
+}
+
+func (s *session) APIServerConfigVersion(context.Context) (string, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return "", err
+	}
+	return s.n.APIServerConfigVersion, nil
 }
 
 func (s *session) Version(context.Context) (string, error) {

@@ -61,8 +61,12 @@ const (
 	MachineReasonRunning           = "Running"
 	MachineReasonBooting           = "Booting"
 	MachineReasonRebooting         = "Rebooting"
-	MachineReasonNotReachable      = "NotReachable"
-	MachineReasonResetting         = "Resetting"
+	// MachineReasonAPIServerRestarting: the control plane took a change
+	// that restarts its kube-apiserver, which does not serve it yet; the
+	// machine holds its cluster's disruption budget until it does.
+	MachineReasonAPIServerRestarting = "APIServerRestarting"
+	MachineReasonNotReachable        = "NotReachable"
+	MachineReasonResetting           = "Resetting"
 	// MachineReasonShuttingDown: the node is shutting down (Talos drains
 	// it first), and stays off until it is powered on.
 	MachineReasonShuttingDown               = "ShuttingDown"

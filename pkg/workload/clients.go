@@ -1,4 +1,4 @@
-package operation
+package workload
 
 import (
 	"crypto/sha256"
@@ -8,17 +8,15 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-
-	"ichor.dev/ichor/pkg/workload"
 )
 
-// kubeClients keeps, per cluster, a client of its Kubernetes API as
-// ichor-controller's own identity there, so that the polls of a step in
-// flight reuse one connection instead of signing a certificate and
+// Clients keeps, per cluster, a client of its Kubernetes API as
+// ichor-controller's own identity there (Controller), so that the polls of
+// a step or a rollout in flight reuse one connection instead of signing a certificate and
 // opening a TLS connection each time. A client is replaced at half its
 // certificate's lifetime, and when the cluster's endpoint or Kubernetes CA
 // changes.
-type kubeClients struct {
+type Clients struct {
 	mu      sync.Mutex
 	clients map[types.UID]*kubeClient
 }
@@ -29,15 +27,15 @@ type kubeClient struct {
 	renewAt time.Time
 }
 
-// get returns the client of the cluster (uid) at endpoint for bundle.
-func (k *kubeClients) get(uid types.UID, endpoint string, bundle *secrets.Bundle, now time.Time, ttl time.Duration) (kubernetes.Interface, error) {
+// Get returns the client of the cluster (uid) at endpoint for bundle.
+func (k *Clients) Get(uid types.UID, endpoint string, bundle *secrets.Bundle, now time.Time, ttl time.Duration) (kubernetes.Interface, error) {
 	key := sha256.Sum256(append([]byte(endpoint+"\x00"), bundle.Certs.K8s.Crt...))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if c := k.clients[uid]; c != nil && c.key == key && now.Before(c.renewAt) {
 		return c.cs, nil
 	}
-	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, now, ttl)
+	cfg, err := ClientConfig(bundle, endpoint, Controller, now, ttl)
 	if err != nil {
 		return nil, err
 	}
