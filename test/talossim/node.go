@@ -88,13 +88,13 @@ type Node struct {
 	// apiServerKey is what shaped kube-apiserver in the config this control plane ran last
 	// (kubernetes_apiserver.go).
 	apiServerKey string
-	seqGen         uint64     // bumped by every sequence start; steps of a superseded sequence give up
-	api            *apiServer // current apid instance; nil while the API is down
-	stopped        bool
-	maint          *maintenanceIdentity // replaced when a Reset wipes the config
-	bootTime       time.Time
-	bootID         string // the kernel's boot ID, new at every boot
-	sw             software
+	seqGen       uint64     // bumped by every sequence start; steps of a superseded sequence give up
+	api          *apiServer // current apid instance; nil while the API is down
+	stopped      bool
+	maint        *maintenanceIdentity // replaced when a Reset wipes the config
+	bootTime     time.Time
+	bootID       string // the kernel's boot ID, new at every boot
+	sw           software
 	// images are the image references pulled into the node's containerd (ImageService.Pull).
 	images map[string]bool
 	// lifecycleBusy is true while a LifecycleService install or upgrade runs.
