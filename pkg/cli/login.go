@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"ichor.dev/ichor/pkg/apis/ichor"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -172,7 +173,7 @@ ichor-admin group gives.`,
 				return fmt.Errorf("you signed in at the provider as %s, not %s: nothing was kept", email, f.username)
 			}
 			f.username = email
-			name = "oidc:" + email
+			name = ichor.OIDCPrefix + email
 		} else {
 			password, err := readSecret(o, passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
 			if err != nil {
@@ -185,7 +186,7 @@ ichor-admin group gives.`,
 			if s, err = c.signIn(cmd.Context(), f.username, password); err != nil {
 				return signInRefused(err)
 			}
-			name = "ichor:" + f.username
+			name = ichor.IchorUserPrefix + f.username
 			end = func(token string) error { return c.end(cmd.Context(), token) }
 		}
 		s.CertificateAuthority = ca

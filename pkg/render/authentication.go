@@ -9,13 +9,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/security"
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
-
-// OIDCPrefix is put before every user name and group an OIDC token of a
-// managed cluster's issuer names: a token never names a system: user or
-// group, and people appear as they do in the management cluster.
-const OIDCPrefix = "oidc:"
 
 // oidcSigningAlgs are the asymmetric algorithms kube-apiserver accepts on
 // an OIDC token (its default is RS256 only; Ichor's own issuer signs ES256).
@@ -32,7 +28,8 @@ const (
 )
 
 // withOIDCTrust has a control plane's kube-apiserver accept tokens of the
-// cluster's OIDC issuer, through its --oidc-* flags (cluster.apiServer,
+// cluster's OIDC issuer as ichor.OIDCPrefix users and groups (never a
+// system: name), through its --oidc-* flags (cluster.apiServer,
 // typed): a change of them restarts kube-apiserver and needs no reboot,
 // which a file of an --authentication-config would (machine.files are
 // written at boot). The issuer's own CA, when it has one, becomes a
@@ -53,9 +50,9 @@ func withOIDCTrust(cfg config.Provider, a *ichorv1alpha1.ClusterAuthentication) 
 		set("oidc-issuer-url", a.IssuerURL)
 		set("oidc-client-id", a.ClientID)
 		set("oidc-username-claim", a.UsernameClaim)
-		set("oidc-username-prefix", OIDCPrefix)
+		set("oidc-username-prefix", ichor.OIDCPrefix)
 		set("oidc-groups-claim", a.GroupsClaim)
-		set("oidc-groups-prefix", OIDCPrefix)
+		set("oidc-groups-prefix", ichor.OIDCPrefix)
 		set("oidc-signing-algs", oidcSigningAlgs)
 		if a.CABundle != "" {
 			set("oidc-ca-file", hostTrustedRootsBundle)

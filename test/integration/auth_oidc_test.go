@@ -31,15 +31,7 @@ import (
 func TestOIDCSignIn(t *testing.T) {
 	ctx := t.Context()
 	ns := cp.Namespace(t)
-	person := func(name string) oidcprovider.Person {
-		for _, p := range oidcprovider.People {
-			if p.Username == name {
-				return p
-			}
-		}
-		t.Fatalf("no person %s", name)
-		return oidcprovider.Person{}
-	}
+	person := func(name string) oidcprovider.Person { return oidcPerson(t, name) }
 
 	t.Run("in a browser: an operator", func(t *testing.T) {
 		p := newPerson(t, ns)

@@ -413,10 +413,16 @@ func (p *person) kubectl(ctx context.Context, args ...string) (string, error) {
 // issuer's discovery document (it retries every 10 seconds).
 func (p *person) whoami(ctx context.Context, t *testing.T) authenticationv1.UserInfo {
 	t.Helper()
+	return p.whoamiIn(ctx, t)
+}
+
+// whoamiIn is whoami with kubectl flags (--context).
+func (p *person) whoamiIn(ctx context.Context, t *testing.T, flags ...string) authenticationv1.UserInfo {
+	t.Helper()
 	var review authenticationv1.SelfSubjectReview
 	var last string
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		out, err := p.kubectl(ctx, "auth", "whoami", "-o", "json")
+		out, err := p.kubectl(ctx, append(flags, "auth", "whoami", "-o", "json")...)
 		last = out
 		return err == nil && json.Unmarshal([]byte(out), &review) == nil, nil
 	}); err != nil {

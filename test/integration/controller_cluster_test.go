@@ -75,6 +75,7 @@ func TestControllerBuildsACluster(t *testing.T) {
 	t.Run("a bad patch reports its error and changes nothing", d.badPatch)
 	t.Run("a patch that encrypts the system disk waits for a node-reset", d.encryptionPatch)
 	t.Run("a controller restarted mid-rollout resumes without repeating or skipping a step", d.restartMidRollout)
+	t.Run("the cluster trusts the OpenID provider, one control plane at a time, and people reach it as themselves", d.oidcTrust)
 	t.Run("kubelet serving certificates are approved after checking each node's Talos API", d.kubeletServing)
 	t.Run("Talos credential requests are signed for the least role, or denied, and deleted", d.credentialRequests)
 	t.Run("an etcd snapshot streams through kube-apiserver and ichor-apiserver", d.etcdSnapshot)

@@ -69,6 +69,16 @@ const (
 	GroupAdmin    = "ichor:admin"
 )
 
+// The prefixes of the people's names Kubernetes sees: IchorUsers signed in
+// at Ichor's issuer, and people of an OpenID provider, in the management
+// cluster (artifacts/kube-apiserver/authentication-config.yaml) and in a
+// managed cluster that trusts the provider (spec.authentication), where
+// their groups carry OIDCPrefix too. No token can name a system: user.
+const (
+	IchorUserPrefix = "ichor:"
+	OIDCPrefix      = "oidc:"
+)
+
 // FieldSubresource is a spec field that only its own subresource writes,
 // with the update verb on that subresource: the main endpoint refuses a
 // change to it, and a create that sets it (to anything but its default) needs

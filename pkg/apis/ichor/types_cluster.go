@@ -159,6 +159,8 @@ type TalosClusterStatus struct {
 	Disruption *DisruptionStatus
 	// backup is what the backup schedule did last.
 	Backup *ClusterBackupStatus
+	// kubernetesCA is the PEM certificate of the cluster's Kubernetes CA.
+	KubernetesCA string
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

@@ -182,6 +182,8 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
 		return
 	}
+	// Public: the certificate kubeconfigs of the cluster trust.
+	cluster.Status.KubernetesCA = string(bundle.Certs.K8s.Crt)
 	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)

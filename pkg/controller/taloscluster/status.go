@@ -24,7 +24,8 @@ var ownedConditions = []string{
 }
 
 // WriteStatus applies the fields of cluster's status this reconciler owns —
-// phase, observed generation, machine counts, versions, bootstrap time and
+// phase, observed generation, machine counts, versions, bootstrap time, the
+// Kubernetes CA certificate and
 // its conditions — with server-side apply under FieldManager, so that the
 // disruption budget, an admin's override grant and the other controllers'
 // conditions are neither overwritten nor dropped, whatever copy of the
@@ -45,6 +46,9 @@ func WriteStatus(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 	}
 	if s.BootstrappedAt != nil {
 		st.WithBootstrappedAt(*s.BootstrappedAt)
+	}
+	if s.KubernetesCA != "" {
+		st.WithKubernetesCA(s.KubernetesCA)
 	}
 	st.WithConditions(statusapply.Conditions(s.Conditions, ownedConditions...)...)
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(st)

@@ -3297,6 +3297,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.ClusterBackupStatus{}.OpenAPIModelName()),
 						},
 					},
+					"kubernetesCA": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetesCA is the PEM certificate of the cluster's Kubernetes CA, which issues its kube-apiserver's serving certificate: what a kubeconfig for the cluster trusts (`ichor kubeconfig`). It is public; its key stays in the secrets bundle.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

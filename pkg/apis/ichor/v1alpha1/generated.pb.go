@@ -3498,6 +3498,11 @@ func (m *TalosClusterStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.KubernetesCA)
+	copy(dAtA[i:], m.KubernetesCA)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.KubernetesCA)))
+	i--
+	dAtA[i] = 0x5a
 	if m.Backup != nil {
 		{
 			size, err := m.Backup.MarshalToSizedBuffer(dAtA[:i])
@@ -5993,6 +5998,8 @@ func (m *TalosClusterStatus) Size() (n int) {
 		l = m.Backup.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = len(m.KubernetesCA)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -7332,6 +7339,7 @@ func (this *TalosClusterStatus) String() string {
 		`BootstrappedAt:` + strings.Replace(fmt.Sprintf("%v", this.BootstrappedAt), "Time", "v1.Time", 1) + `,`,
 		`Disruption:` + strings.Replace(this.Disruption.String(), "DisruptionStatus", "DisruptionStatus", 1) + `,`,
 		`Backup:` + strings.Replace(this.Backup.String(), "ClusterBackupStatus", "ClusterBackupStatus", 1) + `,`,
+		`KubernetesCA:` + fmt.Sprintf("%v", this.KubernetesCA) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -18297,6 +18305,38 @@ func (m *TalosClusterStatus) Unmarshal(dAtA []byte) error {
 			if err := m.Backup.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KubernetesCA", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.KubernetesCA = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -224,6 +224,12 @@ type TalosClusterStatus struct {
 	// backup is what the backup schedule did last.
 	// +optional
 	Backup *ClusterBackupStatus `json:"backup,omitempty" protobuf:"bytes,10,opt,name=backup"`
+	// kubernetesCA is the PEM certificate of the cluster's Kubernetes CA,
+	// which issues its kube-apiserver's serving certificate: what a
+	// kubeconfig for the cluster trusts (`ichor kubeconfig`). It is public;
+	// its key stays in the secrets bundle.
+	// +optional
+	KubernetesCA string `json:"kubernetesCA,omitempty" protobuf:"bytes,11,opt,name=kubernetesCA"`
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

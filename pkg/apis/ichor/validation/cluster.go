@@ -59,6 +59,9 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 	if s.KubernetesVersion != "" {
 		errs = append(errs, validateVersion(s.KubernetesVersion, status.Child("kubernetesVersion"))...)
 	}
+	if s.KubernetesCA != "" {
+		errs = append(errs, validateCABundle(s.KubernetesCA, status.Child("kubernetesCA"))...)
+	}
 	if d := s.Disruption; d != nil {
 		fld := status.Child("disruption")
 		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(d.Machine, false) {

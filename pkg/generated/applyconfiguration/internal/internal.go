@@ -995,6 +995,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: disruption
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
+    - name: kubernetesCA
+      type:
+        scalar: string
     - name: kubernetesVersion
       type:
         scalar: string

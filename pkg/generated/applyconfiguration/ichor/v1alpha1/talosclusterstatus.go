@@ -55,6 +55,11 @@ type TalosClusterStatusApplyConfiguration struct {
 	Disruption *DisruptionStatusApplyConfiguration `json:"disruption,omitempty"`
 	// backup is what the backup schedule did last.
 	Backup *ClusterBackupStatusApplyConfiguration `json:"backup,omitempty"`
+	// kubernetesCA is the PEM certificate of the cluster's Kubernetes CA,
+	// which issues its kube-apiserver's serving certificate: what a
+	// kubeconfig for the cluster trusts (`ichor kubeconfig`). It is public;
+	// its key stays in the secrets bundle.
+	KubernetesCA *string `json:"kubernetesCA,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -145,5 +150,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithDisruption(value *DisruptionS
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithBackup(value *ClusterBackupStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithKubernetesCA sets the KubernetesCA field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubernetesCA field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithKubernetesCA(value string) *TalosClusterStatusApplyConfiguration {
+	b.KubernetesCA = &value
 	return b
 }
