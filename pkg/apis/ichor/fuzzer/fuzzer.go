@@ -97,6 +97,15 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				s.Unmanaged.Address = hostPort(c)
 			}
 		},
+		func(a *ichor.ClusterAuthentication, c randfill.Continue) {
+			c.FillNoCustom(a)
+			if a.UsernameClaim == "" {
+				a.UsernameClaim = "email"
+			}
+			if a.GroupsClaim == "" {
+				a.GroupsClaim = "groups"
+			}
+		},
 		func(b *ichor.ClusterBackup, c randfill.Continue) {
 			c.FillNoCustom(b)
 			if b.Compression == "" {
