@@ -60,17 +60,25 @@ func (n *machineryNode) Status(ctx context.Context) (*Status, error) {
 		return nil, n.v.explain("read node name", err)
 	}
 	s.Nodename = nn.TypedSpec().Nodename
+	if s.Security, err = n.Security(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Security implements Node. In maintenance mode the resource is readable
+// as os:reader, as `talosctl get securitystate --insecure` reads it.
+func (n *machineryNode) Security(ctx context.Context) (*Security, error) {
 	sec, err := safe.StateGetByID[*runtime.SecurityState](ctx, n.c.COSI, runtime.SecurityStateID)
 	switch {
 	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
+		return nil, nil
 	case err != nil:
 		return nil, n.v.explain("read security state", err)
-	default:
-		spec := sec.TypedSpec()
-		s.Security = &Security{SecureBoot: spec.SecureBoot, BootedWithUKI: spec.BootedWithUKI,
-			ModuleSignatureEnforced: spec.ModuleSignatureEnforced, PCRSigningKeyFingerprint: spec.PCRSigningKeyFingerprint}
 	}
-	return s, nil
+	spec := sec.TypedSpec()
+	return &Security{SecureBoot: spec.SecureBoot, BootedWithUKI: spec.BootedWithUKI,
+		ModuleSignatureEnforced: spec.ModuleSignatureEnforced, PCRSigningKeyFingerprint: spec.PCRSigningKeyFingerprint}, nil
 }
 
 // Config implements Node by reading the active MachineConfig resource: the

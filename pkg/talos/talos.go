@@ -59,6 +59,9 @@ type Node interface {
 	ApplyConfiguration(ctx context.Context, config []byte, mode ApplyMode) (*ApplyResult, error)
 	// Status reads the node's machine stage, readiness and node name.
 	Status(ctx context.Context) (*Status, error)
+	// Security reads how the node says it booted (its SecurityState), in
+	// maintenance mode too; nil when it does not say.
+	Security(ctx context.Context) (*Security, error)
 	// Config reads the machine config the node runs now (not one staged for
 	// its next boot). It holds the cluster's secrets; callers must never log
 	// or store it.

@@ -99,6 +99,14 @@ type ClusterSecurity struct {
 	KubeletServingCertificates KubeletServingCertificates
 	// diskEncryption encrypts every machine's system volumes when it is installed.
 	DiskEncryption *DiskEncryption
+	// secureBoot is what a machine's boot must be before the cluster's config is installed on it.
+	SecureBoot SecureBootRequirement
+}
+
+// SecureBootRequirement is what Ichor requires of how a machine booted.
+type SecureBootRequirement struct {
+	// required installs the cluster's config only on a machine that booted with SecureBoot.
+	Required bool
 }
 
 // DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.

@@ -5,6 +5,7 @@ const (
 	EventConfigApplied       = "ConfigApplied"
 	EventConfigFailed        = "ConfigFailed"
 	EventCertificateMismatch = "CertificateMismatch"
+	EventSecureBootRequired  = "SecureBootRequired"
 	EventMachineReady        = "MachineReady"
 	EventRolloutWaiting      = "RolloutWaiting"
 )

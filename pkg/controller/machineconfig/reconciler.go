@@ -307,10 +307,10 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	s.cluster, s.bundle = &cluster, bundle
 	if m.Status.AppliedConfig == nil {
 		return r.install(callCtx, s, rendered, creds)
 	}
-	s.cluster, s.bundle = &cluster, bundle
 	return r.converge(callCtx, s, rendered, creds)
 }
 
@@ -331,7 +331,23 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	}
 	defer func() { _ = node.Close() }()
 
-	res, err := node.ApplyConfiguration(ctx, rendered.Config, talos.ApplyNoReboot)
+	// How the node booted, in its own word, decides whether it gets the
+	// cluster's config, which holds the cluster's secrets.
+	var res *talos.ApplyResult
+	sec, err := node.Security(ctx)
+	if err == nil {
+		recordSecurity(&m.Status, sec)
+		if why := secureBootRequired(s.cluster); why != "" && (sec == nil || !sec.SecureBoot) {
+			msg := fmt.Sprintf("the node says it did not boot with SecureBoot, which %s; its config was not sent: "+
+				"boot it from SecureBoot media with SecureBoot enforced by its firmware", why)
+			if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != msg {
+				r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventSecureBootRequired, "InstallConfig", "%s", msg)
+			}
+			s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonSecureBootRequired, msg)
+			return retry, nil
+		}
+		res, err = node.ApplyConfiguration(ctx, rendered.Config, talos.ApplyNoReboot)
+	}
 	if err != nil && r.installedAlready(ctx, m, creds) {
 		// Installed by an earlier try whose status write was lost (a crash
 		// between the call and the write): the node left maintenance mode
@@ -410,10 +426,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, fmt.Sprintf("the node's Talos API does not answer over mutual TLS: %v", err)), nil
 	}
 	m.Status.NodeName = st.Nodename
-	if sec := st.Security; sec != nil {
-		m.Status.Security = &v1alpha1.MachineSecurityStatus{SecureBoot: sec.SecureBoot, BootedWithUKI: sec.BootedWithUKI,
-			ModuleSignatureEnforced: sec.ModuleSignatureEnforced, PCRSigningKeyFingerprint: sec.PCRSigningKeyFingerprint}
-	}
+	recordSecurity(&m.Status, st.Security)
 	if !st.Running() {
 		msg := "the node is in stage " + st.Stage
 		if len(st.Unmet) > 0 {

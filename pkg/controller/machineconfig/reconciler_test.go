@@ -400,3 +400,48 @@ func TestShutDownNodeIsUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// A cluster that requires SecureBoot (or seals its disks' keys in the
+// TPM) sends its config, with its secrets, only to a node that says it
+// booted with SecureBoot; what the node said is in status.security.
+func TestInstallRequiresSecureBoot(t *testing.T) {
+	for name, require := range map[string]func(*v1alpha1.TalosCluster){
+		"required": func(c *v1alpha1.TalosCluster) { c.Spec.Security.SecureBoot.Required = true },
+		"tpm": func(c *v1alpha1.TalosCluster) {
+			c.Spec.Security.DiskEncryption = &v1alpha1.DiskEncryption{Key: v1alpha1.DiskEncryptionKeyTPM}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"))
+			var c v1alpha1.TalosCluster
+			if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
+				t.Fatal(err)
+			}
+			require(&c)
+			if err := f.client.Update(context.Background(), &c); err != nil {
+				t.Fatal(err)
+			}
+			node := &talostest.Node{UUID: "uuid-1", Stage: "maintenance"}
+			f.dialer.Nodes["10.5.0.11:50000"] = node
+
+			f.reconcile("w1")
+			m := f.get("w1")
+			if reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonSecureBootRequired || m.Status.AppliedConfig != nil {
+				t.Fatalf("without SecureBoot: applied %+v, conditions %+v", m.Status.AppliedConfig, m.Status.Conditions)
+			}
+			if len(node.Calls) != 0 {
+				t.Fatalf("a node without SecureBoot was sent %v", node.Calls)
+			}
+			if m.Status.Security == nil || m.Status.Security.SecureBoot {
+				t.Errorf("status.security %+v, want what the node said", m.Status.Security)
+			}
+
+			node.SecureBoot = true
+			f.reconcile("w1")
+			if m := f.get("w1"); reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonInstalled ||
+				m.Status.Security == nil || !m.Status.Security.SecureBoot {
+				t.Fatalf("with SecureBoot: security %+v, conditions %+v", m.Status.Security, m.Status.Conditions)
+			}
+		})
+	}
+}

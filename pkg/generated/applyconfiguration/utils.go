@@ -136,6 +136,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.S3TargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &ichorv1alpha1.SecretKeySelectorApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecureBootRequirement"):
+		return &ichorv1alpha1.SecureBootRequirementApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TalosBackup"):
 		return &ichorv1alpha1.TalosBackupApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TalosBackupSpec"):

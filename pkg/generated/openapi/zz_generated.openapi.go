@@ -93,6 +93,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.RebootParameters{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref),
 		v1alpha1.S3Target{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_S3Target(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
+		v1alpha1.SecureBootRequirement{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_SecureBootRequirement(ref),
 		v1alpha1.TalosBackup{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_TalosBackup(ref),
 		v1alpha1.TalosBackupList{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_TalosBackupList(ref),
 		v1alpha1.TalosBackupSpec{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_TalosBackupSpec(ref),
@@ -751,11 +752,18 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterSecurity(ref common.ReferenceCallback
 							Ref:         ref(v1alpha1.DiskEncryption{}.OpenAPIModelName()),
 						},
 					},
+					"secureBoot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secureBoot is what a machine's boot must be before the cluster's config, which holds its secrets, is installed on it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SecureBootRequirement{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.DiskEncryption{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificates{}.OpenAPIModelName()},
+			v1alpha1.DiskEncryption{}.OpenAPIModelName(), v1alpha1.KubeletServingCertificates{}.OpenAPIModelName(), v1alpha1.SecureBootRequirement{}.OpenAPIModelName()},
 	}
 }
 
@@ -2770,6 +2778,26 @@ func schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref common.ReferenceCallba
 					},
 				},
 				Required: []string{"name", "key"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_SecureBootRequirement(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecureBootRequirement is what Ichor requires of how a machine booted.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"required": {
+						SchemaProps: spec.SchemaProps{
+							Description: "required installs the cluster's config only on a machine whose node reports, over its maintenance API just before the install, that it booted a signed UKI under firmware that enforces SecureBoot (its SecurityState, recorded in the TalosMachine's status.security). A TPM-sealed diskEncryption requires it whatever this says: the TPM would refuse to seal the key. It is the node's own word, as Talos reports it; it applies at install, and machines installed before keep running. Use a SecureBoot installer (--install-image, or a patch of machine.install.image) so that upgrades keep the machine SecureBoot.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
 			},
 		},
 	}

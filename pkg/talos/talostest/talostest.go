@@ -58,6 +58,9 @@ type Node struct {
 	Quota int64
 	// NoSpace is the raised NOSPACE alarm of this member, until disarmed.
 	NoSpace bool
+	// SecureBoot is what the node says of its boot: a signed UKI under
+	// firmware that enforces SecureBoot.
+	SecureBoot bool
 	// APIServerConfigVersion is the version of a control plane's
 	// APIServerConfig resource; a test moves it as Talos does when a
 	// change reaches kube-apiserver.
@@ -339,6 +342,15 @@ func (s *session) EtcdDefragment(context.Context) error {
 	s.n.Calls = append(s.n.Calls, "etcd-defrag")
 	s.n.DBSize = s.n.DBSizeInUse
 	return nil
+}
+
+func (s *session) Security(context.Context) (*talos.Security, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	return &talos.Security{SecureBoot: s.n.SecureBoot, BootedWithUKI: s.n.SecureBoot, ModuleSignatureEnforced: true}, nil
 }
 
 func (s *session) APIServerConfigVersion(context.Context) (string, error) {

@@ -56,11 +56,14 @@ const (
 	// MachineReasonResetRequired: the new config changes what Talos sets
 	// only at install (a system volume's encryption); the node keeps its
 	// config until a node-reset wipes it and installs the new one.
-	MachineReasonResetRequired     = "ResetRequired"
-	MachineReasonWaitingForRollout = "WaitingForRollout"
-	MachineReasonRunning           = "Running"
-	MachineReasonBooting           = "Booting"
-	MachineReasonRebooting         = "Rebooting"
+	MachineReasonResetRequired = "ResetRequired"
+	// MachineReasonSecureBootRequired: the cluster requires machines to
+	// boot with SecureBoot and this node says it did not; nothing was sent.
+	MachineReasonSecureBootRequired = "SecureBootRequired"
+	MachineReasonWaitingForRollout  = "WaitingForRollout"
+	MachineReasonRunning            = "Running"
+	MachineReasonBooting            = "Booting"
+	MachineReasonRebooting          = "Rebooting"
 	// MachineReasonAPIServerRestarting: the control plane took a change
 	// that restarts its kube-apiserver, which does not serve it yet; the
 	// machine holds its cluster's disruption budget until it does.

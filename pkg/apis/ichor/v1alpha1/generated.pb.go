@@ -153,6 +153,8 @@ func (m *S3Target) Reset() { *m = S3Target{} }
 
 func (m *SecretKeySelector) Reset() { *m = SecretKeySelector{} }
 
+func (m *SecureBootRequirement) Reset() { *m = SecureBootRequirement{} }
+
 func (m *TalosBackup) Reset() { *m = TalosBackup{} }
 
 func (m *TalosBackupList) Reset() { *m = TalosBackupList{} }
@@ -848,6 +850,16 @@ func (m *ClusterSecurity) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	{
+		size, err := m.SecureBoot.MarshalToSizedBuffer(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = encodeVarintGenerated(dAtA, i, uint64(size))
+	}
+	i--
+	dAtA[i] = 0x1a
 	if m.DiskEncryption != nil {
 		{
 			size, err := m.DiskEncryption.MarshalToSizedBuffer(dAtA[:i])
@@ -3000,6 +3012,37 @@ func (m *SecretKeySelector) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
+func (m *SecureBootRequirement) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *SecureBootRequirement) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *SecureBootRequirement) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i--
+	if m.Required {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x8
+	return len(dAtA) - i, nil
+}
+
 func (m *TalosBackup) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
 	dAtA = make([]byte, size)
@@ -5020,6 +5063,8 @@ func (m *ClusterSecurity) Size() (n int) {
 		l = m.DiskEncryption.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = m.SecureBoot.Size()
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5795,6 +5840,16 @@ func (m *SecretKeySelector) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Key)
 	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
+func (m *SecureBootRequirement) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	n += 2
 	return n
 }
 
@@ -6598,6 +6653,7 @@ func (this *ClusterSecurity) String() string {
 	s := strings.Join([]string{`&ClusterSecurity{`,
 		`KubeletServingCertificates:` + strings.Replace(strings.Replace(this.KubeletServingCertificates.String(), "KubeletServingCertificates", "KubeletServingCertificates", 1), `&`, ``, 1) + `,`,
 		`DiskEncryption:` + strings.Replace(this.DiskEncryption.String(), "DiskEncryption", "DiskEncryption", 1) + `,`,
+		`SecureBoot:` + strings.Replace(strings.Replace(this.SecureBoot.String(), "SecureBootRequirement", "SecureBootRequirement", 1), `&`, ``, 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7199,6 +7255,16 @@ func (this *SecretKeySelector) String() string {
 	s := strings.Join([]string{`&SecretKeySelector{`,
 		`Name:` + fmt.Sprintf("%v", this.Name) + `,`,
 		`Key:` + fmt.Sprintf("%v", this.Key) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *SecureBootRequirement) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&SecureBootRequirement{`,
+		`Required:` + fmt.Sprintf("%v", this.Required) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9824,6 +9890,39 @@ func (m *ClusterSecurity) Unmarshal(dAtA []byte) error {
 				m.DiskEncryption = &DiskEncryption{}
 			}
 			if err := m.DiskEncryption.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SecureBoot", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if err := m.SecureBoot.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -16498,6 +16597,76 @@ func (m *SecretKeySelector) Unmarshal(dAtA []byte) error {
 			}
 			m.Key = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *SecureBootRequirement) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: SecureBootRequirement: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: SecureBootRequirement: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Required", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Required = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

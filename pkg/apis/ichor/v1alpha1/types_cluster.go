@@ -139,6 +139,25 @@ type ClusterSecurity struct {
 	// ResetRequired) until a node-reset wipes and reinstalls them.
 	// +optional
 	DiskEncryption *DiskEncryption `json:"diskEncryption,omitempty" protobuf:"bytes,2,opt,name=diskEncryption"`
+	// secureBoot is what a machine's boot must be before the cluster's
+	// config, which holds its secrets, is installed on it.
+	// +optional
+	SecureBoot SecureBootRequirement `json:"secureBoot,omitempty" protobuf:"bytes,3,opt,name=secureBoot"`
+}
+
+// SecureBootRequirement is what Ichor requires of how a machine booted.
+type SecureBootRequirement struct {
+	// required installs the cluster's config only on a machine whose node
+	// reports, over its maintenance API just before the install, that it
+	// booted a signed UKI under firmware that enforces SecureBoot (its
+	// SecurityState, recorded in the TalosMachine's status.security). A
+	// TPM-sealed diskEncryption requires it whatever this says: the TPM
+	// would refuse to seal the key. It is the node's own word, as Talos
+	// reports it; it applies at install, and machines installed before keep
+	// running. Use a SecureBoot installer (--install-image, or a patch of
+	// machine.install.image) so that upgrades keep the machine SecureBoot.
+	// +optional
+	Required bool `json:"required,omitempty" protobuf:"varint,1,opt,name=required"`
 }
 
 // DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.

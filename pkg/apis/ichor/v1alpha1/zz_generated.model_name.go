@@ -322,6 +322,11 @@ func (in SecretKeySelector) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecureBootRequirement) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecureBootRequirement"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in TalosBackup) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackup"
 }

@@ -250,6 +250,10 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificates
       default: {}
+    - name: secureBoot
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecureBootRequirement
+      default: {}
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ComponentVersion
   map:
     fields:
@@ -838,6 +842,12 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecureBootRequirement
+  map:
+    fields:
+    - name: required
+      type:
+        scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosBackup
   map:
     fields:

@@ -32,6 +32,9 @@ type ClusterSecurityApplyConfiguration struct {
 	// removed, keep what they have (their ConfigApplied condition says
 	// ResetRequired) until a node-reset wipes and reinstalls them.
 	DiskEncryption *DiskEncryptionApplyConfiguration `json:"diskEncryption,omitempty"`
+	// secureBoot is what a machine's boot must be before the cluster's
+	// config, which holds its secrets, is installed on it.
+	SecureBoot *SecureBootRequirementApplyConfiguration `json:"secureBoot,omitempty"`
 }
 
 // ClusterSecurityApplyConfiguration constructs a declarative configuration of the ClusterSecurity type for use with
@@ -53,5 +56,13 @@ func (b *ClusterSecurityApplyConfiguration) WithKubeletServingCertificates(value
 // If called multiple times, the DiskEncryption field is set to the value of the last call.
 func (b *ClusterSecurityApplyConfiguration) WithDiskEncryption(value *DiskEncryptionApplyConfiguration) *ClusterSecurityApplyConfiguration {
 	b.DiskEncryption = value
+	return b
+}
+
+// WithSecureBoot sets the SecureBoot field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SecureBoot field is set to the value of the last call.
+func (b *ClusterSecurityApplyConfiguration) WithSecureBoot(value *SecureBootRequirementApplyConfiguration) *ClusterSecurityApplyConfiguration {
+	b.SecureBoot = value
 	return b
 }
