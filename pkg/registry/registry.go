@@ -79,6 +79,7 @@ func V1alpha1(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, deps
 		"talosclusters/authentication":     clusters.Subresources["authentication"],
 		"talosclusters/kubernetes-version": clusters.Subresources["kubernetes-version"],
 		"talosclusters/backup":             clusters.Subresources["backup"],
+		"talosclusters/installer-image":    clusters.Subresources["installer-image"],
 		"talosclusters/override":           clusters.Actions[override.Subresource],
 		"talosmachines":                    machines.Store,
 		"talosmachines/status":             machines.Status,

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -114,8 +115,9 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 		generate.WithSecretsBundle(in.Secrets),
 		generate.WithInstallDisk(disk),
 	}
-	if in.InstallImage != "" {
-		opts = append(opts, generate.WithInstallImage(imageref.WithTag(in.InstallImage, ClusterVersion(cluster))))
+	// The cluster's own (SecureBoot) installer, else the controller's.
+	if image := cmp.Or(spec.Security.SecureBoot.InstallerImage, in.InstallImage); image != "" {
+		opts = append(opts, generate.WithInstallImage(imageref.WithTag(image, ClusterVersion(cluster))))
 	}
 	if spec.Network.DNSDomain != "" {
 		opts = append(opts, generate.WithDNSDomain(spec.Network.DNSDomain))

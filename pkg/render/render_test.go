@@ -565,3 +565,27 @@ func TestKubeletCertificateAuthorityWaitsForTheLatch(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderInstallerImage: the cluster's SecureBoot installer wins over
+// the controller's, at the cluster's Talos version.
+func TestRenderInstallerImage(t *testing.T) {
+	in := testInput(t, testMachine("w-1", ichorv1alpha1.MachineRoleWorker, nil))
+	in.InstallImage = "siderolabs/installer"
+	for _, tc := range []struct{ cluster, want string }{
+		{"", "siderolabs/installer:v1.13.0"},
+		{"factory.example/installer-secureboot/abc", "factory.example/installer-secureboot/abc:v1.13.0"},
+	} {
+		in.Cluster.Spec.Security.SecureBoot.InstallerImage = tc.cluster
+		out, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configloader.NewFromBytes(out.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Machine().Install().Image(); got != tc.want {
+			t.Errorf("cluster installer %q: machine.install.image %q, want %q", tc.cluster, got, tc.want)
+		}
+	}
+}

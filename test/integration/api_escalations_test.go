@@ -82,6 +82,9 @@ func TestAdminOnlyFieldsOnCreate(t *testing.T) {
 		{"spec.authentication", "authentication", func(c *v1alpha1.TalosCluster) {
 			c.Spec.Authentication = &v1alpha1.ClusterAuthentication{IssuerURL: "https://issuer.example.com", ClientID: "k8s"}
 		}},
+		{"spec.security.secureBoot.installerImage", "installer-image", func(c *v1alpha1.TalosCluster) {
+			c.Spec.Security.SecureBoot.InstallerImage = "factory.example/installer-secureboot/abc"
+		}},
 	} {
 		c := apiTalosCluster("shared", ns)
 		tc.mutate(c)

@@ -47,6 +47,9 @@ func TestClusterFieldSubresources(t *testing.T) {
 		{"spec.authentication", "talosclusters/authentication", func(c *v1alpha1.TalosCluster) {
 			c.Spec.Authentication = &v1alpha1.ClusterAuthentication{IssuerURL: "https://issuer.example.com", ClientID: "k8s"}
 		}},
+		{"spec.security.secureBoot.installerImage", "talosclusters/installer-image", func(c *v1alpha1.TalosCluster) {
+			c.Spec.Security.SecureBoot.InstallerImage = "factory.example/installer-secureboot/abc"
+		}},
 	} {
 		changed := c.DeepCopy()
 		tc.mutate(changed)

@@ -110,6 +110,10 @@ var FieldSubresources = []FieldSubresource{
 	specField("talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
 	specField("talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
 	specField("talosclusters", "backup", "spec.backup", func(c *TalosCluster) **ClusterBackup { return &c.Spec.Backup }),
+	// The installer chooses what code every node runs.
+	specField("talosclusters", "installer-image", "spec.security.secureBoot.installerImage", func(c *TalosCluster) *string {
+		return &c.Spec.Security.SecureBoot.InstallerImage
+	}),
 	// Operators set the Kubernetes version as they build a cluster;
 	// ichor-controller, which writes no other spec, moves it at the end of a
 	// kubernetes-upgrade.

@@ -107,6 +107,8 @@ type ClusterSecurity struct {
 type SecureBootRequirement struct {
 	// required installs the cluster's config only on a machine that booted with SecureBoot.
 	Required bool
+	// installerImage is the repository of the cluster's SecureBoot installer, without a tag.
+	InstallerImage string
 }
 
 // DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.

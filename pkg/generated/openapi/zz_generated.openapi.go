@@ -2792,8 +2792,15 @@ func schema_pkg_apis_ichor_v1alpha1_SecureBootRequirement(ref common.ReferenceCa
 				Properties: map[string]spec.Schema{
 					"required": {
 						SchemaProps: spec.SchemaProps{
-							Description: "required installs the cluster's config only on a machine whose node reports, over its maintenance API just before the install, that it booted a signed UKI under firmware that enforces SecureBoot (its SecurityState, recorded in the TalosMachine's status.security). A TPM-sealed diskEncryption requires it whatever this says: the TPM would refuse to seal the key. It is the node's own word, as Talos reports it; it applies at install, and machines installed before keep running. Use a SecureBoot installer (--install-image, or a patch of machine.install.image) so that upgrades keep the machine SecureBoot.",
+							Description: "required installs the cluster's config only on a machine whose node reports, over its maintenance API just before the install, that it booted a signed UKI under firmware that enforces SecureBoot (its SecurityState, recorded in the TalosMachine's status.security). A TPM-sealed diskEncryption requires it whatever this says: the TPM would refuse to seal the key. It is the node's own word, as Talos reports it; it applies at install, and machines installed before keep running. Use a SecureBoot installer (installerImage) so that upgrades keep the machine SecureBoot.",
 							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"installerImage": {
+						SchemaProps: spec.SchemaProps{
+							Description: "installerImage is the repository of the cluster's SecureBoot installer (factory.example/installer-secureboot/<schematic>, without a tag: Ichor adds the cluster's Talos version), written into every machine's machine.install.image, which installs and upgrades run. It chooses what code the nodes run, so only admins set it, through the talosclusters/installer-image subresource. Empty: the controller's --install-image.",
+							Type:        []string{"string"},
 							Format:      "",
 						},
 					},

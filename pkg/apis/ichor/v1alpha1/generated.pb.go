@@ -3032,6 +3032,11 @@ func (m *SecureBootRequirement) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.InstallerImage)
+	copy(dAtA[i:], m.InstallerImage)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.InstallerImage)))
+	i--
+	dAtA[i] = 0x12
 	i--
 	if m.Required {
 		dAtA[i] = 1
@@ -5850,6 +5855,8 @@ func (m *SecureBootRequirement) Size() (n int) {
 	var l int
 	_ = l
 	n += 2
+	l = len(m.InstallerImage)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -7265,6 +7272,7 @@ func (this *SecureBootRequirement) String() string {
 	}
 	s := strings.Join([]string{`&SecureBootRequirement{`,
 		`Required:` + fmt.Sprintf("%v", this.Required) + `,`,
+		`InstallerImage:` + fmt.Sprintf("%v", this.InstallerImage) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -16667,6 +16675,38 @@ func (m *SecureBootRequirement) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.Required = bool(v != 0)
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field InstallerImage", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.InstallerImage = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -154,10 +154,19 @@ type SecureBootRequirement struct {
 	// TPM-sealed diskEncryption requires it whatever this says: the TPM
 	// would refuse to seal the key. It is the node's own word, as Talos
 	// reports it; it applies at install, and machines installed before keep
-	// running. Use a SecureBoot installer (--install-image, or a patch of
-	// machine.install.image) so that upgrades keep the machine SecureBoot.
+	// running. Use a SecureBoot installer (installerImage) so that
+	// upgrades keep the machine SecureBoot.
 	// +optional
 	Required bool `json:"required,omitempty" protobuf:"varint,1,opt,name=required"`
+	// installerImage is the repository of the cluster's SecureBoot installer
+	// (factory.example/installer-secureboot/<schematic>, without a tag:
+	// Ichor adds the cluster's Talos version), written into every
+	// machine's machine.install.image, which installs and upgrades run. It
+	// chooses what code the nodes run, so only admins set it, through the
+	// talosclusters/installer-image subresource. Empty: the controller's
+	// --install-image.
+	// +optional
+	InstallerImage string `json:"installerImage,omitempty" protobuf:"bytes,2,opt,name=installerImage"`
 }
 
 // DiskEncryption encrypts the system volumes STATE and EPHEMERAL with LUKS2.

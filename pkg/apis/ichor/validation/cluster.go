@@ -3,6 +3,7 @@ package validation
 import (
 	"regexp"
 	"slices"
+	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -128,6 +129,9 @@ func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) fi
 			errs = append(errs, field.NotSupported(fldPath.Child("security", "diskEncryption", "key"), e.Key, keys))
 		}
 	}
+	if img := s.Security.SecureBoot.InstallerImage; img != "" {
+		errs = append(errs, validateImageRepository(img, fldPath.Child("security", "secureBoot", "installerImage"))...)
+	}
 	ksc := s.Security.KubeletServingCertificates
 	if ksc.VerifyFromAPIServer && !ksc.Enabled {
 		errs = append(errs, field.Forbidden(fldPath.Child("security", "kubeletServingCertificates", "verifyFromAPIServer"),
@@ -229,4 +233,38 @@ func validateClusterAuthentication(a *ichor.ClusterAuthentication, fldPath *fiel
 		}
 	}
 	return errs
+}
+
+// maxImageRepository bounds an image repository, as registries do.
+const maxImageRepository = 255
+
+// imagePathComponent is one path component of a repository, as the
+// distribution spec names them (lowercase).
+var imagePathComponent = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+
+// imageHost is a registry host, with an optional port.
+var imageHost = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]+)?$`)
+
+// validateImageRepository accepts an image repository without a tag or a
+// digest (Ichor adds the tag): [host[:port]/]path/components.
+func validateImageRepository(repo string, fldPath *field.Path) field.ErrorList {
+	if len(repo) > maxImageRepository {
+		return field.ErrorList{field.TooLong(fldPath, "", maxImageRepository)}
+	}
+	if strings.Contains(repo, "@") {
+		return field.ErrorList{field.Invalid(fldPath, repo, "must not carry a digest: Ichor adds the cluster's Talos version as the tag")}
+	}
+	parts := strings.Split(repo, "/")
+	if len(parts) > 1 && imageHost.MatchString(parts[0]) && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost") {
+		parts = parts[1:]
+	}
+	for _, p := range parts {
+		if strings.Contains(p, ":") {
+			return field.ErrorList{field.Invalid(fldPath, repo, "must not carry a tag: Ichor adds the cluster's Talos version")}
+		}
+		if !imagePathComponent.MatchString(p) {
+			return field.ErrorList{field.Invalid(fldPath, repo, "must be an image repository: [host[:port]/]lowercase/path")}
+		}
+	}
+	return nil
 }

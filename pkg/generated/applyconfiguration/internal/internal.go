@@ -845,6 +845,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecureBootRequirement
   map:
     fields:
+    - name: installerImage
+      type:
+        scalar: string
     - name: required
       type:
         scalar: boolean

@@ -30,9 +30,17 @@ type SecureBootRequirementApplyConfiguration struct {
 	// TPM-sealed diskEncryption requires it whatever this says: the TPM
 	// would refuse to seal the key. It is the node's own word, as Talos
 	// reports it; it applies at install, and machines installed before keep
-	// running. Use a SecureBoot installer (--install-image, or a patch of
-	// machine.install.image) so that upgrades keep the machine SecureBoot.
+	// running. Use a SecureBoot installer (installerImage) so that
+	// upgrades keep the machine SecureBoot.
 	Required *bool `json:"required,omitempty"`
+	// installerImage is the repository of the cluster's SecureBoot installer
+	// (factory.example/installer-secureboot/<schematic>, without a tag:
+	// Ichor adds the cluster's Talos version), written into every
+	// machine's machine.install.image, which installs and upgrades run. It
+	// chooses what code the nodes run, so only admins set it, through the
+	// talosclusters/installer-image subresource. Empty: the controller's
+	// --install-image.
+	InstallerImage *string `json:"installerImage,omitempty"`
 }
 
 // SecureBootRequirementApplyConfiguration constructs a declarative configuration of the SecureBootRequirement type for use with
@@ -46,5 +54,13 @@ func SecureBootRequirement() *SecureBootRequirementApplyConfiguration {
 // If called multiple times, the Required field is set to the value of the last call.
 func (b *SecureBootRequirementApplyConfiguration) WithRequired(value bool) *SecureBootRequirementApplyConfiguration {
 	b.Required = &value
+	return b
+}
+
+// WithInstallerImage sets the InstallerImage field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the InstallerImage field is set to the value of the last call.
+func (b *SecureBootRequirementApplyConfiguration) WithInstallerImage(value string) *SecureBootRequirementApplyConfiguration {
+	b.InstallerImage = &value
 	return b
 }
