@@ -8,3 +8,14 @@ import _ "embed"
 //
 //go:embed roles.yaml
 var Roles []byte
+
+// AuditPolicy is audit-policy.yaml: ichor-apiserver's audit policy, in a ConfigMap.
+//
+//go:embed audit-policy.yaml
+var AuditPolicy []byte
+
+// KubeAPIServerAuditPolicy is kube-apiserver/audit-policy.yaml: the rules the
+// management cluster's kube-apiserver needs first in its audit policy.
+//
+//go:embed kube-apiserver/audit-policy.yaml
+var KubeAPIServerAuditPolicy []byte
