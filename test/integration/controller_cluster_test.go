@@ -143,7 +143,7 @@ type demoSetup struct {
 
 // newDemoClusterWith builds demo with setup's changes.
 func newDemoClusterWith(t *testing.T, setup demoSetup) *demoCluster {
-	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	t.Cleanup(cancel)
 	installControllerRBAC(ctx, t)
 	// The operator places machines on the loopback addresses below; an admin

@@ -96,6 +96,10 @@ func (d *demoCluster) oidcTrust(t *testing.T) {
 	login := p.startIchor(ctx, t, "login", "--oidc", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile, "--no-browser")
 	signInAtProvider(ctx, t, login.await(t, regexp.MustCompile(`https://\S+/auth\?\S+`)), olga)
 	login.wait(t).ok(t, "ichor login --oidc")
+	if r := p.ichor(ctx, t, nil, "-n", d.ns, "kubeconfig", "demo", "--username", "nobody@example.com"); r.code == 0 ||
+		!strings.Contains(r.stderr, "is not signed in") || !strings.Contains(r.stderr, "ichor login --oidc --issuer "+cp.OIDC.URL) {
+		t.Errorf("ichor kubeconfig for someone not signed in: %+v", r)
+	}
 	p.ichor(ctx, t, nil, "-n", d.ns, "kubeconfig", "demo", "--username", olga.Email).ok(t, "ichor kubeconfig", "oidc:"+olga.Email+"@"+d.ns+"/demo")
 	demo := []string{"--context", "oidc:" + olga.Email + "@" + d.ns + "/demo"}
 	who := p.whoamiIn(ctx, t, demo...)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 
 	"ichor.dev/ichor/test/internal/proc"
@@ -526,6 +527,10 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 
 	spec := apiServerSpecOf(cfg)
 	if err = spec.writeHost(r.hostDir()); err != nil {
+		return err
+	}
+
+	if err = copyFile(f.acceptedCAs, filepath.Join(r.hostDir(), constants.KubernetesAPIServerSecretsDir, "ca.crt")); err != nil {
 		return err
 	}
 

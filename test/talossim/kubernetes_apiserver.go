@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 
 	"ichor.dev/ichor/test/internal/proc"
 )
@@ -18,7 +19,8 @@ import (
 // A control plane's kube-apiserver follows its machine config as Talos runs it: cluster.apiServer's
 // extraArgs become flags (over the simulator's own, but for the plumbing that ties the process to its
 // loopback listener, certificates and etcd, which stays the simulator's), its extraVolumes mount host
-// paths into the pod, and its env is the pod's. A change of any of them, or of the trusted roots such
+// paths into the pod, as Talos mounts its own secrets directory (/system/secrets/kubernetes/
+// kube-apiserver, whose ca.crt the simulator writes), and its env is the pod's. A change of any of them, or of the trusted roots such
 // a mount shows, restarts kube-apiserver (not etcd, not the other components), as Talos replaces the
 // static pod; its mirror pod at the new config version appears, Ready, only once the restarted
 // process serves (mirrorPods). The host is the run directory's host/: the simulator writes there
@@ -50,7 +52,11 @@ type apiServerSpec struct {
 }
 
 func apiServerSpecOf(cfg config.Provider) apiServerSpec {
-	s := apiServerSpec{args: map[string][]string{}, env: map[string]string{}, mounts: map[string]string{}}
+	// Talos mounts the API server's own secrets (ca.crt, the cluster CA, which
+	// kubelet-certificate-authority names) into its pod; the run writes them on its host.
+	s := apiServerSpec{args: map[string][]string{}, env: map[string]string{}, mounts: map[string]string{
+		constants.KubernetesAPIServerSecretsDir: constants.KubernetesAPIServerSecretsDir,
+	}}
 	if cfg == nil || cfg.Cluster() == nil {
 		return s
 	}

@@ -101,6 +101,11 @@ func TestAPIServerSpecFlags(t *testing.T) {
 		t.Errorf("host trust bundle %q, %v", b, err)
 	}
 
+	if got, want := apiServerSpecOf(nil).hostPath(host, "/system/secrets/kubernetes/kube-apiserver/ca.crt"),
+		filepath.Join(host, "/system/secrets/kubernetes/kube-apiserver/ca.crt"); got != want {
+		t.Errorf("Talos's own secrets mount: %s, want %s", got, want)
+	}
+
 	other := s
 	other.roots = ""
 	if other.key() == s.key() {
