@@ -530,7 +530,13 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		return err
 	}
 
-	if err = copyFile(f.acceptedCAs, filepath.Join(r.hostDir(), constants.KubernetesAPIServerSecretsDir, "ca.crt")); err != nil {
+	// Written again when the control plane starts again from its directory.
+	ca, err := os.ReadFile(f.acceptedCAs)
+	if err != nil {
+		return err
+	}
+
+	if err = os.WriteFile(filepath.Join(r.hostDir(), constants.KubernetesAPIServerSecretsDir, "ca.crt"), ca, 0o644); err != nil {
 		return err
 	}
 
