@@ -163,8 +163,17 @@ func (d *demoCluster) shutdowns(t *testing.T) {
 		}
 	}
 	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-	cm, err := wl.CoreV1().ConfigMaps("default").Get(ctx, "before-shutdown", metav1.GetOptions{})
-	if err != nil || cm.Data["v"] != "kept" {
+	// The cluster's status may say Ready from before the shutdown for a
+	// moment: the data is checked once its Kubernetes API answers again.
+	var cm *corev1.ConfigMap
+	if err := wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		var err error
+		cm, err = wl.CoreV1().ConfigMaps("default").Get(ctx, "before-shutdown", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, err // the API answers, without the data
+		}
+		return err == nil, nil
+	}); err != nil || cm.Data["v"] != "kept" {
 		t.Errorf("the ConfigMap written before the shutdown: %v %v", err, cm)
 	}
 	out = mustKubectl(ctx, t, append(admin, "get", "talosoperations", "-n", d.ns, "off-all")...)
