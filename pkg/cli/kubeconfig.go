@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -73,13 +72,7 @@ cluster trusts.`,
 			return err
 		}
 		clusterName := ns + "/" + tc.Name
-		user := &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
-			APIVersion:      clientauthv1.SchemeGroupVersion.String(),
-			Command:         "ichor",
-			Args:            append([]string{"auth", "token"}, f.args()...),
-			InstallHint:     "the ichor CLI signs you in: install it on your PATH, then run " + f.loginHint(),
-			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
-		}}
+		user := execUser(&f, "the ichor CLI signs you in")
 		// The user ichor login --oidc wrote, unless that one is for another client.
 		userName := ichor.OIDCPrefix + username
 		if old, ok := raw.AuthInfos[userName]; ok && (old.Exec == nil || !slices.Equal(old.Exec.Args, user.Exec.Args)) {

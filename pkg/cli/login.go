@@ -254,13 +254,7 @@ func writeExecUser(o *Options, f *signInFlags, name string) (cluster string, err
 	if _, ok := raw.Clusters[cluster]; !ok || cluster == "" {
 		return "", errors.New("no cluster to sign in to: give --cluster, or a kubeconfig whose current context names the management cluster")
 	}
-	raw.AuthInfos[name] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
-		APIVersion:      clientauthv1.SchemeGroupVersion.String(),
-		Command:         "ichor",
-		Args:            append([]string{"auth", "token"}, f.args()...),
-		InstallHint:     "the ichor CLI signs you in to Ichor: install it on your PATH, then run " + f.loginHint(),
-		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
-	}}
+	raw.AuthInfos[name] = execUser(f, "the ichor CLI signs you in to Ichor")
 	ns := ""
 	if ctx := raw.Contexts[current]; ctx != nil {
 		ns = ctx.Namespace
@@ -268,6 +262,19 @@ func writeExecUser(o *Options, f *signInFlags, name string) (cluster string, err
 	raw.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name, Namespace: ns}
 	raw.CurrentContext = name
 	return cluster, clientcmd.ModifyConfig(loader.ConfigAccess(), raw, false)
+}
+
+// execUser is the kubeconfig user of a sign-in: it runs ichor auth token,
+// kubectl's exec credential plugin, and holds no secret. what says what the
+// CLI does for someone who lacks it.
+func execUser(f *signInFlags, what string) *clientcmdapi.AuthInfo {
+	return &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+		APIVersion:      clientauthv1.SchemeGroupVersion.String(),
+		Command:         "ichor",
+		Args:            append([]string{"auth", "token"}, f.args()...),
+		InstallHint:     what + ": install it on your PATH, then run " + f.loginHint(),
+		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	}}
 }
 
 func newAuth(o *Options) *cobra.Command {

@@ -53,25 +53,8 @@ func TestAPIServerRestartWaitsForTheStaticPod(t *testing.T) {
 	mirror("node-uuid-1", "3", true)
 	mirror("node-uuid-2", "3", true)
 
-	for _, name := range []string{"cp1", "cp2"} {
-		f.reconcile(name)
-	}
-	f.dialer.Boot()
-	for _, name := range []string{"cp1", "cp2"} {
-		f.reconcile(name)
-		if m := f.get(name); m.Status.Phase != v1alpha1.MachinePhaseReady {
-			t.Fatalf("%s is %s before the patch", name, m.Status.Phase)
-		}
-	}
-
-	patch := &v1alpha1.TalosConfigPatch{
-		ObjectMeta: metav1.ObjectMeta{Name: "audit", Namespace: ns, Generation: 1},
-		Spec: v1alpha1.TalosConfigPatchSpec{ClusterName: "demo",
-			Patch: "cluster:\n  apiServer:\n    extraArgs:\n      audit-log-maxage: \"30\"\n"},
-	}
-	if err := f.client.Create(context.Background(), patch); err != nil {
-		t.Fatal(err)
-	}
+	f.installReady("cp1", "cp2")
+	f.createPatch("audit", "cluster:\n  apiServer:\n    extraArgs:\n      audit-log-maxage: \"30\"\n")
 	f.now = f.now.Add(time.Minute)
 	f.reconcile("cp1")
 	if h := f.holder(); h == nil || h.Machine != "cp1" || h.Action != v1alpha1.DisruptionAPIServerRestart {

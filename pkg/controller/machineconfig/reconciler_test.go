@@ -146,6 +146,34 @@ func configured(name, address, uuid string, role v1alpha1.MachineRole) (*v1alpha
 	return m, &talostest.Node{UUID: uuid, Installed: true, Stage: "running", Etcd: role == v1alpha1.MachineRoleControlPlane}
 }
 
+// installReady installs each machine's node from maintenance mode, boots
+// the nodes, and checks that the machines are Ready.
+func (f *fixture) installReady(names ...string) {
+	f.t.Helper()
+	for _, name := range names {
+		f.reconcile(name)
+	}
+	f.dialer.Boot()
+	for _, name := range names {
+		f.reconcile(name)
+		if m := f.get(name); m.Status.Phase != v1alpha1.MachinePhaseReady {
+			f.t.Fatalf("%s is %s after its install", name, m.Status.Phase)
+		}
+	}
+}
+
+// createPatch creates a TalosConfigPatch of the whole cluster.
+func (f *fixture) createPatch(name, text string) {
+	f.t.Helper()
+	patch := &v1alpha1.TalosConfigPatch{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Generation: 1},
+		Spec:       v1alpha1.TalosConfigPatchSpec{ClusterName: "demo", Patch: text},
+	}
+	if err := f.client.Create(context.Background(), patch); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 func (f *fixture) delete(name string) {
 	f.t.Helper()
 	if err := f.client.Delete(context.Background(), f.get(name)); err != nil {
@@ -235,24 +263,8 @@ func TestRebootRolloutOneAtATime(t *testing.T) {
 	f := newFixture(t, machine("w1", "10.5.0.11:50000", "uuid-1"), machine("w2", "10.5.0.12:50000", "uuid-2"))
 	nodes := map[string]*talostest.Node{"w1": {UUID: "uuid-1", Stage: "maintenance"}, "w2": {UUID: "uuid-2", Stage: "maintenance"}}
 	f.dialer.Nodes["10.5.0.11:50000"], f.dialer.Nodes["10.5.0.12:50000"] = nodes["w1"], nodes["w2"]
-	for _, name := range []string{"w1", "w2"} {
-		f.reconcile(name)
-	}
-	f.dialer.Boot()
-	for _, name := range []string{"w1", "w2"} {
-		f.reconcile(name)
-		if m := f.get(name); m.Status.Phase != v1alpha1.MachinePhaseReady {
-			t.Fatalf("%s is %s before the patch", name, m.Status.Phase)
-		}
-	}
-
-	patch := &v1alpha1.TalosConfigPatch{
-		ObjectMeta: metav1.ObjectMeta{Name: "env", Namespace: ns, Generation: 1},
-		Spec:       v1alpha1.TalosConfigPatchSpec{ClusterName: "demo", Patch: "machine:\n  env:\n    HTTP_PROXY: http://10.5.0.1:3128\n"},
-	}
-	if err := f.client.Create(context.Background(), patch); err != nil {
-		t.Fatal(err)
-	}
+	f.installReady("w1", "w2")
+	f.createPatch("env", "machine:\n  env:\n    HTTP_PROXY: http://10.5.0.1:3128\n")
 	f.now = f.now.Add(time.Minute)
 	f.reconcile("w1")
 	if h := f.holder(); h == nil || h.Machine != "w1" || h.Action != v1alpha1.DisruptionReboot {
