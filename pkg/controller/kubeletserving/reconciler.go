@@ -71,6 +71,10 @@ type Options struct {
 	// PollInterval paces a cluster with requests pending or machines
 	// without a certificate. Default 3s.
 	PollInterval time.Duration
+	// RetryInterval paces a cluster with requests whose node's Talos API
+	// did not answer or whose decision could not be written: nothing else
+	// says when the node answers again. Default 3s, at most PollInterval.
+	RetryInterval time.Duration
 	// ResyncInterval paces a cluster where every machine has its certificate. Default 1m.
 	ResyncInterval time.Duration
 	// CallTimeout bounds the calls of one reconcile. Default 30s.
@@ -89,6 +93,8 @@ func (o Options) withDefaults() Options {
 		}
 	}
 	def(&o.PollInterval, 3*time.Second)
+	def(&o.RetryInterval, 3*time.Second)
+	o.RetryInterval = min(o.RetryInterval, o.PollInterval)
 	def(&o.ResyncInterval, time.Minute)
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.IdentityTimeout, 5*time.Second)
@@ -203,7 +209,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	d := &decider{r: r, cs: cs, creds: creds, machines: machines}
-	pending := d.decideAll(ctx, csrs.Items)
+	pending, retry := d.decideAll(ctx, csrs.Items)
 	if err := r.recordIssued(ctx, machines, csrs.Items); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -220,6 +226,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.writeClusterStatus(ctx, &cluster, before); err != nil {
 		return ctrl.Result{}, err
+	}
+	if retry > 0 {
+		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, nil
 	}
 	if pending > 0 || len(waiting) > 0 {
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
@@ -274,11 +283,12 @@ func (d *decider) machineFor(node string) *v1alpha1.TalosMachine {
 }
 
 // decideAll decides every undecided request it can place and returns how
-// many stay pending. Machines are worked on in parallel (Options.Parallelism),
+// many stay pending, and how many of those are to be tried again soon (see
+// decideFor). Machines are worked on in parallel (Options.Parallelism),
 // each machine's requests in order with one identity read.
-func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSigningRequest) int {
+func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSigningRequest) (pending, retry int) {
 	logger := log.FromContext(ctx)
-	var pending atomic.Int64
+	var others, retries atomic.Int64
 	byMachine := map[*v1alpha1.TalosMachine][]*certv1.CertificateSigningRequest{}
 	for i := range csrs {
 		csr := &csrs[i]
@@ -289,13 +299,13 @@ func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSignin
 		if !ok {
 			// Unreadable or naming no node: no machine to place it on, so it is
 			// not Ichor's to decide.
-			pending.Add(1)
+			others.Add(1)
 			continue
 		}
 		m := d.machineFor(node)
 		if m == nil {
 			logger.V(1).Info("Kubelet serving request for a node of no machine; left pending", "csr", csr.Name, "node", node)
-			pending.Add(1)
+			others.Add(1)
 			continue
 		}
 		byMachine[m] = append(byMachine[m], csr)
@@ -306,14 +316,17 @@ func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSignin
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			pending.Add(int64(d.decideFor(ctx, m, reqs)))
+			retries.Add(int64(d.decideFor(ctx, m, reqs)))
 		})
 	}
 	wg.Wait()
-	return int(pending.Load())
+	retry = int(retries.Load())
+	return int(others.Load()) + retry, retry
 }
 
-// decideFor decides the requests naming machine m; it returns how many stay pending.
+// decideFor decides the requests naming machine m; it returns how many stay
+// pending, to be tried again: its node did not answer, or the decision
+// could not be written.
 func (d *decider) decideFor(ctx context.Context, m *v1alpha1.TalosMachine, reqs []*certv1.CertificateSigningRequest) int {
 	logger := log.FromContext(ctx).WithValues("machine", m.Name)
 	id, err := d.identity(ctx, m)

@@ -7,6 +7,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/talos"
 )
 
 // startReboot reboots a node, gracefully unless spec.reboot.force, once it
@@ -74,6 +75,13 @@ func (s *step) callAway(ctx context.Context, what string, prepare, call func(con
 		return ctrl.Result{}, err
 	}
 	if err := call(cctx); err != nil {
+		if talos.NotAnswering(err) {
+			// The call may not have reached the node, or its answer was
+			// lost as the node went away: the node's own state tells which
+			// when the step is followed, and a node that still runs the
+			// recorded boot is asked again.
+			return s.wait("the node did not answer the call (%v); looking at the node again", err)
+		}
 		return s.failed(ctx, "%v", err)
 	}
 	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
@@ -105,7 +113,7 @@ func (s *step) backFromReboot(ctx context.Context, again func(context.Context) e
 	}
 	if id == rec.BootID {
 		if st.Stage == "running" {
-			if err := again(ctx); err != nil {
+			if err := again(ctx); err != nil && (!talos.NotAnswering(err) || s.timedOut()) {
 				res, err2 := s.failed(ctx, "%v", err)
 				return false, res, err2
 			}

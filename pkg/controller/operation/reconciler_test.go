@@ -304,6 +304,41 @@ func TestRebootSurvivesACrashAtEveryWrite(t *testing.T) {
 	}
 }
 
+// TestRebootSurvivesAnUnansweredCall: a reboot call the node does not
+// answer (it never got it, or its answer was lost as it went down) leaves
+// the step to the node's own state: asked again if it still runs the same
+// boot, followed if it went away; rebooted once either way.
+func TestRebootSurvivesAnUnansweredCall(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answer lost %v", lost), func(t *testing.T) {
+			f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot}))
+			cp2 := f.node("cp-2")
+			cp2.Unanswered, cp2.AnswerLost = 1, lost
+			op := f.run("reboot")
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			for _, name := range machineNames {
+				if n := f.node(name); n.Boots != 1 {
+					t.Errorf("%s booted %d times (calls %v)", name, n.Boots, n.Calls)
+				}
+			}
+			reboots := 0
+			for _, c := range cp2.Calls {
+				if strings.HasPrefix(c, "reboot") {
+					reboots++
+				}
+			}
+			if reboots != 1 || cp2.Unanswered != 0 {
+				t.Errorf("cp-2 took %d reboot calls (want 1), %d unanswered left: %v", reboots, cp2.Unanswered, cp2.Calls)
+			}
+			if f.mostAway != 1 || !f.budgetFree() {
+				t.Errorf("%d nodes away at once; budget free %v", f.mostAway, f.budgetFree())
+			}
+		})
+	}
+}
+
 // TestUpgradeSurvivesACrashAtEveryWrite: the same for a Talos upgrade, which
 // also pulls and runs the installer on each node once before its reboot.
 func TestUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {

@@ -201,8 +201,10 @@ func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 // repin waits for the node of a system-disk reset to be back in
 // maintenance mode, and then pins its new certificate and forgets the
 // machine's config. A node that still runs the boot the reset was sent to
-// did not get it (the controller stopped between recording the step and
-// calling), so it is asked again: Talos drops a reset while one runs.
+// may not have got it (the controller stopped between recording the step
+// and calling, or the call did not reach the node), and one that never
+// confirmed it did not take it, so either is asked again: Talos drops a
+// reset while one runs.
 // Nothing is pinned unless the node, over mutual TLS, accepted the reset:
 // after a call whose answer was lost, whatever answers at the address in
 // maintenance mode may not be the node.
@@ -211,8 +213,11 @@ func (s *step) repin(ctx context.Context, again func(context.Context) error) (ct
 	defer cancel()
 	rec := s.record()
 	if id, err := s.node.BootID(cctx); err == nil {
-		if st, err := s.node.Status(cctx); err == nil && id == rec.BootID && st.Stage == "running" {
-			if err := again(cctx); err != nil {
+		// Asked again: a node that runs the boot the reset was sent to, or
+		// one that never confirmed it (it may have rebooted for another
+		// reason meanwhile).
+		if st, err := s.node.Status(cctx); err == nil && (id == rec.BootID || rec.AcceptedAt == nil) && st.Stage == "running" {
+			if err := again(cctx); err != nil && (!talos.NotAnswering(err) || s.timedOut()) {
 				return s.failed(ctx, "%v", err)
 			}
 		}

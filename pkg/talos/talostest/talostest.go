@@ -61,6 +61,12 @@ type Node struct {
 	// SecureBoot is what the node says of its boot: a signed UKI under
 	// firmware that enforces SecureBoot.
 	SecureBoot bool
+	// Unanswered fails the next that many reboot and reset calls as a node
+	// that did not answer (gRPC Unavailable); AnswerLost says whether the
+	// node took them (its answer was lost on the way back) or never got
+	// them.
+	Unanswered int
+	AnswerLost bool
 	// APIServerConfigVersion is the version of a control plane's
 	// APIServerConfig resource; a test moves it as Talos does when a
 	// change reaches kube-apiserver.
@@ -206,9 +212,23 @@ func (s *session) Reset(_ context.Context, r talos.ResetRequest) error {
 	if err := s.refused(); err != nil {
 		return err
 	}
+	if err := s.callLost(true); err != nil {
+		return err
+	}
 	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reset graceful=%v", r.Graceful))
 	s.n.Stage = "resetting"
-	return nil
+	return s.callLost(false)
+}
+
+// callLost is the error of a reboot or reset call that meets Unanswered:
+// asked before the node acts (before), it fails a call the node never got;
+// after, one whose answer was lost (AnswerLost).
+func (s *session) callLost(before bool) error {
+	if s.n.Unanswered == 0 || before == s.n.AnswerLost {
+		return nil
+	}
+	s.n.Unanswered--
+	return status.Errorf(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: EOF\" (%s)", s.address)
 }
 
 // EtcdMembers lists every node of the dialer that runs etcd (etcd true), as
@@ -287,11 +307,14 @@ func (s *session) Reboot(_ context.Context, force bool) error {
 	if err := s.refused(); err != nil {
 		return err
 	}
+	if err := s.callLost(true); err != nil {
+		return err
+	}
 	s.n.Calls = append(s.n.Calls, fmt.Sprintf("reboot force=%v", force))
 	if s.n.Stage == "running" {
 		s.n.Stage = "rebooting"
 	}
-	return nil
+	return s.callLost(false)
 }
 
 // Shutdown powers the node off (stage off): at once when forced or without
