@@ -157,6 +157,11 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	if cfg, err = withKubernetesVersions(cfg, m.Status.Kubernetes); err != nil {
 		return nil, nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
 	}
+	if len(in.TalosAcceptedCAs) > 0 {
+		if cfg, err = withAcceptedTalosCAs(cfg, in.TalosAcceptedCAs); err != nil {
+			return nil, nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
+		}
+	}
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
 			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -586,6 +588,45 @@ func TestRenderInstallerImage(t *testing.T) {
 		}
 		if got := cfg.Machine().Install().Image(); got != tc.want {
 			t.Errorf("cluster installer %q: machine.install.image %q, want %q", tc.cluster, got, tc.want)
+		}
+	}
+}
+
+// TestRenderTalosTrust: machine.ca is the bundle's Talos API CA in force
+// (its key on control planes only), machine.acceptedCAs the CAs accepted
+// beside it, and a change of either is a no-reboot change.
+func TestRenderTalosTrust(t *testing.T) {
+	for _, role := range []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker} {
+		in := testInput(t, testMachine("m-1", role, nil))
+		before, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := secrets.NewTalosCA(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.TalosAcceptedCAs = [][]byte{next.CrtPEM}
+		after, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configloader.NewFromBytes(after.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := cfg.Machine().Security()
+		if len(sec.AcceptedCAs()) != 1 || string(sec.AcceptedCAs()[0].Crt) != string(next.CrtPEM) ||
+			string(sec.IssuingCA().Crt) != string(in.Secrets.Certs.OS.Crt) {
+			t.Errorf("%s: machine.acceptedCAs %d, issuing from the bundle %v", role, len(sec.AcceptedCAs()),
+				string(sec.IssuingCA().Crt) == string(in.Secrets.Certs.OS.Crt))
+		}
+		if hasKey := len(sec.IssuingCA().Key) > 0; hasKey != (role == ichorv1alpha1.MachineRoleControlPlane) {
+			t.Errorf("%s: machine.ca carries its key: %v", role, hasKey)
+		}
+		effect, _, err := Classify(before.Config, after.Config)
+		if err != nil || effect != ichorv1alpha1.ConfigEffectNoReboot {
+			t.Errorf("%s: accepting a CA is %s, %v; want NoReboot", role, effect, err)
 		}
 	}
 }

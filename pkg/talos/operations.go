@@ -19,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -369,6 +370,23 @@ func describeMemberAlarms(as []*machineapi.EtcdMemberAlarm) []string {
 		out = append(out, fmt.Sprintf("%s on member %s", a.GetAlarm(), strconv.FormatUint(a.GetMemberId(), 16)))
 	}
 	return out
+}
+
+// TalosCA implements Node with the read `talosctl rotate-ca` makes.
+func (n *machineryNode) TalosCA(ctx context.Context) (*TalosCA, error) {
+	root, err := safe.StateGetByID[*secrets.OSRoot](ctx, n.c.COSI, secrets.OSRootID)
+	if err != nil {
+		return nil, n.v.explain("read the Talos API CAs", err)
+	}
+	spec := root.TypedSpec()
+	out := &TalosCA{}
+	if spec.IssuingCA != nil {
+		out.Issuing = spec.IssuingCA.Crt // the key stays behind
+	}
+	for _, ca := range spec.AcceptedCAs {
+		out.Accepted = append(out.Accepted, ca.Crt)
+	}
+	return out, nil
 }
 
 // APIServerConfigVersion implements Node.

@@ -145,6 +145,9 @@ type Node interface {
 	// pod carries it in the talos.dev/config-version annotation, as
 	// `talosctl upgrade-k8s` checks. "" on a node without one (a worker).
 	APIServerConfigVersion(ctx context.Context) (string, error)
+	// TalosCA reads the node's Talos API trust, as talosctl rotate-ca
+	// does: from its OSRoot resource, which only os:admin may read.
+	TalosCA(ctx context.Context) (*TalosCA, error)
 	// PullImage pulls an image into the node's system containerd.
 	PullImage(ctx context.Context, ref string) error
 	// Upgrade runs the installer of image, pulled first, which writes the
@@ -293,6 +296,14 @@ const (
 	// system, its config and etcd's data stay.
 	WipeUserDisks
 )
+
+// TalosCA is a node's Talos API trust: the CA that issues its API
+// certificate, and every CA it accepts client certificates from (the
+// issuing one among them), as PEM certificates. Never a key.
+type TalosCA struct {
+	Issuing  []byte
+	Accepted [][]byte
+}
 
 // ResetRequest is what a Reset wipes, in talosctl reset's terms.
 type ResetRequest struct {

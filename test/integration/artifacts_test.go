@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -456,14 +457,15 @@ func leastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
 
 // secretsHolder is the one role that may touch Secrets, bound to
 // ichor-controller only in the namespaces that hold TalosClusters: it reads
-// each cluster's secrets bundle by name and creates the ones it generates,
-// and deletes the talosconfig a user hands over to a MachineReclaim (a
-// ValidatingAdmissionPolicy refuses it any other deletion).
+// each cluster's secrets bundle by name, creates the ones it generates and
+// writes a rotated CA into one, and deletes the talosconfig a user hands
+// over to a MachineReclaim and a rotation's new CA once the bundle holds it
+// (ValidatingAdmissionPolicies refuse it any other update or deletion).
 // secretsHolderVerbs is all it may do with them: no list or watch (bundles
-// are never cached), no update.
+// are never cached).
 const secretsHolder = "ichor-controller-secrets"
 
-var secretsHolderVerbs = []string{"get", "create", "delete"}
+var secretsHolderVerbs = []string{"get", "create", "update", "delete"}
 
 // metricsReader is the one role with a non-resource URL: get on /metrics,
 // for an installation to bind to its Prometheus (ichor-controller's metrics
@@ -555,7 +557,8 @@ func TestLeastPrivilegeChecker(t *testing.T) {
 			}
 		})
 	}
-	// The secrets holder's exception is exactly get and create on core Secrets.
+	// The secrets holder's exception is exactly get, create, update and
+	// delete on core Secrets.
 	for _, tc := range []struct {
 		name    string
 		rule    rbacv1.PolicyRule
@@ -565,7 +568,9 @@ func TestLeastPrivilegeChecker(t *testing.T) {
 		{"get by name", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"b"}}, true},
 		{"list", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}}, false},
 		{"delete", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"delete"}}, true},
-		{"update", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}}, false},
+		{"update", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}}, true},
+		{"patch", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"patch"}}, false},
+		{"deletecollection", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"deletecollection"}}, false},
 		{"wildcard verb", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"*"}}, false},
 		{"mixed with configmaps", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"get"}}, false},
 		{"another group", rbacv1.PolicyRule{APIGroups: []string{"example.com"}, Resources: []string{"secrets"}, Verbs: []string{"get"}}, false},
@@ -871,8 +876,10 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		{access{resource: "secrets", verb: "get"}, harness.IchorNamespace, false},
 		{access{resource: "secrets", verb: "list"}, bundles, false},
 		{access{resource: "secrets", verb: "watch"}, bundles, false},
-		{access{resource: "secrets", verb: "update"}, bundles, false},
-		// Delete, for handed-over talosconfigs only: see TestControllerDeletesOnlyHandedOverSecrets.
+		// Update of bundles, delete of handed-over talosconfigs and rotated
+		// CAs only: see TestControllerTouchesOnlyItsSecrets.
+		{access{resource: "secrets", verb: "update"}, bundles, true},
+		{access{resource: "secrets", verb: "update"}, "kube-system", false},
 		{access{resource: "secrets", verb: "delete"}, bundles, true},
 		{access{resource: "secrets", verb: "delete"}, "kube-system", false},
 		{access{group: "ichor.dev", resource: "talosmachines", verb: "watch"}, "", true},
@@ -941,11 +948,13 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	}
 }
 
-// TestControllerDeletesOnlyHandedOverSecrets: ichor-controller may delete
-// Secrets where it reads bundles, for the talosconfigs handed over to
-// MachineReclaims; kube-apiserver refuses it any other Secret, whatever it
-// asks, through the ValidatingAdmissionPolicy of controller-rbac.yaml.
-func TestControllerDeletesOnlyHandedOverSecrets(t *testing.T) {
+// TestControllerTouchesOnlyItsSecrets: where ichor-controller reads
+// bundles, it may update a Secret that holds one (a ca-rotation writes its
+// new CA) without adding or dropping keys, labels or owners, and delete the
+// talosconfigs handed over to MachineReclaims and a rotation's new CA;
+// kube-apiserver refuses it anything else on Secrets, whatever it asks,
+// through the ValidatingAdmissionPolicies of controller-rbac.yaml.
+func TestControllerTouchesOnlyItsSecrets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	installControllerRBAC(ctx, t)
@@ -954,33 +963,74 @@ func TestControllerDeletesOnlyHandedOverSecrets(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	for name, typ := range map[string]corev1.SecretType{
 		"bundle": corev1.SecretTypeOpaque, "token": corev1.SecretTypeBasicAuth, "handed-over": v1alpha1.SecretTypeTalosconfig,
+		"rotated-ca": v1alpha1.SecretTypeTalosCARotation,
 	} {
 		data := map[string][]byte{"talosconfig": []byte("context: x")}
-		if typ == corev1.SecretTypeBasicAuth {
+		switch typ {
+		case corev1.SecretTypeBasicAuth:
 			data = map[string][]byte{corev1.BasicAuthUsernameKey: []byte("u")}
+		case corev1.SecretTypeOpaque:
+			data = map[string][]byte{clustersecrets.BundleKey: []byte("cluster: {}")}
 		}
 		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ, Data: data}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	controller := kubernetes.NewForConfigOrDie(cp.ConfigFor(controllerUser, controllerGroups...))
-	// The policy takes effect once kube-apiserver has loaded it; until then
-	// the bundle must not go either, so its deletion is tried as a dry run.
+	// The policies take effect once kube-apiserver has loaded them; until
+	// then the bundle must not go either, so its deletion is tried as a dry run.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := controller.CoreV1().Secrets(ns).Delete(ctx, "bundle", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ichor-controller deletes only Secrets of type ichor.dev/talosconfig"), nil
 	}); err != nil {
 		t.Fatalf("ichor-controller's deletion of an Opaque Secret was never refused by the policy")
 	}
+	update := func(name string, change func(*corev1.Secret)) error {
+		s, err := admin.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(s)
+		_, err = controller.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := update("token", func(s *corev1.Secret) { s.Data[corev1.BasicAuthUsernameKey] = []byte("v") })
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ichor-controller updates only a Secret holding a Talos secrets bundle"), nil
+	}); err != nil {
+		t.Fatalf("ichor-controller's update of a Secret that holds no bundle was never refused by the policy")
+	}
+	for _, c := range []struct {
+		what   string
+		name   string
+		change func(*corev1.Secret)
+		want   bool
+	}{
+		{"write a bundle's CA", "bundle", func(s *corev1.Secret) { s.Data[clustersecrets.BundleKey] = []byte("cluster: {id: x}") }, true},
+		{"add a key to a bundle's Secret", "bundle", func(s *corev1.Secret) { s.Data["stolen"] = []byte("x") }, false},
+		{"drop the bundle's key", "bundle", func(s *corev1.Secret) { s.Data = map[string][]byte{"other": []byte("x")} }, false},
+		{"relabel a bundle's Secret", "bundle", func(s *corev1.Secret) { s.Labels = map[string]string{"ichor.dev/cluster": "other"} }, false},
+		{"change a talosconfig", "handed-over", func(s *corev1.Secret) { s.Data["talosconfig"] = []byte("context: y") }, false},
+	} {
+		err := update(c.name, c.change)
+		if c.want && err != nil {
+			t.Errorf("ichor-controller may not %s: %v", c.what, err)
+		}
+		if !c.want && !apierrors.IsForbidden(err) {
+			t.Errorf("ichor-controller may %s: %v, want Forbidden", c.what, err)
+		}
+	}
 	for _, name := range []string{"bundle", "token"} {
 		if err := controller.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("ichor-controller deletes Secret %s: %v, want Forbidden", name, err)
 		}
 	}
-	if err := controller.CoreV1().Secrets(ns).Delete(ctx, "handed-over", metav1.DeleteOptions{}); err != nil {
-		t.Errorf("ichor-controller deletes a handed-over talosconfig: %v", err)
+	for _, name := range []string{"handed-over", "rotated-ca"} {
+		if err := controller.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("ichor-controller deletes %s: %v", name, err)
+		}
 	}
-	// Someone else is not concerned by the policy.
+	// Someone else is not concerned by the policies.
 	if err := admin.CoreV1().Secrets(ns).Delete(ctx, "token", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("an admin deletes a Secret: %v", err)
 	}

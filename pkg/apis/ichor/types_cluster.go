@@ -171,6 +171,24 @@ type TalosClusterStatus struct {
 	Backup *ClusterBackupStatus
 	// kubernetesCA is the PEM certificate of the cluster's Kubernetes CA.
 	KubernetesCA string
+	CARotation   *CARotationStatus
+}
+
+// CARotationPhase is how far a Talos API CA rotation has moved the
+// cluster's machine configs; see v1alpha1.
+type CARotationPhase string
+
+const (
+	CARotationAcceptNew CARotationPhase = "AcceptNew"
+	CARotationIssueNew  CARotationPhase = "IssueNew"
+	CARotationDropOld   CARotationPhase = "DropOld"
+)
+
+// CARotationStatus is a CA rotation under way on a cluster.
+type CARotationStatus struct {
+	Operation string
+	Phase     CARotationPhase
+	Since     *metav1.Time
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

@@ -81,6 +81,13 @@ const (
 	ActionBackup StepAction = "backup"
 )
 
+// The steps of a ca-rotation; see v1alpha1.
+const (
+	ActionAcceptNewCA    StepAction = "accept-new-ca"
+	ActionIssueFromNewCA StepAction = "issue-from-new-ca"
+	ActionDropOldCA      StepAction = "drop-old-ca"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -106,6 +113,13 @@ type TalosOperationSpec struct {
 	MaxUnavailable *int32
 	// NodeShutdown parameters; node-shutdown only.
 	NodeShutdown *NodeShutdownParameters
+	CARotation   *CARotationParameters
+}
+
+// CARotationParameters say which of the cluster's CAs a ca-rotation replaces.
+type CARotationParameters struct {
+	Talos  bool
+	DryRun bool
 }
 
 // NodeShutdownParameters are the inputs of a node-shutdown.

@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"filippo.io/age"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -414,8 +413,8 @@ func (r *Runner) members(ctx context.Context, cluster *v1alpha1.TalosCluster) ([
 
 // snapshot writes an etcd snapshot from the first control plane that
 // gives one, Ready ones first, with an os:etcd:backup certificate.
-func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secrets.Bundle, machines []*v1alpha1.TalosMachine) (string, error) {
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.EtcdBackup), r.Now(), r.Options.CredentialTTL)
+func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *clustersecrets.Secrets, machines []*v1alpha1.TalosMachine) (string, error) {
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.EtcdBackup), r.Now(), r.Options.CredentialTTL)
 	if err != nil {
 		return v1alpha1.BackupReasonSecretsNotReady, err
 	}
@@ -471,8 +470,8 @@ func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secrets.Bundle
 
 // configs writes every machine's running config, read with an os:admin
 // certificate (Talos lets no other role read it).
-func (r *Runner) configs(ctx context.Context, w *writer, bundle *secrets.Bundle, machines []*v1alpha1.TalosMachine) error {
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
+func (r *Runner) configs(ctx context.Context, w *writer, bundle *clustersecrets.Secrets, machines []*v1alpha1.TalosMachine) error {
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
 	if err != nil {
 		return err
 	}

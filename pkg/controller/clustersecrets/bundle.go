@@ -64,9 +64,32 @@ func parse(data []byte) (*secrets.Bundle, error) {
 	return bundle, nil
 }
 
-// Load reads cluster's bundle from its Secret with reader (one that
-// does not cache). Its errors name the Secret and what is wrong, never a value.
-func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*secrets.Bundle, error) {
+// Load reads the secrets in force for cluster (see Secrets) with reader
+// (one that does not cache): its bundle, and during a Talos API CA
+// rotation the rotation's new CA. Its errors name the Secret and what is
+// wrong, never a value.
+func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*Secrets, error) {
+	bundle, err := loadBundle(ctx, reader, cluster)
+	if err != nil {
+		return nil, err
+	}
+	rotation := cluster.Status.CARotation
+	if rotation == nil {
+		return &Secrets{Bundle: bundle}, nil
+	}
+	next, _, err := LoadRotationCA(ctx, reader, cluster)
+	if err != nil {
+		return nil, err
+	}
+	if next == nil {
+		return nil, fmt.Errorf("TalosCluster %s/%s is in phase %s of a Talos API CA rotation, but Secret %s with the new CA is gone: "+
+			"recreate it from a copy, or restore the Talos API CA by hand", cluster.Namespace, cluster.Name, rotation.Phase, RotationSecretName(cluster))
+	}
+	return inForce(bundle, rotation, next), nil
+}
+
+// loadBundle reads the bundle of cluster's Secret.
+func loadBundle(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*secrets.Bundle, error) {
 	name := SecretName(cluster)
 	var s corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -216,6 +215,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *secrets.Bundle) (render.Rendered, error) {
-	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle, InstallImage: r.InstallImage})
+func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *clustersecrets.Secrets) (render.Rendered, error) {
+	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle.Bundle,
+		TalosAcceptedCAs: bundle.TalosAccepted, InstallImage: r.InstallImage})
 }

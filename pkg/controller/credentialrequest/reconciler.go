@@ -163,13 +163,13 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 	if err != nil {
 		return metav1.Condition{}, 0, err
 	}
-	certPEM, notAfter, err := talos.SignClientCertificate(bundle, pub, spec.Username, role.MakeSet(talosRole), now, lifetime)
+	certPEM, notAfter, err := talos.SignClientCertificate(bundle.Bundle, pub, spec.Username, role.MakeSet(talosRole), now, lifetime)
 	if err != nil {
 		return metav1.Condition{}, 0, err
 	}
 	cr.Status.Role = string(talosRole)
 	cr.Status.Certificate = string(certPEM)
-	cr.Status.CABundle = string(bundle.Certs.OS.Crt)
+	cr.Status.CABundle = string(bundle.TalosCA())
 	expires := metav1.NewTime(notAfter)
 	cr.Status.ExpirationTimestamp = &expires
 	return metav1.Condition{Type: v1alpha1.CredentialRequestIssued, Status: metav1.ConditionTrue, Reason: v1alpha1.CredentialRequestReasonIssued,

@@ -186,10 +186,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	if err := r.watches.ensure(ctx, &cluster, bundle, now.Time); err != nil {
+	if err := r.watches.ensure(ctx, &cluster, bundle.Bundle, now.Time); err != nil {
 		log.FromContext(ctx).Error(err, "Watch kubelet serving requests; the timer stands in")
 	}
-	cfg, err := workload.ClientConfig(bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout)
+	cfg, err := workload.ClientConfig(bundle.Bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -204,7 +204,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "list kubelet serving requests: %v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Reader), now.Time, 2*r.Options.CallTimeout)
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.Reader), now.Time, 2*r.Options.CallTimeout)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

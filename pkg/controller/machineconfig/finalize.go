@@ -141,7 +141,7 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 	if err != nil {
 		return err
 	}
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
 	if err != nil {
 		return err
 	}

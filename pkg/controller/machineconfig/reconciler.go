@@ -123,7 +123,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, approvalChanged(), kubernetesVersionsChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased()))).
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased(), caRotationMoved()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
@@ -162,6 +162,20 @@ func kubeletVerificationChanged() predicate.Funcs {
 	}
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool { return verified(e.ObjectOld) != verified(e.ObjectNew) },
+	}
+}
+
+// caRotationMoved passes a cluster whose Talos API CA rotation entered a
+// phase or ended: every machine's config follows its trust.
+func caRotationMoved() predicate.Funcs {
+	phase := func(o client.Object) v1alpha1.CARotationPhase {
+		if c, ok := o.(*v1alpha1.TalosCluster); ok && c.Status.CARotation != nil {
+			return c.Status.CARotation.Phase
+		}
+		return ""
+	}
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return phase(e.ObjectOld) != phase(e.ObjectNew) },
 	}
 }
 
@@ -290,7 +304,8 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 		return ctrl.Result{}, fmt.Errorf("list TalosConfigPatches of %s: %w", cluster.Name, err)
 	}
 	rendered, err := render.Render(render.Input{
-		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle, InstallImage: r.Options.InstallImage,
+		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle.Bundle, TalosAcceptedCAs: bundle.TalosAccepted,
+		InstallImage: r.Options.InstallImage,
 	})
 	if err != nil {
 		// Nothing is sent: a config that cannot be rendered whole is not applied in part.
@@ -303,11 +318,11 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 
 	callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), s.now.Time, r.Options.CredentialTTL)
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), s.now.Time, r.Options.CredentialTTL)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.cluster, s.bundle = &cluster, bundle
+	s.cluster, s.bundle = &cluster, bundle.Bundle
 	if m.Status.AppliedConfig == nil {
 		return r.install(callCtx, s, rendered, creds)
 	}

@@ -186,7 +186,7 @@ type run struct {
 	// cluster and bundle are read once per reconcile, for every step it
 	// works on.
 	cluster *v1alpha1.TalosCluster
-	bundle  *secrets.Bundle
+	bundle  *clustersecrets.Secrets
 	// persist writes the operation's status now if it changed: a step is
 	// recorded before its node is called.
 	persist func(context.Context) error

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -60,6 +59,8 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkNodeShutdown},
 	v1alpha1.OperationShutdown: {targets: everyMachine, start: startShutdown, follow: followShutdown, steps: shutdownSteps,
 		check: (*Reconciler).checkShutdown},
+	v1alpha1.OperationCARotation: {targets: everyMachine, start: startCARotationStep, follow: followCARotationStep, steps: caRotationSteps,
+		check: (*Reconciler).checkCARotation, finish: (*Reconciler).finishCARotation},
 }
 
 // byRole names the control planes and the workers among machines, in
@@ -94,7 +95,7 @@ type step struct {
 	machines []*v1alpha1.TalosMachine
 	node     talos.Node
 	creds    talos.Credentials
-	bundle   *secrets.Bundle
+	bundle   *clustersecrets.Secrets
 }
 
 func (s *step) record() *v1alpha1.OperationStep { return &s.x.op.Status.Steps[s.i] }
@@ -149,7 +150,7 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 	// Each step its own certificate: one reconcile may start several, and
 	// a step's pull may take up to InstallTimeout.
 	s.bundle = x.bundle
-	if s.creds, err = talos.MintCredentials(s.bundle, role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
+	if s.creds, err = s.bundle.TalosCredentials(role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL); err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.node, err = r.Dialer.Configured(ctx, s.m.Spec.Address, s.creds); err != nil {

@@ -184,7 +184,7 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 	}
 	// Public: the certificate kubeconfigs of the cluster trust.
 	cluster.Status.KubernetesCA = string(bundle.Certs.K8s.Crt)
-	creds, err := talos.MintCredentials(bundle, role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
+	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
 		return
@@ -193,7 +193,7 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 		return
 	}
 	r.checkEtcd(ctx, v, creds)
-	r.checkKubernetes(ctx, v, bundle)
+	r.checkKubernetes(ctx, v, bundle.Bundle)
 }
 
 // session is a running control plane of the cluster.

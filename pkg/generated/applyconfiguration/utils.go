@@ -48,6 +48,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.BackupTargetApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BackupUpload"):
 		return &ichorv1alpha1.BackupUploadApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CARotationParameters"):
+		return &ichorv1alpha1.CARotationParametersApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CARotationStatus"):
+		return &ichorv1alpha1.CARotationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterAuthentication"):
 		return &ichorv1alpha1.ClusterAuthenticationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterBackup"):

@@ -41,6 +41,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.BackupRetention{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_BackupRetention(ref),
 		v1alpha1.BackupTarget{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_BackupTarget(ref),
 		v1alpha1.BackupUpload{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_BackupUpload(ref),
+		v1alpha1.CARotationParameters{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_CARotationParameters(ref),
+		v1alpha1.CARotationStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_CARotationStatus(ref),
 		v1alpha1.CNISpec{}.OpenAPIModelName():                         schema_pkg_apis_ichor_v1alpha1_CNISpec(ref),
 		v1alpha1.ClusterAuthentication{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref),
 		v1alpha1.ClusterBackup{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_ClusterBackup(ref),
@@ -489,6 +491,74 @@ func schema_pkg_apis_ichor_v1alpha1_BackupUpload(ref common.ReferenceCallback) c
 				Required: []string{"digest"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_CARotationParameters(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CARotationParameters say which of the cluster's CAs a ca-rotation replaces.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"talos": {
+						SchemaProps: spec.SchemaProps{
+							Description: "talos rotates the Talos API CA, which issues every node's Talos API certificate and every talosconfig's client certificate. Required to be true: it is the CA Ichor rotates.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"dryRun": {
+						SchemaProps: spec.SchemaProps{
+							Description: "dryRun reports, step by step, what the rotation would change on each machine without generating a CA or touching a node.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"talos"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_CARotationStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CARotationStatus is a CA rotation under way on a cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"operation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "operation is the ca-rotation TalosOperation that runs it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase the cluster's machine configs are rendered at.\n\nPossible enum values:\n - `\"AcceptNew\"` : machine.acceptedCAs holds the new CA; the old one still issues, and Ichor still signs with it.\n - `\"DropOld\"` : the new CA issues and nothing else is accepted.\n - `\"IssueNew\"` : the new CA issues (machine.ca), the old one is accepted; Ichor signs with the new one.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"AcceptNew", "DropOld", "IssueNew"},
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "since is when the rotation entered its phase.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"operation", "phase"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2428,10 +2498,10 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"accept-new-ca\"` checks that the machine's node accepts the new CA beside the old one, and a client certificate from the new CA.\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"drop-old-ca\"` checks that the node accepts the new CA alone.\n - `\"issue-from-new-ca\"` checks that the node's Talos API certificate comes from the new CA, the old one still accepted.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"backup", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+							Enum:        []interface{}{"accept-new-ca", "backup", "drop-old-ca", "issue-from-new-ca", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 					"acceptedAt": {
@@ -3339,11 +3409,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"caRotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caRotation is the CA rotation under way: the machines' configs are rendered at its phase. The new CA waits in a Secret of its own; the secrets bundle changes only when the rotation completes.",
+							Ref:         ref(v1alpha1.CARotationStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -4273,12 +4349,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.NodeShutdownParameters{}.OpenAPIModelName()),
 						},
 					},
+					"caRotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "caRotation parameters; required for ca-rotation, forbidden otherwise.",
+							Ref:         ref(v1alpha1.CARotationParameters{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"clusterName", "type"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.NodeShutdownParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
+			v1alpha1.CARotationParameters{}.OpenAPIModelName(), v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.NodeShutdownParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -383,6 +384,29 @@ func (s *session) APIServerConfigVersion(context.Context) (string, error) {
 		return "", err
 	}
 	return s.n.APIServerConfigVersion, nil
+}
+
+// TalosCA reads the trust of the config the node runs, as Talos's OSRoot
+// has it: machine.ca issues, and is accepted with machine.acceptedCAs.
+func (s *session) TalosCA(context.Context) (*talos.TalosCA, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	cfg, err := configloader.NewFromBytes(s.n.Config)
+	if err != nil {
+		return nil, fmt.Errorf("the node's config: %w", err)
+	}
+	sec := cfg.Machine().Security()
+	out := &talos.TalosCA{}
+	if ca := sec.IssuingCA(); ca != nil {
+		out.Issuing, out.Accepted = ca.Crt, [][]byte{ca.Crt}
+	}
+	for _, ca := range sec.AcceptedCAs() {
+		out.Accepted = append(out.Accepted, ca.Crt)
+	}
+	return out, nil
 }
 
 func (s *session) Version(context.Context) (string, error) {

@@ -258,6 +258,42 @@ type TalosClusterStatus struct {
 	// its key stays in the secrets bundle.
 	// +optional
 	KubernetesCA string `json:"kubernetesCA,omitempty" protobuf:"bytes,11,opt,name=kubernetesCA"`
+	// caRotation is the CA rotation under way: the machines' configs are
+	// rendered at its phase. The new CA waits in a Secret of its own; the
+	// secrets bundle changes only when the rotation completes.
+	// +optional
+	CARotation *CARotationStatus `json:"caRotation,omitempty" protobuf:"bytes,12,opt,name=caRotation"`
+}
+
+// CARotationPhase is how far a Talos API CA rotation has moved the
+// cluster's machine configs, in the order of Talos's own rotation.
+// +enum
+type CARotationPhase string
+
+const (
+	// CARotationAcceptNew: machine.acceptedCAs holds the new CA; the old
+	// one still issues, and Ichor still signs with it.
+	CARotationAcceptNew CARotationPhase = "AcceptNew"
+	// CARotationIssueNew: the new CA issues (machine.ca), the old one is
+	// accepted; Ichor signs with the new one.
+	CARotationIssueNew CARotationPhase = "IssueNew"
+	// CARotationDropOld: the new CA issues and nothing else is accepted.
+	CARotationDropOld CARotationPhase = "DropOld"
+)
+
+// CARotationPhases are the phases in the order a rotation moves through
+// them.
+var CARotationPhases = []CARotationPhase{CARotationAcceptNew, CARotationIssueNew, CARotationDropOld}
+
+// CARotationStatus is a CA rotation under way on a cluster.
+type CARotationStatus struct {
+	// operation is the ca-rotation TalosOperation that runs it.
+	Operation string `json:"operation" protobuf:"bytes,1,opt,name=operation"`
+	// phase the cluster's machine configs are rendered at.
+	Phase CARotationPhase `json:"phase" protobuf:"bytes,2,opt,name=phase,casttype=CARotationPhase"`
+	// since is when the rotation entered its phase.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty" protobuf:"bytes,3,opt,name=since"`
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

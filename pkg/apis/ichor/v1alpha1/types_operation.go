@@ -98,6 +98,20 @@ const (
 	ActionBackup StepAction = "backup"
 )
 
+// The steps of a ca-rotation: each machine, control planes first, through
+// the phases of Talos's own rotation (talosctl rotate-ca), one phase after
+// the other; see CARotationPhase.
+const (
+	// ActionAcceptNewCA checks that the machine's node accepts the new CA
+	// beside the old one, and a client certificate from the new CA.
+	ActionAcceptNewCA StepAction = "accept-new-ca"
+	// ActionIssueFromNewCA checks that the node's Talos API certificate
+	// comes from the new CA, the old one still accepted.
+	ActionIssueFromNewCA StepAction = "issue-from-new-ca"
+	// ActionDropOldCA checks that the node accepts the new CA alone.
+	ActionDropOldCA StepAction = "drop-old-ca"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -133,6 +147,22 @@ type TalosOperationSpec struct {
 	// nodeShutdown parameters; allowed for node-shutdown only.
 	// +optional
 	NodeShutdown *NodeShutdownParameters `json:"nodeShutdown,omitempty" protobuf:"bytes,10,opt,name=nodeShutdown"`
+	// caRotation parameters; required for ca-rotation, forbidden otherwise.
+	// +optional
+	CARotation *CARotationParameters `json:"caRotation,omitempty" protobuf:"bytes,11,opt,name=caRotation"`
+}
+
+// CARotationParameters say which of the cluster's CAs a ca-rotation
+// replaces.
+type CARotationParameters struct {
+	// talos rotates the Talos API CA, which issues every node's Talos API
+	// certificate and every talosconfig's client certificate. Required to
+	// be true: it is the CA Ichor rotates.
+	Talos bool `json:"talos" protobuf:"varint,1,opt,name=talos"`
+	// dryRun reports, step by step, what the rotation would change on each
+	// machine without generating a CA or touching a node.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty" protobuf:"varint,2,opt,name=dryRun"`
 }
 
 // NodeShutdownParameters are the inputs of a node-shutdown.

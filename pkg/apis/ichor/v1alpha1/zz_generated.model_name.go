@@ -62,6 +62,16 @@ func (in BackupUpload) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CARotationParameters) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationParameters"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CARotationStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CNISpec) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec"
 }

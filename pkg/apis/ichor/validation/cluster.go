@@ -63,6 +63,11 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 	if s.KubernetesCA != "" {
 		errs = append(errs, validateCABundle(s.KubernetesCA, status.Child("kubernetesCA"))...)
 	}
+	if r := s.CARotation; r != nil {
+		p := status.Child("caRotation")
+		errs = append(errs, validateRequiredName(r.Operation, p.Child("operation"))...)
+		errs = append(errs, validateEnum(r.Phase, p.Child("phase"), CARotationPhases...)...)
+	}
 	if d := s.Disruption; d != nil {
 		fld := status.Child("disruption")
 		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(d.Machine, false) {
@@ -268,3 +273,6 @@ func validateImageRepository(repo string, fldPath *field.Path) field.ErrorList {
 	}
 	return nil
 }
+
+// CARotationPhases are the phases of a CA rotation, in their order.
+var CARotationPhases = []ichor.CARotationPhase{ichor.CARotationAcceptNew, ichor.CARotationIssueNew, ichor.CARotationDropOld}

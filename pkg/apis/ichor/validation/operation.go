@@ -95,10 +95,11 @@ func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.Erro
 }
 
 // StepActions are the actions of steps: an etcd-restore's in their order,
-// then a shutdown's.
+// then a shutdown's, then a ca-rotation's.
 var StepActions = []ichor.StepAction{
 	ichor.ActionLeaveEtcd, ichor.ActionWipeEtcd, ichor.ActionRecoverEtcd, ichor.ActionJoinEtcd, ichor.ActionRestartKubelet,
 	ichor.ActionBackup,
+	ichor.ActionAcceptNewCA, ichor.ActionIssueFromNewCA, ichor.ActionDropOldCA,
 }
 
 // KubernetesComponents are the components a kubernetes-upgrade moves, in its order.
@@ -141,6 +142,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		{"etcdRestore", ichor.OperationEtcdRestore, s.EtcdRestore != nil, true},
 		{"reboot", ichor.OperationReboot, s.Reboot != nil, false},
 		{"nodeShutdown", ichor.OperationNodeShutdown, s.NodeShutdown != nil, false},
+		{"caRotation", ichor.OperationCARotation, s.CARotation != nil, true},
 	} {
 		p := fldPath.Child(b.name)
 		switch {
@@ -169,6 +171,10 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	}
 	if r := s.NodeReset; r != nil {
 		errs = append(errs, validateNodeReset(r, fldPath.Child("nodeReset"))...)
+	}
+	if r := s.CARotation; r != nil && !r.Talos {
+		errs = append(errs, field.Invalid(fldPath.Child("caRotation", "talos"), false,
+			"must be true: the Talos API CA is the CA a ca-rotation replaces"))
 	}
 	if r := s.EtcdRestore; r != nil {
 		errs = append(errs, validateRequiredName(r.Backup, fldPath.Child("etcdRestore", "backup"))...)

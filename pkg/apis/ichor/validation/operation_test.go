@@ -29,6 +29,8 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 		s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeAll}
 	case ichor.OperationNodeShutdown:
 		s.Machines = []string{"node-3", "node-4"}
+	case ichor.OperationCARotation:
+		s.CARotation = &ichor.CARotationParameters{Talos: true}
 	}
 	return o
 }
@@ -220,6 +222,24 @@ func TestValidateTalosOperation(t *testing.T) {
 			typ:    ichor.OperationCARotation,
 			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
 			want:   []fe{forbidden("spec.machines")},
+		},
+		{
+			name:   "ca rotation without its parameters",
+			typ:    ichor.OperationCARotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation = nil },
+			want:   []fe{required("spec.caRotation")},
+		},
+		{
+			name:   "ca rotation of no CA",
+			typ:    ichor.OperationCARotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation.Talos = false },
+			want:   []fe{invalid("spec.caRotation.talos")},
+		},
+		{
+			name:   "ca rotation parameters on a reboot",
+			typ:    ichor.OperationReboot,
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation = &ichor.CARotationParameters{Talos: true} },
+			want:   []fe{forbidden("spec.caRotation")},
 		},
 		{
 			name:   "shutdown of some machines",

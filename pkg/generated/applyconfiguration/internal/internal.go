@@ -152,6 +152,30 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationParameters
+  map:
+    fields:
+    - name: dryRun
+      type:
+        scalar: boolean
+    - name: talos
+      type:
+        scalar: boolean
+      default: false
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationStatus
+  map:
+    fields:
+    - name: operation
+      type:
+        scalar: string
+      default: ""
+    - name: phase
+      type:
+        scalar: string
+      default: ""
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
   map:
     fields:
@@ -997,6 +1021,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: bootstrappedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: caRotation
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationStatus
     - name: conditions
       type:
         list:
@@ -1290,6 +1317,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosOperationSpec
   map:
     fields:
+    - name: caRotation
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationParameters
     - name: clusterName
       type:
         scalar: string

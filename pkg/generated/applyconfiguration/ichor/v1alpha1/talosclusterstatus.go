@@ -60,6 +60,10 @@ type TalosClusterStatusApplyConfiguration struct {
 	// kubeconfig for the cluster trusts (`ichor kubeconfig`). It is public;
 	// its key stays in the secrets bundle.
 	KubernetesCA *string `json:"kubernetesCA,omitempty"`
+	// caRotation is the CA rotation under way: the machines' configs are
+	// rendered at its phase. The new CA waits in a Secret of its own; the
+	// secrets bundle changes only when the rotation completes.
+	CARotation *CARotationStatusApplyConfiguration `json:"caRotation,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -158,5 +162,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithBackup(value *ClusterBackupSt
 // If called multiple times, the KubernetesCA field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithKubernetesCA(value string) *TalosClusterStatusApplyConfiguration {
 	b.KubernetesCA = &value
+	return b
+}
+
+// WithCARotation sets the CARotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CARotation field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithCARotation(value *CARotationStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.CARotation = value
 	return b
 }

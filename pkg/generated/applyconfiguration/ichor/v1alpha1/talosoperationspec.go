@@ -51,6 +51,8 @@ type TalosOperationSpecApplyConfiguration struct {
 	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
 	// nodeShutdown parameters; allowed for node-shutdown only.
 	NodeShutdown *NodeShutdownParametersApplyConfiguration `json:"nodeShutdown,omitempty"`
+	// caRotation parameters; required for ca-rotation, forbidden otherwise.
+	CARotation *CARotationParametersApplyConfiguration `json:"caRotation,omitempty"`
 }
 
 // TalosOperationSpecApplyConfiguration constructs a declarative configuration of the TalosOperationSpec type for use with
@@ -138,5 +140,13 @@ func (b *TalosOperationSpecApplyConfiguration) WithMaxUnavailable(value int32) *
 // If called multiple times, the NodeShutdown field is set to the value of the last call.
 func (b *TalosOperationSpecApplyConfiguration) WithNodeShutdown(value *NodeShutdownParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
 	b.NodeShutdown = value
+	return b
+}
+
+// WithCARotation sets the CARotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CARotation field is set to the value of the last call.
+func (b *TalosOperationSpecApplyConfiguration) WithCARotation(value *CARotationParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
+	b.CARotation = value
 	return b
 }

@@ -1,0 +1,233 @@
+package operation
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+)
+
+// The Talos API CA rotation against fake nodes whose trust is that of the
+// config they run, and a stand-in for machineconfig that gives each node
+// the config of the secrets in force after every reconcile.
+
+func caRotation(name string, dry bool) *v1alpha1.TalosOperation {
+	return started(name, v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationCARotation,
+		CARotation: &v1alpha1.CARotationParameters{Talos: true, DryRun: dry}})
+}
+
+// followTrust gives the fixture's nodes the Talos API trust in force now,
+// and again after each reconcile but to those in lagging, as machineconfig
+// would roll it out.
+func (f *fixture) followTrust(lagging ...string) {
+	follow := func(lagging []string) {
+		in, err := clustersecrets.Load(context.Background(), f.client, f.cluster())
+		if err != nil {
+			f.t.Fatalf("the secrets in force: %v", err)
+		}
+		for _, name := range f.names {
+			if !contains(lagging, name) {
+				f.node(name).Config = trustConfig(in)
+			}
+		}
+	}
+	follow(nil)
+	f.react = func() { follow(lagging) }
+}
+
+func contains(names []string, name string) bool {
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// trustConfig is a config carrying in's Talos API trust.
+func trustConfig(in *clustersecrets.Secrets) []byte {
+	b64 := func(p []byte) string { return base64.StdEncoding.EncodeToString(p) }
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "version: v1alpha1\nmachine:\n  type: worker\n  ca:\n    crt: %s\n", b64(in.Certs.OS.Crt))
+	if len(in.TalosAccepted) > 0 {
+		cfg.WriteString("  acceptedCAs:\n")
+		for _, crt := range in.TalosAccepted {
+			fmt.Fprintf(&cfg, "    - crt: %s\n", b64(crt))
+		}
+	}
+	return []byte(cfg.String())
+}
+
+func (f *fixture) cluster() *v1alpha1.TalosCluster {
+	f.t.Helper()
+	var c v1alpha1.TalosCluster
+	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
+		f.t.Fatal(err)
+	}
+	return &c
+}
+
+// bundleCA is the Talos API CA certificate of the bundle's Secret.
+func (f *fixture) bundleCA() []byte {
+	f.t.Helper()
+	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
+		ObjectMeta: f.cluster().ObjectMeta, Spec: f.cluster().Spec,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b.Certs.OS.Crt
+}
+
+func (f *fixture) rotationSecret() *corev1.Secret {
+	var s corev1.Secret
+	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clustersecrets.RotationSecretName(f.cluster())}, &s); err != nil {
+		return nil
+	}
+	return &s
+}
+
+// TestCARotationSurvivesACrashAtEveryWrite rotates the Talos API CA with
+// the controller stopping before each of its status writes in turn: every
+// node ends on the new CA alone, the bundle holds it, and nothing of the
+// rotation is left.
+func TestCARotationSurvivesACrashAtEveryWrite(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			f := newFixture(t, caRotation("rotate", false))
+			f.followTrust()
+			old := f.bundleCA()
+			f.failWrite = fail
+			var seen []v1alpha1.CARotationPhase
+			follow := f.react
+			f.react = func() {
+				follow()
+				if r := f.cluster().Status.CARotation; r != nil && (len(seen) == 0 || seen[len(seen)-1] != r.Phase) {
+					seen = append(seen, r.Phase)
+				}
+			}
+			op := f.run("rotate")
+			if fail == 0 {
+				total = f.writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			if got := fmt.Sprint(seen); got != "[AcceptNew IssueNew DropOld]" {
+				t.Errorf("phases %s", got)
+			}
+			if len(op.Status.Steps) != 3*len(machineNames) {
+				t.Errorf("%d steps, want %d", len(op.Status.Steps), 3*len(machineNames))
+			}
+			now := f.bundleCA()
+			if bytes.Equal(now, old) {
+				t.Fatal("the bundle still holds the old CA")
+			}
+			for _, name := range machineNames {
+				cfg := string(f.node(name).Config)
+				if !strings.Contains(cfg, base64.StdEncoding.EncodeToString(now)) || strings.Contains(cfg, "acceptedCAs") {
+					t.Errorf("%s runs %s", name, cfg)
+				}
+			}
+			if c := f.cluster(); c.Status.CARotation != nil || f.rotationSecret() != nil {
+				t.Errorf("the rotation is left behind: %+v, Secret %v", c.Status.CARotation, f.rotationSecret() != nil)
+			}
+		})
+	}
+	// One write starts the operation, one records each step (with the
+	// previous one's end), one ends it.
+	if total != 3*len(machineNames)+2 {
+		t.Fatalf("%d status writes, want %d: the crash points were not all exercised", total, 3*len(machineNames)+2)
+	}
+}
+
+// TestCARotationStopsAtANodeThatDoesNotTakeThePhase: a node that does not
+// run the first phase's trust stops the rotation before the second phase;
+// every node still trusts both CAs, and a new ca-rotation takes the
+// rotation over, with the same new CA, once the node follows.
+func TestCARotationStopsAtANodeThatDoesNotTakeThePhase(t *testing.T) {
+	f := newFixture(t, caRotation("rotate", false))
+	f.r.Options.StepTimeout = 5 * time.Second
+	f.followTrust("cp-3")
+	old := f.bundleCA()
+	op := f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationFailed {
+		t.Fatalf("ended %s, want Failed", op.Status.Phase)
+	}
+	for _, s := range op.Status.Steps {
+		if s.Action != v1alpha1.ActionAcceptNewCA && s.Phase != v1alpha1.OperationPending {
+			t.Errorf("step %s %s ran: %s", s.Name(), s.Phase, s.Message)
+		}
+	}
+	c := f.cluster()
+	if c.Status.CARotation == nil || c.Status.CARotation.Phase != v1alpha1.CARotationAcceptNew || !bytes.Equal(f.bundleCA(), old) {
+		t.Fatalf("the cluster left phase AcceptNew: %+v", c.Status.CARotation)
+	}
+	secret := f.rotationSecret()
+	if secret == nil {
+		t.Fatal("the new CA's Secret is gone")
+	}
+	next := secret.Data["tls.crt"]
+	for _, name := range machineNames {
+		if name == "cp-3" {
+			continue
+		}
+		cfg := string(f.node(name).Config)
+		if !strings.Contains(cfg, base64.StdEncoding.EncodeToString(old)) || !strings.Contains(cfg, base64.StdEncoding.EncodeToString(next)) {
+			t.Errorf("%s does not trust both CAs: %s", name, cfg)
+		}
+	}
+
+	// cp-3 follows now; a second rotation takes over.
+	again := caRotation("rotate-again", false)
+	if err := f.client.Create(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	f.followTrust()
+	op = f.run("rotate-again")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("the second rotation ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	if got := f.bundleCA(); !bytes.Equal(got, next) {
+		t.Error("the second rotation did not finish with the first one's new CA")
+	}
+}
+
+// TestCARotationDryRun says what each phase would change and changes
+// nothing: no CA, no phase, no node.
+func TestCARotationDryRun(t *testing.T) {
+	f := newFixture(t, caRotation("rotate", true))
+	f.followTrust()
+	old := f.bundleCA()
+	configs := map[string]string{}
+	for _, name := range machineNames {
+		configs[name] = string(f.node(name).Config)
+	}
+	op := f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	for _, s := range op.Status.Steps {
+		if !strings.HasPrefix(s.Message, "dry run: ") {
+			t.Errorf("step %s: %q", s.Name(), s.Message)
+		}
+	}
+	if c := f.cluster(); c.Status.CARotation != nil || f.rotationSecret() != nil || !bytes.Equal(f.bundleCA(), old) {
+		t.Errorf("a dry run changed the cluster: %+v", c.Status.CARotation)
+	}
+	for _, name := range machineNames {
+		if string(f.node(name).Config) != configs[name] {
+			t.Errorf("a dry run changed %s's config", name)
+		}
+	}
+}
