@@ -298,8 +298,10 @@ const (
 )
 
 // TalosCA is a node's Talos API trust: the CA that issues its API
-// certificate, and every CA it accepts client certificates from (the
-// issuing one among them), as PEM certificates. Never a key.
+// certificate, and every CA it accepts client certificates from (its
+// machine.ca among them), as PEM certificates. Never a key. A worker's
+// Issuing is empty: its config holds the certificate of machine.ca without
+// the key, and its API certificate comes from a control plane's trustd.
 type TalosCA struct {
 	Issuing  []byte
 	Accepted [][]byte

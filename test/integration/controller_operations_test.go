@@ -52,6 +52,7 @@ func TestControllerRunsOperations(t *testing.T) {
 	t.Run("an operator upgrades Kubernetes in talosctl upgrade-k8s's order", d.kubernetesUpgrade)
 	t.Run("an operation naming a machine of another cluster fails at once", d.foreignMachine)
 	t.Run("etcd is defragmented one member at a time", d.etcdDefrag)
+	t.Run("an admin rotates the Talos API CA in Talos's three phases, and old talosconfigs stop working", d.caRotation)
 	t.Run("a controller killed mid-upgrade resumes on the same step", d.upgradeSurvivesRestart)
 	t.Run("a node that refuses the upgrade fails only its step", d.upgradeRefusedByNode)
 	t.Run("a deleted operation stops after its step in flight", d.deletedOperationStops)

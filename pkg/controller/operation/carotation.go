@@ -191,21 +191,21 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		}
 		return s.wait("the node runs phase %s, but does not answer a client certificate from the new CA yet: %v", phase, err)
 	}
-	return s.done(ctx, "the node runs phase %s (issuing from the %s CA, accepting %d) and answers a client certificate from the new CA",
-		phase, which(got.Issuing, next), len(got.Accepted))
-}
-
-// which names a CA certificate for people: the new one or the old one.
-func which(crt []byte, next *x509.PEMEncodedCertificateAndKey) string {
-	if bytes.Equal(crt, next.Crt) {
-		return "new"
+	trust := fmt.Sprintf("accepting %d CAs", len(got.Accepted))
+	if got.Issuing != nil {
+		which := "old"
+		if bytes.Equal(got.Issuing, next.Crt) {
+			which = "new"
+		}
+		trust = fmt.Sprintf("issuing from the %s CA, %s", which, trust)
 	}
-	return "old"
+	return s.done(ctx, "the node runs phase %s (%s) and answers a client certificate from the new CA", phase, trust)
 }
 
 // trustDiffers says how the node's trust differs from the secrets in
-// force, or "": it issues from their Talos API CA, and accepts it and the
-// accepted ones, nothing else.
+// force, or "": it accepts their Talos API CA and the accepted ones,
+// nothing else, and a control plane issues from the former (a worker's
+// certificate comes from a control plane's trustd).
 func trustDiffers(got *talos.TalosCA, in *clustersecrets.Secrets) string {
 	want := append([][]byte{in.Certs.OS.Crt}, in.TalosAccepted...)
 	sameSet := func(a, b [][]byte) bool {
@@ -222,7 +222,7 @@ func trustDiffers(got *talos.TalosCA, in *clustersecrets.Secrets) string {
 		return true
 	}
 	switch {
-	case !bytes.Equal(got.Issuing, in.Certs.OS.Crt):
+	case got.Issuing != nil && !bytes.Equal(got.Issuing, in.Certs.OS.Crt):
 		return "its API certificate comes from another CA than the phase's"
 	case !sameSet(got.Accepted, want):
 		return fmt.Sprintf("it accepts %d CAs, the phase %d", len(got.Accepted), len(want))

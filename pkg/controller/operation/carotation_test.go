@@ -36,7 +36,7 @@ func (f *fixture) followTrust(lagging ...string) {
 		}
 		for _, name := range f.names {
 			if !contains(lagging, name) {
-				f.node(name).Config = trustConfig(in)
+				f.node(name).Config = trustConfig(in, strings.HasPrefix(name, "cp-"))
 			}
 		}
 	}
@@ -53,11 +53,15 @@ func contains(names []string, name string) bool {
 	return false
 }
 
-// trustConfig is a config carrying in's Talos API trust.
-func trustConfig(in *clustersecrets.Secrets) []byte {
+// trustConfig is a config carrying in's Talos API trust, machine.ca with
+// its key on a control plane.
+func trustConfig(in *clustersecrets.Secrets, controlPlane bool) []byte {
 	b64 := func(p []byte) string { return base64.StdEncoding.EncodeToString(p) }
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "version: v1alpha1\nmachine:\n  type: worker\n  ca:\n    crt: %s\n", b64(in.Certs.OS.Crt))
+	if controlPlane {
+		fmt.Fprintf(&cfg, "    key: %s\n", b64(in.Certs.OS.Key))
+	}
 	if len(in.TalosAccepted) > 0 {
 		cfg.WriteString("  acceptedCAs:\n")
 		for _, crt := range in.TalosAccepted {

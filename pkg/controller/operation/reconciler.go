@@ -406,7 +406,9 @@ func (r *Reconciler) advance(ctx context.Context, x *run) (ctrl.Result, error) {
 			if op.Status.Phase != v1alpha1.OperationRunning {
 				return result, nil
 			}
-			ended = ended || (running && op.Status.Steps[i].Phase != v1alpha1.OperationRunning)
+			// A step that ended as it started (a dry run's) counts too.
+			now := op.Status.Steps[i].Phase
+			ended = ended || (now == v1alpha1.OperationSucceeded || now == v1alpha1.OperationFailed)
 		}
 		if !ended {
 			return result, nil

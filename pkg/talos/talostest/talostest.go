@@ -401,7 +401,10 @@ func (s *session) TalosCA(context.Context) (*talos.TalosCA, error) {
 	sec := cfg.Machine().Security()
 	out := &talos.TalosCA{}
 	if ca := sec.IssuingCA(); ca != nil {
-		out.Issuing, out.Accepted = ca.Crt, [][]byte{ca.Crt}
+		out.Accepted = [][]byte{ca.Crt}
+		if len(ca.Key) > 0 { // a worker's holds the certificate only, which OSRoot leaves out
+			out.Issuing = ca.Crt
+		}
 	}
 	for _, ca := range sec.AcceptedCAs() {
 		out.Accepted = append(out.Accepted, ca.Crt)

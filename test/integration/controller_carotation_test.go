@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/operation"
+	"ichor.dev/ichor/test/internal/proc"
+)
+
+// caRotation: an admin rotates demo's Talos API CA. An operator may not
+// start one; a dry run changes nothing; the rotation moves every node
+// through Talos's three phases (the controller stopped and started again
+// in the second), after which talosctl with a talosconfig from the old CA
+// is refused, one downloaded afterwards works, the bundle holds the new CA
+// and nothing of the rotation is left.
+func (d *demoCluster) caRotation(t *testing.T) {
+	ctx := d.ctx
+	talosctl := d.talosctl(t)
+	oldConfig := d.downloadReaderTalosconfig(t)
+	if out, err := talosctl(oldConfig, "version"); err != nil {
+		t.Fatalf("talosctl version before the rotation: %v\n%s", err, out)
+	}
+	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	bundleCA := func() []byte {
+		s, err := kube.CoreV1().Secrets(d.ns).Get(ctx, "demo-secrets", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Data[clustersecrets.BundleKey]
+	}
+	before := bundleCA()
+
+	// An operator may create one, not start it.
+	d.createOperation(t, operator, "rotate-by-operator", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true}")
+	out, err := cp.KubectlWithInput(ctx, []byte(`{"apiVersion":"ichor.dev/v1alpha1","kind":"TalosOperation"}`),
+		append(operator, "create", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosoperations/rotate-by-operator/start", "-f", "-")...)
+	if err == nil || !strings.Contains(out+err.Error(), "forbidden") || !strings.Contains(out+err.Error(), `subresource "ca-rotation"`) {
+		t.Errorf("an operator started a ca-rotation: %v\n%s", err, out)
+	}
+	if out, err := cp.KubectlWithInput(ctx, []byte("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: rotate-nothing, namespace: "+d.ns+"}\nspec: {clusterName: demo, type: ca-rotation, caRotation: {talos: false}}\n"),
+		append(admin, "create", "-f", "-")...); err == nil || !strings.Contains(out+err.Error(), "spec.caRotation.talos: Invalid value: false") {
+		t.Errorf("a ca-rotation of no CA: %v\n%s", err, out)
+	}
+
+	// A dry run says what each phase would do, and does nothing.
+	d.createOperation(t, admin, "rotate-dry", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true, dryRun: true}")
+	d.startOperation(t, admin, "rotate-dry")
+	op := d.waitOperationEnds(t, "rotate-dry", v1alpha1.OperationSucceeded)
+	if len(op.Status.Steps) != 3*len(d.nodes) || !strings.Contains(op.Status.Steps[0].Message, "dry run: machine.acceptedCAs gets the new Talos API CA") {
+		t.Errorf("the dry run's steps: %s", describeOperation(op))
+	}
+	if c := getCluster(t, d.ns, "demo"); c.Status.CARotation != nil || !bytes.Equal(bundleCA(), before) {
+		t.Errorf("a dry run changed the cluster: %+v", c.Status.CARotation)
+	}
+
+	// The rotation; the controller is stopped once in the second phase.
+	d.createOperation(t, admin, "rotate-talos-ca", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true}")
+	d.startOperation(t, admin, "rotate-talos-ca")
+	var seen []v1alpha1.CARotationPhase
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		c := getCluster(t, d.ns, "demo")
+		if r := c.Status.CARotation; r != nil && (len(seen) == 0 || seen[len(seen)-1] != r.Phase) {
+			seen = append(seen, r.Phase)
+		}
+		return c.Status.CARotation != nil && c.Status.CARotation.Phase == v1alpha1.CARotationIssueNew, nil
+	})
+	if err != nil {
+		t.Fatalf("the rotation never reached phase IssueNew (phases seen %v): %v", seen, err)
+	}
+	d.controller.stop()
+	d.controller = runController(d.parent, d.tune)
+	op = d.waitOperationEnds(t, "rotate-talos-ca", v1alpha1.OperationSucceeded)
+	for _, s := range op.Status.Steps {
+		if s.Phase != v1alpha1.OperationSucceeded || !strings.Contains(s.Message, "answers a client certificate from the new CA") {
+			t.Errorf("step %s: %s %s", s.Name(), s.Phase, s.Message)
+		}
+	}
+	if seen[0] != v1alpha1.CARotationAcceptNew {
+		t.Errorf("phases seen %v: the first was not AcceptNew", seen)
+	}
+	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventTalosCARotated, "rotated the Talos API CA")
+	c := getCluster(t, d.ns, "demo")
+	if c.Status.CARotation != nil || bytes.Equal(bundleCA(), before) {
+		t.Errorf("after the rotation: status %+v, the bundle changed %v", c.Status.CARotation, !bytes.Equal(bundleCA(), before))
+	}
+	if _, err := kube.CoreV1().Secrets(d.ns).Get(ctx, "demo-secrets-talos-ca-next", metav1.GetOptions{}); err == nil {
+		t.Error("the new CA's own Secret outlived the rotation")
+	}
+
+	// The old talosconfig no longer trusts the nodes; a new one works.
+	if out, err := talosctl(oldConfig, "version"); err == nil || !strings.Contains(out, "certificate signed by unknown authority") {
+		t.Errorf("talosctl with the old talosconfig after the rotation: %v, want an unknown authority\n%s", err, out)
+	}
+	newConfig := d.downloadReaderTalosconfig(t)
+	if out, err := talosctl(newConfig, "version"); err != nil || !strings.Contains(out, "Tag:") {
+		t.Errorf("talosctl with a talosconfig downloaded after the rotation: %v\n%s", err, out)
+	}
+	// The nodes kept running through it, and the controller still manages them.
+	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	for name := range d.nodes {
+		m := getMachine(t, d.ns, name)
+		if !meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineConditionReady) {
+			t.Errorf("%s after the rotation: %+v", name, m.Status.Conditions)
+		}
+	}
+}
+
+// downloadReaderTalosconfig saves a reader talosconfig of demo, downloaded
+// by an operator, and returns its path.
+func (d *demoCluster) downloadReaderTalosconfig(t *testing.T) string {
+	t.Helper()
+	out, err := cp.Kubectl(d.ctx, append(operator, "get", "--raw", "/apis/ichor.dev/v1alpha1/namespaces/"+d.ns+"/talosclusters/demo/talosconfig-reader")...)
+	if err != nil {
+		t.Fatalf("download a reader talosconfig: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "talosconfig")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// talosctl runs the official talosctl against cp-1 with a talosconfig.
+func (d *demoCluster) talosctl(t *testing.T) func(talosconfig string, args ...string) (string, error) {
+	bin, err := proc.TalosctlBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(talosconfig string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+		defer cancel()
+		dir := filepath.Dir(talosconfig)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), append([]string{"--talosconfig", talosconfig, "--nodes", hostOf(d.nodes["cp-1"])}, args...)...)
+		cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+}
+
+// getCluster reads TalosCluster name.
+func getCluster(t *testing.T, ns, name string) *v1alpha1.TalosCluster {
+	t.Helper()
+	c, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
