@@ -24,6 +24,7 @@ var downloads = []struct {
 	{"etcd-snapshot", "talosmachines", "%s-etcd.snapshot"},
 	{"packet-capture", "talosmachines", "%s.pcap"},
 	{"talosconfig-reader", "talosclusters", "%s-talosconfig"},
+	{"credentials", "talosclusters", "%s-credentials.zip"},
 }
 
 func newDownload(o *Options) *cobra.Command {
@@ -35,7 +36,7 @@ func newDownload(o *Options) *cobra.Command {
 		duration    time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "download support-bundle|etcd-snapshot|packet-capture MACHINE | talosconfig-reader CLUSTER",
+		Use:   "download support-bundle|etcd-snapshot|packet-capture MACHINE | talosconfig-reader|credentials CLUSTER",
 		Short: "Download what a node holds, streamed through ichor-apiserver (the download verb)",
 		Long: `download streams a download subresource to a file (-O, "-" for standard output), with its
 progress on standard error: a bar with bytes, rate and time on a terminal, one line otherwise.
@@ -45,10 +46,13 @@ an error, and no partial file is left. Every download is recorded as an Event na
   support-bundle      a node's logs, services and resources, as os:reader reads them (admins)
   etcd-snapshot       a control plane's etcd database, read with os:etcd:backup (admins)
   packet-capture      a pcap of one link for --duration (admins)
-  talosconfig-reader  a one-hour os:reader talosconfig for a cluster (operators and admins)`,
+  talosconfig-reader  a one-hour os:reader talosconfig for a cluster (operators and admins)
+  credentials         after a CA rotation, once: a zip of a one-hour os:admin talosconfig and
+                      system:masters kubeconfig for a cluster (admins)`,
 		Example: `  ichor -n demo download etcd-snapshot m1
   ichor -n demo download packet-capture m4 --interface eth0 --duration 30s -O m4.pcap
-  ichor -n demo download talosconfig-reader demo -O - > talosconfig`,
+  ichor -n demo download talosconfig-reader demo -O - > talosconfig
+  ichor -n demo download credentials demo -O demo-credentials.zip`,
 		GroupID: "machines",
 		Args:    cobra.ExactArgs(2),
 		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
@@ -76,7 +80,7 @@ an error, and no partial file is left. Every download is recorded as an Event na
 			}
 		}
 		if i < 0 {
-			return fmt.Errorf("%q is not a download: one of support-bundle, etcd-snapshot, packet-capture, talosconfig-reader", kind)
+			return fmt.Errorf("%q is not a download: one of support-bundle, etcd-snapshot, packet-capture, talosconfig-reader, credentials", kind)
 		}
 		d := downloads[i]
 		if kind == "packet-capture" && iface == "" {

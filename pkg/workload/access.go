@@ -69,7 +69,7 @@ func ControllerRules() []rbacv1.PolicyRule {
 // short-lived cluster-admin certificate signed from bundle. Applying again
 // changes nothing; a rule added by hand to a role is taken away.
 func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time) error {
-	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{"system:masters"}}, now, setupTTL)
+	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{MastersGroup}}, now, setupTTL)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,10 @@ import (
 // behind accepts them at once.
 const clockSkew = time.Minute
 
+// MastersGroup is Kubernetes's group of cluster admins, whom no
+// authorizer refuses: the group of Talos's own admin kubeconfig.
+const MastersGroup = "system:masters"
+
 // Identity is who a client config authenticates as.
 type Identity struct {
 	// User is the certificate's common name.
@@ -39,6 +43,37 @@ type Identity struct {
 // from now for ttl. The certificate's key is generated here and lives only
 // in the returned config.
 func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time.Time, ttl time.Duration) (*rest.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("workload client: generate key: %w", err)
+	}
+	certPEM, err := SignClientCertificate(bundle, key.Public(), id, now, ttl)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("workload client: encode key: %w", err)
+	}
+	return &rest.Config{
+		Host: endpoint,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   bundle.Certs.K8s.Crt,
+			CertData: certPEM,
+			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		},
+		UserAgent: "ichor-controller",
+		// client-go's default of 5 requests a second would have the approver
+		// take minutes over a thousand nodes asking at once.
+		QPS:   100,
+		Burst: 200,
+	}, nil
+}
+
+// SignClientCertificate certifies pub, whose private half someone else
+// holds, as id on the cluster's Kubernetes API, signed by the bundle's
+// Kubernetes CA and valid from now for ttl; it returns the PEM certificate.
+func SignClientCertificate(bundle *secrets.Bundle, pub crypto.PublicKey, id Identity, now time.Time, ttl time.Duration) ([]byte, error) {
 	if bundle == nil || bundle.Certs == nil || bundle.Certs.K8s == nil || len(bundle.Certs.K8s.Key) == 0 {
 		return nil, errors.New("workload client: the bundle has no Kubernetes CA key")
 	}
@@ -54,11 +89,6 @@ func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time
 	if !ok {
 		return nil, errors.New("workload client: the bundle's Kubernetes CA key cannot sign")
 	}
-
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("workload client: generate key: %w", err)
-	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
 		return nil, fmt.Errorf("workload client: serial number: %w", err)
@@ -71,25 +101,9 @@ func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), signer)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, pub, signer)
 	if err != nil {
 		return nil, fmt.Errorf("workload client: sign certificate for %s: %w", id.User, err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("workload client: encode key: %w", err)
-	}
-	return &rest.Config{
-		Host: endpoint,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   bundle.Certs.K8s.Crt,
-			CertData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		},
-		UserAgent: "ichor-controller",
-		// client-go's default of 5 requests a second would have the approver
-		// take minutes over a thousand nodes asking at once.
-		QPS:   100,
-		Burst: 200,
-	}, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }

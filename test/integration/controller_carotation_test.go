@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +57,13 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if out, err := cp.KubectlWithInput(ctx, []byte("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: rotate-nothing, namespace: "+d.ns+"}\nspec: {clusterName: demo, type: ca-rotation, caRotation: {talos: false}}\n"),
 		append(admin, "create", "-f", "-")...); err == nil || !strings.Contains(out+err.Error(), "spec.caRotation.talos: Invalid value: false") {
 		t.Errorf("a ca-rotation of no CA: %v\n%s", err, out)
+	}
+
+	// There are no new credentials before a rotation completed.
+	credentials := "/apis/ichor.dev/v1alpha1/namespaces/" + d.ns + "/talosclusters/demo/credentials"
+	if out, err := cp.Kubectl(ctx, append(admin, "get", "--raw", credentials)...); err == nil ||
+		!strings.Contains(out+err.Error(), "no CA rotation of TalosCluster demo has completed") {
+		t.Errorf("the credentials before any rotation: %v, want a conflict saying why\n%s", err, out)
 	}
 
 	// A dry run says what each phase would do, and does nothing.
@@ -110,6 +119,41 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if out, err := talosctl(newConfig, "version"); err != nil || !strings.Contains(out, "Tag:") {
 		t.Errorf("talosctl with a talosconfig downloaded after the rotation: %v\n%s", err, out)
 	}
+	// An operator may not take the new credentials; an admin does, once.
+	if out, err := cp.Kubectl(ctx, append(operator, "get", "--raw", credentials)...); err == nil || !strings.Contains(out+err.Error(), "Forbidden") ||
+		!strings.Contains(out+err.Error(), "talosclusters/credentials") {
+		t.Errorf("an operator downloaded the new admin credentials: %v\n%s", err, out)
+	}
+	archive, err := cp.Kubectl(ctx, append(admin, "get", "--raw", credentials)...)
+	if err != nil {
+		t.Fatalf("download the new admin credentials: %v", err)
+	}
+	files := unzipFiles(t, []byte(archive))
+	dir := t.TempDir()
+	for _, name := range []string{"talosconfig", "kubeconfig"} {
+		if files[name] == nil {
+			t.Fatalf("the credentials archive has no %s (it has %d files)", name, len(files))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := talosctl(filepath.Join(dir, "talosconfig"), "etcd", "snapshot", filepath.Join(dir, "db.snapshot")); err != nil {
+		t.Errorf("talosctl etcd snapshot with the new admin talosconfig: %v\n%s", err, out)
+	}
+	kubectl := exec.CommandContext(ctx, filepath.Join(cp.BinDir, "kubectl"), "--kubeconfig", filepath.Join(dir, "kubeconfig"), "get", "nodes", "-o", "name")
+	kubectl.Env = []string{"HOME=" + dir}
+	if out, err := kubectl.CombinedOutput(); err != nil || strings.Count(string(out), "node/") != len(d.nodes) {
+		t.Errorf("kubectl get nodes with the new admin kubeconfig: %v\n%s", err, out)
+	}
+	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, "Downloaded", "carol downloaded the new admin credentials of TalosCluster demo")
+	if out, err := cp.Kubectl(ctx, append(admin, "get", "--raw", credentials)...); err == nil || !strings.Contains(out+err.Error(), "were downloaded by carol") {
+		t.Errorf("a second download of the new admin credentials: %v, want a conflict\n%s", err, out)
+	}
+	if c := getCluster(t, d.ns, "demo").Status.Credentials; c == nil || c.ServedTo != "carol" || c.Rotation != "rotate-talos-ca" {
+		t.Errorf("the cluster's record of its new credentials: %+v", c)
+	}
+
 	// The nodes kept running through it, and the controller still manages them.
 	waitClusterFor(ctx, t, d.ns, "demo", clusterWait, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
 	for name := range d.nodes {
@@ -162,4 +206,27 @@ func getCluster(t *testing.T, ns, name string) *v1alpha1.TalosCluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// unzipFiles reads a zip archive's files by name.
+func unzipFiles(t *testing.T, data []byte) map[string][]byte {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatalf("not a zip archive: %v", err)
+	}
+	out := map[string][]byte{}
+	for _, f := range zr.File {
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		_ = r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f.Name] = b
+	}
+	return out
 }

@@ -172,6 +172,17 @@ type TalosClusterStatus struct {
 	// kubernetesCA is the PEM certificate of the cluster's Kubernetes CA.
 	KubernetesCA string
 	CARotation   *CARotationStatus
+	Credentials  *ClusterCredentialsStatus
+}
+
+// ClusterCredentialsStatus is who took the new admin credentials of a
+// cluster's last completed CA rotation, and when.
+type ClusterCredentialsStatus struct {
+	Rotation  string
+	RotatedAt metav1.Time
+	ServedTo  string
+	ServedAt  *metav1.Time
+	Request   string
 }
 
 // CARotationPhase is how far a Talos API CA rotation has moved the

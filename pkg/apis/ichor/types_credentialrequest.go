@@ -23,6 +23,7 @@ const (
 	PurposeSupportBundle     CredentialPurpose = "support-bundle"
 	PurposeEtcdSnapshot      CredentialPurpose = "etcd-snapshot"
 	PurposePacketCapture     CredentialPurpose = "packet-capture"
+	PurposeCredentials       CredentialPurpose = "credentials"
 )
 
 // PurposeRight is an Ichor right, verb on resource/subresource, that the
@@ -59,6 +60,9 @@ var CredentialPurposes = map[CredentialPurpose]PurposeRule{
 	PurposeTalosconfigReader: {"os:reader", []PurposeRight{{VerbDownload, "talosclusters", "talosconfig-reader", false}}},
 	PurposeSupportBundle:     {"os:reader", []PurposeRight{{VerbDownload, "talosmachines", "support-bundle", false}}},
 	PurposeEtcdSnapshot:      {"os:etcd:backup", []PurposeRight{{VerbDownload, "talosmachines", "etcd-snapshot", false}}},
+	// The new admin credentials after a CA rotation, served once: an
+	// os:admin talosconfig and a kubeconfig of the cluster's admins.
+	PurposeCredentials: {"os:admin", []PurposeRight{{VerbDownload, "talosclusters", "credentials", false}}},
 	PurposePacketCapture: {"os:operator", []PurposeRight{
 		{VerbDownload, "talosmachines", "packet-capture", false},
 		{VerbDownload, "talosmachines", "etcd-snapshot", true},
@@ -99,6 +103,9 @@ type TalosCredentialRequestStatus struct {
 	ExpirationTimestamp *metav1.Time
 	// conditions: Issued or Denied, with a reason.
 	Conditions []metav1.Condition
+	// kubernetesCertificate is, for the credentials purpose, the Kubernetes
+	// client certificate of the same key.
+	KubernetesCertificate string
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -29,6 +29,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -42,6 +43,11 @@ const MaxLifetime = v1alpha1.MaxTalosCredentialLife
 // reader talosconfig is for a person to use for a while (DESIGN.md: one
 // hour), and os:reader reads no secret.
 const MaxReaderTalosconfigLifetime = v1alpha1.MaxReaderTalosconfigAge
+
+// CredentialsLifetime is the lifetime of the new admin credentials a CA
+// rotation hands out once: long enough for a person to put them to use or
+// seal them away, short for an os:admin and system:masters certificate.
+const CredentialsLifetime = time.Hour
 
 // DefaultRetention is how long an answered request stays for its requester to read.
 const DefaultRetention = 2 * time.Minute
@@ -163,6 +169,20 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 	if err != nil {
 		return metav1.Condition{}, 0, err
 	}
+	if spec.Purpose == v1alpha1.PurposeCredentials {
+		if denied, msg, retry, err := r.takeCredentials(ctx, cr, &cluster, now); err != nil || denied != "" || retry > 0 {
+			if denied != "" {
+				return deny(denied, "%s", msg)
+			}
+			return metav1.Condition{}, retry, err
+		}
+		kubePEM, err := workload.SignClientCertificate(bundle.Bundle, pub,
+			workload.Identity{User: spec.Username, Groups: []string{workload.MastersGroup}}, now, lifetime)
+		if err != nil {
+			return metav1.Condition{}, 0, err
+		}
+		cr.Status.KubernetesCertificate = string(kubePEM)
+	}
 	certPEM, notAfter, err := talos.SignClientCertificate(bundle.Bundle, pub, spec.Username, role.MakeSet(talosRole), now, lifetime)
 	if err != nil {
 		return metav1.Condition{}, 0, err
@@ -177,10 +197,44 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 			talosRole, spec.Purpose, spec.Username, notAfter.UTC().Format(time.RFC3339))}, 0, nil
 }
 
+// takeCredentials marks the new admin credentials of the cluster's last
+// CA rotation as served by cr, on the version of the cluster just read, or
+// says why not (a Denied reason and message): there are none before a
+// rotation completed, and they are served once. A request that took them
+// already may be answered again (its answer was not written).
+func (r *Reconciler) takeCredentials(ctx context.Context, cr *v1alpha1.TalosCredentialRequest, cluster *v1alpha1.TalosCluster, now time.Time) (string, string, time.Duration, error) {
+	c := cluster.Status.Credentials
+	switch {
+	case c == nil:
+		return v1alpha1.CredentialRequestReasonNoNewCredentials, fmt.Sprintf(
+			"no CA rotation of TalosCluster %s has completed: there are no new admin credentials to hand out", cluster.Name), 0, nil
+	case c.Request == cr.Name && c.ServedTo == cr.Spec.Username:
+		return "", "", 0, nil
+	case c.ServedAt != nil:
+		return v1alpha1.CredentialRequestReasonAlreadyServed, fmt.Sprintf(
+			"the new admin credentials of TalosOperation %s (completed %s) were downloaded by %s at %s; they are served once",
+			c.Rotation, c.RotatedAt.UTC().Format(time.RFC3339), c.ServedTo, c.ServedAt.UTC().Format(time.RFC3339)), 0, nil
+	}
+	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	at := metav1.NewTime(now)
+	cluster.Status.Credentials.ServedTo, cluster.Status.Credentials.ServedAt, cluster.Status.Credentials.Request = cr.Spec.Username, &at, cr.Name
+	err := r.Client.Status().Patch(ctx, cluster, patch)
+	if apierrors.IsConflict(err) {
+		return "", "", time.Second, nil // read the cluster again: another request may have taken them
+	}
+	if err != nil {
+		return "", "", 0, fmt.Errorf("mark the new admin credentials of TalosCluster %s served: %w", cluster.Name, err)
+	}
+	return "", "", 0, nil
+}
+
 // lifetime is the installation's lifetime for the purpose's certificates
 // (readerTalosconfig for talosconfig-reader, talosCredential otherwise),
 // capped at the purpose's maximum, which is also the default.
 func (r *Reconciler) lifetime(ctx context.Context, purpose v1alpha1.CredentialPurpose) (time.Duration, error) {
+	if purpose == v1alpha1.PurposeCredentials {
+		return CredentialsLifetime, nil
+	}
 	limit := MaxLifetime
 	setting := func(l *v1alpha1.CredentialLifetimes) *metav1.Duration { return l.TalosCredential }
 	if purpose == v1alpha1.PurposeTalosconfigReader {

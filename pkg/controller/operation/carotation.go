@@ -270,14 +270,16 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 		}
 	}
 	if cur := cluster.Status.CARotation; cur != nil && cur.Operation == x.op.Name {
-		// Applying nothing as the field's manager removes it.
-		obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithResourceVersion(cluster.ResourceVersion).
-			WithStatus(ichorac.TalosClusterStatus())
-		if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
+		// The rotation ends, and its new admin credentials may be
+		// downloaded once (talosclusters/credentials).
+		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		cluster.Status.CARotation = nil
+		cluster.Status.Credentials = &v1alpha1.ClusterCredentialsStatus{Rotation: x.op.Name, RotatedAt: metav1.NewTime(r.Now())}
+		if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
 			return fmt.Errorf("end TalosCluster %s's Talos API CA rotation: %w", cluster.Name, err)
 		}
 		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, EventTalosCARotated, "RotateTalosCA",
-			"TalosOperation %s rotated the Talos API CA: every node trusts the new CA alone, and the secrets bundle holds it; talosconfigs from the old CA no longer work", x.op.Name)
+			"TalosOperation %s rotated the Talos API CA: every node trusts the new CA alone, and the secrets bundle holds it; talosconfigs from the old CA no longer work; an admin downloads the new credentials once (talosclusters/credentials)", x.op.Name)
 	}
 	return clustersecrets.DeleteRotationCA(ctx, r.Client, r.Secrets, cluster)
 }

@@ -146,6 +146,9 @@ func TestCARotationSurvivesACrashAtEveryWrite(t *testing.T) {
 			if c := f.cluster(); c.Status.CARotation != nil || f.rotationSecret() != nil {
 				t.Errorf("the rotation is left behind: %+v, Secret %v", c.Status.CARotation, f.rotationSecret() != nil)
 			}
+			if c := f.cluster().Status.Credentials; c == nil || c.Rotation != "rotate" || c.ServedAt != nil {
+				t.Errorf("the new credentials are not on offer: %+v", c)
+			}
 		})
 	}
 	// One write starts the operation, one records each step (with the

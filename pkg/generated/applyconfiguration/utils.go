@@ -58,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.ClusterBackupApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterBackupStatus"):
 		return &ichorv1alpha1.ClusterBackupStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClusterCredentialsStatus"):
+		return &ichorv1alpha1.ClusterCredentialsStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterNetwork"):
 		return &ichorv1alpha1.ClusterNetworkApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterSecurity"):

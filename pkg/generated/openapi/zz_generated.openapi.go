@@ -47,6 +47,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ClusterAuthentication{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref),
 		v1alpha1.ClusterBackup{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_ClusterBackup(ref),
 		v1alpha1.ClusterBackupStatus{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_ClusterBackupStatus(ref),
+		v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName():        schema_pkg_apis_ichor_v1alpha1_ClusterCredentialsStatus(ref),
 		v1alpha1.ClusterNetwork{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_ClusterNetwork(ref),
 		v1alpha1.ClusterSecurity{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_ClusterSecurity(ref),
 		v1alpha1.ComponentVersion{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_ComponentVersion(ref),
@@ -728,6 +729,56 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterBackupStatus(ref common.ReferenceCall
 						},
 					},
 				},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_ClusterCredentialsStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterCredentialsStatus is who took the new admin credentials of a cluster's last completed CA rotation, and when.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"rotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rotation is the ca-rotation TalosOperation that completed.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"rotatedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rotatedAt is when it completed.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"servedTo": {
+						SchemaProps: spec.SchemaProps{
+							Description: "servedTo is the user who downloaded them; empty until then.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"servedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "servedAt is when.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"request": {
+						SchemaProps: spec.SchemaProps{
+							Description: "request is the TalosCredentialRequest they were issued through.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"rotation", "rotatedAt"},
 			},
 		},
 		Dependencies: []string{
@@ -3415,11 +3466,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.CARotationStatus{}.OpenAPIModelName()),
 						},
 					},
+					"credentials": {
+						SchemaProps: spec.SchemaProps{
+							Description: "credentials are the new admin credentials of the last CA rotation that completed, served once through talosclusters/credentials.",
+							Ref:         ref(v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -3780,11 +3837,11 @@ func schema_pkg_apis_ichor_v1alpha1_TalosCredentialRequestSpec(ref common.Refere
 					},
 					"purpose": {
 						SchemaProps: spec.SchemaProps{
-							Description: "purpose of the credential.\n\nPossible enum values:\n - `\"etcd-snapshot\"`\n - `\"packet-capture\"`\n - `\"support-bundle\"`\n - `\"talosconfig-reader\"`",
+							Description: "purpose of the credential.\n\nPossible enum values:\n - `\"credentials\"`\n - `\"etcd-snapshot\"`\n - `\"packet-capture\"`\n - `\"support-bundle\"`\n - `\"talosconfig-reader\"`",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"etcd-snapshot", "packet-capture", "support-bundle", "talosconfig-reader"},
+							Enum:        []interface{}{"credentials", "etcd-snapshot", "packet-capture", "support-bundle", "talosconfig-reader"},
 						},
 					},
 					"publicKey": {
@@ -3888,6 +3945,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosCredentialRequestStatus(ref common.Refe
 									},
 								},
 							},
+						},
+					},
+					"kubernetesCertificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetesCertificate is, for the credentials purpose, the PEM client certificate of the same key for the cluster's Kubernetes API, in the system:masters group, valid as long as certificate.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

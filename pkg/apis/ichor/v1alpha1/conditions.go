@@ -202,6 +202,12 @@ const (
 	CredentialRequestReasonClusterNotFound = "ClusterNotFound"
 	CredentialRequestReasonMachineNotFound = "MachineNotFound"
 	CredentialRequestReasonBadPublicKey    = "BadPublicKey"
+	// CredentialRequestReasonNoNewCredentials: the credentials purpose
+	// before any CA rotation of the cluster completed.
+	CredentialRequestReasonNoNewCredentials = "NoNewCredentials"
+	// CredentialRequestReasonAlreadyServed: the credentials of the last
+	// rotation were handed out already; they are served once.
+	CredentialRequestReasonAlreadyServed = "AlreadyServed"
 )
 
 // Condition types of a TalosOperation, beside Started.

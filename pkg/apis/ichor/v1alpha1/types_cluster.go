@@ -263,6 +263,28 @@ type TalosClusterStatus struct {
 	// secrets bundle changes only when the rotation completes.
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty" protobuf:"bytes,12,opt,name=caRotation"`
+	// credentials are the new admin credentials of the last CA rotation
+	// that completed, served once through talosclusters/credentials.
+	// +optional
+	Credentials *ClusterCredentialsStatus `json:"credentials,omitempty" protobuf:"bytes,13,opt,name=credentials"`
+}
+
+// ClusterCredentialsStatus is who took the new admin credentials of a
+// cluster's last completed CA rotation, and when.
+type ClusterCredentialsStatus struct {
+	// rotation is the ca-rotation TalosOperation that completed.
+	Rotation string `json:"rotation" protobuf:"bytes,1,opt,name=rotation"`
+	// rotatedAt is when it completed.
+	RotatedAt metav1.Time `json:"rotatedAt" protobuf:"bytes,2,opt,name=rotatedAt"`
+	// servedTo is the user who downloaded them; empty until then.
+	// +optional
+	ServedTo string `json:"servedTo,omitempty" protobuf:"bytes,3,opt,name=servedTo"`
+	// servedAt is when.
+	// +optional
+	ServedAt *metav1.Time `json:"servedAt,omitempty" protobuf:"bytes,4,opt,name=servedAt"`
+	// request is the TalosCredentialRequest they were issued through.
+	// +optional
+	Request string `json:"request,omitempty" protobuf:"bytes,5,opt,name=request"`
 }
 
 // CARotationPhase is how far a Talos API CA rotation has moved the

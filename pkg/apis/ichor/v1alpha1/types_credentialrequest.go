@@ -25,6 +25,7 @@ const (
 	PurposeSupportBundle     CredentialPurpose = "support-bundle"
 	PurposeEtcdSnapshot      CredentialPurpose = "etcd-snapshot"
 	PurposePacketCapture     CredentialPurpose = "packet-capture"
+	PurposeCredentials       CredentialPurpose = "credentials"
 )
 
 // TalosCredentialRequestSpec is the request. username, uid and groups are
@@ -71,6 +72,11 @@ type TalosCredentialRequestStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,5,rep,name=conditions"`
+	// kubernetesCertificate is, for the credentials purpose, the PEM client
+	// certificate of the same key for the cluster's Kubernetes API, in the
+	// system:masters group, valid as long as certificate.
+	// +optional
+	KubernetesCertificate string `json:"kubernetesCertificate,omitempty" protobuf:"bytes,6,opt,name=kubernetesCertificate"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

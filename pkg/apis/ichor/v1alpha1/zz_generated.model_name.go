@@ -92,6 +92,11 @@ func (in ClusterBackupStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterCredentialsStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterCredentialsStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterNetwork) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork"
 }

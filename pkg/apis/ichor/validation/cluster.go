@@ -63,6 +63,13 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 	if s.KubernetesCA != "" {
 		errs = append(errs, validateCABundle(s.KubernetesCA, status.Child("kubernetesCA"))...)
 	}
+	if c := s.Credentials; c != nil {
+		p := status.Child("credentials")
+		errs = append(errs, validateRequiredName(c.Rotation, p.Child("rotation"))...)
+		if (c.ServedTo == "") != (c.ServedAt == nil) {
+			errs = append(errs, field.Invalid(p.Child("servedAt"), c.ServedAt, "servedTo and servedAt are set together"))
+		}
+	}
 	if r := s.CARotation; r != nil {
 		p := status.Child("caRotation")
 		errs = append(errs, validateRequiredName(r.Operation, p.Child("operation"))...)

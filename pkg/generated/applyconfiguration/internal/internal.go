@@ -242,6 +242,25 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastSuccessfulTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterCredentialsStatus
+  map:
+    fields:
+    - name: request
+      type:
+        scalar: string
+    - name: rotatedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: rotation
+      type:
+        scalar: string
+      default: ""
+    - name: servedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: servedTo
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterNetwork
   map:
     fields:
@@ -1032,6 +1051,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: credentials
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterCredentialsStatus
     - name: disruption
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
@@ -1199,6 +1221,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: expirationTimestamp
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: kubernetesCertificate
+      type:
+        scalar: string
     - name: role
       type:
         scalar: string

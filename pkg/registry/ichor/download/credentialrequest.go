@@ -69,6 +69,9 @@ func (c *Credentials) onBehalfOf(requester user.Info) (versioned.Interface, erro
 // Issued is a Talos credential and the request that issued it.
 type Issued struct {
 	talos.Credentials
+	// KubernetesCertificate is the PEM Kubernetes client certificate of the
+	// same key, for the credentials purpose only.
+	KubernetesCertificate []byte
 	// Request refers to the TalosCredentialRequest that was answered; it is
 	// deleted by the time the credential is used.
 	Request *corev1.ObjectReference
@@ -118,8 +121,12 @@ func (c *Credentials) Request(ctx context.Context, namespace, cluster string, ma
 		return Issued{}, err
 	}
 	if d := meta.FindStatusCondition(answered.Status.Conditions, v1alpha1.CredentialRequestDenied); d != nil && d.Status == metav1.ConditionTrue {
-		return Issued{}, apierrors.NewForbidden(ichor.Resource("taloscredentialrequests"), req.Name,
-			fmt.Errorf("the controller denied the Talos credential: %s: %s", d.Reason, d.Message))
+		err := fmt.Errorf("the controller denied the Talos credential: %s: %s", d.Reason, d.Message)
+		if d.Reason == v1alpha1.CredentialRequestReasonNoNewCredentials || d.Reason == v1alpha1.CredentialRequestReasonAlreadyServed {
+			// The cluster's state, not the requester's rights, stands in the way.
+			return Issued{}, apierrors.NewConflict(ichor.Resource("taloscredentialrequests"), req.Name, err)
+		}
+		return Issued{}, apierrors.NewForbidden(ichor.Resource("taloscredentialrequests"), req.Name, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -131,7 +138,8 @@ func (c *Credentials) Request(ctx context.Context, namespace, cluster string, ma
 			Certificate: []byte(answered.Status.Certificate),
 			Key:         pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 		},
-		Request: reference("TalosCredentialRequest", answered),
+		KubernetesCertificate: []byte(answered.Status.KubernetesCertificate),
+		Request:               reference("TalosCredentialRequest", answered),
 	}, nil
 }
 

@@ -1,6 +1,7 @@
 // Package download serves the download subresources: streamed GETs of what
 // a node or a cluster hands out (an etcd snapshot, a support bundle, a
-// packet capture, a reader talosconfig). Each checks the download verb on
+// packet capture, a reader talosconfig, the new admin credentials after a
+// CA rotation). Each checks the download verb on
 // its subresource with the authorizer (GETs pass no admission), refuses a
 // dry run, gets a Talos credential for that one download through a
 // TalosCredentialRequest, streams the answer without holding it in memory,
@@ -68,12 +69,13 @@ func Storage(deps Deps) map[string]rest.Storage {
 		"talosmachines/support-bundle":     &SupportBundleREST{Deps: deps},
 		"talosmachines/packet-capture":     &PacketCaptureREST{Deps: deps},
 		"talosclusters/talosconfig-reader": &TalosconfigReaderREST{Deps: deps},
+		"talosclusters/credentials":        &CredentialsREST{Deps: deps},
 	}
 }
 
 // Subresources are the download subresources served, for the server's
 // long-running request check.
-var Subresources = []string{"etcd-snapshot", "support-bundle", "packet-capture", "talosconfig-reader"}
+var Subresources = []string{"etcd-snapshot", "support-bundle", "packet-capture", "talosconfig-reader", "credentials"}
 
 // refuseDryRun refuses a dry run: a download issues a Talos credential and
 // records who downloaded what, which a dry run could not undo.

@@ -64,6 +64,9 @@ type TalosClusterStatusApplyConfiguration struct {
 	// rendered at its phase. The new CA waits in a Secret of its own; the
 	// secrets bundle changes only when the rotation completes.
 	CARotation *CARotationStatusApplyConfiguration `json:"caRotation,omitempty"`
+	// credentials are the new admin credentials of the last CA rotation
+	// that completed, served once through talosclusters/credentials.
+	Credentials *ClusterCredentialsStatusApplyConfiguration `json:"credentials,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -170,5 +173,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithKubernetesCA(value string) *T
 // If called multiple times, the CARotation field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithCARotation(value *CARotationStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
 	b.CARotation = value
+	return b
+}
+
+// WithCredentials sets the Credentials field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Credentials field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithCredentials(value *ClusterCredentialsStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.Credentials = value
 	return b
 }

@@ -38,6 +38,10 @@ type TalosCredentialRequestStatusApplyConfiguration struct {
 	ExpirationTimestamp *v1.Time `json:"expirationTimestamp,omitempty"`
 	// conditions: Issued or Denied, with a reason.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// kubernetesCertificate is, for the credentials purpose, the PEM client
+	// certificate of the same key for the cluster's Kubernetes API, in the
+	// system:masters group, valid as long as certificate.
+	KubernetesCertificate *string `json:"kubernetesCertificate,omitempty"`
 }
 
 // TalosCredentialRequestStatusApplyConfiguration constructs a declarative configuration of the TalosCredentialRequestStatus type for use with
@@ -88,5 +92,13 @@ func (b *TalosCredentialRequestStatusApplyConfiguration) WithConditions(values .
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithKubernetesCertificate sets the KubernetesCertificate field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubernetesCertificate field is set to the value of the last call.
+func (b *TalosCredentialRequestStatusApplyConfiguration) WithKubernetesCertificate(value string) *TalosCredentialRequestStatusApplyConfiguration {
+	b.KubernetesCertificate = &value
 	return b
 }
