@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -20,7 +21,7 @@ func newInit(o *Options) *cobra.Command {
 	var (
 		passphraseFile                            string
 		endpoint, talosVersion, kubernetesVersion string
-		force                                     bool
+		force, reseal                             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "init CLUSTER",
@@ -35,8 +36,13 @@ there to help. The passphrase is prompted for twice without echo; for automation
 --passphrase-file or ` + PassphraseEnv + `.
 
 A bundle already sealed here, or already stored for the cluster, is replaced only with --force;
-the bundle of a cluster already bootstrapped never is (its nodes trust it).`,
-		Example: `  ichor -n demo init demo --endpoint https://10.0.0.10:6443 --talos-version v1.13.0 --kubernetes-version v1.36.0`,
+the bundle of a cluster already bootstrapped never is (its nodes trust it).
+
+With --reseal, init seals here the bundle the cluster uses now, read from its Secret with your
+own access (Ichor's roles hold none on Secrets), and stores nothing: after a ca-rotation, the
+sealed copy still holds the old CA, and break-glass talosconfigs from it are refused.`,
+		Example: `  ichor -n demo init demo --endpoint https://10.0.0.10:6443 --talos-version v1.13.0 --kubernetes-version v1.36.0
+  ichor -n demo init demo --reseal     # after a ca-rotation completed`,
 		GroupID: "access",
 		Args:    cobra.ExactArgs(1),
 	}
@@ -45,9 +51,16 @@ the bundle of a cluster already bootstrapped never is (its nodes trust it).`,
 	cmd.Flags().StringVar(&talosVersion, "talos-version", "v1.13.0", "a new cluster's spec.talosVersion (the bundle's contract)")
 	cmd.Flags().StringVar(&kubernetesVersion, "kubernetes-version", "", "a new cluster's spec.kubernetesVersion")
 	cmd.Flags().BoolVar(&force, "force", false, "replace a bundle sealed here or stored for the cluster (never one a bootstrapped cluster uses)")
+	cmd.Flags().BoolVar(&reseal, "reseal", false, "seal here the bundle the cluster uses now (after a CA rotation), replacing the sealed copy")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		name := args[0]
+		if reseal {
+			if endpoint != "" || kubernetesVersion != "" || force {
+				return fmt.Errorf("--reseal seals the bundle the cluster has: it takes no --endpoint, --kubernetes-version or --force")
+			}
+			return resealBundle(ctx, o, name, passphraseFile)
+		}
 		passphrase, err := readPassphrase(o, passphraseFile, true)
 		if err != nil {
 			return err
@@ -148,4 +161,60 @@ the bundle of a cluster already bootstrapped never is (its nodes trust it).`,
 		return nil
 	}
 	return cmd
+}
+
+// resealBundle seals the bundle cluster name uses now, read from its
+// Secret as the user, over the sealed copy here.
+func resealBundle(ctx context.Context, o *Options, name, passphraseFile string) error {
+	c, ns, err := o.clientIn()
+	if err != nil {
+		return err
+	}
+	kube, err := o.kube()
+	if err != nil {
+		return err
+	}
+	cluster, err := c.IchorV1alpha1().TalosClusters(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if r := cluster.Status.CARotation; r != nil {
+		return fmt.Errorf("TalosOperation %s is rotating TalosCluster %s/%s's Talos API CA (phase %s): its bundle takes the new CA when the rotation completes; reseal then",
+			r.Operation, ns, name, r.Phase)
+	}
+	secretName := clustersecrets.SecretName(cluster)
+	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("reading Secret %s/%s needs get on secrets in namespace %s, which no Ichor role holds: use an identity that may read the bundle", ns, secretName, ns)
+	}
+	if err != nil {
+		return fmt.Errorf("read the bundle of TalosCluster %s/%s: %w", ns, name, err)
+	}
+	data := secret.Data[clustersecrets.BundleKey]
+	bundle, err := clustersecrets.Parse(data)
+	if err != nil {
+		return fmt.Errorf("Secret %s/%s: %w", ns, secretName, err)
+	}
+	if ca := cluster.Status.KubernetesCA; ca != "" && ca != string(bundle.Certs.K8s.Crt) {
+		return fmt.Errorf("Secret %s/%s holds a bundle whose Kubernetes CA is not the one TalosCluster %s shows (status.kubernetesCA): nothing sealed", ns, secretName, name)
+	}
+	passphrase, err := readPassphrase(o, passphraseFile, true)
+	if err != nil {
+		return err
+	}
+	dir, err := clusterDir(name)
+	if err != nil {
+		return err
+	}
+	commit, abort, err := seal(dir, &sealed{Cluster: name, Namespace: ns, Endpoint: cluster.Spec.ControlPlane.Endpoint, Bundle: string(data)}, passphrase, true)
+	if err != nil {
+		return err
+	}
+	if err := commit(); err != nil {
+		abort()
+		return err
+	}
+	fmt.Fprintf(o.Out, "sealed %s from secret/%s, the bundle TalosCluster %s uses now (keep the passphrase apart from it)\n",
+		filepath.Join(dir, sealedFile), secretName, name)
+	return nil
 }

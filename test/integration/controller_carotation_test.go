@@ -124,12 +124,18 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		!strings.Contains(out+err.Error(), "talosclusters/credentials") {
 		t.Errorf("an operator downloaded the new admin credentials: %v\n%s", err, out)
 	}
-	archive, err := cp.Kubectl(ctx, append(admin, "get", "--raw", credentials)...)
-	if err != nil {
-		t.Fatalf("download the new admin credentials: %v", err)
-	}
-	files := unzipFiles(t, []byte(archive))
 	dir := t.TempDir()
+	zipped := filepath.Join(dir, "demo-credentials.zip")
+	runIchor(ctx, t, nil, "carol", "ichor:admin", "--namespace="+d.ns, "download", "credentials", "demo", "-O", zipped).
+		ok(t, "ichor download credentials")
+	archive, err := os.ReadFile(zipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(zipped); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: mode %v (%v)", zipped, fi.Mode(), err)
+	}
+	files := unzipFiles(t, archive)
 	for _, name := range []string{"talosconfig", "kubeconfig"} {
 		if files[name] == nil {
 			t.Fatalf("the credentials archive has no %s (it has %d files)", name, len(files))
@@ -147,11 +153,29 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		t.Errorf("kubectl get nodes with the new admin kubeconfig: %v\n%s", err, out)
 	}
 	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, "Downloaded", "carol downloaded the new admin credentials of TalosCluster demo")
-	if out, err := cp.Kubectl(ctx, append(admin, "get", "--raw", credentials)...); err == nil || !strings.Contains(out+err.Error(), "were downloaded by carol") {
-		t.Errorf("a second download of the new admin credentials: %v, want a conflict\n%s", err, out)
+	if r := runIchor(ctx, t, nil, "carol", "ichor:admin", "--namespace="+d.ns, "download", "credentials", "demo", "-O", filepath.Join(dir, "again.zip")); r.code == 0 ||
+		!strings.Contains(r.stderr, "were downloaded by carol") || !strings.Contains(r.stderr, "served once") {
+		t.Errorf("a second download of the new admin credentials: exit %d, want a conflict saying why\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "again.zip")); err == nil {
+		t.Error("a refused download left a file")
 	}
 	if c := getCluster(t, d.ns, "demo").Status.Credentials; c == nil || c.ServedTo != "carol" || c.Rotation != "rotate-talos-ca" {
 		t.Errorf("the cluster's record of its new credentials: %+v", c)
+	}
+
+	// The sealed copy is made again from the rotated bundle, by someone
+	// who may read it (no Ichor role may), and break-glass works from it.
+	home := t.TempDir()
+	env := []string{"HOME=" + home, "ICHOR_PASSPHRASE=correct horse battery staple"}
+	runIchor(ctx, t, env, "carol", "ichor:admin", "--namespace="+d.ns, "init", "demo", "--reseal").
+		fails(t, "a reseal by an Ichor admin", "which no Ichor role holds")
+	runIchor(ctx, t, env, "", "", "--namespace="+d.ns, "init", "demo", "--reseal").ok(t, "ichor init --reseal")
+	glass := filepath.Join(home, "talosconfig")
+	runIchor(ctx, t, env, "", "", "--kubeconfig=/nonexistent", "break-glass", "talosconfig", "demo",
+		"--endpoints", d.nodes["cp-1"].Addr(), "-O", glass).ok(t, "break-glass talosconfig from the resealed bundle")
+	if out, err := talosctl(glass, "version"); err != nil || !strings.Contains(out, "Tag:") {
+		t.Errorf("talosctl with a break-glass talosconfig after the rotation: %v\n%s", err, out)
 	}
 
 	// The nodes kept running through it, and the controller still manages them.

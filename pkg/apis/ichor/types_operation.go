@@ -118,7 +118,7 @@ type TalosOperationSpec struct {
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation replaces.
 type CARotationParameters struct {
-	Talos  bool
+	Talos  *bool
 	DryRun bool
 }
 

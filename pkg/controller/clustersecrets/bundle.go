@@ -49,6 +49,10 @@ func Generate(talosVersion string, now time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Parse reads and validates a bundle as Load does, from data (a Secret's
+// key BundleKey). Its errors name fields, never values.
+func Parse(data []byte) (*secrets.Bundle, error) { return parse(data) }
+
 // parse reads and validates a bundle. Its errors name fields, never values.
 func parse(data []byte) (*secrets.Bundle, error) {
 	if len(data) == 0 {

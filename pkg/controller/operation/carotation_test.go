@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -22,7 +24,7 @@ import (
 
 func caRotation(name string, dry bool) *v1alpha1.TalosOperation {
 	return started(name, v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationCARotation,
-		CARotation: &v1alpha1.CARotationParameters{Talos: true, DryRun: dry}})
+		CARotation: &v1alpha1.CARotationParameters{Talos: ptr.To(true), DryRun: dry}})
 }
 
 // followTrust gives the fixture's nodes the Talos API trust in force now,

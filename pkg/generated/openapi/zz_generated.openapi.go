@@ -504,8 +504,7 @@ func schema_pkg_apis_ichor_v1alpha1_CARotationParameters(ref common.ReferenceCal
 				Properties: map[string]spec.Schema{
 					"talos": {
 						SchemaProps: spec.SchemaProps{
-							Description: "talos rotates the Talos API CA, which issues every node's Talos API certificate and every talosconfig's client certificate. Required to be true: it is the CA Ichor rotates.",
-							Default:     false,
+							Description: "talos rotates the Talos API CA, which issues every node's Talos API certificate and every talosconfig's client certificate. Defaults to true, and may not be false: it is the CA Ichor rotates.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -518,7 +517,6 @@ func schema_pkg_apis_ichor_v1alpha1_CARotationParameters(ref common.ReferenceCal
 						},
 					},
 				},
-				Required: []string{"talos"},
 			},
 		},
 	}
@@ -4415,7 +4413,7 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 					},
 					"caRotation": {
 						SchemaProps: spec.SchemaProps{
-							Description: "caRotation parameters; required for ca-rotation, forbidden otherwise.",
+							Description: "caRotation parameters; allowed for ca-rotation only (defaulted there).",
 							Ref:         ref(v1alpha1.CARotationParameters{}.OpenAPIModelName()),
 						},
 					},

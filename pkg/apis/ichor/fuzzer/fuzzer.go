@@ -70,6 +70,18 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				c.Fill(r)
 				s.NodeReset = r
 			}
+			if s.Type == ichor.OperationCARotation && s.CARotation == nil {
+				r := &ichor.CARotationParameters{}
+				c.Fill(r)
+				s.CARotation = r
+			}
+		},
+		func(p *ichor.CARotationParameters, c randfill.Continue) {
+			c.FillNoCustom(p)
+			if p.Talos == nil {
+				t := c.Bool()
+				p.Talos = &t
+			}
 		},
 		func(p *ichor.NodeResetParameters, c randfill.Continue) {
 			c.FillNoCustom(p)

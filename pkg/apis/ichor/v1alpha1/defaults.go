@@ -81,6 +81,18 @@ func SetDefaults_TalosOperationSpec(obj *TalosOperationSpec) {
 	if obj.Type == OperationNodeReset && obj.NodeReset == nil {
 		obj.NodeReset = &NodeResetParameters{}
 	}
+	if obj.Type == OperationCARotation && obj.CARotation == nil {
+		obj.CARotation = &CARotationParameters{}
+	}
+}
+
+// SetDefaults_CARotationParameters rotates the Talos API CA unless told
+// otherwise (which validation refuses: it is the CA Ichor rotates).
+func SetDefaults_CARotationParameters(obj *CARotationParameters) {
+	if obj.Talos == nil {
+		t := true
+		obj.Talos = &t
+	}
 }
 
 // SetDefaults_NodeResetParameters makes a reset graceful and complete unless asked otherwise.

@@ -604,14 +604,16 @@ func (m *CARotationParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	}
 	i--
 	dAtA[i] = 0x10
-	i--
-	if m.Talos {
-		dAtA[i] = 1
-	} else {
-		dAtA[i] = 0
+	if m.Talos != nil {
+		i--
+		if *m.Talos {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x8
 	}
-	i--
-	dAtA[i] = 0x8
 	return len(dAtA) - i, nil
 }
 
@@ -5157,7 +5159,9 @@ func (m *CARotationParameters) Size() (n int) {
 	}
 	var l int
 	_ = l
-	n += 2
+	if m.Talos != nil {
+		n += 2
+	}
 	n += 2
 	return n
 }
@@ -6847,7 +6851,7 @@ func (this *CARotationParameters) String() string {
 		return "nil"
 	}
 	s := strings.Join([]string{`&CARotationParameters{`,
-		`Talos:` + fmt.Sprintf("%v", this.Talos) + `,`,
+		`Talos:` + valueToStringGenerated(this.Talos) + `,`,
 		`DryRun:` + fmt.Sprintf("%v", this.DryRun) + `,`,
 		`}`,
 	}, "")
@@ -9256,7 +9260,8 @@ func (m *CARotationParameters) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
-			m.Talos = bool(v != 0)
+			b := bool(v != 0)
+			m.Talos = &b
 		case 2:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field DryRun", wireType)

@@ -147,7 +147,7 @@ type TalosOperationSpec struct {
 	// nodeShutdown parameters; allowed for node-shutdown only.
 	// +optional
 	NodeShutdown *NodeShutdownParameters `json:"nodeShutdown,omitempty" protobuf:"bytes,10,opt,name=nodeShutdown"`
-	// caRotation parameters; required for ca-rotation, forbidden otherwise.
+	// caRotation parameters; allowed for ca-rotation only (defaulted there).
 	// +optional
 	CARotation *CARotationParameters `json:"caRotation,omitempty" protobuf:"bytes,11,opt,name=caRotation"`
 }
@@ -156,9 +156,10 @@ type TalosOperationSpec struct {
 // replaces.
 type CARotationParameters struct {
 	// talos rotates the Talos API CA, which issues every node's Talos API
-	// certificate and every talosconfig's client certificate. Required to
-	// be true: it is the CA Ichor rotates.
-	Talos bool `json:"talos" protobuf:"varint,1,opt,name=talos"`
+	// certificate and every talosconfig's client certificate. Defaults to
+	// true, and may not be false: it is the CA Ichor rotates.
+	// +optional
+	Talos *bool `json:"talos,omitempty" protobuf:"varint,1,opt,name=talos"`
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without generating a CA or touching a node.
 	// +optional

@@ -97,6 +97,9 @@ func SetObjectDefaults_TalosOperation(in *TalosOperation) {
 	if in.Spec.NodeReset != nil {
 		SetDefaults_NodeResetParameters(in.Spec.NodeReset)
 	}
+	if in.Spec.CARotation != nil {
+		SetDefaults_CARotationParameters(in.Spec.CARotation)
+	}
 }
 
 func SetObjectDefaults_TalosOperationList(in *TalosOperationList) {

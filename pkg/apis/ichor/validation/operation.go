@@ -172,8 +172,8 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if r := s.NodeReset; r != nil {
 		errs = append(errs, validateNodeReset(r, fldPath.Child("nodeReset"))...)
 	}
-	if r := s.CARotation; r != nil && !r.Talos {
-		errs = append(errs, field.Invalid(fldPath.Child("caRotation", "talos"), false,
+	if r := s.CARotation; r != nil && (r.Talos == nil || !*r.Talos) {
+		errs = append(errs, field.Invalid(fldPath.Child("caRotation", "talos"), r.Talos,
 			"must be true: the Talos API CA is the CA a ca-rotation replaces"))
 	}
 	if r := s.EtcdRestore; r != nil {

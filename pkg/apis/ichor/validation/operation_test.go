@@ -30,7 +30,7 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	case ichor.OperationNodeShutdown:
 		s.Machines = []string{"node-3", "node-4"}
 	case ichor.OperationCARotation:
-		s.CARotation = &ichor.CARotationParameters{Talos: true}
+		s.CARotation = &ichor.CARotationParameters{Talos: ptr(true)}
 	}
 	return o
 }
@@ -232,13 +232,13 @@ func TestValidateTalosOperation(t *testing.T) {
 		{
 			name:   "ca rotation of no CA",
 			typ:    ichor.OperationCARotation,
-			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation.Talos = false },
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation.Talos = ptr(false) },
 			want:   []fe{invalid("spec.caRotation.talos")},
 		},
 		{
 			name:   "ca rotation parameters on a reboot",
 			typ:    ichor.OperationReboot,
-			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation = &ichor.CARotationParameters{Talos: true} },
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation = &ichor.CARotationParameters{Talos: ptr(true)} },
 			want:   []fe{forbidden("spec.caRotation")},
 		},
 		{

@@ -161,7 +161,6 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: talos
       type:
         scalar: boolean
-      default: false
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationStatus
   map:
     fields:

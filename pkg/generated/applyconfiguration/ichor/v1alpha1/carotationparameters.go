@@ -25,8 +25,8 @@ package v1alpha1
 // replaces.
 type CARotationParametersApplyConfiguration struct {
 	// talos rotates the Talos API CA, which issues every node's Talos API
-	// certificate and every talosconfig's client certificate. Required to
-	// be true: it is the CA Ichor rotates.
+	// certificate and every talosconfig's client certificate. Defaults to
+	// true, and may not be false: it is the CA Ichor rotates.
 	Talos *bool `json:"talos,omitempty"`
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without generating a CA or touching a node.

@@ -51,7 +51,7 @@ type TalosOperationSpecApplyConfiguration struct {
 	MaxUnavailable *int32 `json:"maxUnavailable,omitempty"`
 	// nodeShutdown parameters; allowed for node-shutdown only.
 	NodeShutdown *NodeShutdownParametersApplyConfiguration `json:"nodeShutdown,omitempty"`
-	// caRotation parameters; required for ca-rotation, forbidden otherwise.
+	// caRotation parameters; allowed for ca-rotation only (defaulted there).
 	CARotation *CARotationParametersApplyConfiguration `json:"caRotation,omitempty"`
 }
 
