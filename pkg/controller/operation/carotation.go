@@ -64,7 +64,8 @@ func caRotationSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep 
 	return steps
 }
 
-func dryRun(op *v1alpha1.TalosOperation) bool {
+// caRotationDryRun reports whether op only says what it would do.
+func caRotationDryRun(op *v1alpha1.TalosOperation) bool {
 	return op.Spec.CARotation != nil && op.Spec.CARotation.DryRun
 }
 
@@ -94,7 +95,7 @@ func (r *Reconciler) checkCARotation(ctx context.Context, op *v1alpha1.TalosOper
 // run says what the phase would change and touches nothing.
 func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 	phase := caPhaseActions[s.record().Action]
-	if dryRun(s.x.op) {
+	if caRotationDryRun(s.x.op) {
 		return s.done(ctx, "dry run: %s", describeCAPhase(phase, render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane))
 	}
 	if err := s.r.enterCAPhase(ctx, s.x, phase); err != nil {
@@ -253,7 +254,7 @@ func (s *step) probe(ctx context.Context, next *x509.PEMEncodedCertificateAndKey
 // at any point between, the secrets in force are the new CA alone. It may
 // run again after a restart.
 func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
-	if dryRun(x.op) {
+	if caRotationDryRun(x.op) {
 		return nil
 	}
 	cluster, err := r.cluster(ctx, x.op)
