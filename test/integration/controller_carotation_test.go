@@ -22,6 +22,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // caRotation: an admin rotates demo's Talos API CA. An operator may not
@@ -205,20 +206,26 @@ func (d *demoCluster) downloadReaderTalosconfig(t *testing.T) string {
 
 // talosctl runs the official talosctl against cp-1 with a talosconfig.
 func (d *demoCluster) talosctl(t *testing.T) func(talosconfig string, args ...string) (string, error) {
+	return talosctlOn(d.ctx, t, d.nodes["cp-1"])
+}
+
+// talosctlOn runs the official talosctl against node with a talosconfig,
+// in the talosconfig's directory (its HOME), and returns what it printed.
+func talosctlOn(ctx context.Context, t *testing.T, node *talossim.Node) func(talosconfig string, args ...string) (string, error) {
 	bin, err := proc.TalosctlBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return func(talosconfig string, args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		dir := filepath.Dir(talosconfig)
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), append([]string{"--talosconfig", talosconfig, "--nodes", hostOf(d.nodes["cp-1"])}, args...)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), append([]string{"--talosconfig", talosconfig, "--nodes", hostOf(node)}, args...)...)
 		cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()
-		return out.String(), err
+		return stdout.String() + stderr.String(), err
 	}
 }
 

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"archive/zip"
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/base64"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,7 +25,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/test/harness"
-	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -278,20 +275,8 @@ func checkTalosconfigReaderDownload(ctx context.Context, t *testing.T, ns string
 	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := proc.TalosctlBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	talosctl := func(args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "talosctl"), append([]string{"--talosconfig", file, "--nodes", hostOf(nodes["cp-1"])}, args...)...)
-		cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		return stdout.String() + stderr.String(), err
-	}
+	run := talosctlOn(ctx, t, nodes["cp-1"])
+	talosctl := func(args ...string) (string, error) { return run(file, args...) }
 	if out, err := talosctl("version"); err != nil || !strings.Contains(out, "Tag:") {
 		t.Errorf("talosctl version with the reader talosconfig: %v\n%s", err, out)
 	}

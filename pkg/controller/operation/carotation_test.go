@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,22 +38,13 @@ func (f *fixture) followTrust(lagging ...string) {
 			f.t.Fatalf("the secrets in force: %v", err)
 		}
 		for _, name := range f.names {
-			if !contains(lagging, name) {
+			if !slices.Contains(lagging, name) {
 				f.node(name).Config = trustConfig(in, strings.HasPrefix(name, "cp-"))
 			}
 		}
 	}
 	follow(nil)
 	f.react = func() { follow(lagging) }
-}
-
-func contains(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // trustConfig is a config carrying in's Talos API trust, machine.ca with

@@ -79,7 +79,7 @@ func (r *CredentialsREST) Get(ctx context.Context, name string, options runtime.
 	case cluster.Status.KubernetesCA == "":
 		return nil, conflict("TalosCluster %s does not show its Kubernetes CA yet (status.kubernetesCA), which the kubeconfig trusts", name)
 	}
-	endpoints, err := (&TalosconfigReaderREST{Deps: r.Deps}).controlPlaneEndpoints(ctx, cluster)
+	endpoints, err := r.controlPlaneEndpoints(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -91,8 +91,8 @@ func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options ru
 // controlPlaneEndpoints are the Talos API addresses of the cluster's
 // configured control planes, sorted; a cluster without one has no
 // talosconfig to give yet.
-func (r *TalosconfigReaderREST) controlPlaneEndpoints(ctx context.Context, cluster *ichor.TalosCluster) ([]string, error) {
-	obj, err := r.Machines.List(ctx, &metainternalversion.ListOptions{
+func (d *Deps) controlPlaneEndpoints(ctx context.Context, cluster *ichor.TalosCluster) ([]string, error) {
+	obj, err := d.Machines.List(ctx, &metainternalversion.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.clusterName", cluster.Name),
 	})
 	if err != nil {
