@@ -201,6 +201,15 @@ func (n *Node) bootLocked() {
 	n.sequence = false
 	n.etcdLocal.stopped = false
 
+	if n.installed && n.configuredLocked() && !n.prepareVolumesLocked(n.active) {
+		// The config lives on STATE: a boot that cannot open it stops there.
+		if err := n.publishLocked(); err != nil {
+			log.Printf("talossim: publishing boot state: %v", err)
+		}
+
+		return
+	}
+
 	next := PhaseMaintenance
 	if n.installed && n.configuredLocked() {
 		next = PhaseRunning

@@ -106,6 +106,8 @@ type Node struct {
 	kubelet       *kubelet       // the running simulated kubelet, nil when none runs (kubelet.go)
 	// kubeletCerts are the kubelet's certificates on the EPHEMERAL partition; nil once wiped.
 	kubeletCerts *kubeletCerts
+	// volumes are STATE and EPHEMERAL as the last boot prepared them (volumes.go).
+	volumes map[string]*systemVolume
 
 	// faultsMu serializes SetFaults calls; taken before mu.
 	faultsMu sync.Mutex
@@ -343,6 +345,7 @@ func (n *Node) publishLocked() error {
 		persisted:    n.persisted,
 		version:      n.sw.running,
 		etcdMemberID: n.etcdLocal.memberID,
+		volumes:      n.volumeStatusesLocked(),
 	})
 }
 

@@ -280,6 +280,12 @@ func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
 		n.active, n.persisted = nil, nil
 	}
 
+	for _, v := range preparedVolumes {
+		if wipe[v] {
+			n.wipeVolumeLocked(v)
+		}
+	}
+
 	if err := n.publishLocked(); err != nil {
 		log.Printf("talossim: publishing wiped state: %v", err)
 	}

@@ -83,6 +83,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 
 	for _, r := range []meta.ResourceWithRD{
 		&block.Disk{},
+		&block.VolumeStatus{},
 		&hardware.SystemInformation{},
 		&network.LinkStatus{},
 		&network.LinkSpec{}, // sensitive: lets clients observe the admin-only rule like on a real node
@@ -280,6 +281,7 @@ type nodeView struct {
 	version      string       // running Talos version
 	etcdMemberID uint64       // 0: no local etcd member
 	kubelet      *kubeletSpec // the kubelet that runs; nil when none does
+	volumes      map[string]block.VolumeStatusSpec
 }
 
 // publishDynamic writes the resources derived from the phase, the running version, the local etcd
@@ -335,6 +337,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	if err := publishOSRoot(ctx, st, v); err != nil {
+		return err
+	}
+
+	if err := publishVolumes(ctx, st, v.volumes); err != nil {
 		return err
 	}
 
