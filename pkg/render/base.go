@@ -173,7 +173,7 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 		}
 	}
 	if e := spec.Security.DiskEncryption; e != nil {
-		if cfg, err = withDiskEncryption(cfg, contract, e); err != nil {
+		if cfg, err = withDiskEncryption(cfg, contract, e, DiskKeySlots(cluster)); err != nil {
 			return nil, nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
 		}
 	}

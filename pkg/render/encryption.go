@@ -3,9 +3,11 @@ package render
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/siderolabs/go-pointer"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -14,15 +16,33 @@ import (
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
+// DiskKeySlots are the LUKS2 key slots a cluster's machine configs name
+// for STATE and EPHEMERAL, in order: the slot of the cluster's key, or
+// during a key rotation the old and the new slot (AddNew), then the new
+// one alone (DropOld).
+func DiskKeySlots(cluster *ichorv1alpha1.TalosCluster) []int {
+	old := int(cluster.Status.DiskKeySlot)
+	r := cluster.Status.DiskKeyRotation
+	switch {
+	case r == nil:
+		return []int{old}
+	case r.Phase == ichorv1alpha1.DiskKeyRotationDropOld:
+		return []int{int(r.Slot)}
+	default:
+		return []int{min(old, int(r.Slot)), max(old, int(r.Slot))}
+	}
+}
+
 // withDiskEncryption adds the VolumeConfig documents that encrypt STATE and
-// EPHEMERAL with LUKS2 under e's key. EPHEMERAL's key is locked to STATE
-// as well, so its volume opens only beside the STATE it was made with.
-func withDiskEncryption(cfg config.Provider, contract *config.VersionContract, e *ichorv1alpha1.DiskEncryption) (config.Provider, error) {
+// EPHEMERAL with LUKS2 under e's key, one in each of slots. EPHEMERAL's key
+// is locked to STATE as well, so its volume opens only beside the STATE it
+// was made with.
+func withDiskEncryption(cfg config.Provider, contract *config.VersionContract, e *ichorv1alpha1.DiskEncryption, slots []int) (config.Provider, error) {
 	if !contract.VolumeConfigEncryptionSupported() {
 		return nil, errors.New("disk encryption through VolumeConfig needs Talos v1.11 or later")
 	}
-	key := func() (block.EncryptionKey, error) {
-		k := block.EncryptionKey{KeySlot: 0}
+	key := func(slot int) (block.EncryptionKey, error) {
+		k := block.EncryptionKey{KeySlot: slot}
 		switch e.Key {
 		case ichorv1alpha1.DiskEncryptionKeyTPM:
 			// Enrolment fails on a node whose firmware does not enforce SecureBoot.
@@ -35,18 +55,50 @@ func withDiskEncryption(cfg config.Provider, contract *config.VersionContract, e
 		return k, nil
 	}
 	docs := cfg.Documents()
-	for _, volume := range []string{constants.StatePartitionLabel, constants.EphemeralPartitionLabel} {
-		k, err := key()
-		if err != nil {
-			return nil, err
-		}
-		if volume == constants.EphemeralPartitionLabel {
-			k.KeyLockToSTATE = pointer.To(true)
+	for _, volume := range EncryptedVolumes {
+		var keys []block.EncryptionKey
+		for _, slot := range slots {
+			k, err := key(slot)
+			if err != nil {
+				return nil, err
+			}
+			if volume == constants.EphemeralPartitionLabel {
+				k.KeyLockToSTATE = pointer.To(true)
+			}
+			keys = append(keys, k)
 		}
 		doc := block.NewVolumeConfigV1Alpha1()
 		doc.MetaName = volume
-		doc.EncryptionSpec = block.EncryptionSpec{EncryptionProvider: blockres.EncryptionProviderLUKS2, EncryptionKeys: []block.EncryptionKey{k}}
+		doc.EncryptionSpec = block.EncryptionSpec{EncryptionProvider: blockres.EncryptionProviderLUKS2, EncryptionKeys: keys}
 		docs = append(docs, doc)
 	}
 	return container.New(docs...)
+}
+
+// EncryptedVolumes are the volumes spec.security.diskEncryption encrypts.
+var EncryptedVolumes = []string{constants.StatePartitionLabel, constants.EphemeralPartitionLabel}
+
+// ConfiguredDiskKeySlots reads, from a machine config, the key slots its
+// VolumeConfigs name for each of EncryptedVolumes, sorted; a volume it
+// does not encrypt has none.
+func ConfiguredDiskKeySlots(data []byte) (map[string][]int, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("the node's config: %w", err)
+	}
+	out := map[string][]int{}
+	for _, volume := range EncryptedVolumes {
+		if cfg.Volumes() == nil {
+			break
+		}
+		v, ok := cfg.Volumes().ByName(volume)
+		if !ok || v.Encryption() == nil {
+			continue
+		}
+		for _, k := range v.Encryption().Keys() {
+			out[volume] = append(out[volume], k.Slot())
+		}
+		slices.Sort(out[volume])
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
@@ -387,6 +388,25 @@ func (n *machineryNode) TalosCA(ctx context.Context) (*TalosCA, error) {
 		out.Accepted = append(out.Accepted, ca.Crt)
 	}
 	return out, nil
+}
+
+// Volume implements Node with the read `talosctl get volumestatus` makes.
+func (n *machineryNode) Volume(ctx context.Context, id string) (*Volume, error) {
+	v, err := safe.StateGetByID[*block.VolumeStatus](ctx, n.c.COSI, id)
+	switch {
+	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
+		return nil, fmt.Errorf("volume %s: %w", id, ErrNoVolume)
+	case err != nil:
+		return nil, n.v.explain("read the status of volume "+id, err)
+	}
+	spec := v.TypedSpec()
+	return &Volume{
+		Phase:          spec.Phase.String(),
+		Encrypted:      spec.EncryptionProvider == block.EncryptionProviderLUKS2,
+		OpenedWithSlot: spec.EncryptionSlot,
+		FailedSyncs:    spec.EncryptionFailedSyncs,
+		Error:          spec.ErrorMessage,
+	}, nil
 }
 
 // APIServerConfigVersion implements Node.

@@ -148,6 +148,9 @@ type Node interface {
 	// TalosCA reads the node's Talos API trust, as talosctl rotate-ca
 	// does: from its OSRoot resource, which only os:admin may read.
 	TalosCA(ctx context.Context) (*TalosCA, error)
+	// Volume reads how the node's last boot prepared a volume (STATE,
+	// EPHEMERAL), from its VolumeStatus; ErrNoVolume when it has none.
+	Volume(ctx context.Context, id string) (*Volume, error)
 	// PullImage pulls an image into the node's system containerd.
 	PullImage(ctx context.Context, ref string) error
 	// Upgrade runs the installer of image, pulled first, which writes the
@@ -306,6 +309,25 @@ type TalosCA struct {
 	Issuing  []byte
 	Accepted [][]byte
 }
+
+// Volume is how a node's boot prepared one of its volumes.
+type Volume struct {
+	// Phase is the volume's (ready, failed, …).
+	Phase string
+	// Encrypted: LUKS2 encrypts it.
+	Encrypted bool
+	// OpenedWithSlot is the key slot whose key opened it; nil when it is
+	// not encrypted or did not open.
+	OpenedWithSlot *int
+	// FailedSyncs are the key slots Talos could not bring in line with
+	// its config after it opened the volume, each saying why.
+	FailedSyncs []string
+	// Error is why a failed volume failed.
+	Error string
+}
+
+// ErrNoVolume: the node has no such volume.
+var ErrNoVolume = errors.New("the node has no such volume")
 
 // ResetRequest is what a Reset wipes, in talosctl reset's terms.
 type ResetRequest struct {

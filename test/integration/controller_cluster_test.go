@@ -139,6 +139,9 @@ type demoSetup struct {
 	// demo's kube-apiserver, which a restore brings back, instead of
 	// generated ones of snapshotSize.
 	realEtcdSnapshots bool
+	// diskEncryption encrypts demo's disks with this key; a tpm key
+	// gives the nodes SecureBoot, which enrolling one asks for.
+	diskEncryption v1alpha1.DiskEncryptionKey
 }
 
 // newDemoClusterWith builds demo with setup's changes.
@@ -199,12 +202,16 @@ spec:
   kubernetesVersion: %s
   controlPlane: {endpoint: "%s"}
 `, ns, cmp.Or(setup.kubernetesVersion, "v1.36.0"), endpoint)
+	if setup.diskEncryption != "" {
+		manifest += fmt.Sprintf("  security: {diskEncryption: {key: %s}}\n", setup.diskEncryption)
+	}
 	i := 0
 	for _, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"} {
 		i++
 		opts := talossim.Options{
 			ListenAddress: fmt.Sprintf("127.0.3.%d:0", i), Kubernetes: kube, Etcd: etcd, Trustd: trustd,
 			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: setup.registry,
+			SecureBoot: setup.diskEncryption == v1alpha1.DiskEncryptionKeyTPM,
 		}
 		if name == "worker-2" { // a user disk, for node-reset's user-disks
 			opts.Disks = []talossim.Disk{{Path: "/dev/sda", Size: 10 << 30}, {Path: "/dev/sdb", Size: 20 << 30}}

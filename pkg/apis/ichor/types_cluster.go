@@ -173,6 +173,28 @@ type TalosClusterStatus struct {
 	KubernetesCA string
 	CARotation   *CARotationStatus
 	Credentials  *ClusterCredentialsStatus
+	// diskKeyRotation is the disk-encryption key rotation under way.
+	DiskKeyRotation *DiskKeyRotationStatus
+	// diskKeySlot is the LUKS2 key slot of the disk-encryption key.
+	DiskKeySlot int32
+}
+
+// DiskKeyRotationPhase is how far a disk-encryption key rotation has moved
+// the cluster's machine configs; see v1alpha1.
+type DiskKeyRotationPhase string
+
+const (
+	DiskKeyRotationAddNew  DiskKeyRotationPhase = "AddNew"
+	DiskKeyRotationDropOld DiskKeyRotationPhase = "DropOld"
+)
+
+// DiskKeyRotationStatus is a disk-encryption key rotation under way on a
+// cluster.
+type DiskKeyRotationStatus struct {
+	Operation string
+	Phase     DiskKeyRotationPhase
+	Slot      int32
+	Since     *metav1.Time
 }
 
 // ClusterCredentialsStatus is who took the new admin credentials of a

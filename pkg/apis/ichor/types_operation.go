@@ -88,6 +88,12 @@ const (
 	ActionDropOldCA      StepAction = "drop-old-ca"
 )
 
+// The steps of a key-rotation of the disk-encryption key; see v1alpha1.
+const (
+	ActionAddDiskKey     StepAction = "add-new-disk-key"
+	ActionDropOldDiskKey StepAction = "drop-old-disk-key"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -114,6 +120,21 @@ type TalosOperationSpec struct {
 	// NodeShutdown parameters; node-shutdown only.
 	NodeShutdown *NodeShutdownParameters
 	CARotation   *CARotationParameters
+	KeyRotation  *KeyRotationParameters
+}
+
+// RotatableKey names a key of a cluster that a key-rotation replaces; see
+// v1alpha1.
+type RotatableKey string
+
+// KeyDiskEncryption is the key that unlocks STATE and EPHEMERAL.
+const KeyDiskEncryption RotatableKey = "diskEncryption"
+
+// KeyRotationParameters say which of the cluster's keys a key-rotation
+// replaces.
+type KeyRotationParameters struct {
+	Keys   []RotatableKey
+	DryRun bool
 }
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation replaces.

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -123,7 +124,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, approvalChanged(), kubernetesVersionsChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased(), caRotationMoved()))).
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased(), rotationMoved()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
@@ -165,17 +166,26 @@ func kubeletVerificationChanged() predicate.Funcs {
 	}
 }
 
-// caRotationMoved passes a cluster whose Talos API CA rotation entered a
-// phase or ended: every machine's config follows its trust.
-func caRotationMoved() predicate.Funcs {
+// rotationMoved passes a cluster whose status moved what its machines'
+// configs render from: a Talos API CA rotation entered a phase, or the
+// disk-encryption key slots changed.
+func rotationMoved() predicate.Funcs {
 	phase := func(o client.Object) v1alpha1.CARotationPhase {
 		if c, ok := o.(*v1alpha1.TalosCluster); ok && c.Status.CARotation != nil {
 			return c.Status.CARotation.Phase
 		}
 		return ""
 	}
+	slots := func(o client.Object) []int {
+		if c, ok := o.(*v1alpha1.TalosCluster); ok {
+			return render.DiskKeySlots(c)
+		}
+		return nil
+	}
 	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool { return phase(e.ObjectOld) != phase(e.ObjectNew) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return phase(e.ObjectOld) != phase(e.ObjectNew) || !slices.Equal(slots(e.ObjectOld), slots(e.ObjectNew))
+		},
 	}
 }
 

@@ -61,6 +61,8 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkShutdown},
 	v1alpha1.OperationCARotation: {targets: everyMachine, start: startCARotationStep, follow: followCARotationStep, steps: caRotationSteps,
 		check: (*Reconciler).checkCARotation, finish: (*Reconciler).finishCARotation},
+	v1alpha1.OperationKeyRotation: {targets: everyMachine, start: startKeyRotationStep, follow: followKeyRotationStep, steps: keyRotationSteps,
+		check: (*Reconciler).checkKeyRotation, finish: (*Reconciler).finishKeyRotation},
 }
 
 // byRole names the control planes and the workers among machines, in

@@ -76,6 +76,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.DiskApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DiskEncryption"):
 		return &ichorv1alpha1.DiskEncryptionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DiskKeyRotationStatus"):
+		return &ichorv1alpha1.DiskKeyRotationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DisruptionMember"):
 		return &ichorv1alpha1.DisruptionMemberApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DisruptionStatus"):
@@ -102,6 +104,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.InstallationSettingsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InstallSpec"):
 		return &ichorv1alpha1.InstallSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KeyRotationParameters"):
+		return &ichorv1alpha1.KeyRotationParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubeletServingCertificates"):
 		return &ichorv1alpha1.KubeletServingCertificatesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubeletServingCertificateStatus"):

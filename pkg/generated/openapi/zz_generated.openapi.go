@@ -55,6 +55,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CredentialLifetimes{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_CredentialLifetimes(ref),
 		v1alpha1.Disk{}.OpenAPIModelName():                            schema_pkg_apis_ichor_v1alpha1_Disk(ref),
 		v1alpha1.DiskEncryption{}.OpenAPIModelName():                  schema_pkg_apis_ichor_v1alpha1_DiskEncryption(ref),
+		v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_DiskKeyRotationStatus(ref),
 		v1alpha1.DisruptionMember{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionMember(ref),
 		v1alpha1.DisruptionStatus{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_DisruptionStatus(ref),
 		v1alpha1.DownloadOptions{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_DownloadOptions(ref),
@@ -73,6 +74,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.IchorUserStatus{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref),
 		v1alpha1.InstallSpec{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_InstallSpec(ref),
 		v1alpha1.InstallationSettings{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_InstallationSettings(ref),
+		v1alpha1.KeyRotationParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref),
 		v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(): schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificateStatus(ref),
 		v1alpha1.KubeletServingCertificates{}.OpenAPIModelName():      schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificates(ref),
 		v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName():     schema_pkg_apis_ichor_v1alpha1_KubernetesUpgradeParameters(ref),
@@ -1038,6 +1040,53 @@ func schema_pkg_apis_ichor_v1alpha1_DiskEncryption(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_DiskKeyRotationStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DiskKeyRotationStatus is a disk-encryption key rotation under way on a cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"operation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "operation is the key-rotation TalosOperation that runs it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase the cluster's machine configs are rendered at.\n\nPossible enum values:\n - `\"AddNew\"` : the configs name the old key slot and the new one; each machine enrolls the new key when it boots.\n - `\"DropOld\"` : the configs name the new key slot alone; each machine removes the old one when it boots.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"AddNew", "DropOld"},
+						},
+					},
+					"slot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "slot is the LUKS2 key slot of the new key.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "since is when the rotation entered its phase.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"operation", "phase", "slot"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_DisruptionMember(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1866,6 +1915,46 @@ func schema_pkg_apis_ichor_v1alpha1_InstallationSettings(ref common.ReferenceCal
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KeyRotationParameters say which of the cluster's keys a key-rotation replaces.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"keys": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "keys to rotate. Defaults to [diskEncryption], the one key Talos v1.13 can rotate on running machines. Talos has no rotation for the secretbox key that encrypts Kubernetes Secrets at rest, nor for the service account signing key: they are refused, saying so.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+										Enum:   []interface{}{"diskEncryption"},
+									},
+								},
+							},
+						},
+					},
+					"dryRun": {
+						SchemaProps: spec.SchemaProps{
+							Description: "dryRun reports, step by step, what the rotation would change on each machine without touching a node.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificateStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2547,10 +2636,10 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"accept-new-ca\"` checks that the machine's node accepts the new CA beside the old one, and a client certificate from the new CA.\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"drop-old-ca\"` checks that the node accepts the new CA alone.\n - `\"issue-from-new-ca\"` checks that the node's Talos API certificate comes from the new CA, the old one still accepted.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"accept-new-ca\"` checks that the machine's node accepts the new CA beside the old one, and a client certificate from the new CA.\n - `\"add-new-disk-key\"` checks that the machine's node booted with the new key slot beside the old one, opened STATE and EPHEMERAL with the old key and enrolled the new one without a failure.\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"drop-old-ca\"` checks that the node accepts the new CA alone.\n - `\"drop-old-disk-key\"` checks that the node booted with the new key slot alone, opened STATE and EPHEMERAL with it and removed the old one.\n - `\"issue-from-new-ca\"` checks that the node's Talos API certificate comes from the new CA, the old one still accepted.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"accept-new-ca", "backup", "drop-old-ca", "issue-from-new-ca", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+							Enum:        []interface{}{"accept-new-ca", "add-new-disk-key", "backup", "drop-old-ca", "drop-old-disk-key", "issue-from-new-ca", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 					"acceptedAt": {
@@ -3470,11 +3559,24 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName()),
 						},
 					},
+					"diskKeyRotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "diskKeyRotation is the disk-encryption key rotation under way: the machines' configs are rendered with the key slots of its phase.",
+							Ref:         ref(v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName()),
+						},
+					},
+					"diskKeySlot": {
+						SchemaProps: spec.SchemaProps{
+							Description: "diskKeySlot is the LUKS2 key slot whose key unlocks the machines' STATE and EPHEMERAL since the last disk-encryption key rotation completed: 0 before any, then 1, 0, … in turn.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -4417,12 +4519,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.CARotationParameters{}.OpenAPIModelName()),
 						},
 					},
+					"keyRotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "keyRotation parameters; allowed for key-rotation only (defaulted there).",
+							Ref:         ref(v1alpha1.KeyRotationParameters{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"clusterName", "type"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CARotationParameters{}.OpenAPIModelName(), v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.NodeShutdownParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
+			v1alpha1.CARotationParameters{}.OpenAPIModelName(), v1alpha1.EtcdRestoreParameters{}.OpenAPIModelName(), v1alpha1.KeyRotationParameters{}.OpenAPIModelName(), v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName(), v1alpha1.NodeResetParameters{}.OpenAPIModelName(), v1alpha1.NodeShutdownParameters{}.OpenAPIModelName(), v1alpha1.RebootParameters{}.OpenAPIModelName(), v1alpha1.TalosUpgradeParameters{}.OpenAPIModelName()},
 	}
 }
 

@@ -72,6 +72,20 @@ type Node struct {
 	// APIServerConfig resource; a test moves it as Talos does when a
 	// change reaches kube-apiserver.
 	APIServerConfigVersion string
+	// KeySlots are the LUKS2 key slots of the node's STATE and EPHEMERAL
+	// (modelled as one) when its config encrypts them. Every boot opens
+	// them with the first configured slot they hold, then syncs them with
+	// the config as Talos does: OpenedWith is that slot, VolumeError why
+	// no slot opened them (the boot then stops, stage "booting").
+	KeySlots    []int
+	OpenedWith  *int
+	VolumeError string
+	// FailKeySync, when set, makes the sync after opening fail with it:
+	// the slots stay as they were, and the volumes' status says so.
+	FailKeySync string
+	failedSyncs []string
+	// next is a config applied with a reboot: the next boot runs it.
+	next []byte
 	// Calls logs what was asked of the node: "maintenance-apply",
 	// "apply <mode>", "reset graceful=<bool>", "bootstrap", "reboot
 	// force=<bool>", "shutdown force=<bool>", "etcd-defrag", "pull <image>", "upgrade <image>",
@@ -154,11 +168,12 @@ func (s *session) ApplyConfiguration(_ context.Context, config []byte, mode talo
 		return &talos.ApplyResult{Rebooting: true, Details: "installing"}, nil
 	}
 	s.n.Calls = append(s.n.Calls, "apply "+mode.String())
-	s.n.Config = config
 	if mode == talos.ApplyReboot {
-		s.n.Stage = "rebooting"
+		// As on Talos, the config runs from the next boot on.
+		s.n.next, s.n.Stage = config, "rebooting"
 		return &talos.ApplyResult{Rebooting: true, Details: "rebooting"}, nil
 	}
+	s.n.Config = config
 	return &talos.ApplyResult{Details: "applied"}, nil
 }
 
@@ -276,13 +291,20 @@ func (d *Dialer) Boot() {
 			if n.NeverBoots {
 				continue
 			}
-			n.Stage = "running"
 			n.Boots++
+			if n.next != nil {
+				n.Config, n.next = n.next, nil
+			}
 			if n.Staged != "" {
 				n.TalosVersion, n.Staged = n.Staged, ""
 			}
+			n.Stage = "running"
+			if !n.prepareVolumes() {
+				n.Stage = "booting"
+			}
 		case "resetting":
-			n.Stage, n.Installed, n.Config, n.Etcd = "maintenance", false, nil, false
+			n.Stage, n.Installed, n.Config, n.next, n.Etcd = "maintenance", false, nil, nil, false
+			n.KeySlots, n.OpenedWith, n.VolumeError, n.failedSyncs = nil, nil, "", nil
 		case "shutting down":
 			if n.drainLeft--; n.drainLeft <= 0 {
 				n.Stage = "off"
@@ -384,6 +406,76 @@ func (s *session) APIServerConfigVersion(context.Context) (string, error) {
 		return "", err
 	}
 	return s.n.APIServerConfigVersion, nil
+}
+
+// configuredKeySlots are the key slots n's config names for STATE, in
+// order; nil when it does not encrypt it.
+func (n *Node) configuredKeySlots() []int {
+	cfg, err := configloader.NewFromBytes(n.Config)
+	if err != nil || cfg.Volumes() == nil {
+		return nil
+	}
+	v, ok := cfg.Volumes().ByName("STATE")
+	if !ok || v.Encryption() == nil {
+		return nil
+	}
+	var slots []int
+	for _, k := range v.Encryption().Keys() {
+		slots = append(slots, k.Slot())
+	}
+	slices.Sort(slots)
+	return slots
+}
+
+// prepareVolumes opens (or, new, formats) the node's encrypted volumes at
+// a boot and syncs their key slots; false when no configured slot opens
+// them.
+func (n *Node) prepareVolumes() bool {
+	configured := n.configuredKeySlots()
+	n.OpenedWith, n.VolumeError, n.failedSyncs = nil, "", nil
+	if configured == nil {
+		return true
+	}
+	if n.KeySlots == nil {
+		n.KeySlots = slices.Clone(configured)
+	}
+	for _, slot := range configured {
+		if slices.Contains(n.KeySlots, slot) {
+			n.OpenedWith = &slot
+			break
+		}
+	}
+	if n.OpenedWith == nil {
+		n.VolumeError = fmt.Sprintf("no handlers available to get encryption keys from: slots %v hold none of %v", n.KeySlots, configured)
+		return false
+	}
+	if n.FailKeySync != "" {
+		n.failedSyncs = []string{n.FailKeySync}
+		return true
+	}
+	n.KeySlots = slices.Clone(configured)
+	return true
+}
+
+// Volume reports STATE and EPHEMERAL as the last boot prepared them.
+func (s *session) Volume(_ context.Context, id string) (*talos.Volume, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return nil, err
+	}
+	if (id != "STATE" && id != "EPHEMERAL") || !s.n.Installed {
+		return nil, fmt.Errorf("volume %s: %w", id, talos.ErrNoVolume)
+	}
+	v := &talos.Volume{Phase: "ready"}
+	switch {
+	case s.n.VolumeError != "":
+		v.Phase, v.Error, v.Encrypted = "failed", s.n.VolumeError, true
+	case s.n.OpenedWith != nil:
+		slot := *s.n.OpenedWith
+		v.Encrypted, v.OpenedWithSlot, v.FailedSyncs = true, &slot, slices.Clone(s.n.failedSyncs)
+	}
+	return v, nil
 }
 
 // TalosCA reads the trust of the config the node runs, as Talos's OSRoot

@@ -75,6 +75,17 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				c.Fill(r)
 				s.CARotation = r
 			}
+			if s.Type == ichor.OperationKeyRotation && s.KeyRotation == nil {
+				r := &ichor.KeyRotationParameters{}
+				c.Fill(r)
+				s.KeyRotation = r
+			}
+		},
+		func(p *ichor.KeyRotationParameters, c randfill.Continue) {
+			c.FillNoCustom(p)
+			if len(p.Keys) == 0 {
+				p.Keys = []ichor.RotatableKey{ichor.KeyDiskEncryption}
+			}
 		},
 		func(p *ichor.CARotationParameters, c randfill.Continue) {
 			c.FillNoCustom(p)

@@ -84,6 +84,17 @@ func SetDefaults_TalosOperationSpec(obj *TalosOperationSpec) {
 	if obj.Type == OperationCARotation && obj.CARotation == nil {
 		obj.CARotation = &CARotationParameters{}
 	}
+	if obj.Type == OperationKeyRotation && obj.KeyRotation == nil {
+		obj.KeyRotation = &KeyRotationParameters{}
+	}
+}
+
+// SetDefaults_KeyRotationParameters rotates the disk-encryption key, the
+// one key Talos can rotate, unless told which.
+func SetDefaults_KeyRotationParameters(obj *KeyRotationParameters) {
+	if len(obj.Keys) == 0 {
+		obj.Keys = []RotatableKey{KeyDiskEncryption}
+	}
 }
 
 // SetDefaults_CARotationParameters rotates the Talos API CA unless told

@@ -267,6 +267,47 @@ type TalosClusterStatus struct {
 	// that completed, served once through talosclusters/credentials.
 	// +optional
 	Credentials *ClusterCredentialsStatus `json:"credentials,omitempty" protobuf:"bytes,13,opt,name=credentials"`
+	// diskKeyRotation is the disk-encryption key rotation under way: the
+	// machines' configs are rendered with the key slots of its phase.
+	// +optional
+	DiskKeyRotation *DiskKeyRotationStatus `json:"diskKeyRotation,omitempty" protobuf:"bytes,14,opt,name=diskKeyRotation"`
+	// diskKeySlot is the LUKS2 key slot whose key unlocks the machines'
+	// STATE and EPHEMERAL since the last disk-encryption key rotation
+	// completed: 0 before any, then 1, 0, … in turn.
+	// +optional
+	DiskKeySlot int32 `json:"diskKeySlot,omitempty" protobuf:"varint,15,opt,name=diskKeySlot"`
+}
+
+// DiskKeyRotationPhase is how far a disk-encryption key rotation has
+// moved the cluster's machine configs.
+// +enum
+type DiskKeyRotationPhase string
+
+const (
+	// DiskKeyRotationAddNew: the configs name the old key slot and the new
+	// one; each machine enrolls the new key when it boots.
+	DiskKeyRotationAddNew DiskKeyRotationPhase = "AddNew"
+	// DiskKeyRotationDropOld: the configs name the new key slot alone; each
+	// machine removes the old one when it boots.
+	DiskKeyRotationDropOld DiskKeyRotationPhase = "DropOld"
+)
+
+// DiskKeyRotationPhases are the phases in the order a rotation moves
+// through them.
+var DiskKeyRotationPhases = []DiskKeyRotationPhase{DiskKeyRotationAddNew, DiskKeyRotationDropOld}
+
+// DiskKeyRotationStatus is a disk-encryption key rotation under way on a
+// cluster.
+type DiskKeyRotationStatus struct {
+	// operation is the key-rotation TalosOperation that runs it.
+	Operation string `json:"operation" protobuf:"bytes,1,opt,name=operation"`
+	// phase the cluster's machine configs are rendered at.
+	Phase DiskKeyRotationPhase `json:"phase" protobuf:"bytes,2,opt,name=phase,casttype=DiskKeyRotationPhase"`
+	// slot is the LUKS2 key slot of the new key.
+	Slot int32 `json:"slot" protobuf:"varint,3,opt,name=slot"`
+	// since is when the rotation entered its phase.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty" protobuf:"bytes,4,opt,name=since"`
 }
 
 // ClusterCredentialsStatus is who took the new admin credentials of a

@@ -112,6 +112,19 @@ const (
 	ActionDropOldCA StepAction = "drop-old-ca"
 )
 
+// The steps of a key-rotation of the disk-encryption key: each machine,
+// control planes first, through the two boots Talos needs to replace a
+// LUKS2 key slot; see DiskKeyRotationPhase.
+const (
+	// ActionAddDiskKey checks that the machine's node booted with the new
+	// key slot beside the old one, opened STATE and EPHEMERAL with the old
+	// key and enrolled the new one without a failure.
+	ActionAddDiskKey StepAction = "add-new-disk-key"
+	// ActionDropOldDiskKey checks that the node booted with the new key
+	// slot alone, opened STATE and EPHEMERAL with it and removed the old one.
+	ActionDropOldDiskKey StepAction = "drop-old-disk-key"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -150,6 +163,39 @@ type TalosOperationSpec struct {
 	// caRotation parameters; allowed for ca-rotation only (defaulted there).
 	// +optional
 	CARotation *CARotationParameters `json:"caRotation,omitempty" protobuf:"bytes,11,opt,name=caRotation"`
+	// keyRotation parameters; allowed for key-rotation only (defaulted there).
+	// +optional
+	KeyRotation *KeyRotationParameters `json:"keyRotation,omitempty" protobuf:"bytes,12,opt,name=keyRotation"`
+}
+
+// RotatableKey names a key of a cluster that a key-rotation replaces.
+// +enum
+type RotatableKey string
+
+const (
+	// KeyDiskEncryption is the key that unlocks the LUKS2 volumes STATE and
+	// EPHEMERAL of every machine (spec.security.diskEncryption with the tpm
+	// key). Talos enrolls a key slot the config adds and removes one it no
+	// longer names when it opens a volume, at boot: a rotation adds a new
+	// TPM-sealed key in a second slot (one reboot of each machine), then
+	// drops the old slot (a second reboot), one machine at a time.
+	KeyDiskEncryption RotatableKey = "diskEncryption"
+)
+
+// KeyRotationParameters say which of the cluster's keys a key-rotation
+// replaces.
+type KeyRotationParameters struct {
+	// keys to rotate. Defaults to [diskEncryption], the one key Talos v1.13
+	// can rotate on running machines. Talos has no rotation for the
+	// secretbox key that encrypts Kubernetes Secrets at rest, nor for the
+	// service account signing key: they are refused, saying so.
+	// +optional
+	// +listType=set
+	Keys []RotatableKey `json:"keys,omitempty" protobuf:"bytes,1,rep,name=keys,casttype=RotatableKey"`
+	// dryRun reports, step by step, what the rotation would change on each
+	// machine without touching a node.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty" protobuf:"varint,2,opt,name=dryRun"`
 }
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation

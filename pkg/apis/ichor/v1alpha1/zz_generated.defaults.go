@@ -100,6 +100,9 @@ func SetObjectDefaults_TalosOperation(in *TalosOperation) {
 	if in.Spec.CARotation != nil {
 		SetDefaults_CARotationParameters(in.Spec.CARotation)
 	}
+	if in.Spec.KeyRotation != nil {
+		SetDefaults_KeyRotationParameters(in.Spec.KeyRotation)
+	}
 }
 
 func SetObjectDefaults_TalosOperationList(in *TalosOperationList) {

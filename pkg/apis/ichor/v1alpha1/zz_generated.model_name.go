@@ -132,6 +132,11 @@ func (in DiskEncryption) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in DiskKeyRotationStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskKeyRotationStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in DisruptionMember) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember"
 }
@@ -219,6 +224,11 @@ func (in InstallSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InstallationSettings) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallationSettings"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KeyRotationParameters) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KeyRotationParameters"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,6 +76,16 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 		errs = append(errs, validateRequiredName(r.Operation, p.Child("operation"))...)
 		errs = append(errs, validateEnum(r.Phase, p.Child("phase"), CARotationPhases...)...)
 	}
+	if r := s.DiskKeyRotation; r != nil {
+		p := status.Child("diskKeyRotation")
+		errs = append(errs, validateRequiredName(r.Operation, p.Child("operation"))...)
+		errs = append(errs, validateEnum(r.Phase, p.Child("phase"), DiskKeyRotationPhases...)...)
+		errs = append(errs, validateKeySlot(r.Slot, p.Child("slot"))...)
+		if r.Slot == s.DiskKeySlot {
+			errs = append(errs, field.Invalid(p.Child("slot"), r.Slot, "the new key's slot must differ from status.diskKeySlot, the old key's"))
+		}
+	}
+	errs = append(errs, validateKeySlot(s.DiskKeySlot, status.Child("diskKeySlot"))...)
 	if d := s.Disruption; d != nil {
 		fld := status.Child("disruption")
 		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(d.Machine, false) {
@@ -277,6 +288,21 @@ func validateImageRepository(repo string, fldPath *field.Path) field.ErrorList {
 		if !imagePathComponent.MatchString(p) {
 			return field.ErrorList{field.Invalid(fldPath, repo, "must be an image repository: [host[:port]/]lowercase/path")}
 		}
+	}
+	return nil
+}
+
+// DiskKeyRotationPhases are the phases of a disk-encryption key rotation,
+// in their order.
+var DiskKeyRotationPhases = []ichor.DiskKeyRotationPhase{ichor.DiskKeyRotationAddNew, ichor.DiskKeyRotationDropOld}
+
+// maxKeySlot is the highest LUKS2 key slot.
+const maxKeySlot = 31
+
+// validateKeySlot checks a LUKS2 key slot number.
+func validateKeySlot(slot int32, fldPath *field.Path) field.ErrorList {
+	if slot < 0 || slot > maxKeySlot {
+		return field.ErrorList{field.Invalid(fldPath, slot, fmt.Sprintf("a LUKS2 key slot is 0 to %d", maxKeySlot))}
 	}
 	return nil
 }

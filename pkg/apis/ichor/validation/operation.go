@@ -2,6 +2,8 @@ package validation
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -95,11 +97,12 @@ func ValidateTalosOperationStatusUpdate(o, old *ichor.TalosOperation) field.Erro
 }
 
 // StepActions are the actions of steps: an etcd-restore's in their order,
-// then a shutdown's, then a ca-rotation's.
+// then a shutdown's, then a ca-rotation's, then a key-rotation's.
 var StepActions = []ichor.StepAction{
 	ichor.ActionLeaveEtcd, ichor.ActionWipeEtcd, ichor.ActionRecoverEtcd, ichor.ActionJoinEtcd, ichor.ActionRestartKubelet,
 	ichor.ActionBackup,
 	ichor.ActionAcceptNewCA, ichor.ActionIssueFromNewCA, ichor.ActionDropOldCA,
+	ichor.ActionAddDiskKey, ichor.ActionDropOldDiskKey,
 }
 
 // KubernetesComponents are the components a kubernetes-upgrade moves, in its order.
@@ -143,6 +146,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		{"reboot", ichor.OperationReboot, s.Reboot != nil, false},
 		{"nodeShutdown", ichor.OperationNodeShutdown, s.NodeShutdown != nil, false},
 		{"caRotation", ichor.OperationCARotation, s.CARotation != nil, true},
+		{"keyRotation", ichor.OperationKeyRotation, s.KeyRotation != nil, true},
 	} {
 		p := fldPath.Child(b.name)
 		switch {
@@ -175,6 +179,9 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if r := s.CARotation; r != nil && (r.Talos == nil || !*r.Talos) {
 		errs = append(errs, field.Invalid(fldPath.Child("caRotation", "talos"), r.Talos,
 			"must be true: the Talos API CA is the CA a ca-rotation replaces"))
+	}
+	if r := s.KeyRotation; r != nil {
+		errs = append(errs, validateKeyRotation(r, fldPath.Child("keyRotation"))...)
 	}
 	if r := s.EtcdRestore; r != nil {
 		errs = append(errs, validateRequiredName(r.Backup, fldPath.Child("etcdRestore", "backup"))...)
@@ -232,3 +239,51 @@ func validateNodeReset(r *ichor.NodeResetParameters, fldPath *field.Path) field.
 const maxUnavailableLimit = 100
 
 var wipeModes = []ichor.WipeMode{ichor.WipeModeAll, ichor.WipeModeSystemDisk, ichor.WipeModeUserDisks}
+
+// RotatableKeys are the keys a key-rotation can replace.
+var RotatableKeys = []ichor.RotatableKey{ichor.KeyDiskEncryption}
+
+// unrotatableKeys are keys people ask to rotate that Talos v1.13 cannot,
+// and why; a key-rotation naming one is refused, saying so.
+var unrotatableKeys = map[ichor.RotatableKey]string{
+	"secretbox": "Talos v1.13 cannot rotate the secretbox key that encrypts Kubernetes Secrets at rest: " +
+		"its config takes one key, and kube-apiserver would no longer read the Secrets written under the old one",
+	"aescbc": "Talos v1.13 cannot rotate the aescbc key that encrypts Kubernetes Secrets at rest: " +
+		"its config takes one key, and kube-apiserver would no longer read the Secrets written under the old one",
+	"serviceAccount": "Talos v1.13 cannot rotate the service account signing key: its config takes one key, " +
+		"and every service account token signed with the old one would stop working at once",
+	"talosCA":      "the Talos API CA is rotated by a ca-rotation, not a key-rotation",
+	"kubernetesCA": "the Kubernetes CA is rotated by a ca-rotation, not a key-rotation",
+}
+
+// validateKeyRotation checks the keys a key-rotation names: each one it
+// can rotate, once.
+func validateKeyRotation(r *ichor.KeyRotationParameters, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	p := fldPath.Child("keys")
+	if len(r.Keys) == 0 {
+		return append(errs, field.Required(p, fmt.Sprintf("the keys to rotate: %s", quoteList(RotatableKeys))))
+	}
+	seen := sets.New[ichor.RotatableKey]()
+	for i, k := range r.Keys {
+		switch why, known := unrotatableKeys[k]; {
+		case known:
+			errs = append(errs, field.Invalid(p.Index(i), k, fmt.Sprintf("%s; a key-rotation rotates %s", why, quoteList(RotatableKeys))))
+		case !slices.Contains(RotatableKeys, k):
+			errs = append(errs, field.NotSupported(p.Index(i), k, RotatableKeys))
+		case seen.Has(k):
+			errs = append(errs, field.Duplicate(p.Index(i), k))
+		}
+		seen.Insert(k)
+	}
+	return errs
+}
+
+// quoteList is values quoted and joined by commas.
+func quoteList[T ~string](values []T) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = strconv.Quote(string(v))
+	}
+	return strings.Join(quoted, ", ")
+}

@@ -31,6 +31,8 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 		s.Machines = []string{"node-3", "node-4"}
 	case ichor.OperationCARotation:
 		s.CARotation = &ichor.CARotationParameters{Talos: ptr(true)}
+	case ichor.OperationKeyRotation:
+		s.KeyRotation = &ichor.KeyRotationParameters{Keys: []ichor.RotatableKey{ichor.KeyDiskEncryption}}
 	}
 	return o
 }
@@ -240,6 +242,41 @@ func TestValidateTalosOperation(t *testing.T) {
 			typ:    ichor.OperationReboot,
 			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation = &ichor.CARotationParameters{Talos: ptr(true)} },
 			want:   []fe{forbidden("spec.caRotation")},
+		},
+		{
+			name:   "key rotation without its parameters",
+			typ:    ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.KeyRotation = nil },
+			want:   []fe{required("spec.keyRotation")},
+		},
+		{
+			name:   "key rotation of no key",
+			typ:    ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.KeyRotation.Keys = nil },
+			want:   []fe{required("spec.keyRotation.keys")},
+		},
+		{
+			name: "key rotation of keys Talos cannot rotate, of an unknown one, and of one twice",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.Keys = []ichor.RotatableKey{"secretbox", "serviceAccount", "talosCA", "luks", ichor.KeyDiskEncryption, ichor.KeyDiskEncryption}
+			},
+			want: []fe{invalid("spec.keyRotation.keys[0]"), invalid("spec.keyRotation.keys[1]"), invalid("spec.keyRotation.keys[2]"),
+				notSupported("spec.keyRotation.keys[3]"), duplicate("spec.keyRotation.keys[5]")},
+		},
+		{
+			name:   "key rotation of some machines",
+			typ:    ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
+			want:   []fe{forbidden("spec.machines")},
+		},
+		{
+			name: "key rotation parameters on a ca rotation",
+			typ:  ichor.OperationCARotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation = &ichor.KeyRotationParameters{Keys: []ichor.RotatableKey{ichor.KeyDiskEncryption}}
+			},
+			want: []fe{forbidden("spec.keyRotation")},
 		},
 		{
 			name:   "shutdown of some machines",

@@ -349,6 +349,24 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskKeyRotationStatus
+  map:
+    fields:
+    - name: operation
+      type:
+        scalar: string
+      default: ""
+    - name: phase
+      type:
+        scalar: string
+      default: ""
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: slot
+      type:
+        scalar: numeric
+      default: 0
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionMember
   map:
     fields:
@@ -568,6 +586,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: usersEnabled
       type:
         scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KeyRotationParameters
+  map:
+    fields:
+    - name: dryRun
+      type:
+        scalar: boolean
+    - name: keys
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus
   map:
     fields:
@@ -1053,6 +1083,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: credentials
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ClusterCredentialsStatus
+    - name: diskKeyRotation
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DiskKeyRotationStatus
+    - name: diskKeySlot
+      type:
+        scalar: numeric
     - name: disruption
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
@@ -1351,6 +1387,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: etcdRestore
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.EtcdRestoreParameters
+    - name: keyRotation
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KeyRotationParameters
     - name: kubernetesUpgrade
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters

@@ -67,6 +67,13 @@ type TalosClusterStatusApplyConfiguration struct {
 	// credentials are the new admin credentials of the last CA rotation
 	// that completed, served once through talosclusters/credentials.
 	Credentials *ClusterCredentialsStatusApplyConfiguration `json:"credentials,omitempty"`
+	// diskKeyRotation is the disk-encryption key rotation under way: the
+	// machines' configs are rendered with the key slots of its phase.
+	DiskKeyRotation *DiskKeyRotationStatusApplyConfiguration `json:"diskKeyRotation,omitempty"`
+	// diskKeySlot is the LUKS2 key slot whose key unlocks the machines'
+	// STATE and EPHEMERAL since the last disk-encryption key rotation
+	// completed: 0 before any, then 1, 0, … in turn.
+	DiskKeySlot *int32 `json:"diskKeySlot,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -181,5 +188,21 @@ func (b *TalosClusterStatusApplyConfiguration) WithCARotation(value *CARotationS
 // If called multiple times, the Credentials field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithCredentials(value *ClusterCredentialsStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
 	b.Credentials = value
+	return b
+}
+
+// WithDiskKeyRotation sets the DiskKeyRotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DiskKeyRotation field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithDiskKeyRotation(value *DiskKeyRotationStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.DiskKeyRotation = value
+	return b
+}
+
+// WithDiskKeySlot sets the DiskKeySlot field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DiskKeySlot field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithDiskKeySlot(value int32) *TalosClusterStatusApplyConfiguration {
+	b.DiskKeySlot = &value
 	return b
 }

@@ -53,6 +53,8 @@ type TalosOperationSpecApplyConfiguration struct {
 	NodeShutdown *NodeShutdownParametersApplyConfiguration `json:"nodeShutdown,omitempty"`
 	// caRotation parameters; allowed for ca-rotation only (defaulted there).
 	CARotation *CARotationParametersApplyConfiguration `json:"caRotation,omitempty"`
+	// keyRotation parameters; allowed for key-rotation only (defaulted there).
+	KeyRotation *KeyRotationParametersApplyConfiguration `json:"keyRotation,omitempty"`
 }
 
 // TalosOperationSpecApplyConfiguration constructs a declarative configuration of the TalosOperationSpec type for use with
@@ -148,5 +150,13 @@ func (b *TalosOperationSpecApplyConfiguration) WithNodeShutdown(value *NodeShutd
 // If called multiple times, the CARotation field is set to the value of the last call.
 func (b *TalosOperationSpecApplyConfiguration) WithCARotation(value *CARotationParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
 	b.CARotation = value
+	return b
+}
+
+// WithKeyRotation sets the KeyRotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KeyRotation field is set to the value of the last call.
+func (b *TalosOperationSpecApplyConfiguration) WithKeyRotation(value *KeyRotationParametersApplyConfiguration) *TalosOperationSpecApplyConfiguration {
+	b.KeyRotation = value
 	return b
 }
