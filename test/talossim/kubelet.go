@@ -81,6 +81,22 @@ type kubeletCerts struct {
 	client, serving *memoryStore
 }
 
+// validFor reports whether the client certificate, if any, is spec's node's and verifies against
+// spec's CAs.
+func (c *kubeletCerts) validFor(spec kubeletSpec) bool {
+	cert, err := c.client.Current()
+	if err != nil || cert == nil || cert.Leaf == nil {
+		return true // none yet: the kubelet bootstraps anyway
+	}
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(spec.caPEM))
+
+	_, err = cert.Leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+
+	return err == nil && cert.Leaf.Subject.CommonName == "system:node:"+spec.nodeName
+}
+
 // kubelet is one run of a node's simulated kubelet.
 type kubelet struct {
 	spec   kubeletSpec
@@ -161,7 +177,10 @@ func (n *Node) syncKubeletLocked() {
 		return
 	}
 
-	if n.kubeletCerts == nil {
+	if n.kubeletCerts == nil || !n.kubeletCerts.validFor(spec) {
+		// As Talos does before it starts the kubelet: a client certificate of another node name, or
+		// that none of the cluster's CAs verifies (after a CA rotation), goes with the kubelet's whole
+		// PKI directory, and the kubelet bootstraps again.
 		n.kubeletCerts = &kubeletCerts{client: newMemoryStore(), serving: newMemoryStore()}
 	}
 

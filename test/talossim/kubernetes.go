@@ -27,7 +27,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 
 	"ichor.dev/ichor/test/internal/proc"
 )
@@ -100,7 +99,22 @@ type kubeRun struct {
 	// Kubernetes.mu. apiKick wakes the run's goroutine.
 	apiSpec string
 	apiWant *apiServerSpec
+	// cas are the Kubernetes CAs its certificates come from and trust (apiServerSpec.cas), under
+	// Kubernetes.mu.
+	cas string
 	apiKick chan struct{}
+	// components are the controller manager and the scheduler: restarted when the cluster's CAs
+	// change, as Talos replaces their static pods (kubernetes_apiserver.go).
+	components []component
+}
+
+// component is a control-plane component other than kube-apiserver: its place in procs, its
+// arguments and how to tell that it serves.
+type component struct {
+	name    string
+	index   int
+	args    []string
+	healthy func(context.Context, *proc.Process) error
 }
 
 func newKubeRun(ca string, cancel context.CancelFunc, dir string) *kubeRun {
@@ -371,7 +385,11 @@ func (k *Kubernetes) WaitReady(ctx context.Context, endpoint string) (*rest.Conf
 				return nil, r.err
 			}
 
-			return rest.CopyConfig(r.admin), nil
+			k.mu.Lock()
+			admin := rest.CopyConfig(r.admin) // replaced by a CA rotation
+			k.mu.Unlock()
+
+			return admin, nil
 		case <-changed:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the Kubernetes control plane at %s: %w", endpoint, ctx.Err())
@@ -531,12 +549,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 	}
 
 	// Written again when the control plane starts again from its directory.
-	ca, err := os.ReadFile(f.acceptedCAs)
-	if err != nil {
-		return err
-	}
-
-	if err = os.WriteFile(filepath.Join(r.hostDir(), constants.KubernetesAPIServerSecretsDir, "ca.crt"), ca, 0o644); err != nil {
+	if err = writeAPIServerCA(r, f); err != nil {
 		return err
 	}
 
@@ -546,7 +559,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 	}
 
 	k.mu.Lock()
-	r.apiSpec = spec.key()
+	r.apiSpec, r.cas = spec.key(), spec.cas
 	k.mu.Unlock()
 
 	apiserver, err := k.startProcess(r, dir, "kube-apiserver", spec.flags(args, r.hostDir())...)
@@ -591,12 +604,18 @@ func (k *Kubernetes) startComponent(ctx context.Context, r *kubeRun, dir, name, 
 		"--tls-cert-file=" + servingCert, "--tls-private-key-file=" + servingKey,
 	}, extra...)
 
+	c := component{name: name, index: len(r.procs), args: args, healthy: func(ctx context.Context, p *proc.Process) error {
+		return waitTLSHealthy(ctx, p, caFile, "", "", "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz")
+	}}
+
 	p, err := k.startProcess(r, dir, name, args...)
 	if err != nil {
 		return err
 	}
 
-	return waitTLSHealthy(ctx, p, caFile, "", "", "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz")
+	r.components = append(r.components, c)
+
+	return c.healthy(ctx, p)
 }
 
 // startProcess starts one control-plane binary and records it for shutdown.

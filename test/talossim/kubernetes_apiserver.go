@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"ichor.dev/ichor/test/internal/proc"
 )
@@ -49,6 +51,11 @@ type apiServerSpec struct {
 	env    map[string]string
 	mounts map[string]string // mount path → host path
 	roots  string            // the host's trust bundle
+	// cas are the cluster's Kubernetes CAs: cluster.ca's certificate, then cluster.acceptedCAs. A
+	// change rotates the control plane's certificates (rotatePKI); cluster is the config they are
+	// issued from.
+	cas     string
+	cluster talosconfig.ClusterConfig
 }
 
 func apiServerSpecOf(cfg config.Provider) apiServerSpec {
@@ -73,7 +80,24 @@ func apiServerSpecOf(cfg config.Provider) apiServerSpec {
 		s.roots = strings.Join(roots.ExtraTrustedRootCertificates(), "\n")
 	}
 
+	s.cluster, s.cas = cfg.Cluster(), clusterCAs(cfg.Cluster())
+
 	return s
+}
+
+// clusterCAs is cluster.ca's certificate followed by cluster.acceptedCAs, as one PEM bundle.
+func clusterCAs(cluster talosconfig.ClusterConfig) string {
+	var b strings.Builder
+
+	if ca := cluster.IssuingCA(); ca != nil {
+		b.Write(ca.Crt)
+	}
+
+	for _, ca := range cluster.AcceptedCAs() {
+		b.Write(ca.Crt)
+	}
+
+	return b.String()
 }
 
 // key is the spec in one comparable string.
@@ -93,6 +117,7 @@ func (s apiServerSpec) key() string {
 	}
 
 	fmt.Fprintf(&b, "roots %q\n", s.roots)
+	fmt.Fprintf(&b, "cas %q\n", s.cas)
 
 	return b.String()
 }
@@ -236,8 +261,17 @@ func (k *Kubernetes) followAPIServerConfig(ctx context.Context, r *kubeRun) {
 }
 
 // restartAPIServer stops the run's kube-apiserver and starts it with spec, and waits until it serves.
+// When the cluster's CAs changed, the control plane's certificates are issued again first, and the
+// controller manager and the scheduler restart with them once kube-apiserver serves.
 func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiServerSpec) error {
 	k.logf("talossim: restarting kube-apiserver with its new config")
+
+	rotate := spec.cas != r.cas
+	if rotate {
+		if err := k.rotatePKI(r, spec.cluster); err != nil {
+			return fmt.Errorf("issuing the control plane's certificates from the rotated CAs: %w", err)
+		}
+	}
 
 	if err := spec.writeHost(r.hostDir()); err != nil {
 		return err
@@ -253,7 +287,71 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 
 	r.procs[r.apiIndex] = p
 
-	return r.apiHealthy(ctx, p)
+	if err := r.apiHealthy(ctx, p); err != nil || !rotate {
+		return err
+	}
+
+	for _, c := range r.components {
+		k.logf("talossim: restarting %s with the rotated CAs", c.name)
+
+		_ = r.procs[c.index].Stop(15 * time.Second)
+
+		p, err := proc.Start(r.dir, c.name, filepath.Join(k.BinDir, c.name), c.args...)
+		if err != nil {
+			return err
+		}
+
+		r.procs[c.index] = p
+
+		if err := c.healthy(ctx, p); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// rotatePKI issues the run's certificates again, in place, from cluster's CAs (cluster.ca issues,
+// cluster.acceptedCAs are trusted beside it), as Talos does when a Kubernetes CA rotation changes
+// them: kube-apiserver serves a certificate of the issuing CA and accepts clients of every CA, the
+// controller manager signs with the issuing CA. etcd's data stays.
+func (k *Kubernetes) rotatePKI(r *kubeRun, cluster talosconfig.ClusterConfig) error {
+	endpoint, bind, err := apiServerAddress(cluster)
+	if err != nil {
+		return err
+	}
+
+	f, err := writeKubePKI(r.dir, cluster, endpoint, bind.Addr())
+	if err != nil {
+		return err
+	}
+
+	if err = writeAPIServerCA(r, f); err != nil {
+		return err
+	}
+
+	admin, err := clientcmd.RESTConfigFromKubeConfig(f.adminKubeconfig)
+	if err != nil {
+		return err
+	}
+
+	admin.QPS = -1
+
+	k.mu.Lock()
+	r.admin, r.cas, r.ca = admin, clusterCAs(cluster), string(cluster.IssuingCA().Crt)
+	k.mu.Unlock()
+
+	return nil
+}
+
+// writeAPIServerCA writes the cluster's CAs where Talos mounts them into kube-apiserver's pod.
+func writeAPIServerCA(r *kubeRun, f kubePKI) error {
+	ca, err := os.ReadFile(f.acceptedCAs)
+	if err != nil {
+		return err
+	}
+
+	return os.WriteFile(filepath.Join(r.hostDir(), constants.KubernetesAPIServerSecretsDir, "ca.crt"), ca, 0o644)
 }
 
 // hostDir is the simulated host of the run's control planes.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -104,6 +105,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&k8s.Manifest{},
 		&v1alpha1.Service{},
 		&secrets.OSRoot{},
+		&secrets.KubernetesRoot{},
 	} {
 		if err := rdReg.Register(ctx, r); err != nil {
 			return nil, fmt.Errorf("registering resource definition %T: %w", r, err)
@@ -340,6 +342,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 		return err
 	}
 
+	if err := publishKubernetesRoot(ctx, st, v); err != nil {
+		return err
+	}
+
 	if err := publishVolumes(ctx, st, v.volumes); err != nil {
 		return err
 	}
@@ -364,6 +370,51 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	return removeResource(ctx, st, config.NewMachineType().Metadata())
+}
+
+// publishKubernetesRoot writes a control plane's secrets.KubernetesRoot resource as Talos's
+// RootKubernetesController derives it from the active config: the cluster's identity, the issuing
+// Kubernetes CA (cluster.ca) and every accepted one with the issuing one's certificate last, and its
+// other secrets. Sensitive: talosctl rotate-ca reads the current Kubernetes CA from it. A worker has
+// none.
+func publishKubernetesRoot(ctx context.Context, st state.State, v nodeView) error {
+	root := secrets.NewKubernetesRoot(secrets.KubernetesRootID)
+
+	if v.active == nil || v.active.Machine() == nil || v.active.Cluster() == nil || !v.active.Machine().Type().IsControlPlane() ||
+		v.active.Cluster().IssuingCA() == nil {
+		return removeResource(ctx, st, root.Metadata())
+	}
+
+	cluster := v.active.Cluster()
+	spec := root.TypedSpec()
+	spec.Name = cluster.Name()
+	spec.Endpoint = cluster.Endpoint()
+	spec.CertSANs = cluster.CertSANs()
+	spec.DNSDomain = cluster.Network().DNSDomain()
+	spec.APIServerIPs, _ = cluster.Network().APIServerIPs() //nolint:errcheck // empty without a service CIDR
+
+	local := fmt.Sprintf("https://localhost:%d", cluster.LocalAPIServerPort())
+	if kp := v.active.Machine().Features().KubePrism(); kp != nil && kp.Enabled() {
+		local = fmt.Sprintf("https://127.0.0.1:%d", kp.Port())
+	}
+
+	var err error
+	if spec.LocalEndpoint, err = url.Parse(local); err != nil {
+		return err
+	}
+
+	spec.AggregatorCA = cluster.AggregatorCA()
+	spec.IssuingCA = cluster.IssuingCA()
+	spec.AcceptedCAs = append(slices.Clone(cluster.AcceptedCAs()), &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
+	spec.ServiceAccount = cluster.ServiceAccount()
+	spec.AESCBCEncryptionSecret = cluster.AESCBCEncryptionSecret()
+	spec.SecretboxEncryptionSecret = cluster.SecretboxEncryptionSecret()
+
+	if token := cluster.Token(); token != nil {
+		spec.BootstrapTokenID, spec.BootstrapTokenSecret = token.ID(), token.Secret()
+	}
+
+	return putResource(ctx, st, root)
 }
 
 // publishOSRoot writes the secrets.OSRoot resource as Talos's RootOSController derives it from the
