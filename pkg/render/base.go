@@ -157,8 +157,8 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	if cfg, err = withKubernetesVersions(cfg, m.Status.Kubernetes); err != nil {
 		return nil, nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
 	}
-	if len(in.TalosAcceptedCAs) > 0 {
-		if cfg, err = withAcceptedTalosCAs(cfg, in.TalosAcceptedCAs); err != nil {
+	if len(in.TalosAcceptedCAs) > 0 || len(in.KubernetesAcceptedCAs) > 0 {
+		if cfg, err = withAcceptedCAs(cfg, in.TalosAcceptedCAs, in.KubernetesAcceptedCAs); err != nil {
 			return nil, nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
 		}
 	}

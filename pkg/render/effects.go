@@ -88,6 +88,11 @@ var v1alpha1Effects = []effectRule{
 	{"machine.features", ichorv1alpha1.ConfigEffectReboot},
 
 	{"cluster.apiServer", ichorv1alpha1.ConfigEffectAPIServerRestart},
+	// The Kubernetes CAs (a CA rotation): Talos applies them live, restarting
+	// kube-apiserver and the controller manager with certificates of the
+	// issuing CA on a control plane, and the kubelet on every node.
+	{"cluster.ca", ichorv1alpha1.ConfigEffectAPIServerRestart},
+	{"cluster.acceptedCAs", ichorv1alpha1.ConfigEffectAPIServerRestart},
 	// The endpoint and the service network are kube-apiserver certificate SANs and flags.
 	{"cluster.controlPlane", ichorv1alpha1.ConfigEffectAPIServerRestart},
 	{"cluster.network", ichorv1alpha1.ConfigEffectAPIServerRestart},

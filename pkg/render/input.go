@@ -20,12 +20,15 @@ type Input struct {
 	// cluster's namespace; Render keeps those that target Machine.
 	Patches []ichorv1alpha1.TalosConfigPatch
 	// Secrets is the cluster's secrets bundle as it is in force: during a
-	// Talos API CA rotation, its Talos API CA is the one that issues in
-	// the rotation's phase (machine.ca).
+	// CA rotation, its Talos API CA and its Kubernetes CA are those that
+	// issue in the rotation's phase (machine.ca, cluster.ca).
 	Secrets *secrets.Bundle
 	// TalosAcceptedCAs are the PEM certificates of the Talos API CAs the
 	// node accepts besides (machine.acceptedCAs): a rotation's other CA.
 	TalosAcceptedCAs [][]byte
+	// KubernetesAcceptedCAs are those of the Kubernetes CAs accepted
+	// besides cluster.ca (cluster.acceptedCAs), likewise.
+	KubernetesAcceptedCAs [][]byte
 	// InstallImage is the installer image written to machine.install.image
 	// (for example siderolabs/installer:v1.13.0 behind the mirror the site
 	// uses), at the tag of the Talos version the cluster runs (ClusterVersion):

@@ -6,16 +6,22 @@ import (
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 )
 
-// withAcceptedTalosCAs sets machine.acceptedCAs: the Talos API CAs the node
-// accepts client certificates from besides machine.ca, as each phase of a
-// Talos API CA rotation has them (talosctl rotate-ca writes the same
-// fields). machine.ca itself comes from the bundle in force.
-func withAcceptedTalosCAs(cfg config.Provider, accepted [][]byte) (config.Provider, error) {
-	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
-		c.MachineConfig.MachineAcceptedCAs = nil
-		for _, crt := range accepted {
-			c.MachineConfig.MachineAcceptedCAs = append(c.MachineConfig.MachineAcceptedCAs, &x509.PEMEncodedCertificate{Crt: crt})
+// withAcceptedCAs sets machine.acceptedCAs and cluster.acceptedCAs: the
+// Talos API CAs and the Kubernetes CAs accepted besides machine.ca and
+// cluster.ca, as each phase of a CA rotation has them (talosctl rotate-ca
+// writes the same fields). machine.ca and cluster.ca themselves come from
+// the bundle in force.
+func withAcceptedCAs(cfg config.Provider, talos, kubernetes [][]byte) (config.Provider, error) {
+	certs := func(pems [][]byte) []*x509.PEMEncodedCertificate {
+		var out []*x509.PEMEncodedCertificate
+		for _, crt := range pems {
+			out = append(out, &x509.PEMEncodedCertificate{Crt: crt})
 		}
+		return out
+	}
+	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
+		c.MachineConfig.MachineAcceptedCAs = certs(talos)
+		c.ClusterConfig.ClusterAcceptedCAs = certs(kubernetes)
 		return nil
 	})
 }

@@ -68,8 +68,8 @@ func ControllerRules() []rbacv1.PolicyRule {
 // kube-system (SystemRules), authenticating with a
 // short-lived cluster-admin certificate signed from bundle. Applying again
 // changes nothing; a rule added by hand to a role is taken away.
-func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time) error {
-	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{MastersGroup}}, now, setupTTL)
+func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time, alsoTrusted ...[]byte) error {
+	cfg, err := ClientConfig(bundle, endpoint, Identity{User: "ichor:setup", Groups: []string{MastersGroup}}, now, setupTTL, alsoTrusted...)
 	if err != nil {
 		return err
 	}

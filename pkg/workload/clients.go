@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"sync"
 	"time"
@@ -27,15 +28,16 @@ type kubeClient struct {
 	renewAt time.Time
 }
 
-// Get returns the client of the cluster (uid) at endpoint for bundle.
-func (k *Clients) Get(uid types.UID, endpoint string, bundle *secrets.Bundle, now time.Time, ttl time.Duration) (kubernetes.Interface, error) {
-	key := sha256.Sum256(append([]byte(endpoint+"\x00"), bundle.Certs.K8s.Crt...))
+// Get returns the client of the cluster (uid) at endpoint for bundle,
+// trusting alsoTrusted too (see ClientConfig).
+func (k *Clients) Get(uid types.UID, endpoint string, bundle *secrets.Bundle, now time.Time, ttl time.Duration, alsoTrusted ...[]byte) (kubernetes.Interface, error) {
+	key := sha256.Sum256(bytes.Join(append([][]byte{[]byte(endpoint), bundle.Certs.K8s.Crt}, alsoTrusted...), []byte{0}))
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if c := k.clients[uid]; c != nil && c.key == key && now.Before(c.renewAt) {
 		return c.cs, nil
 	}
-	cfg, err := ClientConfig(bundle, endpoint, Controller, now, ttl)
+	cfg, err := ClientConfig(bundle, endpoint, Controller, now, ttl, alsoTrusted...)
 	if err != nil {
 		return nil, err
 	}

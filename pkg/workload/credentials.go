@@ -4,6 +4,7 @@
 package workload
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -38,11 +39,12 @@ type Identity struct {
 }
 
 // ClientConfig returns a config for the Kubernetes API at endpoint (the
-// cluster's https URL) that trusts only the bundle's Kubernetes CA and
-// authenticates as id with a client certificate signed by that CA, valid
-// from now for ttl. The certificate's key is generated here and lives only
-// in the returned config.
-func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time.Time, ttl time.Duration) (*rest.Config, error) {
+// cluster's https URL) that trusts only the bundle's Kubernetes CA, and the
+// PEM certificates of alsoTrusted (during a CA rotation, the other CA),
+// and authenticates as id with a client certificate signed by the bundle's
+// CA, valid from now for ttl. The certificate's key is generated here and
+// lives only in the returned config.
+func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time.Time, ttl time.Duration, alsoTrusted ...[]byte) (*rest.Config, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("workload client: generate key: %w", err)
@@ -58,7 +60,7 @@ func ClientConfig(bundle *secrets.Bundle, endpoint string, id Identity, now time
 	return &rest.Config{
 		Host: endpoint,
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   bundle.Certs.K8s.Crt,
+			CAData:   bytes.Join(append([][]byte{bundle.Certs.K8s.Crt}, alsoTrusted...), nil),
 			CertData: certPEM,
 			KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		},

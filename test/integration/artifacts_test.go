@@ -963,7 +963,7 @@ func TestControllerTouchesOnlyItsSecrets(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	for name, typ := range map[string]corev1.SecretType{
 		"bundle": corev1.SecretTypeOpaque, "token": corev1.SecretTypeBasicAuth, "handed-over": v1alpha1.SecretTypeTalosconfig,
-		"rotated-ca": v1alpha1.SecretTypeTalosCARotation,
+		"rotated-ca": v1alpha1.SecretTypeCARotation,
 	} {
 		data := map[string][]byte{"talosconfig": []byte("context: x")}
 		switch typ {

@@ -101,7 +101,7 @@ type kubeRun struct {
 	apiWant *apiServerSpec
 	// cas are the Kubernetes CAs its certificates come from and trust (apiServerSpec.cas), under
 	// Kubernetes.mu.
-	cas string
+	cas     string
 	apiKick chan struct{}
 	// components are the controller manager and the scheduler: restarted when the cluster's CAs
 	// change, as Talos replaces their static pods (kubernetes_apiserver.go).

@@ -219,9 +219,11 @@ const (
 
 // CARotationStatus is a CA rotation under way on a cluster.
 type CARotationStatus struct {
-	Operation string
-	Phase     CARotationPhase
-	Since     *metav1.Time
+	Operation  string
+	Phase      CARotationPhase
+	Since      *metav1.Time
+	Talos      bool
+	Kubernetes bool
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

@@ -139,8 +139,9 @@ type KeyRotationParameters struct {
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation replaces.
 type CARotationParameters struct {
-	Talos  *bool
-	DryRun bool
+	Talos      *bool
+	Kubernetes *bool
+	DryRun     bool
 }
 
 // NodeShutdownParameters are the inputs of a node-shutdown.

@@ -81,13 +81,13 @@ func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosClus
 	if rotation == nil {
 		return &Secrets{Bundle: bundle}, nil
 	}
-	next, _, err := LoadRotationCA(ctx, reader, cluster)
+	next, _, err := LoadRotationCAs(ctx, reader, cluster)
 	if err != nil {
 		return nil, err
 	}
 	if next == nil {
-		return nil, fmt.Errorf("TalosCluster %s/%s is in phase %s of a Talos API CA rotation, but Secret %s with the new CA is gone: "+
-			"recreate it from a copy, or restore the Talos API CA by hand", cluster.Namespace, cluster.Name, rotation.Phase, RotationSecretName(cluster))
+		return nil, fmt.Errorf("TalosCluster %s/%s is in phase %s of a CA rotation, but Secret %s with the new CAs is gone: "+
+			"recreate it from a copy, or restore the CAs by hand", cluster.Namespace, cluster.Name, rotation.Phase, RotationSecretName(cluster))
 	}
 	return inForce(bundle, rotation, next), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.yaml.in/yaml/v4"
@@ -21,39 +22,51 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// A Talos API CA rotation keeps the new CA in a Secret of its own (type
-// v1alpha1.SecretTypeTalosCARotation, named by RotationSecretName) from its
-// first phase to its end; the bundle's Secret changes only when the
-// rotation completes, when the new CA is written into it (StoreTalosCA)
-// and the rotation's Secret is deleted. In between, TalosCluster status.caRotation says which phase the
-// cluster is in, and Load gives everyone the secrets in force in it.
+// A CA rotation keeps the new CAs (of the Talos API, of Kubernetes, or
+// both) in a Secret of its own (type v1alpha1.SecretTypeCARotation, named
+// by RotationSecretName) from its first phase to its end; the bundle's
+// Secret changes only when the rotation completes, when the new CAs are
+// written into it (StoreCAs) and the rotation's Secret is deleted. In
+// between, TalosCluster status.caRotation says which phase the cluster is
+// in, and Load gives everyone the secrets in force in it.
 
-// Keys of the rotation's Secret: the new CA's PEM certificate and key.
+// Keys of the rotation's Secret: each new CA's PEM certificate and key.
 const (
-	rotationCertKey = "tls.crt"
-	rotationKeyKey  = "tls.key"
+	talosCertKey      = "talos.crt"
+	talosKeyKey       = "talos.key"
+	kubernetesCertKey = "kubernetes.crt"
+	kubernetesKeyKey  = "kubernetes.key"
 )
 
 // AnnotationRotationOperation names the UID of the ca-rotation that
 // generated a rotation's Secret.
 const AnnotationRotationOperation = "ichor.dev/ca-rotation"
 
-// RotationSecretName is the Secret of the new Talos API CA while cluster's
-// CA rotates.
+// RotationSecretName is the Secret of the new CAs while cluster's CAs
+// rotate.
 func RotationSecretName(cluster *v1alpha1.TalosCluster) string {
-	return SecretName(cluster) + "-talos-ca-next"
+	return SecretName(cluster) + "-ca-next"
+}
+
+// RotationCAs are the new CAs of a rotation: nil for a CA it does not
+// replace.
+type RotationCAs struct {
+	Talos, Kubernetes *x509.PEMEncodedCertificateAndKey
 }
 
 // Secrets are a cluster's secrets as they are in force: the bundle of its
-// Secret, except that during a Talos API CA rotation its Talos API CA
-// (Certs.OS) is the CA that issues in the rotation's phase; and the CAs
-// the nodes accept beside it.
+// Secret, except that during a CA rotation its Talos API CA (Certs.OS) and
+// its Kubernetes CA (Certs.K8s) are the CAs that issue in the rotation's
+// phase; and the CAs the nodes accept beside them.
 type Secrets struct {
 	*secrets.Bundle
 	// TalosAccepted are the PEM certificates of the Talos API CAs the
 	// nodes accept besides Certs.OS (machine.acceptedCAs): during a
 	// rotation, the other CA; otherwise none.
 	TalosAccepted [][]byte
+	// KubernetesAccepted are those of the Kubernetes CAs accepted besides
+	// Certs.K8s (cluster.acceptedCAs), likewise.
+	KubernetesAccepted [][]byte
 }
 
 // TalosCA is the PEM of every Talos API CA a client trusts a node's
@@ -61,6 +74,12 @@ type Secrets struct {
 // rotation nodes move from one to the other one by one.
 func (s *Secrets) TalosCA() []byte {
 	return bytes.Join(append([][]byte{s.Certs.OS.Crt}, s.TalosAccepted...), nil)
+}
+
+// KubernetesCA is the PEM of every Kubernetes CA a client trusts
+// kube-apiserver's certificate from, likewise.
+func (s *Secrets) KubernetesCA() []byte {
+	return bytes.Join(append([][]byte{s.Certs.K8s.Crt}, s.KubernetesAccepted...), nil)
 }
 
 // TalosCredentials mints a client certificate for roles from the issuing
@@ -75,33 +94,44 @@ func (s *Secrets) TalosCredentials(roles role.Set, now time.Time, ttl time.Durat
 }
 
 // inForce is bundle as it is in force in rotation's phase, with the new
-// CA next. The cached bundle is not changed: the result is a copy.
-func inForce(bundle *secrets.Bundle, rotation *v1alpha1.CARotationStatus, next *x509.PEMEncodedCertificateAndKey) *Secrets {
+// CAs next. The cached bundle is not changed: the result is a copy.
+func inForce(bundle *secrets.Bundle, rotation *v1alpha1.CARotationStatus, next *RotationCAs) *Secrets {
 	if rotation == nil || next == nil {
 		return &Secrets{Bundle: bundle}
 	}
-	old := bundle.Certs.OS
-	issuing, accepted := old, [][]byte{next.Crt}
-	switch rotation.Phase {
-	case v1alpha1.CARotationIssueNew:
-		issuing, accepted = next, [][]byte{old.Crt}
-	case v1alpha1.CARotationDropOld:
-		issuing, accepted = next, nil
-	}
-	if bytes.Equal(old.Crt, next.Crt) {
-		// The bundle has the new CA already (the rotation is ending).
-		issuing, accepted = next, nil
-	}
 	b := *bundle
 	certs := *bundle.Certs
-	certs.OS = issuing
 	b.Certs = &certs
-	return &Secrets{Bundle: &b, TalosAccepted: accepted}
+	out := &Secrets{Bundle: &b}
+	if next.Talos != nil {
+		certs.OS, out.TalosAccepted = phaseCAs(rotation.Phase, bundle.Certs.OS, next.Talos)
+	}
+	if next.Kubernetes != nil {
+		certs.K8s, out.KubernetesAccepted = phaseCAs(rotation.Phase, bundle.Certs.K8s, next.Kubernetes)
+	}
+	return out
 }
 
-// LoadRotationCA reads the new CA of cluster's rotation, nil if it has no
-// Secret.
-func LoadRotationCA(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*x509.PEMEncodedCertificateAndKey, *corev1.Secret, error) {
+// phaseCAs are the issuing CA and the accepted ones of a CA moving from old
+// to next, in phase.
+func phaseCAs(phase v1alpha1.CARotationPhase, old, next *x509.PEMEncodedCertificateAndKey) (*x509.PEMEncodedCertificateAndKey, [][]byte) {
+	if bytes.Equal(old.Crt, next.Crt) {
+		// The bundle has the new CA already (the rotation is ending).
+		return next, nil
+	}
+	switch phase {
+	case v1alpha1.CARotationIssueNew:
+		return next, [][]byte{old.Crt}
+	case v1alpha1.CARotationDropOld:
+		return next, nil
+	default:
+		return old, [][]byte{next.Crt}
+	}
+}
+
+// LoadRotationCAs reads the new CAs of cluster's rotation, nil if it has
+// no Secret.
+func LoadRotationCAs(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*RotationCAs, *corev1.Secret, error) {
 	name := RotationSecretName(cluster)
 	var s corev1.Secret
 	err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s)
@@ -109,40 +139,75 @@ func LoadRotationCA(ctx context.Context, reader client.Reader, cluster *v1alpha1
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the new Talos API CA of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+		return nil, nil, fmt.Errorf("read the new CAs of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	if s.Type != v1alpha1.SecretTypeTalosCARotation {
-		return nil, nil, fmt.Errorf("Secret %s/%s is not of type %s: it is not a rotation's CA, and is neither used nor overwritten", cluster.Namespace, name, v1alpha1.SecretTypeTalosCARotation)
+	if s.Type != v1alpha1.SecretTypeCARotation {
+		return nil, nil, fmt.Errorf("Secret %s/%s is not of type %s: it is not a rotation's CAs, and is neither used nor overwritten", cluster.Namespace, name, v1alpha1.SecretTypeCARotation)
 	}
-	ca := &x509.PEMEncodedCertificateAndKey{Crt: s.Data[rotationCertKey], Key: s.Data[rotationKeyKey]}
-	if _, err := x509.NewCertificateAuthorityFromCertificateAndKey(ca); err != nil {
-		// Its errors name no key material.
-		return nil, nil, fmt.Errorf("Secret %s/%s does not hold a CA certificate and its key: %w", cluster.Namespace, name, err)
+	out := &RotationCAs{}
+	for _, ca := range []struct {
+		dst      **x509.PEMEncodedCertificateAndKey
+		crt, key string
+		which    string
+	}{{&out.Talos, talosCertKey, talosKeyKey, "Talos API"}, {&out.Kubernetes, kubernetesCertKey, kubernetesKeyKey, "Kubernetes"}} {
+		if len(s.Data[ca.crt]) == 0 && len(s.Data[ca.key]) == 0 {
+			continue
+		}
+		pair := &x509.PEMEncodedCertificateAndKey{Crt: s.Data[ca.crt], Key: s.Data[ca.key]}
+		if _, err := x509.NewCertificateAuthorityFromCertificateAndKey(pair); err != nil {
+			// Its errors name no key material.
+			return nil, nil, fmt.Errorf("Secret %s/%s does not hold a %s CA certificate and its key: %w", cluster.Namespace, name, ca.which, err)
+		}
+		*ca.dst = pair
 	}
-	return ca, &s, nil
+	if out.Talos == nil && out.Kubernetes == nil {
+		return nil, nil, fmt.Errorf("Secret %s/%s holds no CA", cluster.Namespace, name)
+	}
+	return out, &s, nil
 }
 
-// EnsureRotationCA returns the new CA of the ca-rotation op on cluster,
-// generating it (with machinery, as talosctl gen secrets does) and storing
-// it first if it has none. A Secret left by a rotation that never started
-// (no status.caRotation names one) is replaced; one of a rotation under way
-// is taken over by op, which the caller has recorded in status.caRotation.
-func EnsureRotationCA(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, op *v1alpha1.TalosOperation, now time.Time) (*x509.PEMEncodedCertificateAndKey, error) {
-	ca, s, err := LoadRotationCA(ctx, reader, cluster)
+// EnsureRotationCAs returns the new CAs of the ca-rotation op on cluster
+// (of the Talos API if talos, of Kubernetes if kubernetes), generating
+// them (with machinery, as talosctl gen secrets does) and storing them
+// first if it has none. A Secret left by a rotation that never started (no
+// status.caRotation names one) is replaced; one of a rotation under way is
+// taken over by op, which the caller has recorded in status.caRotation.
+func EnsureRotationCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, op *v1alpha1.TalosOperation,
+	talosCA, kubernetesCA bool, now time.Time,
+) (*RotationCAs, error) {
+	cas, s, err := LoadRotationCAs(ctx, reader, cluster)
 	if err != nil {
 		return nil, err
 	}
-	if ca != nil && (s.Annotations[AnnotationRotationOperation] == string(op.UID) || cluster.Status.CARotation != nil) {
-		return ca, nil
+	if cas != nil && (s.Annotations[AnnotationRotationOperation] == string(op.UID) || cluster.Status.CARotation != nil) {
+		return cas, nil
 	}
 	if s != nil {
 		if err := deleteRotationSecret(ctx, c, s); err != nil {
 			return nil, err
 		}
 	}
-	next, err := secrets.NewTalosCA(now)
-	if err != nil {
-		return nil, fmt.Errorf("generate a Talos API CA: %w", err)
+	data := map[string][]byte{}
+	out := &RotationCAs{}
+	if talosCA {
+		next, err := secrets.NewTalosCA(now)
+		if err != nil {
+			return nil, fmt.Errorf("generate a Talos API CA: %w", err)
+		}
+		data[talosCertKey], data[talosKeyKey] = next.CrtPEM, next.KeyPEM
+		out.Talos = &x509.PEMEncodedCertificateAndKey{Crt: next.CrtPEM, Key: next.KeyPEM}
+	}
+	if kubernetesCA {
+		contract, err := config.ParseContractFromVersion(cluster.Spec.TalosVersion)
+		if err != nil {
+			return nil, fmt.Errorf("TalosCluster %s/%s talosVersion: %w", cluster.Namespace, cluster.Name, err)
+		}
+		next, err := secrets.NewKubernetesCA(now, contract)
+		if err != nil {
+			return nil, fmt.Errorf("generate a Kubernetes CA: %w", err)
+		}
+		data[kubernetesCertKey], data[kubernetesKeyKey] = next.CrtPEM, next.KeyPEM
+		out.Kubernetes = &x509.PEMEncodedCertificateAndKey{Crt: next.CrtPEM, Key: next.KeyPEM}
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -151,18 +216,18 @@ func EnsureRotationCA(ctx context.Context, c client.Client, reader client.Reader
 			Labels:      map[string]string{"app.kubernetes.io/managed-by": "ichor-controller", "ichor.dev/cluster": cluster.Name},
 			Annotations: map[string]string{AnnotationRotationOperation: string(op.UID)},
 		},
-		Type: v1alpha1.SecretTypeTalosCARotation,
-		Data: map[string][]byte{rotationCertKey: next.CrtPEM, rotationKeyKey: next.KeyPEM},
+		Type: v1alpha1.SecretTypeCARotation,
+		Data: data,
 	}
 	if err := c.Create(ctx, secret); err != nil {
-		return nil, fmt.Errorf("store the new Talos API CA in Secret %s/%s: %w", cluster.Namespace, secret.Name, err)
+		return nil, fmt.Errorf("store the new CAs in Secret %s/%s: %w", cluster.Namespace, secret.Name, err)
 	}
-	return &x509.PEMEncodedCertificateAndKey{Crt: next.CrtPEM, Key: next.KeyPEM}, nil
+	return out, nil
 }
 
-// DeleteRotationCA deletes the Secret of cluster's rotation, if any.
-func DeleteRotationCA(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster) error {
-	_, s, err := LoadRotationCA(ctx, reader, cluster)
+// DeleteRotationCAs deletes the Secret of cluster's rotation, if any.
+func DeleteRotationCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster) error {
+	_, s, err := LoadRotationCAs(ctx, reader, cluster)
 	if err != nil || s == nil {
 		return err
 	}
@@ -177,10 +242,10 @@ func deleteRotationSecret(ctx context.Context, c client.Client, s *corev1.Secret
 	return nil
 }
 
-// StoreTalosCA writes ca as the Talos API CA of the bundle in cluster's
-// Secret, keeping the rest of the bundle; the Secret's type and keys stay.
-// A bundle that has it already is left alone.
-func StoreTalosCA(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, ca *x509.PEMEncodedCertificateAndKey) error {
+// StoreCAs writes the new CAs into the bundle of cluster's Secret, keeping
+// the rest of the bundle; the Secret's type and keys stay. A bundle that
+// has them already is left alone.
+func StoreCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, cas *RotationCAs) error {
 	name := SecretName(cluster)
 	var s corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {
@@ -190,10 +255,16 @@ func StoreTalosCA(ctx context.Context, c client.Client, reader client.Reader, cl
 	if err != nil {
 		return fmt.Errorf("Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
-	if bytes.Equal(bundle.Certs.OS.Crt, ca.Crt) {
+	changed := false
+	if cas.Talos != nil && !bytes.Equal(bundle.Certs.OS.Crt, cas.Talos.Crt) {
+		bundle.Certs.OS, changed = cas.Talos, true
+	}
+	if cas.Kubernetes != nil && !bytes.Equal(bundle.Certs.K8s.Crt, cas.Kubernetes.Crt) {
+		bundle.Certs.K8s, changed = cas.Kubernetes, true
+	}
+	if !changed {
 		return nil
 	}
-	bundle.Certs.OS = ca
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	if err := enc.Encode(bundle); err != nil {
@@ -204,7 +275,7 @@ func StoreTalosCA(ctx context.Context, c client.Client, reader client.Reader, cl
 	}
 	s.Data[BundleKey] = buf.Bytes()
 	if err := c.Update(ctx, &s); err != nil {
-		return fmt.Errorf("write the new Talos API CA into Secret %s/%s: %w", cluster.Namespace, name, err)
+		return fmt.Errorf("write the new CAs into Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	return nil
 }

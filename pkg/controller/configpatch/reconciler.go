@@ -217,5 +217,5 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 
 func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *clustersecrets.Secrets) (render.Rendered, error) {
 	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle.Bundle,
-		TalosAcceptedCAs: bundle.TalosAccepted, InstallImage: r.InstallImage})
+		TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted, InstallImage: r.InstallImage})
 }

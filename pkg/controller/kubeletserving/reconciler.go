@@ -186,10 +186,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	if err := r.watches.ensure(ctx, &cluster, bundle.Bundle, now.Time); err != nil {
+	if err := r.watches.ensure(ctx, &cluster, bundle.Bundle, bundle.KubernetesAccepted, now.Time); err != nil {
 		log.FromContext(ctx).Error(err, "Watch kubelet serving requests; the timer stands in")
 	}
-	cfg, err := workload.ClientConfig(bundle.Bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout)
+	cfg, err := workload.ClientConfig(bundle.Bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout,
+		bundle.KubernetesAccepted...)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -1,6 +1,7 @@
 package kubeletserving
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -37,28 +38,33 @@ type csrWatches struct {
 
 type csrWatch struct {
 	endpoint string
-	renewAt  time.Time
-	cancel   context.CancelFunc
+	// cas are the Kubernetes CAs it signs with and trusts: a CA rotation's
+	// phase renews it.
+	cas     string
+	renewAt time.Time
+	cancel  context.CancelFunc
 }
 
 func newCSRWatches() *csrWatches {
 	return &csrWatches{events: make(chan event.GenericEvent, 64), running: map[types.NamespacedName]*csrWatch{}}
 }
 
-// ensure runs a watch for cluster at its current endpoint.
-func (w *csrWatches) ensure(ctx context.Context, cluster *v1alpha1.TalosCluster, bundle *secrets.Bundle, now time.Time) error {
+// ensure runs a watch for cluster at its current endpoint, with a client
+// of the bundle's Kubernetes CA trusting accepted too.
+func (w *csrWatches) ensure(ctx context.Context, cluster *v1alpha1.TalosCluster, bundle *secrets.Bundle, accepted [][]byte, now time.Time) error {
 	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	endpoint := cluster.Spec.ControlPlane.Endpoint
+	cas := string(bytes.Join(append([][]byte{bundle.Certs.K8s.Crt}, accepted...), nil))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, ok := w.running[key]; ok {
-		if cur.endpoint == endpoint && now.Before(cur.renewAt) {
+		if cur.endpoint == endpoint && cur.cas == cas && now.Before(cur.renewAt) {
 			return nil
 		}
 		cur.cancel()
 		delete(w.running, key)
 	}
-	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, now, watchTTL)
+	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, now, watchTTL, accepted...)
 	if err != nil {
 		return err
 	}
@@ -85,7 +91,7 @@ func (w *csrWatches) ensure(ctx context.Context, cluster *v1alpha1.TalosCluster,
 	// The watch outlives this reconcile: it runs until stopped or renewed.
 	watchCtx, cancel := context.WithCancel(context.Background())
 	factory.Start(watchCtx.Done())
-	w.running[key] = &csrWatch{endpoint: endpoint, renewAt: now.Add(watchTTL * 3 / 4), cancel: cancel}
+	w.running[key] = &csrWatch{endpoint: endpoint, cas: cas, renewAt: now.Add(watchTTL * 3 / 4), cancel: cancel}
 	log.FromContext(ctx).V(1).Info("Watching kubelet serving requests", "endpoint", endpoint)
 	return nil
 }

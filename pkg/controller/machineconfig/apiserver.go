@@ -40,7 +40,7 @@ func (r *Reconciler) apiServerWaits(ctx context.Context, s step, node talos.Node
 		return "", nil // not a control plane after all: nothing restarts
 	}
 	name := "kube-apiserver-" + s.m.Status.NodeName
-	kube, err := r.workload(s.cluster, bundle)
+	kube, err := r.workload(s.cluster, bundle, s.kubernetesAccepted...)
 	if err != nil {
 		return "", err
 	}
@@ -51,7 +51,7 @@ func (r *Reconciler) apiServerWaits(ctx context.Context, s step, node talos.Node
 	pods, err := list()
 	if apierrors.IsForbidden(err) {
 		// Roles set up by an older Ichor: install the controller's access.
-		if err := workload.InstallControllerAccess(ctx, bundle, s.cluster.Spec.ControlPlane.Endpoint, r.Now()); err != nil {
+		if err := workload.InstallControllerAccess(ctx, bundle, s.cluster.Spec.ControlPlane.Endpoint, r.Now(), s.kubernetesAccepted...); err != nil {
 			return "", fmt.Errorf("install ichor-controller's access to the cluster's Kubernetes: %w", err)
 		}
 		pods, err = list()
@@ -78,9 +78,9 @@ func (r *Reconciler) apiServerWaits(ctx context.Context, s step, node talos.Node
 }
 
 // workload opens the cluster's Kubernetes API as ichor-controller.
-func (r *Reconciler) workload(c *v1alpha1.TalosCluster, bundle *secrets.Bundle) (kubernetes.Interface, error) {
+func (r *Reconciler) workload(c *v1alpha1.TalosCluster, bundle *secrets.Bundle, alsoTrusted ...[]byte) (kubernetes.Interface, error) {
 	if r.Workload != nil {
 		return r.Workload(bundle, c.Spec.ControlPlane.Endpoint)
 	}
-	return r.kubes.Get(c.UID, c.Spec.ControlPlane.Endpoint, bundle, r.Now(), r.Options.CredentialTTL)
+	return r.kubes.Get(c.UID, c.Spec.ControlPlane.Endpoint, bundle, r.Now(), r.Options.CredentialTTL, alsoTrusted...)
 }

@@ -216,7 +216,10 @@ type step struct {
 	// cluster is m's cluster, as the cache has it, and bundle its secrets.
 	cluster *v1alpha1.TalosCluster
 	bundle  *secrets.Bundle
-	now     metav1.Time
+	// kubernetesAccepted are the Kubernetes CAs accepted beside the
+	// bundle's during a CA rotation, which its clients trust too.
+	kubernetesAccepted [][]byte
+	now                metav1.Time
 	// persist writes m's status now if it changed. A rollout step calls it
 	// before giving back its cluster's disruption budget, so the next
 	// decision sees this one.
@@ -314,7 +317,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 		return ctrl.Result{}, fmt.Errorf("list TalosConfigPatches of %s: %w", cluster.Name, err)
 	}
 	rendered, err := render.Render(render.Input{
-		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle.Bundle, TalosAcceptedCAs: bundle.TalosAccepted,
+		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle.Bundle, TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted,
 		InstallImage: r.Options.InstallImage,
 	})
 	if err != nil {
@@ -332,7 +335,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.cluster, s.bundle = &cluster, bundle.Bundle
+	s.cluster, s.bundle, s.kubernetesAccepted = &cluster, bundle.Bundle, bundle.KubernetesAccepted
 	if m.Status.AppliedConfig == nil {
 		return r.install(callCtx, s, rendered, creds)
 	}

@@ -5,13 +5,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,28 +23,36 @@ import (
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
 )
 
-// A ca-rotation replaces the cluster's Talos API CA in the three phases of
-// Talos's own rotation (talosctl rotate-ca): the new CA accepted beside
-// the old one, then issuing with the old one accepted, then alone. The
-// phase is the cluster's (status.caRotation), and every machine's config
-// follows it: machineconfig renders machine.ca and machine.acceptedCAs
-// from the secrets in force (clustersecrets.Load), a no-reboot change.
-// The operation moves the cluster into each phase and checks every
-// machine, control planes first, before the next phase: its node runs the
-// phase's trust (read from its OSRoot) and answers a client certificate
-// from the new CA. The controller signs with the new CA from the second
-// phase on, when every node accepts it, and trusts both CAs while nodes
-// move from one to the other. The new CA waits in a Secret of its own;
-// the bundle's Secret takes it when the last phase is done (finish).
+// A ca-rotation replaces the cluster's Talos API CA, its Kubernetes CA, or
+// both, in the three phases of Talos's own rotation (talosctl rotate-ca):
+// the new CA accepted beside the old one, then issuing with the old one
+// accepted, then alone. The phase is the cluster's (status.caRotation),
+// and every machine's config follows it: machineconfig renders machine.ca
+// and machine.acceptedCAs, cluster.ca and cluster.acceptedCAs from the
+// secrets in force (clustersecrets.Load). The Talos API CA is a no-reboot
+// change; the Kubernetes CA restarts kube-apiserver and the controller
+// manager on each control plane (one at a time, under the disruption
+// budget) and the kubelet on every node, which bootstraps a new client
+// certificate once the old CA is dropped. The operation moves the cluster
+// into each phase and checks every machine, control planes first, before
+// the next phase: its node runs the phase's trust (its OSRoot, and its
+// running config's cluster CAs) and answers a client certificate from the
+// new Talos API CA; the Kubernetes API answers one from the new Kubernetes
+// CA, every Node Ready. The controller signs with the new CAs from the
+// second phase on, when every node accepts them, and trusts both while
+// nodes move from one to the other. The new CAs wait in a Secret of their
+// own; the bundle's Secret takes them when the last phase is done
+// (finish).
 //
 // A rotation that fails stays where it stopped, every node trusting what
-// its phase says (both CAs until the last phase): a new ca-rotation takes
-// it over where it is, with the same new CA.
+// its phase says (both CAs until the last phase): a new ca-rotation of the
+// same CAs takes it over where it is, with the same new CAs.
 
-// EventTalosCARotated, on the TalosCluster: its bundle holds the new CA.
-const EventTalosCARotated = "TalosCARotated"
+// EventCARotated, on the TalosCluster: its bundle holds the new CAs.
+const EventCARotated = "CARotated"
 
 // CARotationFieldManager owns a cluster's status.caRotation.
 const CARotationFieldManager = "ichor-ca-rotation"
@@ -64,6 +75,26 @@ func caRotationSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep 
 	return steps
 }
 
+// rotatesCAs are the CAs op rotates.
+func rotatesCAs(op *v1alpha1.TalosOperation) (talosCA, kubernetesCA bool) {
+	if r := op.Spec.CARotation; r != nil {
+		return r.Talos == nil || *r.Talos, r.Kubernetes != nil && *r.Kubernetes
+	}
+	return true, false
+}
+
+// rotatedCAs names the CAs a rotation replaces, for people.
+func rotatedCAs(talosCA, kubernetesCA bool) string {
+	switch {
+	case talosCA && kubernetesCA:
+		return "Talos API and Kubernetes CAs"
+	case kubernetesCA:
+		return "Kubernetes CA"
+	default:
+		return "Talos API CA"
+	}
+}
+
 // caRotationDryRun reports whether op only says what it would do.
 func caRotationDryRun(op *v1alpha1.TalosOperation) bool {
 	return op.Spec.CARotation != nil && op.Spec.CARotation.DryRun
@@ -79,13 +110,17 @@ func (r *Reconciler) checkCARotation(ctx context.Context, op *v1alpha1.TalosOper
 	if cur == nil || cur.Operation == op.Name {
 		return "", nil
 	}
+	if talosCA, kubernetesCA := rotatesCAs(op); talosCA != cur.Talos || kubernetesCA != cur.Kubernetes {
+		return fmt.Sprintf("TalosCluster %s is in phase %s of a rotation of its %s left by TalosOperation %s: "+
+			"a ca-rotation that takes it over must rotate the same CAs", cluster.Name, cur.Phase, rotatedCAs(cur.Talos, cur.Kubernetes), cur.Operation), nil
+	}
 	var other v1alpha1.TalosOperation
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: cur.Operation}, &other)
 	if client.IgnoreNotFound(err) != nil {
 		return "", err
 	}
 	if err == nil && other.Status.Phase != v1alpha1.OperationFailed && other.Status.Phase != v1alpha1.OperationSucceeded {
-		return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's Talos API CA (phase %s)", cur.Operation, cluster.Name, cur.Phase), nil
+		return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's %s (phase %s)", cur.Operation, cluster.Name, rotatedCAs(cur.Talos, cur.Kubernetes), cur.Phase), nil
 	}
 	return "", nil
 }
@@ -95,36 +130,60 @@ func (r *Reconciler) checkCARotation(ctx context.Context, op *v1alpha1.TalosOper
 // run says what the phase would change and touches nothing.
 func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 	phase := caPhaseActions[s.record().Action]
+	talosCA, kubernetesCA := rotatesCAs(s.x.op)
+	what := describeCAPhase(phase, render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane, talosCA, kubernetesCA)
 	if caRotationDryRun(s.x.op) {
-		return s.done(ctx, "dry run: %s", describeCAPhase(phase, render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane))
+		return s.done(ctx, "dry run: %s", what)
 	}
 	if err := s.r.enterCAPhase(ctx, s.x, phase); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := s.begin(ctx, "", "waiting for the node to take the config of phase %s: %s", phase, describeCAPhase(phase, render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane)); err != nil {
+	if err := s.begin(ctx, "", "waiting for the node to take the config of phase %s: %s", phase, what); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
 }
 
 // describeCAPhase says what a phase changes in a machine's config.
-func describeCAPhase(phase v1alpha1.CARotationPhase, controlPlane bool) string {
-	switch phase {
-	case v1alpha1.CARotationAcceptNew:
-		return "machine.acceptedCAs gets the new Talos API CA; the old one still issues (no reboot)"
-	case v1alpha1.CARotationIssueNew:
-		if controlPlane {
-			return "machine.ca becomes the new CA with its key, machine.acceptedCAs the old CA (no reboot)"
+func describeCAPhase(phase v1alpha1.CARotationPhase, controlPlane, talosCA, kubernetesCA bool) string {
+	var parts []string
+	if talosCA {
+		switch phase {
+		case v1alpha1.CARotationAcceptNew:
+			parts = append(parts, "machine.acceptedCAs gets the new Talos API CA; the old one still issues")
+		case v1alpha1.CARotationIssueNew:
+			if controlPlane {
+				parts = append(parts, "machine.ca becomes the new Talos API CA with its key, machine.acceptedCAs the old CA")
+			} else {
+				parts = append(parts, "machine.ca becomes the new Talos API CA's certificate, machine.acceptedCAs the old CA")
+			}
+		default:
+			parts = append(parts, "machine.acceptedCAs drops the old Talos API CA")
 		}
-		return "machine.ca becomes the new CA's certificate, machine.acceptedCAs the old CA (no reboot)"
-	default:
-		return "machine.acceptedCAs drops the old CA: the new one alone is trusted (no reboot)"
 	}
+	if kubernetesCA {
+		switch phase {
+		case v1alpha1.CARotationAcceptNew:
+			parts = append(parts, "cluster.acceptedCAs gets the new Kubernetes CA; the old one still issues")
+		case v1alpha1.CARotationIssueNew:
+			parts = append(parts, "cluster.ca becomes the new Kubernetes CA, cluster.acceptedCAs the old CA")
+		default:
+			parts = append(parts, "cluster.acceptedCAs drops the old Kubernetes CA; kubelets bootstrap new client certificates")
+		}
+		if controlPlane {
+			parts = append(parts, "kube-apiserver and kube-controller-manager restart, the kubelet too (no reboot)")
+		} else {
+			parts = append(parts, "the kubelet restarts (no reboot)")
+		}
+	} else {
+		parts = append(parts, "no reboot")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // enterCAPhase records phase as the cluster's, for x's operation, unless
 // the cluster is there or further already: a rotation never moves back.
-// The first phase stores the new CA first, so that the secrets in force
+// The first phase stores the new CAs first, so that the secrets in force
 // can be read as soon as the phase is.
 func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CARotationPhase) error {
 	cluster, err := r.cluster(ctx, x.op)
@@ -135,7 +194,8 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 	if cur != nil && cur.Operation == x.op.Name && slices.Index(v1alpha1.CARotationPhases, cur.Phase) >= slices.Index(v1alpha1.CARotationPhases, phase) {
 		return nil
 	}
-	if _, err := clustersecrets.EnsureRotationCA(ctx, r.Client, r.Secrets, cluster, x.op, r.Now()); err != nil {
+	talosCA, kubernetesCA := rotatesCAs(x.op)
+	if _, err := clustersecrets.EnsureRotationCAs(ctx, r.Client, r.Secrets, cluster, x.op, talosCA, kubernetesCA, r.Now()); err != nil {
 		return err
 	}
 	if cur != nil && slices.Index(v1alpha1.CARotationPhases, cur.Phase) > slices.Index(v1alpha1.CARotationPhases, phase) {
@@ -144,53 +204,93 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 	since := metav1.NewTime(r.Now())
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithResourceVersion(cluster.ResourceVersion).
 		WithStatus(ichorac.TalosClusterStatus().WithCARotation(ichorac.CARotationStatus().
-			WithOperation(x.op.Name).WithPhase(phase).WithSince(since)))
+			WithOperation(x.op.Name).WithPhase(phase).WithSince(since).WithTalos(talosCA).WithKubernetes(kubernetesCA)))
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("move TalosCluster %s into phase %s of its Talos API CA rotation: %w", cluster.Name, phase, err)
+		return fmt.Errorf("move TalosCluster %s into phase %s of its CA rotation: %w", cluster.Name, phase, err)
 	}
-	r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, "TalosCARotationPhase", "RotateTalosCA",
-		"TalosOperation %s moved the Talos API CA rotation into phase %s", x.op.Name, phase)
+	r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, "CARotationPhase", "RotateCA",
+		"TalosOperation %s moved the rotation of the %s into phase %s", x.op.Name, rotatedCAs(talosCA, kubernetesCA), phase)
 	// The secrets in force changed: read them again.
 	x.cluster, x.bundle = nil, nil
 	return nil
 }
 
 // followCARotationStep waits for the machine's node to run the trust in
-// force (what the cluster's phase says), then checks it answers a client
-// certificate from the new CA, trusting only the CAs in force.
+// force (what the cluster's phase says) of each CA the rotation replaces,
+// then checks the new CAs work: the node answers a client certificate
+// from the new Talos API CA, and the Kubernetes API one from the new
+// Kubernetes CA, trusting only the CAs in force.
 func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	phase := caPhaseActions[s.record().Action]
-	got, err := s.node.TalosCA(cctx)
+	next, err := s.newCAs(ctx)
 	if err != nil {
-		if s.timedOut() {
-			return s.failed(ctx, "the node's Talos API did not answer within %s: %v; the cluster stays in phase %s, every node trusting its CAs", s.r.Options.StepTimeout, err, phase)
-		}
-		return s.wait("waiting for the node's Talos API: %v", err)
+		return ctrl.Result{}, err
 	}
-	if msg := trustDiffers(got, s.bundle); msg != "" {
-		if s.timedOut() {
-			return s.failed(ctx, "the node does not run the Talos API CAs of phase %s after %s: %s; the cluster stays in phase %s", phase, s.r.Options.StepTimeout, msg, phase)
-		}
-		return s.wait("waiting for the node to take the config of phase %s: %s", phase, msg)
+	if next == nil {
+		return s.failed(ctx, "the new CAs' Secret %s is gone", clustersecrets.RotationSecretName(s.cluster))
 	}
-	// From the second phase on, and once the rotation ended, the new CA
-	// is the one that issues; before, it waits in its own Secret.
-	next := s.bundle.Certs.OS
-	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationAcceptNew {
-		if next, _, err = clustersecrets.LoadRotationCA(ctx, s.r.Secrets, s.cluster); err != nil {
+	var said []string
+	for _, follow := range []struct {
+		rotated bool
+		check   func(context.Context, *x509.PEMEncodedCertificateAndKey) (string, string, error)
+		ca      *x509.PEMEncodedCertificateAndKey
+	}{{next.Talos != nil, s.followTalosCA, next.Talos}, {next.Kubernetes != nil, s.followKubernetesCA, next.Kubernetes}} {
+		if !follow.rotated {
+			continue
+		}
+		done, waiting, err := follow.check(cctx, follow.ca)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if next == nil {
-			return s.failed(ctx, "the new Talos API CA's Secret %s is gone", clustersecrets.RotationSecretName(s.cluster))
+		if waiting != "" {
+			if s.rolloutTimedOut() {
+				return s.failed(ctx, "the node is not in phase %s after %s: %s; the cluster stays in phase %s, every node trusting its CAs",
+					phase, s.r.Options.StepTimeout, waiting, phase)
+			}
+			if c := s.rolloutTurn(); c != "" {
+				waiting += "; " + c
+			}
+			return s.wait("waiting for the node to take the config of phase %s: %s", phase, waiting)
 		}
+		said = append(said, done)
 	}
-	if err := s.probe(cctx, next); err != nil {
-		if s.timedOut() {
-			return s.failed(ctx, "the node does not answer a client certificate from the new CA after %s: %v", s.r.Options.StepTimeout, err)
-		}
-		return s.wait("the node runs phase %s, but does not answer a client certificate from the new CA yet: %v", phase, err)
+	return s.done(ctx, "the node runs phase %s: %s", phase, strings.Join(said, "; "))
+}
+
+// newCAs are the rotation's new CAs: in its first phase, those waiting in
+// the rotation's Secret; from the second on, and once it ended, those that
+// issue in force.
+func (s *step) newCAs(ctx context.Context) (*clustersecrets.RotationCAs, error) {
+	talosCA, kubernetesCA := rotatesCAs(s.x.op)
+	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationAcceptNew {
+		next, _, err := clustersecrets.LoadRotationCAs(ctx, s.r.Secrets, s.cluster)
+		return next, err
+	}
+	next := &clustersecrets.RotationCAs{}
+	if talosCA {
+		next.Talos = s.bundle.Certs.OS
+	}
+	if kubernetesCA {
+		next.Kubernetes = s.bundle.Certs.K8s
+	}
+	return next, nil
+}
+
+// followTalosCA checks the node runs the Talos API CAs in force (its
+// OSRoot) and answers a client certificate from next. It says what it
+// found, or what it waits for.
+func (s *step) followTalosCA(ctx context.Context, next *x509.PEMEncodedCertificateAndKey) (done, waiting string, _ error) {
+	got, err := s.node.TalosCA(ctx)
+	if err != nil {
+		return "", fmt.Sprintf("the node's Talos API does not answer: %v", err), nil
+	}
+	if msg := trustDiffers(got, s.bundle); msg != "" {
+		return "", "Talos API CAs: " + msg, nil
+	}
+	if err := s.probe(ctx, next); err != nil {
+		return "", fmt.Sprintf("the node does not answer a client certificate from the new Talos API CA yet: %v", err), nil
 	}
 	trust := fmt.Sprintf("accepting %d CAs", len(got.Accepted))
 	if got.Issuing != nil {
@@ -200,7 +300,64 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		}
 		trust = fmt.Sprintf("issuing from the %s CA, %s", which, trust)
 	}
-	return s.done(ctx, "the node runs phase %s (%s) and answers a client certificate from the new CA", phase, trust)
+	return fmt.Sprintf("Talos API %s, answering a client certificate from the new CA", trust), "", nil
+}
+
+// followKubernetesCA checks the node runs the Kubernetes CAs in force (its
+// running config's cluster.ca and cluster.acceptedCAs, which its kubelet,
+// and on a control plane kube-apiserver and the controller manager, run
+// with), and that the cluster's Kubernetes API answers a client
+// certificate from next, trusting only the CAs in force, with every Node
+// Ready: what talosctl rotate-ca checks between phases.
+func (s *step) followKubernetesCA(ctx context.Context, next *x509.PEMEncodedCertificateAndKey) (done, waiting string, _ error) {
+	data, err := s.node.Config(ctx)
+	if err != nil {
+		return "", fmt.Sprintf("the node's Talos API does not answer: %v", err), nil
+	}
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil || cfg.Cluster() == nil || cfg.Cluster().IssuingCA() == nil {
+		return "", fmt.Sprintf("the node's running config has no cluster.ca: %v", err), nil
+	}
+	got := &talos.TalosCA{Issuing: cfg.Cluster().IssuingCA().Crt, Accepted: [][]byte{cfg.Cluster().IssuingCA().Crt}}
+	for _, ca := range cfg.Cluster().AcceptedCAs() {
+		got.Accepted = append(got.Accepted, ca.Crt)
+	}
+	if msg := casDiffer(got, s.bundle.Certs.K8s.Crt, s.bundle.KubernetesAccepted); msg != "" {
+		return "", "Kubernetes CAs: " + msg, nil
+	}
+	kube, err := s.kubeAs(next)
+	if err != nil {
+		return "", "", err
+	}
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Sprintf("the Kubernetes API does not answer a client certificate from the new Kubernetes CA yet: %v", err), nil
+	}
+	var notReady []string
+	for i := range nodes.Items {
+		if !workload.NodeReady(&nodes.Items[i]) {
+			notReady = append(notReady, nodes.Items[i].Name)
+		}
+	}
+	if len(notReady) > 0 {
+		return "", fmt.Sprintf("Nodes not Ready: %s", strings.Join(notReady, ", ")), nil
+	}
+	return fmt.Sprintf("Kubernetes CAs of the phase; the Kubernetes API answers a client certificate from the new CA, %d Nodes Ready", len(nodes.Items)), "", nil
+}
+
+// kubeAs is a client of the cluster's Kubernetes API with a certificate
+// from ca, as ichor-controller, trusting every Kubernetes CA in force.
+func (s *step) kubeAs(ca *x509.PEMEncodedCertificateAndKey) (kubernetes.Interface, error) {
+	signer := &secrets.Bundle{Certs: &secrets.Certs{K8s: ca}}
+	if s.r.Workload != nil {
+		return s.r.Workload(signer, s.cluster.Spec.ControlPlane.Endpoint)
+	}
+	cfg, err := workload.ClientConfig(signer, s.cluster.Spec.ControlPlane.Endpoint, workload.Controller, s.r.Now(), time.Minute, s.bundle.KubernetesCA())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = s.r.Options.CallTimeout
+	return kubernetes.NewForConfig(cfg)
 }
 
 // trustDiffers says how the node's trust differs from the secrets in
@@ -208,7 +365,13 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 // nothing else, and a control plane issues from the former (a worker's
 // certificate comes from a control plane's trustd).
 func trustDiffers(got *talos.TalosCA, in *clustersecrets.Secrets) string {
-	want := append([][]byte{in.Certs.OS.Crt}, in.TalosAccepted...)
+	return casDiffer(got, in.Certs.OS.Crt, in.TalosAccepted)
+}
+
+// casDiffer says how got differs from a CA issuing from issuing and
+// accepting it and accepted, or "".
+func casDiffer(got *talos.TalosCA, issuing []byte, accepted [][]byte) string {
+	want := append([][]byte{issuing}, accepted...)
 	sameSet := func(a, b [][]byte) bool {
 		for _, x := range a {
 			if !slices.ContainsFunc(b, func(y []byte) bool { return bytes.Equal(x, y) }) {
@@ -223,8 +386,8 @@ func trustDiffers(got *talos.TalosCA, in *clustersecrets.Secrets) string {
 		return true
 	}
 	switch {
-	case got.Issuing != nil && !bytes.Equal(got.Issuing, in.Certs.OS.Crt):
-		return "its API certificate comes from another CA than the phase's"
+	case got.Issuing != nil && !bytes.Equal(got.Issuing, issuing):
+		return "it issues from another CA than the phase's"
 	case !sameSet(got.Accepted, want):
 		return fmt.Sprintf("it accepts %d CAs, the phase %d", len(got.Accepted), len(want))
 	}
@@ -261,12 +424,12 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 	if err != nil {
 		return err
 	}
-	next, _, err := clustersecrets.LoadRotationCA(ctx, r.Secrets, cluster)
+	next, _, err := clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster)
 	if err != nil {
 		return err
 	}
 	if next != nil {
-		if err := clustersecrets.StoreTalosCA(ctx, r.Client, r.Secrets, cluster, next); err != nil {
+		if err := clustersecrets.StoreCAs(ctx, r.Client, r.Secrets, cluster, next); err != nil {
 			return err
 		}
 	}
@@ -276,11 +439,22 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		cluster.Status.CARotation = nil
 		cluster.Status.Credentials = &v1alpha1.ClusterCredentialsStatus{Rotation: x.op.Name, RotatedAt: metav1.NewTime(r.Now())}
-		if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
-			return fmt.Errorf("end TalosCluster %s's Talos API CA rotation: %w", cluster.Name, err)
+		if cur.Kubernetes && next != nil && next.Kubernetes != nil {
+			cluster.Status.KubernetesCA = string(next.Kubernetes.Crt)
 		}
-		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, EventTalosCARotated, "RotateTalosCA",
-			"TalosOperation %s rotated the Talos API CA: every node trusts the new CA alone, and the secrets bundle holds it; talosconfigs from the old CA no longer work; an admin downloads the new credentials once (talosclusters/credentials)", x.op.Name)
+		if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
+			return fmt.Errorf("end TalosCluster %s's CA rotation: %w", cluster.Name, err)
+		}
+		var old []string
+		if cur.Talos {
+			old = append(old, "talosconfigs")
+		}
+		if cur.Kubernetes {
+			old = append(old, "kubeconfigs")
+		}
+		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, EventCARotated, "RotateCA",
+			"TalosOperation %s rotated the %s: every node trusts the new CAs alone, and the secrets bundle holds them; %s from the old CAs no longer work; an admin downloads the new credentials once (talosclusters/credentials)",
+			x.op.Name, rotatedCAs(cur.Talos, cur.Kubernetes), strings.Join(old, " and "))
 	}
-	return clustersecrets.DeleteRotationCA(ctx, r.Client, r.Secrets, cluster)
+	return clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
 }

@@ -62,6 +62,16 @@ func trustConfig(in *clustersecrets.Secrets, controlPlane bool) []byte {
 			fmt.Fprintf(&cfg, "    - crt: %s\n", b64(crt))
 		}
 	}
+	fmt.Fprintf(&cfg, "cluster:\n  ca:\n    crt: %s\n", b64(in.Certs.K8s.Crt))
+	if controlPlane {
+		fmt.Fprintf(&cfg, "    key: %s\n", b64(in.Certs.K8s.Key))
+	}
+	if len(in.KubernetesAccepted) > 0 {
+		cfg.WriteString("  acceptedCAs:\n")
+		for _, crt := range in.KubernetesAccepted {
+			fmt.Fprintf(&cfg, "    - crt: %s\n", b64(crt))
+		}
+	}
 	return []byte(cfg.String())
 }
 
@@ -178,7 +188,7 @@ func TestCARotationStopsAtANodeThatDoesNotTakeThePhase(t *testing.T) {
 	if secret == nil {
 		t.Fatal("the new CA's Secret is gone")
 	}
-	next := secret.Data["tls.crt"]
+	next := secret.Data["talos.crt"]
 	for _, name := range machineNames {
 		if name == "cp-3" {
 			continue
@@ -230,5 +240,88 @@ func TestCARotationDryRun(t *testing.T) {
 		if string(f.node(name).Config) != configs[name] {
 			t.Errorf("a dry run changed %s's config", name)
 		}
+	}
+}
+
+// bundleKubernetesCA is the Kubernetes CA certificate of the bundle's Secret.
+func (f *fixture) bundleKubernetesCA() []byte {
+	f.t.Helper()
+	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
+		ObjectMeta: f.cluster().ObjectMeta, Spec: f.cluster().Spec,
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b.Certs.K8s.Crt
+}
+
+// TestCARotationOfBothCAsSurvivesACrashAtEveryWrite rotates the Talos API
+// CA and the Kubernetes CA together with the controller stopping before
+// each of its status writes in turn: every node ends on the new CAs
+// alone, the bundle holds both, status.kubernetesCA shows the new one, and
+// nothing of the rotation is left.
+func TestCARotationOfBothCAsSurvivesACrashAtEveryWrite(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			op := caRotation("rotate", false)
+			op.Spec.CARotation.Kubernetes = ptr.To(true)
+			f := newFixture(t, op)
+			f.followTrust()
+			oldTalos, oldKube := f.bundleCA(), f.bundleKubernetesCA()
+			f.failWrite = fail
+			op = f.run("rotate")
+			if fail == 0 {
+				total = f.writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+			}
+			newTalos, newKube := f.bundleCA(), f.bundleKubernetesCA()
+			if bytes.Equal(newTalos, oldTalos) || bytes.Equal(newKube, oldKube) {
+				t.Fatal("the bundle still holds an old CA")
+			}
+			for _, name := range machineNames {
+				cfg := string(f.node(name).Config)
+				if !strings.Contains(cfg, base64.StdEncoding.EncodeToString(newKube)) || strings.Contains(cfg, base64.StdEncoding.EncodeToString(oldKube)) ||
+					strings.Contains(cfg, "acceptedCAs") {
+					t.Errorf("%s runs %s", name, cfg)
+				}
+			}
+			c := f.cluster()
+			if c.Status.CARotation != nil || f.rotationSecret() != nil || c.Status.KubernetesCA != string(newKube) {
+				t.Errorf("the rotation is left behind: %+v, Secret %v, status.kubernetesCA new: %v", c.Status.CARotation, f.rotationSecret() != nil,
+					c.Status.KubernetesCA == string(newKube))
+			}
+			for _, s := range op.Status.Steps {
+				if !strings.Contains(s.Message, "Talos API") || !strings.Contains(s.Message, "Kubernetes API answers a client certificate from the new CA") {
+					t.Errorf("step %s: %q", s.Name(), s.Message)
+				}
+			}
+		})
+	}
+	if total != 3*len(machineNames)+2 {
+		t.Fatalf("%d status writes, want %d: the crash points were not all exercised", total, 3*len(machineNames)+2)
+	}
+}
+
+// TestCARotationTakeoverRotatesTheSameCAs: a ca-rotation may not take over
+// a failed rotation of other CAs; it is refused before any step, naming
+// what the cluster is in.
+func TestCARotationTakeoverRotatesTheSameCAs(t *testing.T) {
+	f := newFixture(t, caRotation("rotate", false))
+	f.r.Options.StepTimeout = 5 * time.Second
+	f.followTrust("cp-3")
+	if op := f.run("rotate"); op.Status.Phase != v1alpha1.OperationFailed {
+		t.Fatalf("ended %s, want Failed", op.Status.Phase)
+	}
+	both := caRotation("rotate-both", false)
+	both.Spec.CARotation.Kubernetes = ptr.To(true)
+	if err := f.client.Create(context.Background(), both); err != nil {
+		t.Fatal(err)
+	}
+	op := f.run("rotate-both")
+	if op.Status.Phase != v1alpha1.OperationFailed || !strings.Contains(fmt.Sprint(op.Status.Conditions), "must rotate the same CAs") {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status.Conditions)
 	}
 }

@@ -30,7 +30,7 @@ func (s *step) kube() (kubernetes.Interface, error) {
 	if s.r.Workload != nil {
 		return s.r.Workload(s.bundle.Bundle, s.cluster.Spec.ControlPlane.Endpoint)
 	}
-	return s.r.kubes.Get(s.cluster.UID, s.cluster.Spec.ControlPlane.Endpoint, s.bundle.Bundle, s.r.Now(), s.r.Options.CredentialTTL)
+	return s.r.kubes.Get(s.cluster.UID, s.cluster.Spec.ControlPlane.Endpoint, s.bundle.Bundle, s.r.Now(), s.r.Options.CredentialTTL, s.bundle.KubernetesAccepted...)
 }
 
 // withAccess calls f; when the controller's identity is not authorized for
@@ -41,7 +41,7 @@ func (s *step) withAccess(ctx context.Context, f func() error) error {
 	if !apierrors.IsForbidden(err) {
 		return err
 	}
-	if err := workload.InstallControllerAccess(ctx, s.bundle.Bundle, s.cluster.Spec.ControlPlane.Endpoint, s.r.Now()); err != nil {
+	if err := workload.InstallControllerAccess(ctx, s.bundle.Bundle, s.cluster.Spec.ControlPlane.Endpoint, s.r.Now(), s.bundle.KubernetesAccepted...); err != nil {
 		return fmt.Errorf("install ichor-controller's access to the cluster's Kubernetes: %w", err)
 	}
 	return f()

@@ -265,6 +265,39 @@ func (s *step) timedOut() bool {
 	return rec.StartedAt != nil && s.r.Now().Sub(rec.StartedAt.Time) > s.r.Options.StepTimeout
 }
 
+// rolloutTurn says why the step's machine waits for its turn in a
+// rollout, or "".
+func (s *step) rolloutTurn() string {
+	if s.m == nil {
+		return ""
+	}
+	if c := meta.FindStatusCondition(s.m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); c != nil &&
+		c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.MachineReasonWaitingForRollout {
+		return "its config waits for its turn: " + c.Message
+	}
+	return ""
+}
+
+// rolloutTimedOut is timedOut for a step that waits for machineconfig to
+// give its machine a config: a change that restarts a node's services
+// reaches a cluster's machines one at a time, so the step's time runs from
+// when its machine's config was applied, if that was later, and not at
+// all while the machine waits for its turn in the rollout.
+func (s *step) rolloutTimedOut() bool {
+	rec := s.record()
+	if rec.StartedAt == nil || s.m == nil {
+		return s.timedOut()
+	}
+	if s.rolloutTurn() != "" {
+		return false
+	}
+	start := rec.StartedAt.Time
+	if a := s.m.Status.AppliedConfig; a != nil && a.AppliedAt.After(start) {
+		start = a.AppliedAt.Time
+	}
+	return s.r.Now().Sub(start) > s.r.Options.StepTimeout
+}
+
 // takeNode checks that the step may take the node away, then takes the
 // cluster's disruption budget for it. It returns the reason and message of
 // a wait, or "".

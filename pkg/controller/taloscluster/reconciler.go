@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -183,7 +182,7 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 		return
 	}
 	// Public: the certificate kubeconfigs of the cluster trust.
-	cluster.Status.KubernetesCA = string(bundle.Certs.K8s.Crt)
+	cluster.Status.KubernetesCA = string(bundle.KubernetesCA())
 	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
@@ -193,7 +192,7 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 		return
 	}
 	r.checkEtcd(ctx, v, creds)
-	r.checkKubernetes(ctx, v, bundle.Bundle)
+	r.checkKubernetes(ctx, v, bundle)
 }
 
 // session is a running control plane of the cluster.
@@ -330,9 +329,9 @@ func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credent
 // checkKubernetes reaches the cluster's Kubernetes API as ichor-controller's
 // own identity; when that identity is not authorized yet, it installs its
 // role with a short-lived cluster-admin certificate and tries again.
-func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secrets.Bundle) {
+func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *clustersecrets.Secrets) {
 	endpoint := v.cluster.Spec.ControlPlane.Endpoint
-	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, v.now.Time, r.Options.CredentialTTL)
+	cfg, err := workload.ClientConfig(bundle.Bundle, endpoint, workload.Controller, v.now.Time, r.Options.CredentialTTL, bundle.KubernetesAccepted...)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "%v", err)
 		return
@@ -397,12 +396,12 @@ var errAccessInstall = errors.New("install ichor-controller's access")
 // withAccess calls f, and when the controller's identity is not authorized
 // for it (a new cluster, or roles from an older Ichor), installs its access
 // with a short-lived cluster-admin certificate and calls f again.
-func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *secrets.Bundle, f func() error) error {
+func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *clustersecrets.Secrets, f func() error) error {
 	err := f()
 	if !apierrors.IsForbidden(err) {
 		return err
 	}
-	if err := workload.InstallControllerAccess(ctx, bundle, v.cluster.Spec.ControlPlane.Endpoint, v.now.Time); err != nil {
+	if err := workload.InstallControllerAccess(ctx, bundle.Bundle, v.cluster.Spec.ControlPlane.Endpoint, v.now.Time, bundle.KubernetesAccepted...); err != nil {
 		return fmt.Errorf("%w: %w", errAccessInstall, err)
 	}
 	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventControllerAccess, "InstallControllerAccess",
@@ -413,12 +412,12 @@ func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *secrets.Bu
 // restrictBootstrapToken lets the cluster's bootstrap token authenticate
 // only while one of its machines is joining (see joining). Outside those
 // windows a worker config's token gets nobody a kubelet certificate.
-func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *secrets.Bundle, nodes []corev1.Node) {
+func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *clustersecrets.Secrets, nodes []corev1.Node) {
 	joining := joiningMachines(v.machines, nodes)
 	enable := len(joining) > 0
 	var changed bool
 	err := r.withAccess(ctx, v, bundle, func() (err error) {
-		changed, err = workload.SetBootstrapToken(ctx, cs, bundle, enable)
+		changed, err = workload.SetBootstrapToken(ctx, cs, bundle.Bundle, enable)
 		return err
 	})
 	switch {

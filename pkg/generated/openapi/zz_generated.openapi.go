@@ -501,12 +501,19 @@ func schema_pkg_apis_ichor_v1alpha1_CARotationParameters(ref common.ReferenceCal
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "CARotationParameters say which of the cluster's CAs a ca-rotation replaces.",
+				Description: "CARotationParameters say which of the cluster's CAs a ca-rotation replaces: one or both, in the same three phases.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"talos": {
 						SchemaProps: spec.SchemaProps{
-							Description: "talos rotates the Talos API CA, which issues every node's Talos API certificate and every talosconfig's client certificate. Defaults to true, and may not be false: it is the CA Ichor rotates.",
+							Description: "talos rotates the Talos API CA, which issues every node's Talos API certificate and every talosconfig's client certificate. Defaults to true.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"kubernetes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetes rotates the Kubernetes CA (cluster.ca), which issues kube-apiserver's serving certificate, every kubelet's client certificate and every kubeconfig's. kube-apiserver and the controller manager restart on each control plane, one at a time, and every kubelet restarts, bootstrapping a new client certificate once the old CA is dropped. Defaults to false; set talos to false to rotate this CA alone.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -552,6 +559,20 @@ func schema_pkg_apis_ichor_v1alpha1_CARotationStatus(ref common.ReferenceCallbac
 						SchemaProps: spec.SchemaProps{
 							Description: "since is when the rotation entered its phase.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"talos": {
+						SchemaProps: spec.SchemaProps{
+							Description: "talos: the rotation replaces the Talos API CA.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"kubernetes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetes: the rotation replaces the Kubernetes CA.",
+							Type:        []string{"boolean"},
+							Format:      "",
 						},
 					},
 				},

@@ -93,6 +93,10 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 				t := c.Bool()
 				p.Talos = &t
 			}
+			if p.Kubernetes == nil {
+				k := c.Bool()
+				p.Kubernetes = &k
+			}
 		},
 		func(p *ichor.NodeResetParameters, c randfill.Continue) {
 			c.FillNoCustom(p)

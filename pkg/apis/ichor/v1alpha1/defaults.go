@@ -98,11 +98,15 @@ func SetDefaults_KeyRotationParameters(obj *KeyRotationParameters) {
 }
 
 // SetDefaults_CARotationParameters rotates the Talos API CA unless told
-// otherwise (which validation refuses: it is the CA Ichor rotates).
+// otherwise, and the Kubernetes CA only when asked.
 func SetDefaults_CARotationParameters(obj *CARotationParameters) {
 	if obj.Talos == nil {
 		t := true
 		obj.Talos = &t
+	}
+	if obj.Kubernetes == nil {
+		k := false
+		obj.Kubernetes = &k
 	}
 }
 

@@ -600,6 +600,16 @@ func (m *CARotationParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.Kubernetes != nil {
+		i--
+		if *m.Kubernetes {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x18
+	}
 	i--
 	if m.DryRun {
 		dAtA[i] = 1
@@ -641,6 +651,22 @@ func (m *CARotationStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i--
+	if m.Kubernetes {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x28
+	i--
+	if m.Talos {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x20
 	if m.Since != nil {
 		{
 			size, err := m.Since.MarshalToSizedBuffer(dAtA[:i])
@@ -5282,6 +5308,9 @@ func (m *CARotationParameters) Size() (n int) {
 		n += 2
 	}
 	n += 2
+	if m.Kubernetes != nil {
+		n += 2
+	}
 	return n
 }
 
@@ -5299,6 +5328,8 @@ func (m *CARotationStatus) Size() (n int) {
 		l = m.Since.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	n += 2
+	n += 2
 	return n
 }
 
@@ -7015,6 +7046,7 @@ func (this *CARotationParameters) String() string {
 	s := strings.Join([]string{`&CARotationParameters{`,
 		`Talos:` + valueToStringGenerated(this.Talos) + `,`,
 		`DryRun:` + fmt.Sprintf("%v", this.DryRun) + `,`,
+		`Kubernetes:` + valueToStringGenerated(this.Kubernetes) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7027,6 +7059,8 @@ func (this *CARotationStatus) String() string {
 		`Operation:` + fmt.Sprintf("%v", this.Operation) + `,`,
 		`Phase:` + fmt.Sprintf("%v", this.Phase) + `,`,
 		`Since:` + strings.Replace(fmt.Sprintf("%v", this.Since), "Time", "v1.Time", 1) + `,`,
+		`Talos:` + fmt.Sprintf("%v", this.Talos) + `,`,
+		`Kubernetes:` + fmt.Sprintf("%v", this.Kubernetes) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9471,6 +9505,27 @@ func (m *CARotationParameters) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.DryRun = bool(v != 0)
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Kubernetes", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			b := bool(v != 0)
+			m.Kubernetes = &b
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -9621,6 +9676,46 @@ func (m *CARotationStatus) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Talos", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Talos = bool(v != 0)
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Kubernetes", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Kubernetes = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

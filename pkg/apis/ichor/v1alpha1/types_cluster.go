@@ -357,6 +357,12 @@ type CARotationStatus struct {
 	// since is when the rotation entered its phase.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty" protobuf:"bytes,3,opt,name=since"`
+	// talos: the rotation replaces the Talos API CA.
+	// +optional
+	Talos bool `json:"talos,omitempty" protobuf:"varint,4,opt,name=talos"`
+	// kubernetes: the rotation replaces the Kubernetes CA.
+	// +optional
+	Kubernetes bool `json:"kubernetes,omitempty" protobuf:"varint,5,opt,name=kubernetes"`
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

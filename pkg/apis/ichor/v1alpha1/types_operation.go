@@ -199,13 +199,22 @@ type KeyRotationParameters struct {
 }
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation
-// replaces.
+// replaces: one or both, in the same three phases.
 type CARotationParameters struct {
 	// talos rotates the Talos API CA, which issues every node's Talos API
 	// certificate and every talosconfig's client certificate. Defaults to
-	// true, and may not be false: it is the CA Ichor rotates.
+	// true.
 	// +optional
 	Talos *bool `json:"talos,omitempty" protobuf:"varint,1,opt,name=talos"`
+	// kubernetes rotates the Kubernetes CA (cluster.ca), which issues
+	// kube-apiserver's serving certificate, every kubelet's client
+	// certificate and every kubeconfig's. kube-apiserver and the controller
+	// manager restart on each control plane, one at a time, and every
+	// kubelet restarts, bootstrapping a new client certificate once the old
+	// CA is dropped. Defaults to false; set talos to false to rotate this
+	// CA alone.
+	// +optional
+	Kubernetes *bool `json:"kubernetes,omitempty" protobuf:"varint,3,opt,name=kubernetes"`
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without generating a CA or touching a node.
 	// +optional

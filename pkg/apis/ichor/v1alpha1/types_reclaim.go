@@ -83,13 +83,13 @@ type UnmanagedMachine struct {
 // SecretTypeTalosconfig is the type of a Secret holding a talosconfig that
 // its owner hands over for one reset: ichor-controller uses it for that reset
 // only and deletes it when the reset ends. ichor-controller deletes no Secret
-// of another type but SecretTypeTalosCARotation.
+// of another type but SecretTypeCARotation.
 const SecretTypeTalosconfig corev1.SecretType = "ichor.dev/talosconfig"
 
-// SecretTypeTalosCARotation is the type of the Secret that holds the new
-// Talos API CA while a ca-rotation runs; ichor-controller deletes it once
-// the secrets bundle holds the CA.
-const SecretTypeTalosCARotation corev1.SecretType = "ichor.dev/talos-ca-rotation"
+// SecretTypeCARotation is the type of the Secret that holds the new CAs
+// (Talos API, Kubernetes) while a ca-rotation runs; ichor-controller
+// deletes it once the secrets bundle holds them.
+const SecretTypeCARotation corev1.SecretType = "ichor.dev/ca-rotation"
 
 // LabelMachineReclaim marks the TalosMachine a MachineReclaim created, valued
 // with the reclaim's name.

@@ -204,6 +204,11 @@ func (in *CARotationParameters) DeepCopyInto(out *CARotationParameters) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.Kubernetes != nil {
+		in, out := &in.Kubernetes, &out.Kubernetes
+		*out = new(bool)
+		**out = **in
+	}
 	return
 }
 

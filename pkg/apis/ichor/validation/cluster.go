@@ -75,6 +75,9 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 		p := status.Child("caRotation")
 		errs = append(errs, validateRequiredName(r.Operation, p.Child("operation"))...)
 		errs = append(errs, validateEnum(r.Phase, p.Child("phase"), CARotationPhases...)...)
+		if !r.Talos && !r.Kubernetes {
+			errs = append(errs, field.Required(p, "the CAs the rotation replaces: talos, kubernetes, or both"))
+		}
 	}
 	if r := s.DiskKeyRotation; r != nil {
 		p := status.Child("diskKeyRotation")

@@ -176,9 +176,9 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if r := s.NodeReset; r != nil {
 		errs = append(errs, validateNodeReset(r, fldPath.Child("nodeReset"))...)
 	}
-	if r := s.CARotation; r != nil && (r.Talos == nil || !*r.Talos) {
-		errs = append(errs, field.Invalid(fldPath.Child("caRotation", "talos"), r.Talos,
-			"must be true: the Talos API CA is the CA a ca-rotation replaces"))
+	if r := s.CARotation; r != nil && (r.Talos == nil || !*r.Talos) && (r.Kubernetes == nil || !*r.Kubernetes) {
+		errs = append(errs, field.Required(fldPath.Child("caRotation"),
+			"a ca-rotation replaces the Talos API CA (talos: true), the Kubernetes CA (kubernetes: true), or both"))
 	}
 	if r := s.KeyRotation; r != nil {
 		errs = append(errs, validateKeyRotation(r, fldPath.Child("keyRotation"))...)

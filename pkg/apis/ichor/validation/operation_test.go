@@ -232,10 +232,17 @@ func TestValidateTalosOperation(t *testing.T) {
 			want:   []fe{required("spec.caRotation")},
 		},
 		{
-			name:   "ca rotation of no CA",
+			name: "ca rotation of no CA",
+			typ:  ichor.OperationCARotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.CARotation.Talos, s.CARotation.Kubernetes = ptr(false), ptr(false)
+			},
+			want: []fe{required("spec.caRotation")},
+		},
+		{
+			name:   "ca rotation of the Kubernetes CA alone",
 			typ:    ichor.OperationCARotation,
-			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation.Talos = ptr(false) },
-			want:   []fe{invalid("spec.caRotation.talos")},
+			mutate: func(s *ichor.TalosOperationSpec) { s.CARotation.Talos, s.CARotation.Kubernetes = ptr(false), ptr(true) },
 		},
 		{
 			name:   "ca rotation parameters on a reboot",

@@ -158,12 +158,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: dryRun
       type:
         scalar: boolean
+    - name: kubernetes
+      type:
+        scalar: boolean
     - name: talos
       type:
         scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CARotationStatus
   map:
     fields:
+    - name: kubernetes
+      type:
+        scalar: boolean
     - name: operation
       type:
         scalar: string
@@ -175,6 +181,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: since
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: talos
+      type:
+        scalar: boolean
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CNISpec
   map:
     fields:

@@ -22,12 +22,20 @@ package v1alpha1
 // with apply.
 //
 // CARotationParameters say which of the cluster's CAs a ca-rotation
-// replaces.
+// replaces: one or both, in the same three phases.
 type CARotationParametersApplyConfiguration struct {
 	// talos rotates the Talos API CA, which issues every node's Talos API
 	// certificate and every talosconfig's client certificate. Defaults to
-	// true, and may not be false: it is the CA Ichor rotates.
+	// true.
 	Talos *bool `json:"talos,omitempty"`
+	// kubernetes rotates the Kubernetes CA (cluster.ca), which issues
+	// kube-apiserver's serving certificate, every kubelet's client
+	// certificate and every kubeconfig's. kube-apiserver and the controller
+	// manager restart on each control plane, one at a time, and every
+	// kubelet restarts, bootstrapping a new client certificate once the old
+	// CA is dropped. Defaults to false; set talos to false to rotate this
+	// CA alone.
+	Kubernetes *bool `json:"kubernetes,omitempty"`
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without generating a CA or touching a node.
 	DryRun *bool `json:"dryRun,omitempty"`
@@ -44,6 +52,14 @@ func CARotationParameters() *CARotationParametersApplyConfiguration {
 // If called multiple times, the Talos field is set to the value of the last call.
 func (b *CARotationParametersApplyConfiguration) WithTalos(value bool) *CARotationParametersApplyConfiguration {
 	b.Talos = &value
+	return b
+}
+
+// WithKubernetes sets the Kubernetes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Kubernetes field is set to the value of the last call.
+func (b *CARotationParametersApplyConfiguration) WithKubernetes(value bool) *CARotationParametersApplyConfiguration {
+	b.Kubernetes = &value
 	return b
 }
 

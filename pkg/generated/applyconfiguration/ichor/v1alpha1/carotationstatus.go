@@ -34,6 +34,10 @@ type CARotationStatusApplyConfiguration struct {
 	Phase *ichorv1alpha1.CARotationPhase `json:"phase,omitempty"`
 	// since is when the rotation entered its phase.
 	Since *v1.Time `json:"since,omitempty"`
+	// talos: the rotation replaces the Talos API CA.
+	Talos *bool `json:"talos,omitempty"`
+	// kubernetes: the rotation replaces the Kubernetes CA.
+	Kubernetes *bool `json:"kubernetes,omitempty"`
 }
 
 // CARotationStatusApplyConfiguration constructs a declarative configuration of the CARotationStatus type for use with
@@ -63,5 +67,21 @@ func (b *CARotationStatusApplyConfiguration) WithPhase(value ichorv1alpha1.CARot
 // If called multiple times, the Since field is set to the value of the last call.
 func (b *CARotationStatusApplyConfiguration) WithSince(value v1.Time) *CARotationStatusApplyConfiguration {
 	b.Since = &value
+	return b
+}
+
+// WithTalos sets the Talos field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Talos field is set to the value of the last call.
+func (b *CARotationStatusApplyConfiguration) WithTalos(value bool) *CARotationStatusApplyConfiguration {
+	b.Talos = &value
+	return b
+}
+
+// WithKubernetes sets the Kubernetes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Kubernetes field is set to the value of the last call.
+func (b *CARotationStatusApplyConfiguration) WithKubernetes(value bool) *CARotationStatusApplyConfiguration {
+	b.Kubernetes = &value
 	return b
 }
