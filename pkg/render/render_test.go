@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -627,6 +629,53 @@ func TestRenderTalosTrust(t *testing.T) {
 		effect, _, err := Classify(before.Config, after.Config)
 		if err != nil || effect != ichorv1alpha1.ConfigEffectNoReboot {
 			t.Errorf("%s: accepting a CA is %s, %v; want NoReboot", role, effect, err)
+		}
+	}
+}
+
+// TestRenderKubernetesTrust: the Kubernetes CAs accepted during a CA
+// rotation become cluster.acceptedCAs, cluster.ca stays the bundle's
+// (with its key on control planes only), and the change restarts
+// kube-apiserver on a control plane and nothing that takes a worker away.
+func TestRenderKubernetesTrust(t *testing.T) {
+	for _, c := range []struct {
+		role ichorv1alpha1.MachineRole
+		want ichorv1alpha1.ConfigEffect
+	}{
+		{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.ConfigEffectAPIServerRestart},
+		{ichorv1alpha1.MachineRoleWorker, ichorv1alpha1.ConfigEffectAPIServerRestart},
+	} {
+		in := testInput(t, testMachine("m-1", c.role, nil))
+		before, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := secrets.NewKubernetesCA(time.Now(), talosconfig.TalosVersionCurrent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.KubernetesAcceptedCAs = [][]byte{next.CrtPEM}
+		after, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configloader.NewFromBytes(after.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := cfg.Cluster()
+		if len(cl.AcceptedCAs()) != 1 || string(cl.AcceptedCAs()[0].Crt) != string(next.CrtPEM) || string(cl.IssuingCA().Crt) != string(in.Secrets.Certs.K8s.Crt) {
+			t.Errorf("%s: cluster.acceptedCAs %d, issuing from the bundle %v", c.role, len(cl.AcceptedCAs()), string(cl.IssuingCA().Crt) == string(in.Secrets.Certs.K8s.Crt))
+		}
+		if hasKey := len(cl.IssuingCA().Key) > 0; hasKey != (c.role == ichorv1alpha1.MachineRoleControlPlane) {
+			t.Errorf("%s: cluster.ca carries its key: %v", c.role, hasKey)
+		}
+		if len(cfg.Machine().Security().AcceptedCAs()) != 0 {
+			t.Errorf("%s: machine.acceptedCAs set by a Kubernetes CA rotation", c.role)
+		}
+		effect, _, err := Classify(before.Config, after.Config)
+		if err != nil || effect != c.want {
+			t.Errorf("%s: accepting a Kubernetes CA is %s, %v; want %s", c.role, effect, err, c.want)
 		}
 	}
 }

@@ -363,6 +363,24 @@ func TestValidateTalosClusterStatusUpdate(t *testing.T) {
 			want:   []fe{notSupported("status.phase")},
 		},
 		{
+			name: "rotations under way",
+			mutate: func(s *ichor.TalosClusterStatus) {
+				s.CARotation = &ichor.CARotationStatus{Operation: "rotate", Phase: ichor.CARotationIssueNew, Kubernetes: true}
+				s.DiskKeySlot = 1
+				s.DiskKeyRotation = &ichor.DiskKeyRotationStatus{Operation: "rekey", Phase: ichor.DiskKeyRotationAddNew, Slot: 0}
+			},
+		},
+		{
+			name: "a CA rotation of no CA, a disk key rotation into its own slot, a slot past LUKS2's",
+			mutate: func(s *ichor.TalosClusterStatus) {
+				s.CARotation = &ichor.CARotationStatus{Operation: "rotate", Phase: ichor.CARotationAcceptNew}
+				s.DiskKeySlot = 32
+				s.DiskKeyRotation = &ichor.DiskKeyRotationStatus{Operation: "rekey", Phase: "Sideways", Slot: 32}
+			},
+			want: []fe{required("status.caRotation"), notSupported("status.diskKeyRotation.phase"), invalid("status.diskKeyRotation.slot"),
+				invalid("status.diskKeyRotation.slot"), invalid("status.diskKeySlot")},
+		},
+		{
 			name:   "negative observed generation",
 			mutate: func(s *ichor.TalosClusterStatus) { s.ObservedGeneration = -1 },
 			want:   []fe{invalid("status.observedGeneration")},
