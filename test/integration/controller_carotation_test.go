@@ -4,6 +4,8 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	stdx509 "crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +28,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/pkg/workload"
@@ -85,6 +89,12 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		t.Errorf("a dry run changed the cluster: %+v", c.Status.CARotation)
 	}
 
+	// Kubelets ask for serving certificates, which Ichor's approver
+	// decides; after the rotation they ask again, from the new CA.
+	mustKubectl(ctx, t, append(admin, "-n", d.ns, "patch", "taloscluster", "demo", "--type=merge", "-p",
+		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)...)
+	d.waitServingCertificates(t, oldBundleCA(t, before))
+
 	// The rotation of both CAs; the controller is stopped once in the
 	// second phase. At each phase kubectl works with a kubeconfig whose
 	// client certificate comes from the new Kubernetes CA, trusting both
@@ -95,6 +105,19 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeDir := t.TempDir()
+	// Each phase restarts kube-apiserver, which takes the simulator longer
+	// than a node's reboot (what the suite's step timeout is cut for); the
+	// product's default is 15 minutes.
+	rotationTune := func(o *ctrlcmd.Options) {
+		d.tune(o)
+		o.OperationStepTimeout = 2 * time.Minute
+	}
+	d.controller.stop()
+	d.controller = runController(d.parent, rotationTune)
+	defer func() {
+		d.controller.stop()
+		d.controller = runController(d.parent, d.tune)
+	}()
 	d.createOperation(t, admin, "rotate-cas", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true, kubernetes: true}")
 	d.startOperation(t, admin, "rotate-cas")
 	var seen []v1alpha1.CARotationPhase
@@ -130,7 +153,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		}
 		if r.Phase == v1alpha1.CARotationIssueNew && !restarted {
 			d.controller.stop()
-			d.controller = runController(d.parent, d.tune)
+			d.controller = runController(d.parent, rotationTune)
 			restarted = true
 		}
 		return false, nil
@@ -161,6 +184,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if _, err := kube.CoreV1().Secrets(d.ns).Get(ctx, "demo-secrets-ca-next", metav1.GetOptions{}); err == nil {
 		t.Error("the new CAs' own Secret outlived the rotation")
 	}
+	d.waitServingCertificates(t, rotated.Certs.K8s.Crt)
 	// The old Kubernetes CA is refused; the new one works.
 	if out, err := kubectlGetNodes(ctx, oldKubeconfig, len(d.nodes)); err == nil || !strings.Contains(out, "Unauthorized") {
 		t.Errorf("kubectl with a client certificate of the old Kubernetes CA after the rotation: %v, want Unauthorized\n%s", err, out)
@@ -359,5 +383,56 @@ func kubectlGetNodes(ctx context.Context, kubeconfig string, want int) (string, 
 			return string(out), ctx.Err()
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// oldBundleCA is the Kubernetes CA certificate of a bundle's YAML.
+func oldBundleCA(t *testing.T, bundle []byte) []byte {
+	t.Helper()
+	b, err := clustersecrets.Parse(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Certs.K8s.Crt
+}
+
+// waitServingCertificates waits until every node of demo holds an issued
+// kubelet serving certificate from the Kubernetes CA ca, approved (by
+// Ichor's approver, the only one of the demo cluster).
+func (d *demoCluster) waitServingCertificates(t *testing.T, ca []byte) {
+	t.Helper()
+	pool := stdx509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	var have map[string]bool
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		rc, err := d.kube.WaitReady(ctx, d.endpoint)
+		if err != nil {
+			return false, nil //nolint:nilerr // restarting
+		}
+		csrs, err := kubernetes.NewForConfigOrDie(rc).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // restarting
+		}
+		have = map[string]bool{}
+		for _, csr := range csrs.Items {
+			if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(csr.Status.Certificate) == 0 {
+				continue
+			}
+			block, _ := pem.Decode(csr.Status.Certificate)
+			if block == nil {
+				continue
+			}
+			cert, err := stdx509.ParseCertificate(block.Bytes)
+			if err != nil {
+				continue
+			}
+			if _, err := cert.Verify(stdx509.VerifyOptions{Roots: pool, KeyUsages: []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}}); err == nil {
+				have[strings.TrimPrefix(csr.Spec.Username, "system:node:")] = true
+			}
+		}
+		return len(have) == len(d.nodes), nil
+	})
+	if err != nil {
+		t.Fatalf("kubelet serving certificates of the CA: %d of %d nodes have one (%v): %v", len(have), len(d.nodes), have, err)
 	}
 }

@@ -203,7 +203,9 @@ func (k *Kubernetes) apiServerConfig(cfg config.Provider) {
 	defer k.mu.Unlock()
 
 	r := k.runs[cfg.Cluster().Endpoint().String()]
-	if r == nil || (r.apiWant == nil && r.apiSpec == want.key()) {
+	key := want.key()
+	// Every control plane tells its change: one restart serves them all.
+	if r == nil || (r.apiWant == nil && r.apiSpec == key) || (r.apiWant != nil && r.apiWant.key() == key) {
 		return
 	}
 
@@ -253,7 +255,7 @@ func (k *Kubernetes) followAPIServerConfig(ctx context.Context, r *kubeRun) {
 
 		k.mu.Lock()
 		r.apiSpec = want.key()
-		if r.apiWant == want {
+		if r.apiWant != nil && r.apiWant.key() == r.apiSpec {
 			r.apiWant = nil
 		}
 		k.mu.Unlock()

@@ -3,6 +3,8 @@ package operation
 import (
 	"bytes"
 	"context"
+	stdx509 "crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,8 +14,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -342,7 +346,47 @@ func (s *step) followKubernetesCA(ctx context.Context, next *x509.PEMEncodedCert
 	if len(notReady) > 0 {
 		return "", fmt.Sprintf("Nodes not Ready: %s", strings.Join(notReady, ", ")), nil
 	}
-	return fmt.Sprintf("Kubernetes CAs of the phase; the Kubernetes API answers a client certificate from the new CA, %d Nodes Ready", len(nodes.Items)), "", nil
+	said := fmt.Sprintf("Kubernetes CAs of the phase; the Kubernetes API answers a client certificate from the new CA, %d Nodes Ready", len(nodes.Items))
+	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationDropOld && s.m != nil && s.m.Status.NodeName != "" {
+		ok, err := kubeletCertifiedBy(ctx, kube, s.m.Status.NodeName, next.Crt)
+		if err != nil {
+			return "", fmt.Sprintf("listing the kubelets' client certificate requests: %v", err), nil
+		}
+		if !ok {
+			return "", fmt.Sprintf("the kubelet of Node %s has no client certificate from the new Kubernetes CA yet: "+
+				"it bootstraps one when it restarts without the old CA", s.m.Status.NodeName), nil
+		}
+		said += ", its kubelet holding a client certificate from the new CA"
+	}
+	return said, "", nil
+}
+
+// kubeletCertifiedBy reports whether node's kubelet was issued a client
+// certificate that ca verifies: a request of the kubelet client signer
+// whose issued certificate names system:node:<node>.
+func kubeletCertifiedBy(ctx context.Context, kube kubernetes.Interface, node string, ca []byte) (bool, error) {
+	csrs, err := kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeAPIServerClientKubeletSignerName).String(),
+	})
+	if err != nil {
+		return false, err
+	}
+	roots := stdx509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	for _, csr := range csrs.Items {
+		block, _ := pem.Decode(csr.Status.Certificate)
+		if block == nil {
+			continue
+		}
+		cert, err := stdx509.ParseCertificate(block.Bytes)
+		if err != nil || cert.Subject.CommonName != "system:node:"+node {
+			continue
+		}
+		if _, err := cert.Verify(stdx509.VerifyOptions{Roots: roots, KeyUsages: []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}}); err == nil {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // kubeAs is a client of the cluster's Kubernetes API with a certificate

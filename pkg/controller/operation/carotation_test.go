@@ -3,6 +3,7 @@ package operation
 import (
 	"bytes"
 	"context"
+	stdx509 "crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"slices"
@@ -12,7 +13,10 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"github.com/siderolabs/crypto/x509"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -268,6 +272,11 @@ func TestCARotationOfBothCAsSurvivesACrashAtEveryWrite(t *testing.T) {
 			op.Spec.CARotation.Kubernetes = ptr.To(true)
 			f := newFixture(t, op)
 			f.followTrust()
+			follow := f.react
+			f.react = func() {
+				follow()
+				f.rebootstrapKubelets()
+			}
 			oldTalos, oldKube := f.bundleCA(), f.bundleKubernetesCA()
 			f.failWrite = fail
 			op = f.run("rotate")
@@ -323,5 +332,42 @@ func TestCARotationTakeoverRotatesTheSameCAs(t *testing.T) {
 	op := f.run("rotate-both")
 	if op.Status.Phase != v1alpha1.OperationFailed || !strings.Contains(fmt.Sprint(op.Status.Conditions), "must rotate the same CAs") {
 		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status.Conditions)
+	}
+}
+
+// rebootstrapKubelets plays the kubelets of a cluster whose Kubernetes CA
+// rotation dropped the old CA: each bootstraps a client certificate from
+// the CA in force, a CSR the controller manager signs.
+func (f *fixture) rebootstrapKubelets() {
+	c := f.cluster()
+	if r := c.Status.CARotation; r == nil || r.Phase != v1alpha1.CARotationDropOld {
+		return
+	}
+	in, err := clustersecrets.Load(context.Background(), f.client, c)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(in.Certs.K8s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, name := range f.names {
+		csrName := "kubelet-client-" + name
+		if _, err := f.kube.CertificatesV1().CertificateSigningRequests().Get(context.Background(), csrName, metav1.GetOptions{}); err == nil {
+			continue
+		}
+		kp, err := x509.NewKeyPair(ca, x509.CommonName("system:node:node-"+name), x509.Organization("system:nodes"),
+			x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		csr := &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: csrName},
+			Spec:       certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName},
+			Status:     certificatesv1.CertificateSigningRequestStatus{Certificate: kp.CrtPEM},
+		}
+		if _, err := f.kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr, metav1.CreateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 }

@@ -414,7 +414,8 @@ func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *clustersec
 // windows a worker config's token gets nobody a kubelet certificate.
 func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *clustersecrets.Secrets, nodes []corev1.Node) {
 	joining := joiningMachines(v.machines, nodes)
-	enable := len(joining) > 0
+	rebootstrap := kubeletsRebootstrap(v.cluster)
+	enable := len(joining) > 0 || rebootstrap
 	var changed bool
 	err := r.withAccess(ctx, v, bundle, func() (err error) {
 		changed, err = workload.SetBootstrapToken(ctx, cs, bundle.Bundle, enable)
@@ -428,14 +429,23 @@ func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kub
 	case err != nil:
 		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionUnknown, v1alpha1.ClusterReasonTokenUpdateFailed, "set the bootstrap token's usage: %v", err)
 		return
-	case enable:
+	case len(joining) > 0:
 		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonMachinesJoining,
 			"the bootstrap token authenticates while %s join", strings.Join(joining, ", "))
+	case rebootstrap:
+		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionTrue, v1alpha1.ClusterReasonKubeletsRebootstrapping,
+			"the bootstrap token authenticates while the kubelets bootstrap client certificates from the new Kubernetes CA (TalosOperation %s)",
+			v.cluster.Status.CARotation.Operation)
 	default:
 		v.set(v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined,
 			"every machine has a Node; the bootstrap token authenticates nobody")
 	}
 	if !changed {
+		return
+	}
+	if enable && len(joining) == 0 {
+		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenEnabled, "SetBootstrapToken",
+			"The bootstrap token authenticates while the kubelets bootstrap client certificates from the new Kubernetes CA")
 		return
 	}
 	if enable {
@@ -444,7 +454,17 @@ func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kub
 		return
 	}
 	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenDisabled, "SetBootstrapToken",
-		"Every machine has a Node: the bootstrap token no longer authenticates")
+		"Every machine has a Node and no kubelet bootstraps: the bootstrap token no longer authenticates")
+}
+
+// kubeletsRebootstrap reports whether cluster is in a Kubernetes CA
+// rotation's last two phases: a kubelet whose client certificate no CA in
+// force verifies (from the phase that drops the old CA on) bootstraps a new
+// one with the bootstrap token, as Talos has it do; the token is enabled
+// from the phase before, so that none waits for it.
+func kubeletsRebootstrap(cluster *v1alpha1.TalosCluster) bool {
+	r := cluster.Status.CARotation
+	return r != nil && r.Kubernetes && r.Phase != v1alpha1.CARotationAcceptNew
 }
 
 // joiningMachines are the machines whose kubelet may need the bootstrap

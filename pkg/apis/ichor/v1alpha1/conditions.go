@@ -132,14 +132,17 @@ const (
 	ClusterReasonSecretsNotReady        = "SecretsNotReady"
 	ClusterReasonAccessInstallFailed    = "AccessInstallFailed"
 	ClusterReasonMachinesJoining        = "MachinesJoining"
-	ClusterReasonAllMachinesJoined      = "AllMachinesJoined"
-	ClusterReasonTokenSecretMissing     = "TokenSecretMissing"
-	ClusterReasonTokenUpdateFailed      = "TokenUpdateFailed"
-	ClusterReasonGenerated              = "Generated"
-	ClusterReasonProvided               = "Provided"
-	ClusterReasonSecretNotFound         = "SecretNotFound"
-	ClusterReasonSecretConflict         = "SecretConflict"
-	ClusterReasonInvalidBundle          = "InvalidBundle"
+	// ClusterReasonKubeletsRebootstrapping: a Kubernetes CA rotation has
+	// the kubelets bootstrap client certificates from the new CA.
+	ClusterReasonKubeletsRebootstrapping = "KubeletsRebootstrapping"
+	ClusterReasonAllMachinesJoined       = "AllMachinesJoined"
+	ClusterReasonTokenSecretMissing      = "TokenSecretMissing"
+	ClusterReasonTokenUpdateFailed       = "TokenUpdateFailed"
+	ClusterReasonGenerated               = "Generated"
+	ClusterReasonProvided                = "Provided"
+	ClusterReasonSecretNotFound          = "SecretNotFound"
+	ClusterReasonSecretConflict          = "SecretConflict"
+	ClusterReasonInvalidBundle           = "InvalidBundle"
 	// ClusterReasonSecretsForbidden: ichor-controller may not read Secrets in the
 	// cluster's namespace; an admin grants that per namespace.
 	ClusterReasonSecretsForbidden       = "SecretsForbidden"
