@@ -79,8 +79,14 @@ func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
 var systemVolumes = []string{"STATE", "EPHEMERAL"}
 
 // encryptionSwitches are the places where new turns the encryption of a
-// system volume on, off, or to another provider, against old: in its
-// VolumeConfig document, or in the deprecated machine.systemDiskEncryption.
+// system volume on, off, or to another provider, against old, or keeps no
+// key of old's: in its VolumeConfig document, or in the deprecated
+// machine.systemDiskEncryption. Talos opens an encrypted volume at boot
+// with a configured key that its LUKS2 header holds, and only then syncs
+// the other slots with the config; a config that keeps none of the keys
+// the volume was made with (a tpm key replaced by a nodeID one, say) would
+// leave the node unable to open it. A key rotation keeps one: it adds a
+// slot, then drops the old one.
 //
 // A volume's encryption is one value whichever place sets it (Talos refuses
 // a config that sets it in both), so moving it from one place to the other
@@ -88,9 +94,10 @@ var systemVolumes = []string{"STATE", "EPHEMERAL"}
 func encryptionSwitches(oldDocs, newDocs map[string]document) []string {
 	var paths []string
 	for _, volume := range systemVolumes {
-		before, where := volumeEncryption(oldDocs, volume)
-		after, whereNew := volumeEncryption(newDocs, volume)
-		if before != after {
+		before, where, oldKeys := volumeEncryption(oldDocs, volume)
+		after, whereNew, newKeys := volumeEncryption(newDocs, volume)
+		keysKept := len(oldKeys) == 0 || len(newKeys) == 0 || slices.ContainsFunc(newKeys, func(k string) bool { return slices.Contains(oldKeys, k) })
+		if before != after || !keysKept {
 			paths = append(paths, cmp.Or(whereNew, where))
 		}
 	}
@@ -98,20 +105,35 @@ func encryptionSwitches(oldDocs, newDocs map[string]document) []string {
 }
 
 // volumeEncryption is the provider that encrypts volume in docs ("" for
-// none), and the field that says so.
-func volumeEncryption(docs map[string]document, volume string) (provider, path string) {
+// none), the field that says so, and its keys as "slot:kind" (0:tpm).
+func volumeEncryption(docs map[string]document, volume string) (provider, path string, keys []string) {
 	key := "VolumeConfig/" + volume
 	if section, _ := docs[key].body["encryption"].(map[string]any); len(section) > 0 {
 		provider, _ = section["provider"].(string)
-		return provider, key + ":encryption"
+		return provider, key + ":encryption", encryptionKeys(section)
 	}
 	m, _ := docs[v1alpha1Key].body["machine"].(map[string]any)
 	sde, _ := m["systemDiskEncryption"].(map[string]any)
 	if section, _ := sde[strings.ToLower(volume)].(map[string]any); len(section) > 0 {
 		provider, _ = section["provider"].(string)
-		return cmp.Or(provider, "luks2"), "machine.systemDiskEncryption." + strings.ToLower(volume)
+		return cmp.Or(provider, "luks2"), "machine.systemDiskEncryption." + strings.ToLower(volume), encryptionKeys(section)
 	}
-	return "", ""
+	return "", "", nil
+}
+
+// encryptionKeys are the keys of an encryption section as "slot:kind".
+func encryptionKeys(section map[string]any) []string {
+	list, _ := section["keys"].([]any)
+	var out []string
+	for _, item := range list {
+		k, _ := item.(map[string]any)
+		for _, kind := range []string{"static", "nodeID", "kms", "tpm"} {
+			if _, ok := k[kind]; ok {
+				out = append(out, fmt.Sprintf("%v:%s", k["slot"], kind))
+			}
+		}
+	}
+	return out
 }
 
 // document is one YAML document of a config, decoded generically.

@@ -213,7 +213,9 @@ func TestEffectTableNeverClaimsLessThanTalos(t *testing.T) {
 }
 
 // TestClassifyEncryptionSwitch: turning a system volume's encryption on or
-// off, or changing its provider, needs a reset; changing its keys reboots.
+// off, changing its provider, or replacing every key it was made with
+// needs a reset (the node could not open it); adding a key slot beside a
+// kept one, or dropping a slot while one stays, reboots (a key rotation).
 func TestClassifyEncryptionSwitch(t *testing.T) {
 	base := "version: v1alpha1\nmachine:\n  type: worker\n"
 	state := func(encryption string) string {
@@ -221,6 +223,9 @@ func TestClassifyEncryptionSwitch(t *testing.T) {
 	}
 	tpm := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n"
 	static := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      static: {passphrase: x}\n"
+	tpm01 := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n    - slot: 1\n      tpm: {}\n"
+	tpm1 := "encryption:\n  provider: luks2\n  keys:\n    - slot: 1\n      tpm: {}\n"
+	tpmAsNodeID := "encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n"
 	legacy := base + "  systemDiskEncryption:\n    ephemeral:\n      provider: luks2\n      keys:\n        - slot: 0\n          nodeID: {}\n"
 	for _, tc := range []struct {
 		name, old, new string
@@ -229,7 +234,10 @@ func TestClassifyEncryptionSwitch(t *testing.T) {
 		{"STATE encrypted", state(""), state(tpm), []string{"VolumeConfig/STATE:encryption"}},
 		{"STATE decrypted", state(tpm), base, []string{"VolumeConfig/STATE:encryption"}},
 		{"EPHEMERAL encrypted the deprecated way", base, legacy, []string{"machine.systemDiskEncryption.ephemeral"}},
-		{"keys changed", state(tpm), state(static), nil},
+		{"every key replaced", state(tpm), state(static), []string{"VolumeConfig/STATE:encryption"}},
+		{"a slot added beside the kept one", state(tpm), state(tpm01), nil},
+		{"the old slot dropped, the new one kept", state(tpm01), state(tpm1), nil},
+		{"the kept slot's kind changed", state(tpm), state(tpmAsNodeID), []string{"VolumeConfig/STATE:encryption"}},
 		{"moved from the deprecated field", legacy, base + "---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\n" +
 			"encryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n", nil},
 		{"unchanged", state(tpm), state(tpm), nil},

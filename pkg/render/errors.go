@@ -63,8 +63,10 @@ func (e *InputError) Unwrap() error { return e.Err }
 
 // ResetRequiredError is returned by Classify for a change that Talos cannot
 // make to an installed node, whatever it takes: turning the encryption of
-// its system volumes on or off, which Talos sets only when it formats them.
-// Applied anyway, the node would fail to open the volume at its next boot.
+// its system volumes on or off, which Talos sets only when it formats them,
+// or replacing every key they were made with (a key-rotation adds a slot
+// before it drops one). Applied anyway, the node would fail to open the
+// volume at its next boot.
 // The change needs the machine reset with those volumes wiped (node-reset),
 // after which it is installed with the new config.
 type ResetRequiredError struct {
@@ -74,6 +76,6 @@ type ResetRequiredError struct {
 
 // Error implements error.
 func (e *ResetRequiredError) Error() string {
-	return fmt.Sprintf("%s: Talos sets the encryption of a system volume only when it formats it, so an installed node cannot change it; reset the machine with its system disk wiped (a node-reset TalosOperation) to install it with this config",
+	return fmt.Sprintf("%s: Talos sets the encryption of a system volume only when it formats it, and opens it only with a key it was made with (a key-rotation TalosOperation replaces a tpm key), so an installed node cannot take this change; reset the machine with its system disk wiped (a node-reset TalosOperation) to install it with this config",
 		strings.Join(e.Paths, ", "))
 }
