@@ -62,5 +62,9 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
 	}
+	// The next write conditional on m's version is on the one just written.
+	if obj.ResourceVersion != nil {
+		m.ResourceVersion = *obj.ResourceVersion
+	}
 	return nil
 }

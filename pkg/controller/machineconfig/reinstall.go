@@ -61,6 +61,16 @@ func Repin(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine, conta
 // the conditions back as they stand (conditional on m's resourceVersion),
 // and the apply that drops them removes nothing.
 func ForgetConfig(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine, operation string, now metav1.Time) error {
+	// A status write of this reconciler from a copy read before the pin
+	// (a restart while the node was reset) may have put the old pin's
+	// certificate condition back: the conditions intake takes back say
+	// what the pin on record says.
+	if p := m.Status.Maintenance; p != nil {
+		if cv := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified); cv == nil ||
+			cv.Reason != v1alpha1.MachineReasonPinnedAfterReset || cv.LastTransitionTime.Before(&p.SeenAt) {
+			intake.RepinAfterReset(&m.Status, m.Generation, intake.Result{Address: m.Spec.Address, Fingerprint: p.CertificateFingerprint}, operation, p.SeenAt)
+		}
+	}
 	if err := intake.WriteStatus(ctx, c, m); err != nil {
 		return err
 	}
