@@ -7,7 +7,7 @@ CONTROLPLANE  := bash hack/build-controlplane.sh
 TALOSCTL      := bash hack/build-talosctl.sh
 SEAWEEDFS     := bash hack/build-seaweedfs.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
-TEST_TIMEOUT  ?= 20m
+TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
