@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	"ichor.dev/ichor/pkg/render"
+
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"google.golang.org/grpc/codes"
@@ -411,20 +413,11 @@ func (s *session) APIServerConfigVersion(context.Context) (string, error) {
 // configuredKeySlots are the key slots n's config names for STATE, in
 // order; nil when it does not encrypt it.
 func (n *Node) configuredKeySlots() []int {
-	cfg, err := configloader.NewFromBytes(n.Config)
-	if err != nil || cfg.Volumes() == nil {
+	slots, err := render.ConfiguredDiskKeySlots(n.Config)
+	if err != nil {
 		return nil
 	}
-	v, ok := cfg.Volumes().ByName("STATE")
-	if !ok || v.Encryption() == nil {
-		return nil
-	}
-	var slots []int
-	for _, k := range v.Encryption().Keys() {
-		slots = append(slots, k.Slot())
-	}
-	slices.Sort(slots)
-	return slots
+	return slots["STATE"]
 }
 
 // prepareVolumes opens (or, new, formats) the node's encrypted volumes at
