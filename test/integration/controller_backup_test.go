@@ -509,10 +509,9 @@ func (d *demoCluster) etcdRestore(t *testing.T, srv *objectstore.Server, identit
 	for name, n := range d.nodes {
 		resets[name] = timesEntered(n, talossim.PhaseResetting)
 	}
-	d.startOperation(t, admin, "restore")
 	// The controller is stopped while a wipe is in flight, and started
 	// again: every control plane is still wiped exactly once.
-	inFlight := d.watchOperation(t, "restore", "a wipe-etcd step running", func(op *v1alpha1.TalosOperation) bool {
+	inFlight := d.startWatching(t, admin, "restore", "a wipe-etcd step running", func(op *v1alpha1.TalosOperation) bool {
 		return slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
 			return s.Action == v1alpha1.ActionWipeEtcd && s.Phase == v1alpha1.OperationRunning
 		})

@@ -4,32 +4,46 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	stdx509 "crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
+	"ichor.dev/ichor/pkg/workload"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
 )
 
-// caRotation: an admin rotates demo's Talos API CA. An operator may not
-// start one; a dry run changes nothing; the rotation moves every node
-// through Talos's three phases (the controller stopped and started again
-// in the second), after which talosctl with a talosconfig from the old CA
-// is refused, one downloaded afterwards works, the bundle holds the new CA
+// caRotation: an admin rotates demo's Talos API and Kubernetes CAs. An
+// operator may not start one; a dry run changes nothing; the rotation moves
+// every node through Talos's three phases (the controller stopped and
+// started again in the second) while kubectl keeps working, with a client
+// certificate from the new Kubernetes CA throughout and from the old one
+// until it is dropped; kubelets ask for serving certificates again, from
+// the new CA. Afterwards talosctl with a talosconfig from the old CA is
+// refused, one downloaded afterwards works, the bundle holds the new CAs
 // and nothing of the rotation is left.
 func (d *demoCluster) caRotation(t *testing.T) {
 	ctx := d.ctx
@@ -78,38 +92,108 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		t.Errorf("a dry run changed the cluster: %+v", c.Status.CARotation)
 	}
 
-	// The rotation; the controller is stopped once in the second phase.
-	d.createOperation(t, admin, "rotate-talos-ca", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true}")
-	d.startOperation(t, admin, "rotate-talos-ca")
-	var seen []v1alpha1.CARotationPhase
-	err = wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
-		c := getCluster(t, d.ns, "demo")
-		if r := c.Status.CARotation; r != nil && (len(seen) == 0 || seen[len(seen)-1] != r.Phase) {
-			seen = append(seen, r.Phase)
-		}
-		return c.Status.CARotation != nil && c.Status.CARotation.Phase == v1alpha1.CARotationIssueNew, nil
-	})
+	// Kubelets ask for serving certificates, which Ichor's approver
+	// decides; after the rotation they ask again, from the new CA.
+	mustKubectl(ctx, t, append(admin, "-n", d.ns, "patch", "taloscluster", "demo", "--type=merge", "-p",
+		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)...)
+	d.waitServingCertificates(t, oldBundleCA(t, before))
+
+	// The rotation of both CAs; the controller is stopped once in the
+	// second phase. At each phase kubectl works with a kubeconfig whose
+	// client certificate comes from the new Kubernetes CA, trusting both
+	// (as status.kubernetesCA has them meanwhile); one from the old CA
+	// works until the old CA is dropped.
+	oldBundle, err := clustersecrets.Parse(before)
 	if err != nil {
-		t.Fatalf("the rotation never reached phase IssueNew (phases seen %v): %v", seen, err)
+		t.Fatal(err)
+	}
+	kubeDir := t.TempDir()
+	// Each phase restarts kube-apiserver, which takes the simulator longer
+	// than a node's reboot (what the suite's step timeout is cut for); the
+	// product's default is 15 minutes.
+	rotationTune := func(o *ctrlcmd.Options) {
+		d.tune(o)
+		o.OperationStepTimeout = 2 * time.Minute
 	}
 	d.controller.stop()
-	d.controller = runController(d.parent, d.tune)
-	op = d.waitOperationEnds(t, "rotate-talos-ca", v1alpha1.OperationSucceeded)
+	d.controller = runController(d.parent, rotationTune)
+	defer func() {
+		d.controller.stop()
+		d.controller = runController(d.parent, d.tune)
+	}()
+	d.createOperation(t, admin, "rotate-cas", "clusterName: demo\ntype: ca-rotation\ncaRotation: {talos: true, kubernetes: true}")
+	d.startOperation(t, admin, "rotate-cas")
+	var seen []v1alpha1.CARotationPhase
+	var newKubeconfig, oldKubeconfig string
+	restarted := false
+	err = wait.PollUntilContextTimeout(ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		c := getCluster(t, d.ns, "demo")
+		r := c.Status.CARotation
+		if r == nil {
+			return c.Status.Credentials != nil && c.Status.Credentials.Rotation == "rotate-cas", nil
+		}
+		if len(seen) > 0 && seen[len(seen)-1] == r.Phase {
+			return false, nil
+		}
+		seen = append(seen, r.Phase)
+		if newKubeconfig == "" {
+			next, err := kube.CoreV1().Secrets(d.ns).Get(ctx, "demo-secrets-ca-next", metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("the new CAs' Secret in phase %s: %v", r.Phase, err)
+			}
+			newCA := &x509.PEMEncodedCertificateAndKey{Crt: next.Data["kubernetes.crt"], Key: next.Data["kubernetes.key"]}
+			trust := append(slices.Clone(oldBundle.Certs.K8s.Crt), newCA.Crt...)
+			newKubeconfig = writeKubeconfig(t, kubeDir, "new", d.endpoint, newCA, trust)
+			oldKubeconfig = writeKubeconfig(t, kubeDir, "old", d.endpoint, oldBundle.Certs.K8s, trust)
+		}
+		if out, err := kubectlGetNodes(ctx, newKubeconfig, len(d.nodes)); err != nil {
+			t.Errorf("phase %s: kubectl with a client certificate of the new Kubernetes CA: %v\n%s", r.Phase, err, out)
+		}
+		if r.Phase != v1alpha1.CARotationDropOld {
+			if out, err := kubectlGetNodes(ctx, oldKubeconfig, len(d.nodes)); err != nil {
+				t.Errorf("phase %s: kubectl with a client certificate of the old Kubernetes CA: %v\n%s", r.Phase, err, out)
+			}
+		}
+		if r.Phase == v1alpha1.CARotationIssueNew && !restarted {
+			d.controller.stop()
+			d.controller = runController(d.parent, rotationTune)
+			restarted = true
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the rotation did not end (phases seen %v): %v", seen, err)
+	}
+	op = d.waitOperationEnds(t, "rotate-cas", v1alpha1.OperationSucceeded)
 	for _, s := range op.Status.Steps {
-		if s.Phase != v1alpha1.OperationSucceeded || !strings.Contains(s.Message, "answering a client certificate from the new CA") {
+		if s.Phase != v1alpha1.OperationSucceeded || !strings.Contains(s.Message, "answering a client certificate from the new CA") ||
+			!strings.Contains(s.Message, "the Kubernetes API answers a client certificate from the new CA") {
 			t.Errorf("step %s: %s %s", s.Name(), s.Phase, s.Message)
 		}
 	}
-	if seen[0] != v1alpha1.CARotationAcceptNew {
-		t.Errorf("phases seen %v: the first was not AcceptNew", seen)
+	if len(seen) < 2 || seen[0] != v1alpha1.CARotationAcceptNew || seen[1] != v1alpha1.CARotationIssueNew || !restarted {
+		t.Errorf("phases seen %v (controller restarted in IssueNew: %v)", seen, restarted)
 	}
-	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventCARotated, "rotated the Talos API CA")
+	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventCARotated, "rotated the Talos API and Kubernetes CAs")
 	c := getCluster(t, d.ns, "demo")
-	if c.Status.CARotation != nil || bytes.Equal(bundleCA(), before) {
-		t.Errorf("after the rotation: status %+v, the bundle changed %v", c.Status.CARotation, !bytes.Equal(bundleCA(), before))
+	rotated, err := clustersecrets.Parse(bundleCA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.CARotation != nil || bytes.Equal(rotated.Certs.OS.Crt, oldBundle.Certs.OS.Crt) || bytes.Equal(rotated.Certs.K8s.Crt, oldBundle.Certs.K8s.Crt) ||
+		c.Status.KubernetesCA != string(rotated.Certs.K8s.Crt) {
+		t.Errorf("after the rotation: status %+v; the bundle and status.kubernetesCA must hold the new CAs", c.Status.CARotation)
 	}
 	if _, err := kube.CoreV1().Secrets(d.ns).Get(ctx, "demo-secrets-ca-next", metav1.GetOptions{}); err == nil {
-		t.Error("the new CA's own Secret outlived the rotation")
+		t.Error("the new CAs' own Secret outlived the rotation")
+	}
+	d.waitServingCertificates(t, rotated.Certs.K8s.Crt)
+	// The old Kubernetes CA is refused; the new one works.
+	if out, err := kubectlGetNodes(ctx, oldKubeconfig, len(d.nodes)); err == nil || !strings.Contains(out, "Unauthorized") {
+		t.Errorf("kubectl with a client certificate of the old Kubernetes CA after the rotation: %v, want Unauthorized\n%s", err, out)
+	}
+	if out, err := kubectlGetNodes(ctx, newKubeconfig, len(d.nodes)); err != nil {
+		t.Errorf("kubectl with a client certificate of the new Kubernetes CA after the rotation: %v\n%s", err, out)
 	}
 
 	// The old talosconfig no longer trusts the nodes; a new one works.
@@ -148,9 +232,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if out, err := talosctl(filepath.Join(dir, "talosconfig"), "etcd", "snapshot", filepath.Join(dir, "db.snapshot")); err != nil {
 		t.Errorf("talosctl etcd snapshot with the new admin talosconfig: %v\n%s", err, out)
 	}
-	kubectl := exec.CommandContext(ctx, filepath.Join(cp.BinDir, "kubectl"), "--kubeconfig", filepath.Join(dir, "kubeconfig"), "get", "nodes", "-o", "name")
-	kubectl.Env = []string{"HOME=" + dir}
-	if out, err := kubectl.CombinedOutput(); err != nil || strings.Count(string(out), "node/") != len(d.nodes) {
+	if out, err := kubectlGetNodes(ctx, filepath.Join(dir, "kubeconfig"), len(d.nodes)); err != nil {
 		t.Errorf("kubectl get nodes with the new admin kubeconfig: %v\n%s", err, out)
 	}
 	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, "Downloaded", "carol downloaded the new admin credentials of TalosCluster demo")
@@ -161,7 +243,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "again.zip")); err == nil {
 		t.Error("a refused download left a file")
 	}
-	if c := getCluster(t, d.ns, "demo").Status.Credentials; c == nil || c.ServedTo != "carol" || c.Rotation != "rotate-talos-ca" {
+	if c := getCluster(t, d.ns, "demo").Status.Credentials; c == nil || c.ServedTo != "carol" || c.Rotation != "rotate-cas" {
 		t.Errorf("the cluster's record of its new credentials: %+v", c)
 	}
 
@@ -260,4 +342,100 @@ func unzipFiles(t *testing.T, data []byte) map[string][]byte {
 		out[f.Name] = b
 	}
 	return out
+}
+
+// writeKubeconfig writes a kubeconfig for endpoint into dir, trusting the
+// PEM CAs trust, with a system:masters client certificate from signer.
+func writeKubeconfig(t *testing.T, dir, name, endpoint string, signer *x509.PEMEncodedCertificateAndKey, trust []byte) string {
+	t.Helper()
+	rc, err := workload.ClientConfig(&secrets.Bundle{Certs: &secrets.Certs{K8s: signer}}, endpoint,
+		workload.Identity{User: "rotation-test-" + name, Groups: []string{workload.MastersGroup}}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["demo"] = &clientcmdapi.Cluster{Server: endpoint, CertificateAuthorityData: trust}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "demo", AuthInfo: name}
+	cfg.CurrentContext = name
+	path := filepath.Join(dir, name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubectlGetNodes runs the real kubectl get nodes with kubeconfig, retrying
+// for a while a kube-apiserver that restarts (a CA rotation restarts it),
+// and wants want Nodes.
+func kubectlGetNodes(ctx context.Context, kubeconfig string, want int) (string, error) {
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(45 * time.Second); ; {
+		cmd := exec.CommandContext(ctx, filepath.Join(cp.BinDir, "kubectl"), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "name")
+		cmd.Env = []string{"HOME=" + filepath.Dir(kubeconfig)}
+		out, err = cmd.CombinedOutput()
+		if err == nil && strings.Count(string(out), "node/") != want {
+			err = fmt.Errorf("%d Nodes, want %d", strings.Count(string(out), "node/"), want)
+		}
+		if err == nil || strings.Contains(string(out), "Unauthorized") || time.Now().After(deadline) {
+			return string(out), err
+		}
+		select {
+		case <-ctx.Done():
+			return string(out), ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// oldBundleCA is the Kubernetes CA certificate of a bundle's YAML.
+func oldBundleCA(t *testing.T, bundle []byte) []byte {
+	t.Helper()
+	b, err := clustersecrets.Parse(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Certs.K8s.Crt
+}
+
+// waitServingCertificates waits until every node of demo holds an issued
+// kubelet serving certificate from the Kubernetes CA ca, approved (by
+// Ichor's approver, the only one of the demo cluster).
+func (d *demoCluster) waitServingCertificates(t *testing.T, ca []byte) {
+	t.Helper()
+	pool := stdx509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	var have map[string]bool
+	err := wait.PollUntilContextTimeout(d.ctx, controllerPoll, clusterWait, true, func(ctx context.Context) (bool, error) {
+		rc, err := d.kube.WaitReady(ctx, d.endpoint)
+		if err != nil {
+			return false, nil //nolint:nilerr // restarting
+		}
+		csrs, err := kubernetes.NewForConfigOrDie(rc).CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // restarting
+		}
+		have = map[string]bool{}
+		for _, csr := range csrs.Items {
+			if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(csr.Status.Certificate) == 0 {
+				continue
+			}
+			block, _ := pem.Decode(csr.Status.Certificate)
+			if block == nil {
+				continue
+			}
+			cert, err := stdx509.ParseCertificate(block.Bytes)
+			if err != nil {
+				continue
+			}
+			if _, err := cert.Verify(stdx509.VerifyOptions{Roots: pool, KeyUsages: []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth}}); err == nil {
+				have[strings.TrimPrefix(csr.Spec.Username, "system:node:")] = true
+			}
+		}
+		return len(have) == len(d.nodes), nil
+	})
+	if err != nil {
+		t.Fatalf("kubelet serving certificates of the CA: %d of %d nodes have one (%v): %v", len(have), len(d.nodes), have, err)
+	}
 }

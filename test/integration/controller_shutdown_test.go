@@ -105,10 +105,9 @@ func (d *demoCluster) shutdowns(t *testing.T) {
 		offs[name] = timesEntered(n, talossim.PhaseShutdown)
 	}
 	d.createOperation(t, admin, "off-all", "clusterName: demo\ntype: shutdown\nmaxUnavailable: 2")
-	d.startOperation(t, admin, "off-all")
 	// The controller is stopped while a control plane's shutdown is in
 	// flight, and started again: every node is shut down exactly once.
-	inFlight := d.watchOperation(t, "off-all", "a control plane's shutdown running", func(op *v1alpha1.TalosOperation) bool {
+	inFlight := d.startWatching(t, admin, "off-all", "a control plane's shutdown running", func(op *v1alpha1.TalosOperation) bool {
 		return slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
 			return s.Action == "" && strings.HasPrefix(s.Machine, "cp-") && s.Phase == v1alpha1.OperationRunning
 		})
@@ -287,10 +286,9 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 		d.tune(o)
 		o.OperationStepTimeout = clusterWait
 	}
-	d.startOperation(t, admin, "rebuild")
 	// Stopped once the node accepted its reset: stopped before that, the
 	// step fails safe without pinning anything (README, "Resetting a node").
-	inFlight := d.watchOperation(t, "rebuild", "cp-2's reset accepted", func(op *v1alpha1.TalosOperation) bool {
+	inFlight := d.startWatching(t, admin, "rebuild", "cp-2's reset accepted", func(op *v1alpha1.TalosOperation) bool {
 		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning && op.Status.Steps[0].AcceptedAt != nil
 	})
 	d.controller.stop()

@@ -12,6 +12,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // encryptedConfig is cfg with STATE and EPHEMERAL encrypted by LUKS2 under keys of the given kind
@@ -54,6 +56,17 @@ func rebootInto(t *testing.T, n *Node, c *client.Client, cfg []byte) {
 	if n.BootID() == before {
 		t.Fatal("the node did not reboot")
 	}
+
+	// The client may still hold its connection to the API of the boot before, which answers
+	// Unavailable until the client reconnects, as a real node's does.
+	pollUntil(t, ctx, "the client to reach the rebooted node's API", func() (bool, error) {
+		_, err := c.Version(ctx)
+		if status.Code(err) == codes.Unavailable {
+			return false, nil
+		}
+
+		return err == nil, err
+	})
 }
 
 // volumeStatus reads a VolumeStatus through the node's COSI API.
