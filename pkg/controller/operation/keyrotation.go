@@ -168,15 +168,20 @@ func followKeyRotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 	}
 	want := render.DiskKeySlots(s.cluster)
 	msg, err := volumesDiffer(cctx, s.node, want, phase)
+	// Machineconfig rolls the phase's config out one machine at a time, in
+	// its own order: the step's time runs from its machine's turn.
 	if err != nil {
-		if s.timedOut() {
+		if s.rolloutTimedOut() {
 			return s.failed(ctx, "the node's Talos API did not answer within %s: %v; the cluster stays in phase %s", s.r.Options.StepTimeout, err, phase)
 		}
 		return s.wait("waiting for the node's Talos API: %v", err)
 	}
 	if msg != "" {
-		if s.timedOut() {
+		if s.rolloutTimedOut() {
 			return s.failed(ctx, "the node did not boot into phase %s within %s: %s; the cluster stays in phase %s, and no machine drops a key slot before every one opened its volumes with the new key", phase, s.r.Options.StepTimeout, msg, phase)
+		}
+		if c := s.rolloutTurn(); c != "" {
+			msg += "; " + c
 		}
 		return s.wait("waiting for the node to boot with the config of phase %s: %s", phase, msg)
 	}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -242,6 +245,64 @@ func TestKeyRotationDryRun(t *testing.T) {
 	for _, name := range machineNames {
 		if n := f.node(name); !slices.Equal(n.KeySlots, []int{0}) || len(n.Calls) > 0 {
 			t.Errorf("a dry run touched %s: slots %v, calls %v", name, n.KeySlots, n.Calls)
+		}
+	}
+}
+
+// TestKeyRotationStepWaitsForItsRolloutTurn: machineconfig gives the
+// machines the phase's config in its own order (here the last machine
+// first), which takes longer than the step timeout for all of them; the
+// step of a machine that waits for its turn does not time out, its time
+// running from its machine's config.
+func TestKeyRotationStepWaitsForItsRolloutTurn(t *testing.T) {
+	f := newFixture(t, keyRotation("rotate", false))
+	f.encryptDisks(v1alpha1.DiskEncryptionKeyTPM)
+	f.r.Options.StepTimeout = 4 * f.r.Options.PollInterval
+	ctx := context.Background()
+	turn := 0
+	f.react = func() {
+		want := slotsConfig(render.DiskKeySlots(f.cluster()))
+		away := false
+		for _, name := range f.names {
+			away = away || f.node(name).Stage != "running"
+		}
+		applied := away || turn%3 != 0
+		turn++
+		for _, name := range slices.Backward(f.names) {
+			var m v1alpha1.TalosMachine
+			if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
+				t.Fatal(err)
+			}
+			if string(f.node(name).Config) == string(want) {
+				continue
+			}
+			cond := metav1.Condition{Type: v1alpha1.MachineConditionConfigApplied, Status: metav1.ConditionFalse,
+				Reason: v1alpha1.MachineReasonWaitingForRollout, Message: "another machine of the cluster takes its config first"}
+			if !applied {
+				node, err := f.dialer.Configured(ctx, name+":50000", talos.Credentials{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := node.ApplyConfiguration(ctx, want, talos.ApplyReboot); err != nil {
+					t.Fatal(err)
+				}
+				m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: "h", AppliedAt: metav1.NewTime(f.clock)}
+				cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, "Applied", "applied"
+				applied = true
+			}
+			meta.SetStatusCondition(&m.Status.Conditions, cond)
+			if err := f.client.Status().Update(ctx, &m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	op := f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	for _, name := range machineNames {
+		if n := f.node(name); !slices.Equal(n.KeySlots, []int{1}) {
+			t.Errorf("%s holds key slots %v", name, n.KeySlots)
 		}
 	}
 }
