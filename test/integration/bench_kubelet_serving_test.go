@@ -2,8 +2,20 @@ package integration
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,32 +26,166 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // BenchmarkKubeletServingApproval measures how long a kubelet serving
-// request waits for Ichor's approval when every node of a Ready cluster
-// asks at once: kubelet serving certificates are switched on for a cluster
-// of one control plane and n-1 workers, every kubelet restarts and requests
-// its certificate, and the time from each request's creation to its
-// approval is taken from a watch in the cluster's real kube-apiserver. It
-// reports p50 and p99 (ms). Run: go test ./test/integration -run '^$' -bench KubeletServing -benchtime 1x
+// request waits for Ichor's approval, on a Ready cluster of one control
+// plane and n-1 workers, three ways:
+//
+//   - switch-on: kubelet serving certificates are switched on, every
+//     kubelet restarts and requests its certificate;
+//   - burst: one request per node, made as the node's kubelet makes it
+//     (its identity, its names), all created at once; it also reports how
+//     long the last approval took (burst-all-ms) against the floor, the same
+//     n approval writes made straight to the cluster's kube-apiserver at
+//     the approver's parallelism (64) in the same run (burst-floor-ms);
+//   - steady: one request per node at a uniformly random moment of a window
+//     (ICHOR_BENCH_STEADY_WINDOW, default 10m: certificates rotating spread
+//     over ten minutes).
+//
+// ICHOR_BENCH_BURST_PROFILE=file writes a CPU profile of this process (the
+// controller, ichor-apiserver and the simulated nodes) during the burst.
+//
+// Each reports p50 and p99 (ms) from a request's creation to its approval,
+// both taken from a watch in the cluster's real kube-apiserver.
+// Run: go test ./test/integration -run '^$' -bench KubeletServing -benchtime 1x -timeout 2h
 func BenchmarkKubeletServingApproval(b *testing.B) {
+	window := 10 * time.Minute
+	if v := os.Getenv("ICHOR_BENCH_STEADY_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("ICHOR_BENCH_STEADY_WINDOW: %v", err)
+		}
+		window = d
+	}
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
-				p50, p99 := approvalLatency(b, n)
-				b.ReportMetric(float64(p50.Milliseconds()), "p50-ms")
-				b.ReportMetric(float64(p99.Milliseconds()), "p99-ms")
+				r := approvalLatency(b, n, window)
+				b.ReportMetric(ms(r.switchOn.p50), "switch-on-p50-ms")
+				b.ReportMetric(ms(r.switchOn.p99), "switch-on-p99-ms")
+				b.ReportMetric(ms(r.burst.p50), "burst-p50-ms")
+				b.ReportMetric(ms(r.burst.p99), "burst-p99-ms")
+				b.ReportMetric(ms(r.burst.all), "burst-all-ms")
+				b.ReportMetric(ms(r.floor), "burst-floor-ms")
+				b.ReportMetric(float64(r.burst.all)/float64(r.floor), "burst/floor")
+				b.ReportMetric(ms(r.steady.p50), "steady-p50-ms")
+				b.ReportMetric(ms(r.steady.p99), "steady-p99-ms")
 			}
 		})
 	}
 }
 
-func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
-	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// latencies are one round's figures: p50 and p99 from creation to
+// approval, and from the first creation to the last approval.
+type latencies struct{ p50, p99, all time.Duration }
+
+type approvalRounds struct {
+	switchOn, burst, steady latencies
+	floor                   time.Duration
+}
+
+// approvals follows every kubelet serving request of a cluster through a
+// watch: when it was first seen, and first seen approved.
+type approvals struct {
+	mu                sync.Mutex
+	created, approved map[string]time.Time
+}
+
+func watchApprovals(ctx context.Context, b *testing.B, wl kubernetes.Interface) *approvals {
+	w, err := wl.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(w.Stop)
+	a := &approvals{created: map[string]time.Time{}, approved: map[string]time.Time{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			csr, ok := ev.Object.(*certv1.CertificateSigningRequest)
+			if !ok || csr.Spec.SignerName != certv1.KubeletServingSignerName || ev.Type == watch.Deleted {
+				continue
+			}
+			now := time.Now()
+			a.mu.Lock()
+			if _, seen := a.created[csr.Name]; !seen {
+				a.created[csr.Name] = now
+			}
+			for _, c := range csr.Status.Conditions {
+				if c.Type == certv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+					if _, seen := a.approved[csr.Name]; !seen {
+						a.approved[csr.Name] = now
+					}
+				}
+			}
+			a.mu.Unlock()
+		}
+	}()
+	return a
+}
+
+// round waits until every request named by include is approved (want of
+// them) and returns its figures.
+func (a *approvals) round(ctx context.Context, b *testing.B, what string, want int, wait time.Duration, include func(string) bool) latencies {
+	b.Helper()
+	var got int
+	err := waitPoll(ctx, wait, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		got = 0
+		for name := range a.approved {
+			if include(name) {
+				got++
+			}
+		}
+		return got >= want
+	})
+	if err != nil {
+		b.Fatalf("%s: %d of %d requests seen approved: %v", what, got, want, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var each []time.Duration
+	var first, last time.Time
+	for name, at := range a.approved {
+		if !include(name) {
+			continue
+		}
+		c := a.created[name]
+		each = append(each, at.Sub(c))
+		if first.IsZero() || c.Before(first) {
+			first = c
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	slices.Sort(each)
+	l := latencies{p50: each[len(each)/2], p99: each[(len(each)*99)/100], all: last.Sub(first)}
+	var lastCreated time.Time
+	for name, c := range a.created {
+		if include(name) && c.After(lastCreated) {
+			lastCreated = c
+		}
+	}
+	b.Logf("%s: created over %v", what, lastCreated.Sub(first).Round(time.Millisecond))
+	b.Logf("%s: %d requests, created→approved p50 %v p99 %v max %v; first created to last approved %v",
+		what, len(each), l.p50.Round(time.Millisecond), l.p99.Round(time.Millisecond), each[len(each)-1].Round(time.Millisecond), l.all.Round(time.Millisecond))
+	return l
+}
+
+func waitPoll(ctx context.Context, timeout time.Duration, done func() bool) error {
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return done(), nil })
+}
+
+func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
+	ctx, cancel := context.WithTimeout(b.Context(), window+40*time.Minute)
 	defer cancel()
 	installControllerRBAC(ctx, b)
 	ns := cp.Namespace(b)
@@ -48,9 +194,9 @@ func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
 		o.MachineRecheckInterval = time.Minute // first contacts pin; rechecks would only add load
 		o.MachineHealthInterval = time.Minute
 		o.MachineConcurrency = 16
-		o.KubeletServingPollInterval = time.Hour // only the CSR watch wakes the approver
+		o.KubeletServingPollInterval = time.Hour // only the approver's watch wakes it
 	})
-	_, kube, endpoint := benchCluster(ctx, b, ns, benchClusterSpec{name: "bench", endpointIP: "127.0.4.250", firstAddr: "127.0.5.0",
+	nodes, kube, endpoint := benchCluster(ctx, b, ns, benchClusterSpec{name: "bench", endpointIP: "127.0.4.250", firstAddr: "127.0.5.0",
 		controlPlanes: 1, workers: n - 1, rebootDelay: 10 * time.Millisecond})
 
 	rc, err := kube.WaitReady(ctx, endpoint)
@@ -58,62 +204,152 @@ func approvalLatency(b *testing.B, n int) (p50, p99 time.Duration) {
 		b.Fatal(err)
 	}
 	wl := kubernetes.NewForConfigOrDie(rc)
-	w, err := wl.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
-	var mu sync.Mutex
-	created, approved := map[string]time.Time{}, map[string]time.Time{}
-	go func() {
-		for ev := range w.ResultChan() {
-			csr, ok := ev.Object.(*certv1.CertificateSigningRequest)
-			if !ok || csr.Spec.SignerName != certv1.KubeletServingSignerName || ev.Type == watch.Deleted {
-				continue
-			}
-			now := time.Now()
-			mu.Lock()
-			if _, seen := created[csr.Name]; !seen {
-				created[csr.Name] = now
-			}
-			for _, c := range csr.Status.Conditions {
-				if c.Type == certv1.CertificateApproved && c.Status == corev1.ConditionTrue {
-					if _, seen := approved[csr.Name]; !seen {
-						approved[csr.Name] = now
-					}
-				}
-			}
-			mu.Unlock()
-		}
-	}()
+	a := watchApprovals(ctx, b, wl)
+	var out approvalRounds
 
 	b.ResetTimer()
-	start := time.Now()
 	mustKubectl(ctx, b, "-n", ns, "patch", "taloscluster", "bench", "--type=merge", "-p",
 		`{"spec":{"security":{"kubeletServingCertificates":{"enabled":true}}}}`)
 	waitClusterFor(ctx, b, ns, "bench", 20*time.Minute, v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionTrue, v1alpha1.ClusterReasonAllIssued)
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(approved) >= n, nil
-	})
+	out.switchOn = a.round(ctx, b, "switch-on", n, time.Minute, func(name string) bool { return !strings.HasPrefix(name, "bench-") })
+
+	// The kubelets' own requests, made ahead: a key and a request each.
+	names := slices.Sorted(maps.Keys(nodes))
+	burst := kubeletRequests(b, rc, nodes, names, "bench-burst-")
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range burst {
+		wg.Go(func() {
+			<-start
+			r.create(ctx, b)
+		})
+	}
+	if f := os.Getenv("ICHOR_BENCH_BURST_PROFILE"); f != "" {
+		pf, _ := os.Create(f)
+		_ = pprof.StartCPUProfile(pf)
+	}
+	close(start)
+	wg.Wait()
+	out.burst = a.round(ctx, b, "burst", n, 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, "bench-burst-") })
+	if os.Getenv("ICHOR_BENCH_BURST_PROFILE") != "" {
+		pprof.StopCPUProfile()
+	}
+	out.floor = approvalWriteFloor(ctx, b, wl, burst)
+	b.Logf("burst: the last approval %v after the first request; %d approval writes straight to kube-apiserver took %v (ratio %.2f)",
+		out.burst.all.Round(time.Millisecond), n, out.floor.Round(time.Millisecond), float64(out.burst.all)/float64(out.floor))
+
+	steady := kubeletRequests(b, rc, nodes, names, "bench-steady-")
+	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	for _, r := range steady {
+		at := time.Duration(rng.Int64N(int64(window)))
+		wg.Go(func() {
+			select {
+			case <-time.After(at):
+				r.create(ctx, b)
+			case <-ctx.Done():
+			}
+		})
+	}
+	wg.Wait()
+	out.steady = a.round(ctx, b, "steady", n, 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, "bench-steady-") })
 	b.StopTimer()
+	return out
+}
+
+// kubeletRequest is a kubelet serving request of one node, made as its
+// kubelet makes it, and a client acting as that node.
+type kubeletRequest struct {
+	csr    *certv1.CertificateSigningRequest
+	client kubernetes.Interface
+}
+
+func (r *kubeletRequest) create(ctx context.Context, b *testing.B) {
+	if _, err := r.client.CertificatesV1().CertificateSigningRequests().Create(ctx, r.csr, metav1.CreateOptions{}); err != nil {
+		b.Error(err)
+	}
+}
+
+// kubeletRequests makes one request per node, named prefix+machine, with
+// the node's name and its address, from a client that impersonates the
+// node (system:node:<name> in system:nodes), which is who the approver
+// expects.
+func kubeletRequests(b *testing.B, admin *rest.Config, nodes map[string]*talossim.Node, names []string, prefix string) []*kubeletRequest {
+	b.Helper()
+	out := make([]*kubeletRequest, 0, len(names))
+	for _, name := range names {
+		host, _, err := net.SplitHostPort(nodes[name].Addr())
+		if err != nil {
+			b.Fatal(err)
+		}
+		key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+		if err != nil {
+			b.Fatal(err)
+		}
+		der, err := x509.CreateCertificateRequest(crand.Reader, &x509.CertificateRequest{
+			Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
+			DNSNames:    []string{name},
+			IPAddresses: []net.IP{net.ParseIP(host)},
+		}, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := rest.CopyConfig(admin)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
+		cfg.QPS, cfg.Burst = -1, 0
+		out = append(out, &kubeletRequest{
+			client: kubernetes.NewForConfigOrDie(cfg),
+			csr: &certv1.CertificateSigningRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: prefix + name},
+				Spec: certv1.CertificateSigningRequestSpec{
+					Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+					SignerName: certv1.KubeletServingSignerName,
+					Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+				},
+			},
+		})
+	}
+	return out
+}
+
+// approvalWriteFloor is how long the cluster's kube-apiserver takes for
+// one approval write per request, made at the approver's parallelism
+// (each rewrites the Approved condition's message, so each is a write).
+func approvalWriteFloor(ctx context.Context, b *testing.B, wl kubernetes.Interface, reqs []*kubeletRequest) time.Duration {
+	b.Helper()
+	csrs := make([]*certv1.CertificateSigningRequest, len(reqs))
+	// Once kube-controller-manager signed them all, nothing else writes them.
+	err := waitPoll(ctx, time.Minute, func() bool {
+		for i, r := range reqs {
+			csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, r.csr.Name, metav1.GetOptions{})
+			if err != nil || len(csr.Status.Certificate) == 0 {
+				return false
+			}
+			for j := range csr.Status.Conditions {
+				csr.Status.Conditions[j].Message += " (floor)"
+			}
+			csrs[i] = csr
+		}
+		return true
+	})
 	if err != nil {
-		b.Fatalf("%d of %d requests seen approved: %v", len(approved), n, err)
+		b.Fatalf("the burst's certificates were not all issued: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	var latencies []time.Duration
-	var createdAt, approvedAt []time.Duration
-	for name, at := range approved {
-		latencies = append(latencies, at.Sub(created[name]))
-		createdAt, approvedAt = append(createdAt, created[name].Sub(start)), append(approvedAt, at.Sub(start))
+	work := make(chan *certv1.CertificateSigningRequest)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 64 { // the approver's parallelism
+		wg.Go(func() {
+			for csr := range work {
+				if _, err := wl.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+					b.Error(err)
+				}
+			}
+		})
 	}
-	slices.Sort(latencies)
-	slices.Sort(createdAt)
-	slices.Sort(approvedAt)
-	b.Logf("%d nodes: requests created %v…%v and approved %v…%v after the option was switched on",
-		n, createdAt[0].Round(time.Millisecond), createdAt[len(createdAt)-1].Round(time.Millisecond),
-		approvedAt[0].Round(time.Millisecond), approvedAt[len(approvedAt)-1].Round(time.Millisecond))
-	return latencies[len(latencies)/2], latencies[(len(latencies)*99)/100]
+	for _, csr := range csrs {
+		work <- csr
+	}
+	close(work)
+	wg.Wait()
+	return time.Since(start)
 }

@@ -1,10 +1,14 @@
 // Package kubeletserving approves the kubelet serving certificates of the
 // clusters that ask for them (spec.security.kubeletServingCertificates). For
-// each pending request of the kubernetes.io/kubelet-serving signer it finds
-// the machine the request names, reads that node's identity over its
+// each request of the kubernetes.io/kubelet-serving signer it finds the
+// machine the request names, reads that node's identity over its
 // authenticated Talos API, and approves exactly what matches or denies what
 // does not, with the reason. What it cannot place stays pending. It never
-// touches another signer and never deletes a request. It records the issued
+// touches another signer and never deletes a request.
+//
+// Each request is decided as its watch event arrives, on its own (an
+// approver per cluster, approver.go); the reconcile, one cluster at a time,
+// keeps the approver's view of the cluster current, records the issued
 // certificates on the machines, and says on the cluster whether every
 // machine has one (KubeletServingCertificates) and, once that was so with
 // verifyFromAPIServer set, latches KubeletServingVerified, which makes the
@@ -21,25 +25,22 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	certv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -49,7 +50,6 @@ import (
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
-	"ichor.dev/ichor/pkg/workload"
 )
 
 // FieldManager owns the status fields this approver writes: on machines,
@@ -71,18 +71,23 @@ type Options struct {
 	// PollInterval paces a cluster with requests pending or machines
 	// without a certificate. Default 3s.
 	PollInterval time.Duration
-	// RetryInterval paces a cluster with requests whose node's Talos API
-	// did not answer or whose decision could not be written: nothing else
-	// says when the node answers again. Default 3s, at most PollInterval.
+	// RetryInterval is the longest backoff before a request whose node's
+	// Talos API did not answer, or whose decision could not be written, is
+	// tried again. Default 3s, at most PollInterval.
 	RetryInterval time.Duration
-	// ResyncInterval paces a cluster where every machine has its certificate. Default 1m.
+	// ResyncInterval paces a cluster where every machine has its
+	// certificate, and how often every request is looked at again. Default 1m.
 	ResyncInterval time.Duration
-	// CallTimeout bounds the calls of one reconcile. Default 30s.
+	// CallTimeout bounds the calls of one reconcile, and writing one
+	// decision. Default 30s.
 	CallTimeout time.Duration
 	// IdentityTimeout bounds reading one node's identity, so that a node
 	// that does not answer holds up only its own requests. Default 5s.
 	IdentityTimeout time.Duration
-	// Parallelism is how many nodes' requests are decided at once. Default 16.
+	// Parallelism is how many requests of a cluster are decided at once
+	// (a decision mostly waits: on the node's Talos API, then on
+	// kube-apiserver), and how many machines' records are written at once.
+	// Default 64.
 	Parallelism int
 }
 
@@ -99,7 +104,7 @@ func (o Options) withDefaults() Options {
 	def(&o.CallTimeout, 30*time.Second)
 	def(&o.IdentityTimeout, 5*time.Second)
 	if o.Parallelism <= 0 {
-		o.Parallelism = 16
+		o.Parallelism = 64
 	}
 	return o
 }
@@ -114,48 +119,57 @@ type Reconciler struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	watches *csrWatches
+	approvers *approvers
+	// logger is what approvers log with, outside any reconcile.
+	logger logr.Logger
 }
 
 // SetupWithManager registers the reconciler. It wakes on a cluster's spec,
-// on its machines, on kubelet serving requests in the cluster's Kubernetes
-// (a watch per enabled cluster), and on its own timer while requests may be
-// pending.
+// on its machines, on the cluster's approver (a request arrived or was
+// issued), and on its own timer while requests may be pending.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Options = r.Options.withDefaults()
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	r.watches = newCSRWatches()
+	r.approvers = newApprovers()
+	r.logger = mgr.GetLogger().WithValues("controller", ControllerName)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()
-		r.watches.stopAll()
+		r.approvers.stopAll()
 		return nil
 	})); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		WatchesRawSource(source.Channel(r.watches.events, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.approvers.queue.Store(&q)
+			return nil
+		})).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster()).
 		Complete(r)
 }
 
-// Reconcile decides one cluster's pending requests and updates its conditions.
+// Reconcile keeps one cluster's approver current, records what was issued
+// and updates the cluster's conditions.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster v1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.approvers.stop(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
-		r.watches.stop(req.NamespacedName)
+		r.approvers.stop(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	opt := cluster.Spec.Security.KubeletServingCertificates
 	before := cluster.Status.DeepCopy()
 	if !opt.Enabled {
-		r.watches.stop(req.NamespacedName)
+		r.approvers.stop(req.NamespacedName)
 		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingCertificates)
 		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingVerified)
 		return ctrl.Result{}, r.writeClusterStatus(ctx, &cluster, before)
@@ -186,33 +200,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	if err := r.watches.ensure(ctx, &cluster, bundle.Bundle, bundle.KubernetesAccepted, now.Time); err != nil {
-		log.FromContext(ctx).Error(err, "Watch kubelet serving requests; the timer stands in")
-	}
-	cfg, err := workload.ClientConfig(bundle.Bundle, cluster.Spec.ControlPlane.Endpoint, workload.Controller, now.Time, 2*r.Options.CallTimeout,
-		bundle.KubernetesAccepted...)
+	a, err := r.approvers.ensure(ctx, r, &cluster, bundle.Bundle, bundle.KubernetesAccepted, now.Time)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+	if err := a.setCredentials(bundle.TalosCA(), now.Time, func() (talos.Credentials, error) {
+		return bundle.TalosCredentials(role.MakeSet(role.Reader), now.Time, credentialTTL)
+	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	csrs, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.signerName", kubeletserving.Signer).String(),
-	})
-	if err != nil {
-		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "list kubelet serving requests: %v", err)
-		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
+	a.setMachines(machines)
+	synced, listErr := a.synced()
+	if !synced {
+		if listErr != nil {
+			set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable,
+				"list kubelet serving requests: %v", listErr)
+		}
+		// Its first list wakes this reconcile again.
+		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	creds, err := bundle.TalosCredentials(role.MakeSet(role.Reader), now.Time, 2*r.Options.CallTimeout)
-	if err != nil {
+	csrs := a.requests()
+	if err := r.recordIssued(ctx, machines, csrs); err != nil {
 		return ctrl.Result{}, err
 	}
-	d := &decider{r: r, cs: cs, creds: creds, machines: machines}
-	pending, retry := d.decideAll(ctx, csrs.Items)
-	if err := r.recordIssued(ctx, machines, csrs.Items); err != nil {
-		return ctrl.Result{}, err
+	pending := 0
+	for _, csr := range csrs {
+		if !decided(csr) {
+			pending++
+		}
 	}
 
 	waiting := withoutCertificate(machines, now.Time)
@@ -227,9 +242,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.writeClusterStatus(ctx, &cluster, before); err != nil {
 		return ctrl.Result{}, err
-	}
-	if retry > 0 {
-		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, nil
 	}
 	if pending > 0 || len(waiting) > 0 {
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
@@ -264,141 +276,11 @@ func (r *Reconciler) writeClusterStatus(ctx context.Context, cluster *v1alpha1.T
 	return nil
 }
 
-// decider decides the requests of one cluster in one reconcile.
-type decider struct {
-	r        *Reconciler
-	cs       kubernetes.Interface
-	creds    talos.Credentials
-	machines []v1alpha1.TalosMachine
-}
-
-// machineFor is the machine whose node name (or hostname) is node.
-func (d *decider) machineFor(node string) *v1alpha1.TalosMachine {
-	for i := range d.machines {
-		m := &d.machines[i]
-		if m.Status.NodeName == node || (m.Status.NodeName == "" && m.Spec.Hostname == node) {
-			return m
-		}
-	}
-	return nil
-}
-
-// decideAll decides every undecided request it can place and returns how
-// many stay pending, and how many of those are to be tried again soon (see
-// decideFor). Machines are worked on in parallel (Options.Parallelism),
-// each machine's requests in order with one identity read.
-func (d *decider) decideAll(ctx context.Context, csrs []certv1.CertificateSigningRequest) (pending, retry int) {
-	logger := log.FromContext(ctx)
-	var others, retries atomic.Int64
-	byMachine := map[*v1alpha1.TalosMachine][]*certv1.CertificateSigningRequest{}
-	for i := range csrs {
-		csr := &csrs[i]
-		if csr.Spec.SignerName != kubeletserving.Signer || decided(csr) {
-			continue
-		}
-		node, ok := kubeletserving.NodeName(csr)
-		if !ok {
-			// Unreadable or naming no node: no machine to place it on, so it is
-			// not Ichor's to decide.
-			others.Add(1)
-			continue
-		}
-		m := d.machineFor(node)
-		if m == nil {
-			logger.V(1).Info("Kubelet serving request for a node of no machine; left pending", "csr", csr.Name, "node", node)
-			others.Add(1)
-			continue
-		}
-		byMachine[m] = append(byMachine[m], csr)
-	}
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, d.r.Options.Parallelism)
-	for m, reqs := range byMachine {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			retries.Add(int64(d.decideFor(ctx, m, reqs)))
-		})
-	}
-	wg.Wait()
-	retry = int(retries.Load())
-	return int(others.Load()) + retry, retry
-}
-
-// decideFor decides the requests naming machine m; it returns how many stay
-// pending, to be tried again: its node did not answer, or the decision
-// could not be written.
-func (d *decider) decideFor(ctx context.Context, m *v1alpha1.TalosMachine, reqs []*certv1.CertificateSigningRequest) int {
-	logger := log.FromContext(ctx).WithValues("machine", m.Name)
-	id, err := d.identity(ctx, m)
-	if err != nil {
-		logger.Info("Cannot read the node's identity; its requests stay pending", "requests", len(reqs), "error", err.Error())
-		return len(reqs)
-	}
-	pending := 0
-	for _, csr := range reqs {
-		node, _ := kubeletserving.NodeName(csr)
-		decision := kubeletserving.Decide(csr, node, id)
-		if err := d.record(ctx, csr, decision); err != nil {
-			logger.Error(err, "Record the decision on a kubelet serving request", "csr", csr.Name)
-			pending++
-			continue
-		}
-		if decision.Approve {
-			d.r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventApproved, "ApproveKubeletServing",
-				"Approved kubelet serving request %s for node %s", csr.Name, node)
-		} else {
-			d.r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventDenied, "DenyKubeletServing",
-				"Denied kubelet serving request %s for node %s: %s (%s)", csr.Name, node, decision.Message, decision.Reason)
-		}
-		logger.Info("Decided kubelet serving request", "csr", csr.Name, "node", node, "approved", decision.Approve, "reason", decision.Reason)
-	}
-	return pending
-}
-
-// identity reads the node's identity over its Talos API, as os:reader.
-func (d *decider) identity(ctx context.Context, m *v1alpha1.TalosMachine) (*talos.Identity, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.r.Options.IdentityTimeout)
-	defer cancel()
-	node, err := d.r.Dialer.Configured(ctx, m.Spec.Address, d.creds)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = node.Close() }()
-	return node.Identity(ctx)
-}
-
-// record writes the decision into the request's approval.
-func (d *decider) record(ctx context.Context, csr *certv1.CertificateSigningRequest, decision kubeletserving.Decision) error {
-	cond := certv1.CertificateSigningRequestCondition{
-		Type: certv1.CertificateDenied, Status: corev1.ConditionTrue,
-		Reason: decision.Reason, Message: decision.Message, LastUpdateTime: metav1.NewTime(d.r.Now()),
-	}
-	if decision.Approve {
-		cond.Type = certv1.CertificateApproved
-	}
-	csr = csr.DeepCopy()
-	csr.Status.Conditions = append(csr.Status.Conditions, cond)
-	_, err := d.cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-	return err
-}
-
-// decided is true for a request that was approved or denied (by anyone).
-func decided(csr *certv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if (c.Type == certv1.CertificateApproved || c.Type == certv1.CertificateDenied) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
-
 // recordIssued records on each machine the newest certificate issued for
 // its node. Each request is read once; machines are updated in parallel.
-func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.TalosMachine, csrs []certv1.CertificateSigningRequest) error {
+func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.TalosMachine, csrs []*certv1.CertificateSigningRequest) error {
 	newest := map[string]*v1alpha1.KubeletServingCertificateStatus{}
-	for i := range csrs {
-		csr := &csrs[i]
+	for _, csr := range csrs {
 		if len(csr.Status.Certificate) == 0 {
 			continue
 		}

@@ -4,54 +4,61 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/event"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/workload"
 )
 
-// watchTTL is the lifetime of the client certificate a CSR watch uses; the
-// watch is restarted with a fresh one before it runs out.
+// watchTTL is the lifetime of the client certificate an approver's
+// Kubernetes client uses; the approver is replaced with a fresh one before
+// it runs out.
 const watchTTL = time.Hour
 
-// csrWatches watch the kubelet serving requests of each enabled cluster's
-// Kubernetes API and wake the cluster's reconcile when one arrives or
-// changes, so that a request is decided within moments of the kubelet
-// asking. The reconciler's timer still covers a watch that broke.
-type csrWatches struct {
-	events chan event.GenericEvent
+// credentialTTL is the lifetime of the os:reader certificate an approver
+// reads nodes' identities with; it is renewed half-way.
+const credentialTTL = 10 * time.Minute
+
+// recordDelay is how long an approver's events wait to wake the cluster's
+// reconcile, which takes every event of that time at once: what it does
+// (record issued certificates, set the conditions) is on no request's
+// path, and a burst of requests need not run it once each.
+const recordDelay = time.Second
+
+// approvers are the running approvers, one per enabled cluster.
+type approvers struct {
+	// queue is the reconciler's own work queue, once the controller started:
+	// an approver wakes its cluster's reconcile through it.
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 
 	mu      sync.Mutex
-	running map[types.NamespacedName]*csrWatch
+	running map[types.NamespacedName]*approver
 }
 
-type csrWatch struct {
-	endpoint string
-	// cas are the Kubernetes CAs it signs with and trusts: a CA rotation's
-	// phase renews it.
-	cas     string
-	renewAt time.Time
-	cancel  context.CancelFunc
+func newApprovers() *approvers {
+	return &approvers{running: map[types.NamespacedName]*approver{}}
 }
 
-func newCSRWatches() *csrWatches {
-	return &csrWatches{events: make(chan event.GenericEvent, 64), running: map[types.NamespacedName]*csrWatch{}}
+// wake queues the reconcile of cluster key, recordDelay from now unless it
+// is queued earlier already.
+func (w *approvers) wake(key types.NamespacedName) {
+	if q := w.queue.Load(); q != nil {
+		(*q).AddAfter(reconcile.Request{NamespacedName: key}, recordDelay)
+	}
 }
 
-// ensure runs a watch for cluster at its current endpoint, with a client
-// of the bundle's Kubernetes CA trusting accepted too.
-func (w *csrWatches) ensure(ctx context.Context, cluster *v1alpha1.TalosCluster, bundle *secrets.Bundle, accepted [][]byte, now time.Time) error {
+// ensure returns the approver of cluster at its current endpoint, with a
+// Kubernetes client of the bundle's CA trusting accepted too, starting one
+// (and stopping an outdated one) when needed.
+func (w *approvers) ensure(ctx context.Context, r *Reconciler, cluster *v1alpha1.TalosCluster, bundle *secrets.Bundle, accepted [][]byte, now time.Time) (*approver, error) {
 	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	endpoint := cluster.Spec.ControlPlane.Endpoint
 	cas := string(bytes.Join(append([][]byte{bundle.Certs.K8s.Crt}, accepted...), nil))
@@ -59,59 +66,48 @@ func (w *csrWatches) ensure(ctx context.Context, cluster *v1alpha1.TalosCluster,
 	defer w.mu.Unlock()
 	if cur, ok := w.running[key]; ok {
 		if cur.endpoint == endpoint && cur.cas == cas && now.Before(cur.renewAt) {
-			return nil
+			return cur, nil
 		}
-		cur.cancel()
+		cur.stop()
 		delete(w.running, key)
 	}
 	cfg, err := workload.ClientConfig(bundle, endpoint, workload.Controller, now, watchTTL, accepted...)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	// Its decisions are its writes: client-go's default 5 QPS would make a
+	// burst of requests wait on the client rather than on kube-apiserver.
+	cfg.QPS, cfg.Burst = -1, 0
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", kubeletserving.Signer).String()
-	}))
-	informer := factory.Certificates().V1().CertificateSigningRequests().Informer()
-	wake := func(any) {
-		select {
-		case w.events <- event.GenericEvent{Object: &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-		default: // a wake-up is queued already; the reconcile lists every request
-		}
+	a, err := startApprover(r, key, cs, func() { w.wake(key) })
+	if err != nil {
+		return nil, err
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    wake,
-		UpdateFunc: func(_, obj any) { wake(obj) },
-	}); err != nil {
-		return err
-	}
-	// The watch outlives this reconcile: it runs until stopped or renewed.
-	watchCtx, cancel := context.WithCancel(context.Background())
-	factory.Start(watchCtx.Done())
-	w.running[key] = &csrWatch{endpoint: endpoint, cas: cas, renewAt: now.Add(watchTTL * 3 / 4), cancel: cancel}
-	log.FromContext(ctx).V(1).Info("Watching kubelet serving requests", "endpoint", endpoint)
-	return nil
+	a.endpoint, a.cas, a.renewAt = endpoint, cas, now.Add(watchTTL*3/4)
+	w.running[key] = a
+	log.FromContext(ctx).V(1).Info("Deciding kubelet serving requests", "endpoint", endpoint)
+	return a, nil
 }
 
-// stop ends cluster's watch, if any.
-func (w *csrWatches) stop(key types.NamespacedName) {
+// stop ends cluster key's approver, if any.
+func (w *approvers) stop(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, ok := w.running[key]; ok {
-		cur.cancel()
+		cur.stop()
 		delete(w.running, key)
 	}
 }
 
-// stopAll ends every watch, when the manager stops.
-func (w *csrWatches) stopAll() {
+// stopAll ends every approver, when the manager stops.
+func (w *approvers) stopAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for key, cur := range w.running {
-		cur.cancel()
+		cur.stop()
 		delete(w.running, key)
 	}
 }

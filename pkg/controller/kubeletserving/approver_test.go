@@ -1,0 +1,282 @@
+package kubeletserving
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/kubeletserving"
+	"ichor.dev/ichor/pkg/talos"
+)
+
+// identityDialer is a talos.Dialer whose nodes answer Identity only: a node
+// is its address's entry; a node without one, or whose gate is closed,
+// does not answer (until the test opens the gate).
+type identityDialer struct {
+	mu    sync.Mutex
+	nodes map[string]*talos.Identity
+	// gates hold a node's answer until closed.
+	gates map[string]chan struct{}
+	calls map[string]int
+}
+
+func (d *identityDialer) Maintenance(context.Context, string, talos.Pin) (talos.Node, error) {
+	panic("identityDialer: maintenance sessions are not faked")
+}
+
+func (d *identityDialer) Configured(_ context.Context, address string, creds talos.Credentials) (talos.Node, error) {
+	if len(creds.Certificate) == 0 {
+		return nil, errors.New("no client certificate")
+	}
+	return &identitySession{d: d, address: address}, nil
+}
+
+type identitySession struct {
+	talos.Node
+	d       *identityDialer
+	address string
+}
+
+func (s *identitySession) Identity(ctx context.Context) (*talos.Identity, error) {
+	s.d.mu.Lock()
+	s.d.calls[s.address]++
+	gate := s.d.gates[s.address]
+	s.d.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	id, ok := s.d.nodes[s.address]
+	if !ok {
+		return nil, fmt.Errorf("dial %s: connection refused", s.address)
+	}
+	return id, nil
+}
+
+func (s *identitySession) Close() error { return nil }
+
+func (d *identityDialer) set(address string, id *talos.Identity) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nodes[address] = id
+}
+
+func nodeIdentity(name, ip string) *talos.Identity {
+	return &talos.Identity{Nodename: name, Hostname: name, KubeletAddresses: []netip.Addr{netip.MustParseAddr(ip)}}
+}
+
+// servingRequest is the kubelet serving request of node asking for ip, as
+// the kubelet makes it.
+func servingRequest(t *testing.T, name, node, ip string) *certv1.CertificateSigningRequest {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:     pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		DNSNames:    []string{node},
+		IPAddresses: []net.IP{net.ParseIP(ip)},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: kubeletserving.Signer,
+			Username:   "system:node:" + node,
+			Groups:     []string{"system:nodes", "system:authenticated"},
+			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
+		},
+	}
+}
+
+func machine(name, address string) v1alpha1.TalosMachine {
+	m := v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)}}
+	m.Spec.Address = address
+	m.Status.NodeName = name
+	return m
+}
+
+type approverTest struct {
+	t      *testing.T
+	ctx    context.Context
+	cs     *fake.Clientset
+	dialer *identityDialer
+	a      *approver
+	wakes  chan struct{}
+}
+
+// newApproverTest starts an approver on a fake Kubernetes API with
+// credentials and machines handed over once, as one reconcile does; no
+// reconcile runs after that.
+func newApproverTest(t *testing.T, machines ...v1alpha1.TalosMachine) *approverTest {
+	t.Helper()
+	at := &approverTest{
+		t: t, ctx: t.Context(), cs: fake.NewClientset(),
+		dialer: &identityDialer{nodes: map[string]*talos.Identity{}, gates: map[string]chan struct{}{}, calls: map[string]int{}},
+		wakes:  make(chan struct{}, 1),
+	}
+	r := &Reconciler{Dialer: at.dialer, Recorder: events.NewFakeRecorder(1000), Now: time.Now,
+		Options: Options{RetryInterval: 50 * time.Millisecond, PollInterval: time.Hour, ResyncInterval: time.Hour, Parallelism: 4}.withDefaults()}
+	a, err := startApprover(r, types.NamespacedName{Namespace: "ns", Name: "demo"}, at.cs, func() {
+		select {
+		case at.wakes <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.stop)
+	at.a = a
+	if err := a.setCredentials([]byte("talos CA"), time.Now(), func() (talos.Credentials, error) {
+		return talos.Credentials{CA: []byte("talos CA"), Certificate: []byte("cert"), Key: []byte("key")}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.setMachines(machines)
+	return at
+}
+
+func (at *approverTest) create(csr *certv1.CertificateSigningRequest) {
+	at.t.Helper()
+	if _, err := at.cs.CertificatesV1().CertificateSigningRequests().Create(at.ctx, csr, metav1.CreateOptions{}); err != nil {
+		at.t.Fatal(err)
+	}
+}
+
+// condition is the Approved or Denied condition of request name, once it
+// has one (nil until then).
+func (at *approverTest) condition(name string) *certv1.CertificateSigningRequestCondition {
+	at.t.Helper()
+	csr, err := at.cs.CertificatesV1().CertificateSigningRequests().Get(at.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		at.t.Fatal(err)
+	}
+	for i := range csr.Status.Conditions {
+		if c := &csr.Status.Conditions[i]; c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func (at *approverTest) waitDecided(name string, want certv1.RequestConditionType, reason string) {
+	at.t.Helper()
+	var got *certv1.CertificateSigningRequestCondition
+	err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got = at.condition(name)
+		return got != nil, nil
+	})
+	if err != nil {
+		at.t.Fatalf("request %s was not decided: %v", name, err)
+	}
+	if got.Type != want || got.Reason != reason {
+		at.t.Fatalf("request %s: %s %s (%s), want %s %s", name, got.Type, got.Reason, got.Message, want, reason)
+	}
+}
+
+// TestApproverDecidesEachRequestOnArrival: with the approver's view handed
+// over once, requests are decided as they arrive, without a reconcile: a
+// good one approved, one over-asking denied with the reason, another
+// signer's untouched.
+func TestApproverDecidesEachRequestOnArrival(t *testing.T) {
+	at := newApproverTest(t, machine("worker-1", "10.5.0.11:50000"))
+	at.dialer.set("10.5.0.11:50000", nodeIdentity("worker-1", "10.5.0.11"))
+	at.create(servingRequest(t, "good", "worker-1", "10.5.0.11"))
+	at.waitDecided("good", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+	at.create(servingRequest(t, "foreign-ip", "worker-1", "10.5.0.12"))
+	at.waitDecided("foreign-ip", certv1.CertificateDenied, kubeletserving.ReasonUnknownIPAddress)
+
+	other := servingRequest(t, "other-signer", "worker-1", "10.5.0.11")
+	other.Spec.SignerName = certv1.KubeAPIServerClientKubeletSignerName
+	at.create(other)
+	last := servingRequest(t, "last", "worker-1", "10.5.0.11")
+	at.create(last)
+	at.waitDecided("last", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+	if c := at.condition("other-signer"); c != nil {
+		t.Errorf("another signer's request was decided: %+v", c)
+	}
+}
+
+// TestApproverRequestsDoNotWaitForEachOther: a node whose Talos API hangs
+// holds up its own request only; the others are decided meanwhile, and
+// the held one once its node answers, all without a reconcile.
+func TestApproverRequestsDoNotWaitForEachOther(t *testing.T) {
+	machines := []v1alpha1.TalosMachine{machine("slow", "10.5.0.2:50000")}
+	for i := range 40 {
+		machines = append(machines, machine(fmt.Sprintf("worker-%d", i), fmt.Sprintf("10.5.1.%d:50000", i)))
+	}
+	at := newApproverTest(t, machines...)
+	gate := make(chan struct{})
+	at.dialer.gates["10.5.0.2:50000"] = gate
+	at.dialer.set("10.5.0.2:50000", nodeIdentity("slow", "10.5.0.2"))
+	at.create(servingRequest(t, "slow-1", "slow", "10.5.0.2"))
+	for i := range 40 {
+		at.dialer.set(fmt.Sprintf("10.5.1.%d:50000", i), nodeIdentity(fmt.Sprintf("worker-%d", i), fmt.Sprintf("10.5.1.%d", i)))
+		at.create(servingRequest(t, fmt.Sprintf("req-%d", i), fmt.Sprintf("worker-%d", i), fmt.Sprintf("10.5.1.%d", i)))
+	}
+	for i := range 40 {
+		at.waitDecided(fmt.Sprintf("req-%d", i), certv1.CertificateApproved, kubeletserving.ReasonApproved)
+	}
+	if c := at.condition("slow-1"); c != nil {
+		t.Fatalf("the request of a node that has not answered was decided: %+v", c)
+	}
+	close(gate)
+	at.waitDecided("slow-1", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+}
+
+// TestApproverFailsClosed: a request whose node does not answer stays
+// pending and is tried again until it answers; one for a node of no
+// machine stays pending (never denied) until a machine names that node.
+func TestApproverFailsClosed(t *testing.T) {
+	at := newApproverTest(t, machine("worker-1", "10.5.0.11:50000"))
+	at.create(servingRequest(t, "unreachable", "worker-1", "10.5.0.11"))
+	at.create(servingRequest(t, "unknown", "worker-9", "10.5.0.19"))
+	if err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		at.dialer.mu.Lock()
+		defer at.dialer.mu.Unlock()
+		return at.dialer.calls["10.5.0.11:50000"] >= 3, nil
+	}); err != nil {
+		t.Fatalf("the unreachable node was not asked again: %v", err)
+	}
+	for _, name := range []string{"unreachable", "unknown"} {
+		if c := at.condition(name); c != nil {
+			t.Fatalf("request %s was decided: %+v", name, c)
+		}
+	}
+	at.dialer.set("10.5.0.11:50000", nodeIdentity("worker-1", "10.5.0.11"))
+	at.waitDecided("unreachable", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+
+	at.dialer.set("10.5.0.19:50000", nodeIdentity("worker-9", "10.5.0.19"))
+	at.a.setMachines([]v1alpha1.TalosMachine{machine("worker-1", "10.5.0.11:50000"), machine("worker-9", "10.5.0.19:50000")})
+	at.waitDecided("unknown", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+}
