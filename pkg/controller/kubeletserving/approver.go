@@ -2,6 +2,9 @@ package kubeletserving
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"maps"
 	"sync"
 	"time"
 
@@ -49,8 +52,13 @@ type approver struct {
 	// unplaced are requests left pending for a node of no machine, by name,
 	// with that node name: a new machine may place them.
 	unplaced map[string]string
-	creds    talos.Credentials
-	credsCA  string
+	// issued are the newest certificates issued for each node name, and
+	// parsed the names of the requests they were read from: each issued
+	// certificate is parsed once, as the informer delivers it.
+	issued  map[string]*v1alpha1.KubeletServingCertificateStatus
+	parsed  map[string]bool
+	creds   talos.Credentials
+	credsCA string
 	// credsRenewAt is when creds are half-way through their lifetime.
 	credsRenewAt time.Time
 	listErr      error
@@ -89,6 +97,8 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: ControllerName + "-" + key.Namespace + "-" + key.Name}),
 		machines: map[string]*machineRef{},
 		unplaced: map[string]string{},
+		issued:   map[string]*v1alpha1.KubeletServingCertificateStatus{},
+		parsed:   map[string]bool{},
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, r.Options.ResyncInterval, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", kubeletserving.Signer).String()
@@ -109,6 +119,7 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 		if !decided(csr) {
 			a.queue.Add(csr.Name)
 		}
+		a.noteIssued(csr)
 		// The reconcile records issued certificates and says whether every
 		// machine has one.
 		wake()
@@ -116,6 +127,17 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 	if _, err := a.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+				a.mu.Lock()
+				delete(a.parsed, csr.Name)
+				delete(a.unplaced, csr.Name)
+				a.mu.Unlock()
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -146,16 +168,52 @@ func (a *approver) synced() (bool, error) {
 	return a.informer.HasSynced(), a.listErr
 }
 
-// requests are the cluster's requests of the signer, as last seen.
-func (a *approver) requests() []*certv1.CertificateSigningRequest {
-	objs := a.informer.GetStore().List()
-	out := make([]*certv1.CertificateSigningRequest, 0, len(objs))
-	for _, obj := range objs {
-		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
-			out = append(out, csr)
+// undecided counts the requests neither approved nor denied.
+func (a *approver) undecided() int {
+	n := 0
+	for _, obj := range a.informer.GetStore().List() {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok && !decided(csr) {
+			n++
 		}
 	}
-	return out
+	return n
+}
+
+// noteIssued keeps the certificate issued for csr, if it carries one not
+// parsed yet and it is its node's newest.
+func (a *approver) noteIssued(csr *certv1.CertificateSigningRequest) {
+	if len(csr.Status.Certificate) == 0 {
+		return
+	}
+	a.mu.Lock()
+	seen := a.parsed[csr.Name]
+	a.mu.Unlock()
+	if seen {
+		return
+	}
+	node, ok := kubeletserving.NodeName(csr)
+	block, _ := pem.Decode(csr.Status.Certificate)
+	if !ok || block == nil {
+		return
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return
+	}
+	issued, notAfter := metav1.NewTime(cert.NotBefore), metav1.NewTime(cert.NotAfter)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.parsed[csr.Name] = true
+	if cur := a.issued[node]; cur == nil || cur.NotAfter.Before(&notAfter) {
+		a.issued[node] = &v1alpha1.KubeletServingCertificateStatus{Request: csr.Name, IssuedAt: &issued, NotAfter: &notAfter}
+	}
+}
+
+// issuedCertificates are the newest certificates issued, by node name.
+func (a *approver) issuedCertificates() map[string]*v1alpha1.KubeletServingCertificateStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.issued)
 }
 
 // setMachines replaces the approver's view of the cluster's machines, and

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 	"sync"
@@ -279,4 +280,57 @@ func TestApproverFailsClosed(t *testing.T) {
 	at.dialer.set("10.5.0.19:50000", nodeIdentity("worker-9", "10.5.0.19"))
 	at.a.setMachines([]v1alpha1.TalosMachine{machine("worker-1", "10.5.0.11:50000"), machine("worker-9", "10.5.0.19:50000")})
 	at.waitDecided("unknown", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+}
+
+// TestApproverKeepsTheNewestIssuedCertificate: the certificates
+// kube-controller-manager issues are read once each, and the newest per
+// node is kept for the reconcile to record.
+func TestApproverKeepsTheNewestIssuedCertificate(t *testing.T) {
+	at := newApproverTest(t, machine("worker-1", "10.5.0.11:50000"))
+	at.dialer.set("10.5.0.11:50000", nodeIdentity("worker-1", "10.5.0.11"))
+	issue := func(name string, notAfter time.Time) {
+		at.create(servingRequest(t, name, "worker-1", "10.5.0.11"))
+		at.waitDecided(name, certv1.CertificateApproved, kubeletserving.ReasonApproved)
+		csr, err := at.cs.CertificatesV1().CertificateSigningRequests().Get(at.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr.Status.Certificate = selfSigned(t, notAfter)
+		if _, err := at.cs.CertificatesV1().CertificateSigningRequests().UpdateStatus(at.ctx, csr, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := time.Now().Add(48 * time.Hour).Truncate(time.Second)
+	issue("newer", later)
+	issue("older", later.Add(-time.Hour))
+	err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		at.a.mu.Lock()
+		defer at.a.mu.Unlock()
+		return at.a.parsed["newer"] && at.a.parsed["older"], nil
+	})
+	if err != nil {
+		t.Fatalf("the issued certificates were not read: %v", err)
+	}
+	rec := at.a.issuedCertificates()["worker-1"]
+	if rec == nil || rec.Request != "newer" || !rec.NotAfter.Time.Equal(later) {
+		t.Fatalf("worker-1's record %+v, want request newer until %v", rec, later)
+	}
+}
+
+// selfSigned is a certificate valid until notAfter, standing in for one
+// kube-controller-manager issues.
+func selfSigned(t *testing.T, notAfter time.Time) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:worker-1"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: notAfter,
+	}, &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}}, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -18,8 +18,6 @@ package kubeletserving
 import (
 	"cmp"
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,7 +27,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	certv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +45,6 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -219,16 +215,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Its first list wakes this reconcile again.
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	csrs := a.requests()
-	if err := r.recordIssued(ctx, machines, csrs); err != nil {
+	if err := r.recordIssued(ctx, machines, a.issuedCertificates()); err != nil {
 		return ctrl.Result{}, err
 	}
-	pending := 0
-	for _, csr := range csrs {
-		if !decided(csr) {
-			pending++
-		}
-	}
+	pending := a.undecided()
 
 	waiting := withoutCertificate(machines, now.Time)
 	if len(waiting) == 0 && len(machines) > 0 {
@@ -277,27 +267,8 @@ func (r *Reconciler) writeClusterStatus(ctx context.Context, cluster *v1alpha1.T
 }
 
 // recordIssued records on each machine the newest certificate issued for
-// its node. Each request is read once; machines are updated in parallel.
-func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.TalosMachine, csrs []*certv1.CertificateSigningRequest) error {
-	newest := map[string]*v1alpha1.KubeletServingCertificateStatus{}
-	for _, csr := range csrs {
-		if len(csr.Status.Certificate) == 0 {
-			continue
-		}
-		node, ok := kubeletserving.NodeName(csr)
-		block, _ := pem.Decode(csr.Status.Certificate)
-		if !ok || block == nil {
-			continue
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			continue
-		}
-		issued, notAfter := metav1.NewTime(cert.NotBefore), metav1.NewTime(cert.NotAfter)
-		if cur := newest[node]; cur == nil || cur.NotAfter.Before(&notAfter) {
-			newest[node] = &v1alpha1.KubeletServingCertificateStatus{Request: csr.Name, IssuedAt: &issued, NotAfter: &notAfter}
-		}
-	}
+// its node (newest, by node name); machines are updated in parallel.
+func (r *Reconciler) recordIssued(ctx context.Context, machines []v1alpha1.TalosMachine, newest map[string]*v1alpha1.KubeletServingCertificateStatus) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
