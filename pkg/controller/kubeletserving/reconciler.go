@@ -239,10 +239,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: r.Options.ResyncInterval}, nil
 }
 
-// machines are the cluster's approved machines that are not being deleted, by name.
+// machines are the cluster's approved machines that are not being deleted,
+// by name. They are shallow copies of the cache's objects (the reconcile
+// runs about once a second while requests come in, and a deep copy of
+// every machine each time was most of its garbage): the reconcile sets
+// their fields, never what those point to.
 func (r *Reconciler) machines(ctx context.Context, cluster *v1alpha1.TalosCluster) ([]v1alpha1.TalosMachine, error) {
 	var list v1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, clusterindex.InCluster(cluster.Namespace, cluster.Name)...); err != nil {
+	opts := append(clusterindex.InCluster(cluster.Namespace, cluster.Name), client.UnsafeDisableDeepCopy)
+	if err := r.Client.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("list machines of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
 	out := slices.DeleteFunc(list.Items, func(m v1alpha1.TalosMachine) bool { return !clusterindex.Member(&m) })
