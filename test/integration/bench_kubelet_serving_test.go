@@ -2,12 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	crand "crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -309,27 +303,14 @@ func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, node
 		if err != nil {
 			b.Fatal(err)
 		}
-		key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
-		if err != nil {
-			b.Fatal(err)
-		}
-		der, err := x509.CreateCertificateRequest(crand.Reader, &x509.CertificateRequest{
-			Subject:     pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
-			DNSNames:    []string{name},
-			IPAddresses: []net.IP{net.ParseIP(host)},
-		}, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := rest.CopyConfig(admin)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
+		cfg := asNodeConfig(admin, name)
 		cfg.QPS, cfg.Burst = -1, 0
 		out = append(out, &kubeletRequest{
 			client: kubernetes.NewForConfigOrDie(cfg),
 			csr: &certv1.CertificateSigningRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: prefix + name},
 				Spec: certv1.CertificateSigningRequestSpec{
-					Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+					Request:    servingRequestPEM(b, name, host),
 					SignerName: certv1.KubeletServingSignerName,
 					Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
 				},

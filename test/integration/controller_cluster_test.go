@@ -693,28 +693,14 @@ func (d *demoCluster) kubeletServing(t *testing.T) {
 	// neighbour's address (denied), as a node Ichor does not manage (left
 	// pending), and to another signer (untouched).
 	asNode := func(name string) kubernetes.Interface {
-		cfg := rest.CopyConfig(rc)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + name, Groups: []string{"system:nodes", "system:authenticated"}}
-		return kubernetes.NewForConfigOrDie(cfg)
+		return kubernetes.NewForConfigOrDie(asNodeConfig(rc, name))
 	}
 	create := func(as kubernetes.Interface, name, node, signer string, ips ...string) {
 		t.Helper()
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}, DNSNames: []string{node}}
-		for _, ip := range ips {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-		}
-		der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = as.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
+		_, err := as.CertificatesV1().CertificateSigningRequests().Create(ctx, &certv1.CertificateSigningRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: certv1.CertificateSigningRequestSpec{
-				Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: signer,
+				Request: servingRequestPEM(t, node, ips...), SignerName: signer,
 				Usages: []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
 			},
 		}, metav1.CreateOptions{})
