@@ -177,6 +177,7 @@ func newDemoClusterWith(t *testing.T, setup demoSetup) *demoCluster {
 	}
 	kube := &talossim.Kubernetes{BinDir: binDir, Dir: t.TempDir(), Logf: t.Logf}
 	t.Cleanup(kube.Stop)
+	keepLogsOnFailure(t, kube.Dir)
 	const endpointIP = "127.0.3.100"
 	ports, err := proc.FreePorts(endpointIP, 1)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -185,6 +186,41 @@ func logControllerTail(t testing.TB) {
 	lines := strings.Split(strings.TrimRight(all, "\n"), "\n")
 	t.Logf("controller log in %s; its last %d lines:\n%s", path, controllerLogTail,
 		strings.Join(lines[max(0, len(lines)-controllerLogTail):], "\n"))
+}
+
+// keepLogsOnFailure copies, when t fails, the logs under dir (a managed
+// cluster's kube-apiserver, controller manager, etcd) and this process's
+// klog output (ichor-apiserver and the simulated kubelets) to
+// $TMPDIR/ichor-test-logs/<test>/, so that a failure in CI can be read
+// after the temporary directories are gone. Register it after dir's own
+// cleanup, so that it runs first.
+func keepLogsOnFailure(t testing.TB, dir string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out := filepath.Join(os.TempDir(), "ichor-test-logs", strings.ReplaceAll(t.Name(), "/", "_"))
+		var kept []string
+		copyLog := func(from, name string) {
+			data, err := os.ReadFile(from)
+			if err != nil {
+				return
+			}
+			to := filepath.Join(out, name)
+			if err := os.MkdirAll(filepath.Dir(to), 0o700); err == nil && os.WriteFile(to, data, 0o600) == nil {
+				kept = append(kept, name)
+			}
+		}
+		_ = filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+			if err == nil && !e.IsDir() && strings.HasSuffix(path, ".log") {
+				rel, _ := filepath.Rel(dir, path)
+				copyLog(path, rel)
+			}
+			return nil
+		})
+		copyLog(filepath.Join(cp.Dir, "ichor-apiserver.log"), "process.klog.log")
+		t.Logf("logs kept in %s: %s", out, strings.Join(kept, ", "))
+	})
 }
 
 // freeLoopbackAddress is a 127.0.0.1 port nothing listens on.

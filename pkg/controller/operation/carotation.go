@@ -348,28 +348,55 @@ func (s *step) followKubernetesCA(ctx context.Context, next *x509.PEMEncodedCert
 	}
 	said := fmt.Sprintf("Kubernetes CAs of the phase; the Kubernetes API answers a client certificate from the new CA, %d Nodes Ready", len(nodes.Items))
 	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationDropOld && s.m != nil && s.m.Status.NodeName != "" {
-		ok, err := kubeletCertifiedBy(ctx, kube, s.m.Status.NodeName, next.Crt)
+		node := s.m.Status.NodeName
+		requested, ok, err := kubeletCertifiedBy(ctx, kube, node, next.Crt)
 		if err != nil {
 			return "", fmt.Sprintf("listing the kubelets' client certificate requests: %v", err), nil
 		}
 		if !ok {
 			return "", fmt.Sprintf("the kubelet of Node %s has no client certificate from the new Kubernetes CA yet: "+
-				"it bootstraps one when it restarts without the old CA", s.m.Status.NodeName), nil
+				"it bootstraps one when it restarts without the old CA", node), nil
+		}
+		// Issued is not held: the kubelet fetches its certificate with the
+		// bootstrap token, which the rotation's end disables. A Node status
+		// it reported since it asked is one it reported with the new
+		// certificate (the old CA is refused in this phase).
+		if reported := readyHeartbeat(nodes.Items, node); reported.Before(requested) {
+			return "", fmt.Sprintf("the kubelet of Node %s was issued a client certificate from the new Kubernetes CA "+
+				"(requested %s) and has not reported with it yet (last at %s)", node,
+				requested.UTC().Format(time.RFC3339), reported.UTC().Format(time.RFC3339)), nil
 		}
 		said += ", its kubelet holding a client certificate from the new CA"
 	}
 	return said, "", nil
 }
 
+// readyHeartbeat is when node's kubelet last reported its Node Ready; zero
+// when it never did.
+func readyHeartbeat(nodes []corev1.Node, node string) time.Time {
+	for i := range nodes {
+		if nodes[i].Name != node {
+			continue
+		}
+		for _, c := range nodes[i].Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return c.LastHeartbeatTime.Time
+			}
+		}
+	}
+	return time.Time{}
+}
+
 // kubeletCertifiedBy reports whether node's kubelet was issued a client
 // certificate that ca verifies: a request of the kubelet client signer
-// whose issued certificate names system:node:<node>.
-func kubeletCertifiedBy(ctx context.Context, kube kubernetes.Interface, node string, ca []byte) (bool, error) {
+// whose issued certificate names system:node:<node>. requested is when the
+// newest such request was made.
+func kubeletCertifiedBy(ctx context.Context, kube kubernetes.Interface, node string, ca []byte) (requested time.Time, ok bool, _ error) {
 	csrs, err := kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeAPIServerClientKubeletSignerName).String(),
 	})
 	if err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	roots := stdx509.NewCertPool()
 	roots.AppendCertsFromPEM(ca)
@@ -383,10 +410,13 @@ func kubeletCertifiedBy(ctx context.Context, kube kubernetes.Interface, node str
 			continue
 		}
 		if _, err := cert.Verify(stdx509.VerifyOptions{Roots: roots, KeyUsages: []stdx509.ExtKeyUsage{stdx509.ExtKeyUsageClientAuth}}); err == nil {
-			return true, nil
+			ok = true
+			if csr.CreationTimestamp.After(requested) {
+				requested = csr.CreationTimestamp.Time
+			}
 		}
 	}
-	return false, nil
+	return requested, ok, nil
 }
 
 // kubeAs is a client of the cluster's Kubernetes API with a certificate

@@ -314,6 +314,58 @@ func TestCARotationOfBothCAsSurvivesACrashAtEveryWrite(t *testing.T) {
 	}
 }
 
+// TestCARotationWaitsForEachKubeletToReportWithItsNewCertificate: in
+// DropOld a kubelet whose client certificate from the new Kubernetes CA was
+// issued but that has not reported with it since holds its step (and so
+// the rotation, whose end disables the bootstrap token the kubelet fetches
+// its certificate with) until it reports.
+func TestCARotationWaitsForEachKubeletToReportWithItsNewCertificate(t *testing.T) {
+	op := caRotation("rotate", false)
+	op.Spec.CARotation.Kubernetes = ptr.To(true)
+	f := newFixture(t, op)
+	f.followTrust()
+	heartbeat := func(name string, at time.Time) {
+		node, err := f.kube.CoreV1().Nodes().Get(context.Background(), "node-"+name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(at)
+		if _, err := f.kube.CoreV1().Nodes().UpdateStatus(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heartbeat("cp-2", now.Add(-time.Minute))
+	follow := f.react
+	var held int
+	f.react = func() {
+		follow()
+		f.rebootstrapKubelets()
+		for _, s := range f.get("rotate").Status.Steps {
+			if s.Machine != "cp-2" || s.Action != v1alpha1.ActionDropOldCA || !strings.Contains(s.Message, "has not reported with it yet") {
+				continue
+			}
+			if held++; held == 3 {
+				heartbeat("cp-2", f.clock)
+			}
+			if c := f.cluster(); c.Status.CARotation == nil || c.Status.CARotation.Phase != v1alpha1.CARotationDropOld {
+				t.Errorf("the rotation left DropOld while cp-2's kubelet has not reported: %+v", c.Status.CARotation)
+			}
+		}
+	}
+	op = f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	if held < 3 {
+		t.Fatalf("cp-2's DropOld step was held %d times, want it held until its kubelet reported", held)
+	}
+	for _, s := range op.Status.Steps {
+		if s.Action == v1alpha1.ActionDropOldCA && !strings.Contains(s.Message, "its kubelet holding a client certificate from the new CA") {
+			t.Errorf("step %s: %q", s.Name(), s.Message)
+		}
+	}
+}
+
 // TestCARotationTakeoverRotatesTheSameCAs: a ca-rotation may not take over
 // a failed rotation of other CAs; it is refused before any step, naming
 // what the cluster is in.
@@ -362,7 +414,7 @@ func (f *fixture) rebootstrapKubelets() {
 			f.t.Fatal(err)
 		}
 		csr := &certificatesv1.CertificateSigningRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: csrName},
+			ObjectMeta: metav1.ObjectMeta{Name: csrName, CreationTimestamp: metav1.NewTime(f.clock)},
 			Spec:       certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName},
 			Status:     certificatesv1.CertificateSigningRequestStatus{Certificate: kp.CrtPEM},
 		}
