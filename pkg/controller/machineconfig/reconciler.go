@@ -9,7 +9,9 @@
 // change that needs a reboot (or an API server restart on a control plane)
 // holds the cluster's disruption budget (package disruption) and waits until
 // every other approved machine of the cluster is Ready, so one node at a
-// time goes away and control planes keep etcd's quorum. Every step
+// time goes away and control planes keep etcd's quorum. A worker takes a
+// new machine.ca (a CA rotation's IssueNew) only once every control plane
+// issues from it, as talosctl rotate-ca orders them. Every step
 // is recorded in the machine's status before the next is taken, and each is
 // decided from the node's own state, so a controller that restarts resumes
 // where it stopped without repeating or skipping one.
@@ -549,6 +551,17 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	}
 
 	role := render.MachineRole(m)
+	if role == v1alpha1.MachineRoleWorker && changesTalosCA(changes) {
+		waiting, err := r.controlPlanesIssueFrom(ctx, s, s.bundle.Certs.OS.Crt, creds)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if waiting != "" {
+			s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonWaitingForRollout,
+				"the change of machine.ca waits until every control plane issues from the new Talos API CA (a control plane's trustd signs this worker's API certificate): "+waiting)
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+		}
+	}
 	action, disrupts := disruptionOf(effect, role)
 	if disrupts {
 		if wait, err := r.takeBudget(ctx, s, effect, action); wait || err != nil {

@@ -1,6 +1,7 @@
 package machineconfig
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -455,5 +456,75 @@ func TestInstallRequiresSecureBoot(t *testing.T) {
 				t.Fatalf("with SecureBoot: security %+v, conditions %+v", m.Status.Security, m.Status.Conditions)
 			}
 		})
+	}
+}
+
+// TestWorkerTakesANewTalosCAAfterTheControlPlanes: in a CA rotation's
+// IssueNew phase a worker, whose API certificate a control plane's trustd
+// signs, keeps its config until every control plane issues from the new
+// Talos API CA, read from the nodes; then it takes it.
+func TestWorkerTakesANewTalosCAAfterTheControlPlanes(t *testing.T) {
+	f := newFixture(t, machine("cp1", "10.5.0.2:50000", "uuid-cp"), machine("w1", "10.5.0.11:50000", "uuid-1"))
+	cp := f.get("cp1")
+	cp.Spec.Role = v1alpha1.MachineRoleControlPlane
+	if err := f.client.Update(context.Background(), cp); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*talostest.Node{"cp1": {UUID: "uuid-cp", Stage: "maintenance", Etcd: true}, "w1": {UUID: "uuid-1", Stage: "maintenance"}}
+	f.dialer.Nodes["10.5.0.2:50000"], f.dialer.Nodes["10.5.0.11:50000"] = nodes["cp1"], nodes["w1"]
+	f.installReady("cp1", "w1")
+
+	ctx := context.Background()
+	var cluster v1alpha1.TalosCluster
+	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &cluster); err != nil {
+		t.Fatal(err)
+	}
+	op := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate", Namespace: ns, UID: "uid-rotate"}}
+	next, err := clustersecrets.EnsureRotationCAs(ctx, f.client, f.client, &cluster, op, true, false, f.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster.Status.CARotation = &v1alpha1.CARotationStatus{Operation: "rotate", Phase: v1alpha1.CARotationIssueNew, Talos: true}
+	if err := f.client.Status().Update(ctx, &cluster); err != nil {
+		t.Fatal(err)
+	}
+	f.now = f.now.Add(time.Minute)
+
+	applies := func(name string) int {
+		n := 0
+		for _, c := range nodes[name].Calls {
+			if strings.HasPrefix(c, "apply ") {
+				n++
+			}
+		}
+		return n
+	}
+	before := applies("w1")
+	f.reconcile("w1")
+	m := f.get("w1")
+	applied := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied)
+	if applies("w1") != before || applied == nil || applied.Reason != v1alpha1.MachineReasonWaitingForRollout ||
+		!strings.Contains(applied.Message, "cp1 issues from another CA") {
+		t.Fatalf("w1 before cp1 issues from the new CA: %d applies, ConfigApplied %+v", applies("w1")-before, applied)
+	}
+	if m.Status.Phase != v1alpha1.MachinePhaseReady {
+		t.Errorf("w1 waiting for its turn is %s, want Ready: it runs its config", m.Status.Phase)
+	}
+
+	// cp1 takes the phase's config (its API server restarts under the budget).
+	for range 5 {
+		f.reconcile("cp1")
+		f.dialer.Boot()
+	}
+	got, err := (&talostest.Dialer{Nodes: map[string]*talostest.Node{"a": nodes["cp1"]}}).Configured(ctx, "a", talos.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca, err := got.TalosCA(ctx); err != nil || !bytes.Equal(ca.Issuing, next.Talos.Crt) {
+		t.Fatalf("cp1 does not issue from the new CA: %v", err)
+	}
+	f.reconcile("w1")
+	if applies("w1") != before+1 {
+		t.Fatalf("w1 was not sent its config once every control plane issues from the new CA: %v", nodes["w1"].Calls)
 	}
 }

@@ -1,6 +1,7 @@
 package machineconfig
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/disruption"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/talos"
 )
 
 // disruptionOf says whether a change of effect e to a machine of role takes
@@ -118,4 +120,54 @@ func (r *Reconciler) busy(ctx context.Context, m *v1alpha1.TalosMachine) ([]stri
 		return nil, fmt.Errorf("list machines of %s: %w", m.Spec.ClusterName, err)
 	}
 	return busyMachines(m, all.Items), nil
+}
+
+// changesTalosCA reports whether changes move machine.ca, the Talos API CA
+// a node's API certificate is issued from.
+func changesTalosCA(changes []render.Change) bool {
+	return slices.ContainsFunc(changes, func(c render.Change) bool {
+		return c.Path == "machine.ca" || strings.HasPrefix(c.Path, "machine.ca.")
+	})
+}
+
+// controlPlanesIssueFrom says which control planes of s's cluster do not
+// issue Talos API certificates from ca yet, read from each node (its
+// OSRoot, as talosctl rotate-ca reads it), or "" when all do. A worker's
+// machine.ca names the CA its certificate comes from, which a control
+// plane's trustd signs: a worker that took a new machine.ca before every
+// control plane issues from it could get no certificate, so in each phase of
+// a CA rotation workers follow the control planes, as talosctl rotate-ca
+// orders them.
+func (r *Reconciler) controlPlanesIssueFrom(ctx context.Context, s step, ca []byte, creds talos.Credentials) (string, error) {
+	var all v1alpha1.TalosMachineList
+	if err := r.APIReader.List(ctx, &all, client.InNamespace(s.m.Namespace)); err != nil {
+		return "", fmt.Errorf("list machines of %s: %w", s.m.Spec.ClusterName, err)
+	}
+	var behind []string
+	for i := range all.Items {
+		cp := &all.Items[i]
+		if cp.Spec.ClusterName != s.m.Spec.ClusterName || !clusterindex.Member(cp) || render.MachineRole(cp) != v1alpha1.MachineRoleControlPlane {
+			continue
+		}
+		behind = append(behind, r.issuesFrom(ctx, cp, ca, creds)...)
+	}
+	slices.Sort(behind)
+	return strings.Join(behind, "; "), nil
+}
+
+// issuesFrom says how control plane cp does not issue from ca, if it does not.
+func (r *Reconciler) issuesFrom(ctx context.Context, cp *v1alpha1.TalosMachine, ca []byte, creds talos.Credentials) []string {
+	node, err := r.Dialer.Configured(ctx, cp.Spec.Address, creds)
+	if err != nil {
+		return []string{fmt.Sprintf("%s does not answer: %v", cp.Name, err)}
+	}
+	defer func() { _ = node.Close() }()
+	got, err := node.TalosCA(ctx)
+	if err != nil {
+		return []string{fmt.Sprintf("%s does not answer: %v", cp.Name, err)}
+	}
+	if !bytes.Equal(got.Issuing, ca) {
+		return []string{cp.Name + " issues from another CA"}
+	}
+	return nil
 }
