@@ -15,10 +15,11 @@ BENCH_FLAGS   ?=
 
 all: build
 
-build: ## Build ichor-apiserver, ichor-controller, ichor-auth, the ichor CLI (also as kubectl-ichor) and the local runner into bin/.
+build: ## Build ichor-apiserver, ichor-controller, ichor-auth, ichor-ui, the ichor CLI (also as kubectl-ichor) and the local runner into bin/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
 	$(GO) build -o $(BIN)/ichor-controller ./cmd/ichor-controller
 	$(GO) build -o $(BIN)/ichor-auth ./cmd/ichor-auth
+	$(GO) build -o $(BIN)/ichor-ui ./cmd/ichor-ui
 	$(GO) build -o $(BIN)/ichor ./cmd/ichor
 	ln -sf ichor $(BIN)/kubectl-ichor
 	$(GO) build -o $(BIN)/ichor-local ./test/cmd/ichor-local

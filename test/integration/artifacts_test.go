@@ -32,6 +32,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/ui"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -517,6 +518,26 @@ func splitAuthStateRules(rules []rbacv1.PolicyRule) (own, rest []rbacv1.PolicyRu
 	return own, rest
 }
 
+// uiImpersonator is ichor-ui's role, the one that may impersonate: the
+// Ichor role groups by name, and users (RBAC cannot name "ichor:… and
+// oidc:… only"; pkg/ui refuses any other name); nothing else.
+const uiImpersonator = "ichor-ui"
+
+// splitUIRules separates uiImpersonator's two allowed rules from the rest.
+func splitUIRules(rules []rbacv1.PolicyRule) (own, rest []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		core := slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Verbs, []string{"impersonate"})
+		groups := core && slices.Equal(r.Resources, []string{"groups"}) && slices.Equal(r.ResourceNames, ui.RoleGroups)
+		users := core && slices.Equal(r.Resources, []string{"users"}) && len(r.ResourceNames) == 0
+		if groups || users {
+			own = append(own, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return own, rest
+}
+
 // bindingViolations lists what is wrong with a binding's roleRef.
 func bindingViolations(binding string, ref rbacv1.RoleRef) []string {
 	if ref.Name == "cluster-admin" {
@@ -662,6 +683,7 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	// ichor-auth's are installed here.
 	installControllerRBAC(ctx, t)
 	installAuth(ctx, t)
+	installUI(ctx, t)
 
 	// The manifests.
 	type roleRef struct{ kind, namespace, name string }
@@ -681,6 +703,12 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 				var secretRules []rbacv1.PolicyRule
 				if secretRules, rules = splitSecretsHolderRules(rules); len(secretRules) == 0 {
 					t.Errorf("%s: grants no Secret access, yet reads and generates bundles", where)
+				}
+			}
+			if r.Name == uiImpersonator {
+				var own []rbacv1.PolicyRule
+				if own, rules = splitUIRules(rules); len(own) != 2 {
+					t.Errorf("%s: want its two impersonation rules (the role groups by name, users), found %d", where, len(own))
 				}
 			}
 			if r.Name == metricsReader {
@@ -780,6 +808,9 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		}
 		if ref.kind == "Role" && ref.name == authState {
 			_, rules = splitAuthStateRules(rules)
+		}
+		if ref.kind == "ClusterRole" && ref.name == uiImpersonator {
+			_, rules = splitUIRules(rules)
 		}
 		for _, v := range leastPrivilegeViolations("live "+ref.kind+" "+ref.name, rules) {
 			t.Error(v)
@@ -944,6 +975,31 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 	} {
 		if got := allowed(ctx, t, kube, authUser, authGroups, c.a, c.namespace); got != c.want {
 			t.Errorf("%s may %s in namespace %q: %v, want %v", authUser, c.a, c.namespace, got, c.want)
+		}
+	}
+
+	// ichor-ui: impersonation of the role groups and of users, nothing as itself.
+	for _, c := range []struct {
+		a         access
+		namespace string
+		want      bool
+	}{
+		{access{resource: "groups", verb: "impersonate", name: "ichor:admin"}, "", true},
+		{access{resource: "groups", verb: "impersonate", name: "ichor:viewer"}, "", true},
+		{access{resource: "groups", verb: "impersonate", name: "system:masters"}, "", false},
+		{access{resource: "groups", verb: "impersonate", name: "system:authenticated"}, "", false},
+		{access{resource: "users", verb: "impersonate", name: "ichor:dana"}, "", true},
+		{access{resource: "serviceaccounts", verb: "impersonate"}, "", false},
+		{access{resource: "uids", verb: "impersonate"}, "", false},
+		{access{group: "authentication.k8s.io", resource: "userextras", verb: "impersonate"}, "", false},
+		{access{resource: "secrets", verb: "get"}, harness.IchorNamespace, false},
+		{access{resource: "secrets", verb: "list"}, "", false},
+		{access{group: "ichor.dev", resource: "talosclusters", verb: "list"}, "", false},
+		{access{group: "ichor.dev", resource: "talosmachines", subresource: "approval", verb: "approve"}, "", false},
+		{access{group: "ichor.dev", resource: "taloscredentialrequests", verb: "create"}, "", false},
+	} {
+		if got := allowed(ctx, t, kube, uiUser, uiGroups, c.a, c.namespace); got != c.want {
+			t.Errorf("%s may %s in namespace %q: %v, want %v", uiUser, c.a, c.namespace, got, c.want)
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/pki"
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
@@ -48,6 +49,7 @@ func run() error {
 	apiserver := flag.String("ichor-apiserver", "bin/ichor-apiserver", "The ichor-apiserver binary to run.")
 	controller := flag.String("ichor-controller", "bin/ichor-controller", "The ichor-controller binary to run.")
 	auth := flag.String("ichor-auth", "bin/ichor-auth", "The ichor-auth binary to run.")
+	console := flag.String("ichor-ui", "bin/ichor-ui", "The ichor-ui binary to run.")
 	machines := flag.Int("machines", 5, "How many simulated Talos machines to start in maintenance mode.")
 	machineNet := flag.String("machine-network", "127.0.1.0/24", "Loopback network the simulated machines listen in, one address each, on the Talos API port.")
 	flag.Parse()
@@ -109,6 +111,12 @@ func run() error {
 	}
 	defer authProc.Stop(15 * time.Second) //nolint:errcheck
 
+	ui, err := startUI(ctx, cp, dir, *console)
+	if err != nil {
+		return err
+	}
+	defer ui.proc.Stop(15 * time.Second) //nolint:errcheck
+
 	data, err := os.ReadFile(cp.AdminKubeconfig)
 	if err != nil {
 		return err
@@ -122,7 +130,10 @@ func run() error {
 	}
 	fmt.Printf(`
 Ichor is running: ichor.dev/v1alpha1 is Available through kube-apiserver at %s.
-Logs are in %s (ichor-controller.log, ichor-auth.log).
+Logs are in %s (ichor-controller.log, ichor-auth.log, ichor-ui.log).
+
+The web console is at %s (its serving CA: %s).
+Sign in there as admin, with the password in %s.
 
   kubectl --kubeconfig %s get ichor -A
   kubectl --kubeconfig %s api-resources --api-group=ichor.dev
@@ -138,7 +149,7 @@ Or sign in at the local OpenID provider (as olga, password "olga's provider pass
   bin/ichor login --kubeconfig %s --oidc --issuer %s --issuer-certificate-authority %s
 
 Simulated Talos machines in maintenance mode (Talos API address, certificate fingerprint):
-`, cp.URL, dir, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig, signIn.kubeconfig, cp.OIDC.URL, cp.OIDC.CAFile)
+`, cp.URL, dir, ui.url, ui.caFile, signIn.passwordFile, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig, signIn.kubeconfig, cp.OIDC.URL, cp.OIDC.CAFile)
 	for _, n := range nodes {
 		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
 	}
@@ -255,6 +266,69 @@ func startAuth(ctx context.Context, cp *harness.ControlPlane, dir, binary string
 		"--tls-cert-file="+cp.Auth.CertFile,
 		"--tls-private-key-file="+cp.Auth.KeyFile,
 	)
+}
+
+// The identity of ichor-ui, as artifacts/ui-rbac.yaml names it.
+const uiUser = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-ui"
+
+// runningUI is the started web console.
+type runningUI struct {
+	proc        *proc.Process
+	url, caFile string
+}
+
+// startUI installs ichor-ui's RBAC from artifacts/ and runs the binary as
+// its ServiceAccount on a loopback port, with a serving certificate of a CA
+// of its own (written beside it, for a browser to trust).
+func startUI(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*runningUI, error) {
+	binary, err := filepath.Abs(binary)
+	if err != nil {
+		return nil, err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "ui-rbac.yaml")); err != nil {
+		return nil, fmt.Errorf("install ichor-ui's RBAC: %w", err)
+	}
+	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-ui", uiUser)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.NewCA("ichor-ui-local-ca")
+	if err != nil {
+		return nil, err
+	}
+	caFile := filepath.Join(dir, "ichor-ui-ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
+		return nil, err
+	}
+	kp, err := ca.Issue(pki.Leaf{CommonName: "ichor-ui", DNSNames: pki.Loopback.DNSNames, IPs: pki.Loopback.IPs, Usage: pki.ServerAuth})
+	if err != nil {
+		return nil, err
+	}
+	certFile, keyFile, err := kp.WriteFiles(dir, "ichor-ui")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := proc.FreePorts("127.0.0.1", 1)
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p, err := proc.Start(dir, "ichor-ui", binary,
+		"--kubeconfig="+kubeconfig,
+		"--bind-address="+addr,
+		"--issuer-url="+cp.Auth.URL,
+		"--issuer-ca-file="+cp.Auth.CAFile,
+		"--tls-cert-file="+certFile,
+		"--tls-private-key-file="+keyFile,
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &runningUI{proc: p, url: "https://" + addr, caFile: caFile}, nil
 }
 
 // impersonatingKubeconfig writes a kubeconfig whose requests the admin

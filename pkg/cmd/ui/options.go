@@ -1,0 +1,156 @@
+// Package ui is the ichor-ui command: Ichor's web console (pkg/ui), served
+// over HTTPS.
+package ui
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"ichor.dev/ichor/pkg/ui"
+)
+
+// Options are ichor-ui's flags.
+type Options struct {
+	BindAddress             string
+	TLSCertFile, TLSKeyFile string
+	IssuerURL               string
+	IssuerCAFile            string
+	SessionLifetime         time.Duration
+}
+
+// NewOptions returns ichor-ui's defaults.
+func NewOptions() *Options {
+	return &Options{BindAddress: ":8443", SessionLifetime: 12 * time.Hour}
+}
+
+// AddFlags registers the flags, and controller-runtime's --kubeconfig
+// (then $KUBECONFIG, then the in-cluster ServiceAccount).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
+		fs.AddGoFlag(f)
+	}
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Where to serve HTTPS.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "The serving certificate (PEM); reloaded when it changes.")
+	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "The serving certificate's private key (PEM).")
+	fs.StringVar(&o.IssuerURL, "issuer-url", o.IssuerURL, "ichor-auth's issuer URL, where Ichor users sign in.")
+	fs.StringVar(&o.IssuerCAFile, "issuer-ca-file", o.IssuerCAFile, "The CA that signed ichor-auth's serving certificate (PEM); the system's roots when empty.")
+	fs.DurationVar(&o.SessionLifetime, "session-lifetime", o.SessionLifetime, "How long a console session lasts at most (1m to 30 days); it is renewed with ichor-auth as often as a token expires.")
+}
+
+// Validate reports every problem of o at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: ichor-ui serves HTTPS only"))
+	}
+	if o.IssuerURL == "" {
+		errs = append(errs, errors.New("--issuer-url is required"))
+	}
+	if o.SessionLifetime < time.Minute || o.SessionLifetime > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--session-lifetime %s: must be between 1m and 30 days", o.SessionLifetime))
+	}
+	return errors.Join(errs...)
+}
+
+// NewCommand returns the ichor-ui command.
+func NewCommand() *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "ichor-ui",
+		Short: "Serve Ichor's web console, acting for each signed-in person by impersonation",
+		Long: `ichor-ui is Ichor's web console. People sign in (Ichor users with their
+password at ichor-auth); the browser holds an ichor-ui session and nothing else,
+and ichor-ui acts for the person by impersonating them (an ichor: or oidc: user,
+with the Ichor role groups; never a system: name). Its ServiceAccount may
+impersonate and nothing else.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ctrllog.SetLogger(klog.NewKlogr())
+			cfg, err := config.GetConfig()
+			if err != nil {
+				return err
+			}
+			return o.RunOn(cmd.Context(), cfg, nil)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// RunOn serves the console on ln (nil: BindAddress) as the user of cfg
+// until ctx ends.
+func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) error {
+	issuerTLS := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.IssuerCAFile != "" {
+		pem, err := os.ReadFile(o.IssuerCAFile)
+		if err != nil {
+			return err
+		}
+		issuerTLS.RootCAs = x509.NewCertPool()
+		if !issuerTLS.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--issuer-ca-file %s holds no PEM certificate", o.IssuerCAFile)
+		}
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = 30 * time.Second
+	srv, err := ui.New(ui.Options{
+		IssuerURL:       o.IssuerURL,
+		IssuerClient:    &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: issuerTLS}},
+		Kube:            cfg,
+		SessionLifetime: o.SessionLifetime,
+	})
+	if err != nil {
+		return err
+	}
+	certs, err := certwatcher.New(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("load the serving certificate: %w", err)
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", o.BindAddress); err != nil {
+			return err
+		}
+	}
+	server := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = certs.Start(ctx) }()
+	go srv.Run(ctx)
+	go func() {
+		<-ctx.Done()
+		shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
+		defer done()
+		_ = server.Shutdown(shutdown)
+	}()
+	klog.InfoS("serving the console", "address", ln.Addr().String())
+	if err := server.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package ui
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+)
+
+var templateFuncs = template.FuncMap{
+	"join": strings.Join,
+}
+
+// clusterRow is a cluster at a glance.
+type clusterRow struct {
+	Namespace, Name, Phase          string
+	TalosVersion, KubernetesVersion string
+	Ready, Total                    int32
+	// Unhealthy are the conditions that are not True, as "Type: message".
+	Unhealthy []string
+}
+
+// rowOf summarises c.
+func rowOf(c *v1alpha1.TalosCluster) clusterRow {
+	row := clusterRow{
+		Namespace: c.Namespace, Name: c.Name, Phase: string(c.Status.Phase),
+		TalosVersion: c.Spec.TalosVersion, KubernetesVersion: c.Spec.KubernetesVersion,
+		Ready: c.Status.Machines.Ready, Total: c.Status.Machines.Total,
+	}
+	if c.Status.TalosVersion != "" {
+		row.TalosVersion = c.Status.TalosVersion
+	}
+	if c.Status.KubernetesVersion != "" {
+		row.KubernetesVersion = c.Status.KubernetesVersion
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Status != metav1.ConditionTrue {
+			row.Unhealthy = append(row.Unhealthy, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
+		}
+	}
+	slices.Sort(row.Unhealthy)
+	return row
+}
+
+// clusters lists the clusters the person may see, as that person.
+func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
+	data := map[string]any{"Who": se.who, "CSRF": se.csrf}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	list, err := cs.IchorV1alpha1().TalosClusters(metav1.NamespaceAll).List(r.Context(), metav1.ListOptions{})
+	status := http.StatusOK
+	switch {
+	case err == nil:
+		rows := make([]clusterRow, 0, len(list.Items))
+		for i := range list.Items {
+			rows = append(rows, rowOf(&list.Items[i]))
+		}
+		data["Clusters"] = rows
+	case apierrors.IsForbidden(err):
+		status = http.StatusForbidden
+		data["Refused"] = apiReason(err)
+	default:
+		status = http.StatusBadGateway
+		data["Refused"] = apiReason(err)
+	}
+	s.render(w, status, "clusters", data)
+}
+
+// apiReason is the server's own words for a refusal.
+func apiReason(err error) string {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Message != "" {
+		return st.Status().Message
+	}
+	return err.Error()
+}

@@ -1,0 +1,264 @@
+package ui
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"ichor.dev/ichor/pkg/issuer"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Options configure the console.
+type Options struct {
+	// IssuerURL is ichor-auth's issuer URL, where Ichor users sign in.
+	IssuerURL string
+	// IssuerClient reaches ichor-auth, trusting its serving CA.
+	IssuerClient *http.Client
+	// Kube is ichor-ui's own client config (its ServiceAccount): used to
+	// impersonate the signed-in person, and to ask kube-apiserver who a
+	// token is, without its credentials.
+	Kube *rest.Config
+	// SessionLifetime bounds a session, however often it is renewed.
+	SessionLifetime time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Server is the console's HTTP handler.
+type Server struct {
+	opts         Options
+	kube         *rest.Config
+	issuerClient *http.Client
+	sessions     *sessions
+	pages        map[string]*template.Template
+	mux          *http.ServeMux
+}
+
+// New returns the console.
+func New(opts Options) (*Server, error) {
+	if opts.IssuerURL == "" || opts.Kube == nil {
+		return nil, errors.New("the issuer URL and a Kubernetes client config are required")
+	}
+	if opts.IssuerClient == nil {
+		opts.IssuerClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.SessionLifetime <= 0 {
+		opts.SessionLifetime = 12 * time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
+	for _, page := range []string{"login", "clusters"} {
+		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, err
+		}
+		s.pages[page] = t
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.login)
+	mux.Handle("POST /logout", s.signedIn(s.logout))
+	mux.Handle("GET /clusters", s.signedIn(s.clusters))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/clusters", http.StatusSeeOther) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	s.mux = mux
+	return s, nil
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Run forgets ended sessions until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			s.sessions.sweep(s.now())
+		}
+	}
+}
+
+// ServeHTTP serves every request with the security headers, and refuses a
+// state-changing one from another origin.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Strict-Transport-Security", "max-age=31536000; includeSubDomains")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !sameOrigin(r) {
+		http.Error(w, "refused: a state-changing request must come from this console's own pages", http.StatusForbidden)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin reports whether a request was sent by a page of this host:
+// its Origin (or, without one, its Sec-Fetch-Site) says so.
+func sameOrigin(r *http.Request) bool {
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		return err == nil && u.Scheme == "https" && u.Host == r.Host
+	}
+	return r.Header.Get("Sec-Fetch-Site") == "same-origin"
+}
+
+// validCSRF reports whether r's form carries want.
+func validCSRF(r *http.Request, want string) bool {
+	got := r.PostFormValue("csrf")
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// signedInHandler serves a signed-in person's request.
+type signedInHandler func(w http.ResponseWriter, r *http.Request, se *session)
+
+// signedIn passes a request on with its session, renewed when due; without
+// one it sends the browser to sign in. A state-changing request also needs
+// the session's CSRF token.
+func (s *Server) signedIn(next signedInHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		se := s.sessions.get(r, s.now())
+		if se == nil {
+			s.toLogin(w, r, "")
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if !validCSRF(r, se.csrf) {
+				http.Error(w, "refused: the form's CSRF token does not match your session; reload the page", http.StatusForbidden)
+				return
+			}
+		}
+		if !s.now().Before(se.renewAt) {
+			who, refresh, renewAt, err := s.renew(r.Context(), se)
+			if err != nil {
+				s.sessions.end(se.id)
+				var refused *errSignIn
+				msg := "your sign-in could not be renewed; sign in again"
+				if errors.As(err, &refused) {
+					msg = "your sign-in ended: " + refused.msg
+				} else {
+					klog.InfoS("renewing a session failed", "user", se.who.User, "err", err)
+				}
+				s.toLogin(w, r, msg)
+				return
+			}
+			s.sessions.update(se.id, who, refresh, renewAt)
+			se.who, se.refresh, se.renewAt = who, refresh, renewAt
+		}
+		next(w, r, se)
+	})
+}
+
+// toLogin sends the browser to the sign-in page.
+func (s *Server) toLogin(w http.ResponseWriter, r *http.Request, msg string) {
+	http.SetCookie(w, cookie(sessionCookie, "", time.Time{}))
+	if msg != "" {
+		s.renderLogin(w, r, http.StatusUnauthorized, msg)
+		return
+	}
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
+	if se := s.sessions.get(r, s.now()); se != nil {
+		http.Redirect(w, r, "/clusters", http.StatusSeeOther)
+		return
+	}
+	s.renderLogin(w, r, http.StatusOK, "")
+}
+
+// renderLogin shows the sign-in form with a fresh CSRF token, which the
+// form and a cookie both carry (there is no session to keep it in yet).
+func (s *Server) renderLogin(w http.ResponseWriter, _ *http.Request, status int, msg string) {
+	token := randomToken()
+	http.SetCookie(w, cookie(loginCookie, token, s.now().Add(time.Hour)))
+	s.render(w, status, "login", map[string]any{"CSRF": token, "Error": msg})
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !validCSRF(r, c.Value) {
+		http.Error(w, "refused: the sign-in form's CSRF token does not match; reload the page", http.StatusForbidden)
+		return
+	}
+	user, password := strings.TrimSpace(r.PostFormValue("username")), r.PostFormValue("password")
+	who, refresh, renewAt, err := s.signIn(r.Context(), user, password)
+	if err != nil {
+		var refused *errSignIn
+		msg := "sign-in is unavailable right now; try again"
+		if errors.As(err, &refused) {
+			msg = refused.msg
+		} else {
+			klog.InfoS("a sign-in failed", "user", user, "err", err)
+		}
+		s.renderLogin(w, r, http.StatusUnauthorized, msg)
+		return
+	}
+	se := s.sessions.start(who, refresh, renewAt, s.now().Add(s.opts.SessionLifetime))
+	http.SetCookie(w, cookie(loginCookie, "", time.Time{}))
+	http.SetCookie(w, cookie(sessionCookie, se.id, se.expires))
+	klog.InfoS("signed in", "user", who.User, "groups", who.Groups)
+	http.Redirect(w, r, "/clusters", http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request, se *session) {
+	s.sessions.end(se.id)
+	if se.refresh != "" {
+		s.revoke(r.Context(), se.refresh)
+	}
+	http.SetCookie(w, cookie(sessionCookie, "", time.Time{}))
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// revoke ends the issuer's session of a refresh token, best effort: the
+// console's session is gone either way.
+func (s *Server) revoke(ctx context.Context, refresh string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.opts.IssuerURL+issuer.RevokePath, strings.NewReader(url.Values{"token": {refresh}}.Encode()))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if resp, err := s.issuerClient.Do(req); err == nil {
+		_ = resp.Body.Close()
+	}
+}
+
+// render writes a page.
+func (s *Server) render(w http.ResponseWriter, status int, page string, data map[string]any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := s.pages[page].Execute(w, data); err != nil {
+		klog.InfoS("rendering a page failed", "page", page, "err", err)
+	}
+}

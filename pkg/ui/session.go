@@ -1,0 +1,125 @@
+package ui
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// sessionCookie names the session's cookie. The __Host- prefix makes the
+// browser refuse it unless it is Secure, has Path=/ and no Domain: no other
+// host can set or read it.
+const sessionCookie = "__Host-ichor-ui"
+
+// loginCookie carries the CSRF token of the sign-in form, before there is
+// a session.
+const loginCookie = "__Host-ichor-ui-login"
+
+// identity is the person a session acts as.
+type identity struct {
+	// User is the name kube-apiserver authenticated ("ichor:dana").
+	User string
+	// Groups are the Ichor role groups among the person's groups.
+	Groups []string
+}
+
+// session is one sign-in. Only its id leaves the server.
+type session struct {
+	id   string
+	who  identity
+	csrf string
+	// refresh is the issuer's refresh token of an Ichor user's sign-in.
+	refresh string
+	// renewAt is when the sign-in is looked at again: when the ID token it
+	// started with would have expired.
+	renewAt time.Time
+	// expires is when the session ends whatever happens.
+	expires time.Time
+}
+
+// sessions are the signed-in sessions, in memory: a restart of ichor-ui
+// signs everyone out, which is safe.
+type sessions struct {
+	mu   sync.Mutex
+	byID map[string]*session
+}
+
+func newSessions() *sessions { return &sessions{byID: map[string]*session{}} }
+
+// randomToken is 256 random bits, base64url.
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// start records a new session for who.
+func (s *sessions) start(who identity, refresh string, renewAt, expires time.Time) *session {
+	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, renewAt: renewAt, expires: expires}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byID[se.id] = se
+	return se
+}
+
+// get returns the session of r's cookie, nil when there is none or it
+// ended.
+func (s *sessions) get(r *http.Request, now time.Time) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.byID[c.Value]
+	if se == nil {
+		return nil
+	}
+	if !now.Before(se.expires) {
+		delete(s.byID, se.id)
+		return nil
+	}
+	copied := *se
+	return &copied
+}
+
+// update replaces a session's identity and renewal after it was renewed.
+func (s *sessions) update(id string, who identity, refresh string, renewAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se := s.byID[id]; se != nil {
+		se.who, se.refresh, se.renewAt = who, refresh, renewAt
+	}
+}
+
+// end forgets a session.
+func (s *sessions) end(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byID, id)
+}
+
+// sweep forgets the sessions that ended.
+func (s *sessions) sweep(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, se := range s.byID {
+		if !now.Before(se.expires) {
+			delete(s.byID, id)
+		}
+	}
+}
+
+// cookie is the session cookie for id, living until expires (a zero time
+// and MaxAge -1 clear it).
+func cookie(name, value string, expires time.Time) *http.Cookie {
+	c := &http.Cookie{Name: name, Value: value, Path: "/", Secure: true, HttpOnly: true, SameSite: http.SameSiteStrictMode}
+	if value == "" {
+		c.MaxAge = -1
+	} else {
+		c.Expires = expires
+	}
+	return c
+}

@@ -1,0 +1,100 @@
+package ui
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+)
+
+// TestServable: ichor-ui acts only for Ichor's and the OpenID provider's
+// people, never a system: name, and with the Ichor role groups only.
+func TestServable(t *testing.T) {
+	for _, c := range []struct {
+		user   string
+		groups []string
+		ok     bool
+		want   []string
+	}{
+		{"ichor:dana", []string{"ichor:operator", "system:authenticated"}, true, []string{"ichor:operator"}},
+		{"oidc:ada@example.net", []string{"ichor:admin", "ichor:admin", "ichor:viewer"}, true, []string{"ichor:admin", "ichor:viewer"}},
+		{"oidc:bo@example.net", nil, true, nil},
+		{"ichor:eve", []string{"system:masters", "ichor:viewer", "oidc:admins"}, true, []string{"ichor:viewer"}},
+		{"system:admin", []string{"ichor:admin"}, false, nil},
+		{"system:serviceaccount:ichor-system:ichor-ui", nil, false, nil},
+		{"system:ichor:dana", nil, false, nil},
+		{"dana", []string{"ichor:admin"}, false, nil},
+		{"ichor:", []string{"ichor:admin"}, false, nil},
+		{"", nil, false, nil},
+	} {
+		got, err := servable(authenticationv1.UserInfo{Username: c.user, Groups: c.groups})
+		if (err == nil) != c.ok {
+			t.Errorf("%q: err %v, want ok %v", c.user, err, c.ok)
+			continue
+		}
+		if c.ok && (got.User != c.user || !slices.Equal(got.Groups, c.want)) {
+			t.Errorf("%q %v: acts as %+v, want groups %v", c.user, c.groups, got, c.want)
+		}
+	}
+}
+
+// TestSameOrigin: a state-changing request counts as the console's own only
+// with its https origin, or, without an Origin, Sec-Fetch-Site same-origin.
+func TestSameOrigin(t *testing.T) {
+	for _, c := range []struct {
+		origin, fetchSite string
+		want              bool
+	}{
+		{"https://console.example.net", "", true},
+		{"http://console.example.net", "", false},
+		{"https://evil.example", "", false},
+		{"https://console.example.net.evil.example", "", false},
+		{"null", "", false},
+		{"", "same-origin", true},
+		{"", "cross-site", false},
+		{"", "", false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "https://console.example.net/logout", nil)
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.fetchSite != "" {
+			r.Header.Set("Sec-Fetch-Site", c.fetchSite)
+		}
+		if got := sameOrigin(r); got != c.want {
+			t.Errorf("Origin %q, Sec-Fetch-Site %q: %v, want %v", c.origin, c.fetchSite, got, c.want)
+		}
+	}
+}
+
+// TestSessionsEnd: a session is found by its cookie until it expires, and
+// never after it ended.
+func TestSessionsEnd(t *testing.T) {
+	s := newSessions()
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	se := s.start(identity{User: "ichor:dana"}, "", now.Add(time.Minute), now.Add(time.Hour))
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.AddCookie(&http.Cookie{Name: sessionCookie, Value: se.id})
+	if got := s.get(r, now.Add(59*time.Minute)); got == nil || got.who.User != "ichor:dana" {
+		t.Fatalf("the session before it expires: %+v", got)
+	}
+	if got := s.get(r, now.Add(time.Hour)); got != nil {
+		t.Fatal("an expired session was found")
+	}
+	if got := s.get(r, now); got != nil {
+		t.Fatal("an expired session came back")
+	}
+	other := s.start(identity{User: "ichor:vic"}, "", now, now.Add(time.Hour))
+	s.end(other.id)
+	r2 := httptest.NewRequest(http.MethodGet, "/", nil)
+	r2.AddCookie(&http.Cookie{Name: sessionCookie, Value: other.id})
+	if s.get(r2, now) != nil {
+		t.Fatal("an ended session was found")
+	}
+	if se.id == other.id || se.csrf == other.csrf || len(se.id) < 43 {
+		t.Fatalf("session ids and CSRF tokens must be fresh 256-bit values: %q %q", se.id, other.id)
+	}
+}

@@ -1,0 +1,395 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	authcmd "ichor.dev/ichor/pkg/cmd/auth"
+	uicmd "ichor.dev/ichor/pkg/cmd/ui"
+	"ichor.dev/ichor/pkg/issuer"
+	"ichor.dev/ichor/pkg/pki"
+	"ichor.dev/ichor/test/harness"
+)
+
+// ichor-ui's ServiceAccount, as artifacts/ui-rbac.yaml names it.
+var (
+	uiUser   = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-ui"
+	uiGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + harness.IchorNamespace}
+)
+
+// installUI applies artifacts/ui-rbac.yaml, as an installation does.
+func installUI(ctx context.Context, t testing.TB) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "--field-manager=ichor-installer", "-f", filepath.Join(root, "artifacts", "ui-rbac.yaml")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// browser is what a person's browser is to ichor-ui: cookies, and the
+// console's serving CA trusted. It follows no redirect, so that tests see
+// where they lead.
+type browser struct {
+	base   string
+	client *http.Client
+}
+
+// runUI starts ichor-ui in this process as its ServiceAccount, with its
+// artifacts' RBAC, and returns a fresh browser for it.
+func runUI(t *testing.T) func() *browser {
+	t.Helper()
+	installUI(t.Context(), t)
+	ca, err := pki.NewCA("ichor-ui-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.Issue(pki.Leaf{CommonName: "ichor-ui", DNSNames: pki.Loopback.DNSNames, IPs: pki.Loopback.IPs, Usage: pki.ServerAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := kp.WriteFiles(t.TempDir(), "ichor-ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := uicmd.NewOptions()
+	o.TLSCertFile, o.TLSKeyFile = certFile, keyFile
+	o.IssuerURL, o.IssuerCAFile = cp.Auth.URL, cp.Auth.CAFile
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- o.RunOn(ctx, cp.ConfigFor(uiUser, uiGroups...), ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ichor-ui: %v", err)
+		}
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.CertPEM())
+	base := "https://" + ln.Addr().String()
+	return func() *browser {
+		jar, err := cookiejar.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &browser{base: base, client: &http.Client{
+			Jar: jar, Timeout: 30 * time.Second,
+			Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}}
+	}
+}
+
+// page is an answer, read whole.
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (b *browser) do(t *testing.T, method, path string, form url.Values, origin string) page {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, b.base+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() //nolint:errcheck
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page{status: resp.StatusCode, header: resp.Header, body: string(data)}
+}
+
+func (b *browser) get(t *testing.T, path string) page { return b.do(t, http.MethodGet, path, nil, "") }
+
+// post sends a form as the console's own pages do: from its origin.
+func (b *browser) post(t *testing.T, path string, form url.Values) page {
+	return b.do(t, http.MethodPost, path, form, b.base)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf is the CSRF token of a page's form.
+func (p page) csrf(t *testing.T) string {
+	t.Helper()
+	m := csrfField.FindStringSubmatch(p.body)
+	if m == nil {
+		t.Fatalf("no CSRF token in the page:\n%s", p.body)
+	}
+	return m[1]
+}
+
+// signIn signs a person in through the form and returns the clusters page.
+func (b *browser) signIn(t *testing.T, user, password string) page {
+	t.Helper()
+	login := b.get(t, "/login")
+	p := b.post(t, "/login", url.Values{"csrf": {login.csrf(t)}, "username": {user}, "password": {password}})
+	if p.status != http.StatusSeeOther || p.header.Get("Location") != "/clusters" {
+		t.Fatalf("sign-in of %s: %d %s\n%s", user, p.status, p.header.Get("Location"), p.body)
+	}
+	return b.get(t, "/clusters")
+}
+
+// waitIssuerTrusted waits until kube-apiserver accepts ichor-auth's
+// tokens: its JWT authenticator looks for the issuer every few seconds
+// until it first answers, which a freshly started ichor-auth may not have
+// yet.
+func waitIssuerTrusted(t *testing.T, user, password string) {
+	t.Helper()
+	resp, err := issuerHTTPClient(t).PostForm(cp.Auth.URL+issuer.TokenPath, url.Values{"grant_type": {"password"}, "username": {user}, "password": {password}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() //nolint:errcheck
+	var tok struct {
+		IDToken string `json:"id_token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || tok.IDToken == "" {
+		t.Fatalf("sign-in of %s at ichor-auth: %s, %v", user, resp.Status, err)
+	}
+	cfg := rest.AnonymousClientConfig(cp.AdminConfig)
+	cfg.BearerToken = tok.IDToken
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	if err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("kube-apiserver does not accept ichor-auth's tokens: %v (last: %v)", err, last)
+	}
+}
+
+// jwtLike is what a token (a JWT: base64url of a JSON header) looks like.
+var jwtLike = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{10,}`)
+
+// TestConsole: ichor-ui over HTTPS with its security headers; a person signs
+// in with an Ichor user's password and the console acts as them, by
+// impersonation (ichor-apiserver's audit names the person, never ichor-ui);
+// what it refuses (another origin, a missing CSRF token, a forged session,
+// a wrong password); sign-out; a disabled user locked out within a token
+// lifetime. No answer carries a token or the password.
+func TestConsole(t *testing.T) {
+	ctx := t.Context()
+	ns := cp.Namespace(t)
+	useUsersEnabled(ctx, t, true)
+	users := apiClient(t).IchorV1alpha1().IchorUsers()
+	name := func(n string) string { return n + "-" + ns }
+	passwords := map[string]string{}
+	for _, u := range []struct {
+		name string
+		role v1alpha1.UserRole
+	}{{"dana", v1alpha1.UserRoleOperator}, {"vic", v1alpha1.UserRoleViewer}} {
+		created, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name(u.name)}, Spec: v1alpha1.IchorUserSpec{Role: u.role}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = users.Delete(context.Background(), created.Name, metav1.DeleteOptions{}) })
+		passwords[u.name] = "correct horse battery " + u.name
+		if _, err := users.UpdatePassword(ctx, created.Name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: created.Name}, Password: passwords[u.name]}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Create(ctx, apiTalosCluster("prod", ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	runAuth(t, func(o *authcmd.Options) { o.TokenLifetime = tokenLifetime })
+	waitIssuerTrusted(t, name("vic"), passwords["vic"])
+	newBrowser := runUI(t)
+	dana, vic := name("dana"), name("vic")
+	var answers []page
+	keep := func(p page) page { answers = append(answers, p); return p }
+
+	t.Run("every answer is HTTPS-only, unframeable and uncached, with a strict CSP", func(t *testing.T) {
+		b := newBrowser()
+		for _, path := range []string{"/login", "/clusters", "/static/ui.css", "/nowhere"} {
+			p := keep(b.get(t, path))
+			for header, want := range map[string]string{
+				"Strict-Transport-Security": "max-age=31536000; includeSubDomains",
+				"X-Content-Type-Options":    "nosniff",
+				"X-Frame-Options":           "DENY",
+				"Cache-Control":             "no-store",
+				"Referrer-Policy":           "no-referrer",
+			} {
+				if got := p.header.Get(header); got != want {
+					t.Errorf("GET %s: %s %q, want %q", path, header, got, want)
+				}
+			}
+			csp := p.header.Get("Content-Security-Policy")
+			for _, directive := range []string{"default-src 'none'", "frame-ancestors 'none'", "form-action 'self'", "base-uri 'none'"} {
+				if !strings.Contains(csp, directive) {
+					t.Errorf("GET %s: CSP %q lacks %q", path, csp, directive)
+				}
+			}
+		}
+		if p := b.get(t, "/clusters"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+			t.Errorf("GET /clusters without a session: %d to %q, want a redirect to /login", p.status, p.header.Get("Location"))
+		}
+	})
+
+	t.Run("an operator signs in and sees the clusters as herself", func(t *testing.T) {
+		b := newBrowser()
+		login := keep(b.get(t, "/login"))
+		var loginCookie *http.Cookie
+		for _, c := range (&http.Response{Header: login.header}).Cookies() {
+			if c.Name == "__Host-ichor-ui-login" {
+				loginCookie = c
+			}
+		}
+		if loginCookie == nil || !loginCookie.HttpOnly || !loginCookie.Secure || loginCookie.SameSite != http.SameSiteStrictMode || loginCookie.Path != "/" {
+			t.Errorf("the sign-in form's cookie: %+v", loginCookie)
+		}
+		p := keep(b.post(t, "/login", url.Values{"csrf": {login.csrf(t)}, "username": {dana}, "password": {passwords["dana"]}}))
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != "/clusters" {
+			t.Fatalf("sign-in: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
+		}
+		var session *http.Cookie
+		for _, c := range (&http.Response{Header: p.header}).Cookies() {
+			if c.Name == "__Host-ichor-ui" {
+				session = c
+			}
+		}
+		if session == nil || !session.HttpOnly || !session.Secure || session.SameSite != http.SameSiteStrictMode || session.Path != "/" || session.Domain != "" {
+			t.Fatalf("the session cookie: %+v", session)
+		}
+		clusters := keep(b.get(t, "/clusters"))
+		if clusters.status != http.StatusOK || !strings.Contains(clusters.body, "ichor:"+dana) || !strings.Contains(clusters.body, "<td>prod</td>") {
+			t.Fatalf("the clusters page: %d\n%s", clusters.status, clusters.body)
+		}
+		// ichor-apiserver saw the person, not ichor-ui.
+		var asDana bool
+		for _, e := range auditEvents(t) {
+			if e.ObjectRef.Resource != "talosclusters" || e.Verb != "list" {
+				continue
+			}
+			if e.User.Username == uiUser {
+				t.Errorf("ichor-apiserver's audit names ichor-ui for a list of clusters: %s", e.raw)
+			}
+			asDana = asDana || e.User.Username == "ichor:"+dana
+		}
+		if !asDana {
+			t.Error("ichor-apiserver's audit has no list of clusters by ichor:" + dana)
+		}
+
+		// Sign-out needs the session's CSRF token; then the session is gone.
+		if p := keep(b.post(t, "/logout", url.Values{})); p.status != http.StatusForbidden || !strings.Contains(p.body, "CSRF") {
+			t.Errorf("sign-out without the CSRF token: %d %s", p.status, p.body)
+		}
+		if p := keep(b.post(t, "/logout", url.Values{"csrf": {clusters.csrf(t)}})); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+			t.Errorf("sign-out: %d %q", p.status, p.header.Get("Location"))
+		}
+		// The old cookie, presented again, is no session.
+		again := newBrowser()
+		u, _ := url.Parse(again.base)
+		again.client.Jar.SetCookies(u, []*http.Cookie{{Name: "__Host-ichor-ui", Value: session.Value, Path: "/", Secure: true}})
+		if p := again.get(t, "/clusters"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+			t.Errorf("the session cookie after sign-out: %d to %q", p.status, p.header.Get("Location"))
+		}
+	})
+
+	t.Run("what a forger or another site tries is refused", func(t *testing.T) {
+		b := newBrowser()
+		u, _ := url.Parse(b.base)
+		b.client.Jar.SetCookies(u, []*http.Cookie{{Name: "__Host-ichor-ui", Value: "forged-session-id", Path: "/", Secure: true}})
+		if p := keep(b.get(t, "/clusters")); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {
+			t.Errorf("a forged session: %d to %q", p.status, p.header.Get("Location"))
+		}
+		login := b.get(t, "/login")
+		form := url.Values{"csrf": {login.csrf(t)}, "username": {dana}, "password": {passwords["dana"]}}
+		if p := keep(b.do(t, http.MethodPost, "/login", form, "https://evil.example")); p.status != http.StatusForbidden {
+			t.Errorf("a sign-in posted from another origin: %d", p.status)
+		}
+		if p := keep(b.do(t, http.MethodPost, "/login", form, "")); p.status != http.StatusForbidden {
+			t.Errorf("a sign-in posted without an Origin: %d", p.status)
+		}
+		if p := keep(b.post(t, "/login", url.Values{"csrf": {"guessed"}, "username": {dana}, "password": {passwords["dana"]}})); p.status != http.StatusForbidden {
+			t.Errorf("a sign-in with a wrong CSRF token: %d", p.status)
+		}
+		wrong := keep(b.post(t, "/login", url.Values{"csrf": {b.get(t, "/login").csrf(t)}, "username": {dana}, "password": {"not the password"}}))
+		if wrong.status != http.StatusUnauthorized || !strings.Contains(wrong.body, `role="alert"`) || strings.Contains(strings.Join(wrong.header.Values("Set-Cookie"), ";"), "__Host-ichor-ui=") {
+			t.Errorf("a wrong password: %d, cookies %v\n%s", wrong.status, wrong.header.Values("Set-Cookie"), wrong.body)
+		}
+	})
+
+	t.Run("a disabled user is signed out within a token lifetime", func(t *testing.T) {
+		b := newBrowser()
+		if p := keep(b.signIn(t, vic, passwords["vic"])); !strings.Contains(p.body, "ichor:"+vic) {
+			t.Fatalf("the viewer's clusters page:\n%s", p.body)
+		}
+		u, err := users.Get(ctx, vic, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Spec.Disabled = true
+		if _, err := users.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var last page
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*tokenLifetime, true, func(context.Context) (bool, error) {
+			last = b.get(t, "/clusters")
+			return last.status != http.StatusOK, nil
+		})
+		if err != nil || last.status != http.StatusUnauthorized || !strings.Contains(last.body, "your sign-in ended") {
+			t.Fatalf("the disabled viewer's session: %v, %d\n%s", err, last.status, last.body)
+		}
+		keep(last)
+	})
+
+	for _, p := range answers {
+		all := p.body + strings.Join(p.header.Values("Set-Cookie"), "\n")
+		if jwtLike.MatchString(all) {
+			t.Errorf("an answer carries something shaped like a token: %s", jwtLike.FindString(all))
+		}
+		for _, pw := range passwords {
+			if strings.Contains(all, pw) {
+				t.Error("an answer carries a password")
+			}
+		}
+	}
+}
