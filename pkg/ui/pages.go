@@ -67,11 +67,8 @@ func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
 			rows = append(rows, rowOf(&list.Items[i]))
 		}
 		data["Clusters"] = rows
-	case apierrors.IsForbidden(err):
-		status = http.StatusForbidden
-		data["Refused"] = apiReason(err)
 	default:
-		status = http.StatusBadGateway
+		status = apiStatus(err)
 		data["Refused"] = apiReason(err)
 	}
 	s.render(w, status, "clusters", data)
@@ -80,8 +77,13 @@ func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
 // apiReason is the server's own words for a refusal.
 func apiReason(err error) string {
 	var st apierrors.APIStatus
-	if errors.As(err, &st) && st.Status().Message != "" {
+	if asAPIStatus(err, &st) && st.Status().Message != "" {
 		return st.Status().Message
 	}
 	return err.Error()
+}
+
+// asAPIStatus finds the API's status in err.
+func asAPIStatus(err error, st *apierrors.APIStatus) bool {
+	return errors.As(err, st)
 }

@@ -65,7 +65,7 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "clusters"} {
+	for _, page := range []string{"login", "clusters", "cluster"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -82,6 +82,8 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("POST /login", s.login)
 	mux.Handle("POST /logout", s.signedIn(s.logout))
 	mux.Handle("GET /clusters", s.signedIn(s.clusters))
+	mux.Handle("GET /clusters/{namespace}/{name}", s.signedIn(s.cluster))
+	mux.Handle("POST /clusters/{namespace}/{name}/machines/{machine}/approval", s.signedIn(s.decide))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/clusters", http.StatusSeeOther) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	s.mux = mux

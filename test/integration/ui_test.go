@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -299,7 +300,7 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("the session cookie: %+v", session)
 		}
 		clusters := keep(b.get(t, "/clusters"))
-		if clusters.status != http.StatusOK || !strings.Contains(clusters.body, "ichor:"+dana) || !strings.Contains(clusters.body, "<td>prod</td>") {
+		if clusters.status != http.StatusOK || !strings.Contains(clusters.body, "ichor:"+dana) || !strings.Contains(clusters.body, `/clusters/`+ns+`/prod">prod</a>`) {
 			t.Fatalf("the clusters page: %d\n%s", clusters.status, clusters.body)
 		}
 		// ichor-apiserver saw the person, not ichor-ui.
@@ -354,6 +355,52 @@ func TestConsole(t *testing.T) {
 		wrong := keep(b.post(t, "/login", url.Values{"csrf": {b.get(t, "/login").csrf(t)}, "username": {dana}, "password": {"not the password"}}))
 		if wrong.status != http.StatusUnauthorized || !strings.Contains(wrong.body, `role="alert"`) || strings.Contains(strings.Join(wrong.header.Values("Set-Cookie"), ";"), "__Host-ichor-ui=") {
 			t.Errorf("a wrong password: %d, cookies %v\n%s", wrong.status, wrong.header.Values("Set-Cookie"), wrong.body)
+		}
+	})
+
+	t.Run("an operator approves a worker beside its pinned fingerprint; a viewer is offered nothing and refused", func(t *testing.T) {
+		m := pinnedMachineOf(t, ns, "m1", v1alpha1.MachineRoleWorker)
+		path := "/clusters/" + ns + "/prod"
+		action := path + "/machines/" + m.Name + "/approval"
+
+		viewer := newBrowser()
+		page := keep(viewer.signIn(t, vic, passwords["vic"]))
+		page = keep(viewer.get(t, path))
+		if page.status != http.StatusOK || !strings.Contains(html.UnescapeString(page.body), m.Status.Maintenance.CertificateFingerprint) || !strings.Contains(page.body, "pending") {
+			t.Fatalf("the viewer's cluster page: %d\n%s", page.status, page.body)
+		}
+		if strings.Contains(page.body, `value="Approved"`) {
+			t.Error("a viewer is offered to approve")
+		}
+		refused := keep(viewer.post(t, action, url.Values{"csrf": {page.csrf(t)}, "decision": {"Approved"}}))
+		if refused.status != http.StatusForbidden || !strings.Contains(refused.body, "ichor:"+vic) || !strings.Contains(refused.body, "forbidden") {
+			t.Errorf("a viewer's approval: %d\n%s", refused.status, refused.body)
+		}
+
+		operator := newBrowser()
+		operator.signIn(t, dana, passwords["dana"])
+		page = keep(operator.get(t, path))
+		if !strings.Contains(page.body, `value="Approved"`) || !strings.Contains(page.body, "Compare with the fingerprint") {
+			t.Fatalf("the operator's cluster page offers no approval:\n%s", page.body)
+		}
+		if p := keep(operator.post(t, action, url.Values{"csrf": {page.csrf(t)}, "decision": {"Rejected"}})); p.status != http.StatusBadRequest || !strings.Contains(p.body, "a rejection needs a reason") {
+			t.Errorf("a rejection without a reason: %d\n%s", p.status, p.body)
+		}
+		if p := keep(operator.post(t, action, url.Values{"csrf": {page.csrf(t)}, "decision": {"Approved"}, "reason": {"serial matches the order"}})); p.status != http.StatusSeeOther || p.header.Get("Location") != path {
+			t.Fatalf("the operator's approval: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
+		}
+		got, err := apiClient(t).IchorV1alpha1().TalosMachines(ns).Get(ctx, m.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := got.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || a.By != "ichor:"+dana || a.Reason != "serial matches the order" {
+			t.Fatalf("the machine's approval: %+v", a)
+		}
+		if page := keep(operator.get(t, path)); !strings.Contains(page.body, "Approved by ichor:"+dana+": serial matches the order") {
+			t.Errorf("the page after the approval:\n%s", page.body)
+		}
+		if p := keep(operator.get(t, "/clusters/"+ns+"/no-such-cluster")); p.status != http.StatusNotFound || !strings.Contains(html.UnescapeString(p.body), `"no-such-cluster" not found`) {
+			t.Errorf("a cluster that does not exist: %d\n%s", p.status, p.body)
 		}
 	})
 
