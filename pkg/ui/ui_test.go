@@ -98,3 +98,23 @@ func TestSessionsEnd(t *testing.T) {
 		t.Fatalf("session ids and CSRF tokens must be fresh 256-bit values: %q %q", se.id, other.id)
 	}
 }
+
+// TestValidNames: a path whose namespace, cluster or machine is not an
+// object name is refused before any request.
+func TestValidNames(t *testing.T) {
+	for _, c := range []struct {
+		names []string
+		want  bool
+	}{
+		{[]string{"demo", "prod", "m1"}, true},
+		{[]string{"demo", "prod.eu-1"}, true},
+		{[]string{"demo", ".."}, false},
+		{[]string{"demo", "Prod"}, false},
+		{[]string{"demo", ""}, false},
+		{[]string{"demo", "a/b"}, false},
+	} {
+		if got := validNames(c.names...); got != c.want {
+			t.Errorf("%q: %v, want %v", c.names, got, c.want)
+		}
+	}
+}
