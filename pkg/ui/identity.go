@@ -111,15 +111,7 @@ func (s *Server) whoIs(ctx context.Context, token string) (identity, error) {
 // signIn checks an Ichor user's password with ichor-auth, and returns who
 // they are to kube-apiserver, the refresh token and when to look again.
 func (s *Server) signIn(ctx context.Context, user, password string) (identity, string, time.Time, error) {
-	t, err := s.grant(ctx, url.Values{"grant_type": {"password"}, "username": {user}, "password": {password}})
-	if err != nil {
-		return identity{}, "", time.Time{}, err
-	}
-	who, err := s.whoIs(ctx, t.IDToken)
-	if err != nil {
-		return identity{}, "", time.Time{}, err
-	}
-	return who, t.RefreshToken, s.now().Add(time.Duration(t.ExpiresIn) * time.Second), nil
+	return s.signInWith(ctx, url.Values{"grant_type": {"password"}, "username": {user}, "password": {password}})
 }
 
 // renew looks at a session's person again with its refresh token, as
@@ -128,7 +120,13 @@ func (s *Server) renew(ctx context.Context, se *session) (identity, string, time
 	if se.refresh == "" {
 		return identity{}, "", time.Time{}, &errSignIn{msg: "your sign-in ended"}
 	}
-	t, err := s.grant(ctx, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {se.refresh}})
+	return s.signInWith(ctx, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {se.refresh}})
+}
+
+// signInWith asks ichor-auth for tokens with a grant, and kube-apiserver
+// who the ID token is.
+func (s *Server) signInWith(ctx context.Context, grant url.Values) (identity, string, time.Time, error) {
+	t, err := s.grant(ctx, grant)
 	if err != nil {
 		return identity{}, "", time.Time{}, err
 	}

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -148,7 +149,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, se *session) {
 // for a refusal, 502 when the API could not be reached.
 func apiStatus(err error) int {
 	var st apierrors.APIStatus
-	if ok := asAPIStatus(err, &st); ok && st.Status().Code >= 400 && st.Status().Code < 500 {
+	if errors.As(err, &st) && st.Status().Code >= 400 && st.Status().Code < 500 {
 		return int(st.Status().Code)
 	}
 	return http.StatusBadGateway

@@ -77,13 +77,8 @@ func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
 // apiReason is the server's own words for a refusal.
 func apiReason(err error) string {
 	var st apierrors.APIStatus
-	if asAPIStatus(err, &st) && st.Status().Message != "" {
+	if errors.As(err, &st) && st.Status().Message != "" {
 		return st.Status().Message
 	}
 	return err.Error()
-}
-
-// asAPIStatus finds the API's status in err.
-func asAPIStatus(err error, st *apierrors.APIStatus) bool {
-	return errors.As(err, st)
 }

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	authcmd "ichor.dev/ichor/pkg/cmd/auth"
 	"ichor.dev/ichor/test/harness"
 )
@@ -30,12 +32,39 @@ var (
 // installation does; applying them again changes nothing.
 func installAuth(ctx context.Context, t testing.TB) {
 	t.Helper()
+	installArtifacts(ctx, t, "auth-rbac.yaml", "auth-state.yaml")
+}
+
+// installArtifacts applies files of artifacts/ server-side, as an
+// installation does.
+func installArtifacts(ctx context.Context, t testing.TB, files ...string) {
+	t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "--field-manager=ichor-installer",
-		"-f", filepath.Join(root, "artifacts", "auth-rbac.yaml"), "-f", filepath.Join(root, "artifacts", "auth-state.yaml")); err != nil {
+	args := []string{"apply", "--server-side", "--field-manager=ichor-installer"}
+	for _, f := range files {
+		args = append(args, "-f", filepath.Join(root, "artifacts", f))
+	}
+	if _, err := cp.Kubectl(ctx, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createUser creates an IchorUser, deleted when the test ends, and sets
+// its password unless it is empty.
+func createUser(ctx context.Context, t testing.TB, name string, spec v1alpha1.IchorUserSpec, password string) {
+	t.Helper()
+	users := apiClient(t).IchorV1alpha1().IchorUsers()
+	if _, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = users.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	if password == "" {
+		return
+	}
+	if _, err := users.UpdatePassword(ctx, name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: name}, Password: password}, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

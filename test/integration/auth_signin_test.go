@@ -65,18 +65,10 @@ func TestIchorUserSignIn(t *testing.T) {
 		{"eve", v1alpha1.UserRoleViewer, true, false},
 		{"rita", v1alpha1.UserRoleViewer, true, false},
 	} {
-		created, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name(u.name)},
-			Spec: v1alpha1.IchorUserSpec{Role: u.role, Disabled: u.disabled}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = users.Delete(context.Background(), created.Name, metav1.DeleteOptions{}) })
 		if u.password {
 			passwords[u.name] = "correct horse battery " + u.name
-			if _, err := users.UpdatePassword(ctx, created.Name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: created.Name}, Password: passwords[u.name]}, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
 		}
+		createUser(ctx, t, name(u.name), v1alpha1.IchorUserSpec{Role: u.role, Disabled: u.disabled}, passwords[u.name])
 	}
 	stopAuth := runAuth(t, func(o *authcmd.Options) { o.TokenLifetime = tokenLifetime })
 	p := newPerson(t, ns)
@@ -567,17 +559,9 @@ func TestIssuerKeyRotation(t *testing.T) {
 	ctx := t.Context()
 	ns := cp.Namespace(t)
 	useUsersEnabled(ctx, t, true)
-	users := apiClient(t).IchorV1alpha1().IchorUsers()
 	name := "kim-" + ns
-	if _, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = users.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	const password = "kim's long password"
-	if _, err := users.UpdatePassword(ctx, name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: name}, Password: password}, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createUser(ctx, t, name, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}, password)
 	runAuth(t, func(o *authcmd.Options) {
 		o.TokenLifetime, o.KeyRotation, o.KeyLead = 10*time.Second, 15*time.Second, 3*time.Second
 	})

@@ -11,23 +11,18 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	authcmd "ichor.dev/ichor/pkg/cmd/auth"
 	uicmd "ichor.dev/ichor/pkg/cmd/ui"
-	"ichor.dev/ichor/pkg/issuer"
 	"ichor.dev/ichor/pkg/pki"
 	"ichor.dev/ichor/test/harness"
 )
@@ -41,13 +36,7 @@ var (
 // installUI applies artifacts/ui-rbac.yaml, as an installation does.
 func installUI(ctx context.Context, t testing.TB) {
 	t.Helper()
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "--field-manager=ichor-installer", "-f", filepath.Join(root, "artifacts", "ui-rbac.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	installArtifacts(ctx, t, "ui-rbac.yaml")
 }
 
 // browser is what a person's browser is to ichor-ui: cookies, and the
@@ -181,26 +170,16 @@ func (b *browser) signIn(t *testing.T, user, password string) page {
 // yet.
 func waitIssuerTrusted(t *testing.T, user, password string) {
 	t.Helper()
-	resp, err := issuerHTTPClient(t).PostForm(cp.Auth.URL+issuer.TokenPath, url.Values{"grant_type": {"password"}, "username": {user}, "password": {password}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close() //nolint:errcheck
+	code, body := passwordGrant(t.Context(), t, issuerHTTPClient(t), user, password)
 	var tok struct {
 		IDToken string `json:"id_token"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || tok.IDToken == "" {
-		t.Fatalf("sign-in of %s at ichor-auth: %s, %v", user, resp.Status, err)
-	}
-	cfg := rest.AnonymousClientConfig(cp.AdminConfig)
-	cfg.BearerToken = tok.IDToken
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal([]byte(body), &tok); err != nil || code != http.StatusOK || tok.IDToken == "" {
+		t.Fatalf("sign-in of %s at ichor-auth: %d %s", user, code, body)
 	}
 	var last error
 	if err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, last = cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		_, last = reviewToken(ctx, tok.IDToken)
 		return last == nil, nil
 	}); err != nil {
 		t.Fatalf("kube-apiserver does not accept ichor-auth's tokens: %v (last: %v)", err, last)
@@ -227,15 +206,8 @@ func TestConsole(t *testing.T) {
 		name string
 		role v1alpha1.UserRole
 	}{{"dana", v1alpha1.UserRoleOperator}, {"vic", v1alpha1.UserRoleViewer}} {
-		created, err := users.Create(ctx, &v1alpha1.IchorUser{ObjectMeta: metav1.ObjectMeta{Name: name(u.name)}, Spec: v1alpha1.IchorUserSpec{Role: u.role}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = users.Delete(context.Background(), created.Name, metav1.DeleteOptions{}) })
 		passwords[u.name] = "correct horse battery " + u.name
-		if _, err := users.UpdatePassword(ctx, created.Name, &v1alpha1.IchorUserPassword{ObjectMeta: metav1.ObjectMeta{Name: created.Name}, Password: passwords[u.name]}, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createUser(ctx, t, name(u.name), v1alpha1.IchorUserSpec{Role: u.role}, passwords[u.name])
 	}
 	if _, err := apiClient(t).IchorV1alpha1().TalosClusters(ns).Create(ctx, apiTalosCluster("prod", ns), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

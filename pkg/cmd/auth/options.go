@@ -4,7 +4,6 @@ package auth
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,10 +14,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"ichor.dev/ichor/pkg/cmd/serving"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/issuer"
 )
@@ -28,22 +26,21 @@ const DefaultNamespace = "ichor-system"
 
 // Options are ichor-auth's flags.
 type Options struct {
-	BindAddress             string
-	TLSCertFile, TLSKeyFile string
-	IssuerURL               string
-	Audience                string
-	TokenLifetime           time.Duration
-	SessionLifetime         time.Duration
-	KeyRotation, KeyLead    time.Duration
-	Namespace               string
-	KeysSecret              string
-	SessionsSecret          string
+	serving.HTTPS
+	IssuerURL            string
+	Audience             string
+	TokenLifetime        time.Duration
+	SessionLifetime      time.Duration
+	KeyRotation, KeyLead time.Duration
+	Namespace            string
+	KeysSecret           string
+	SessionsSecret       string
 }
 
 // NewOptions returns ichor-auth's defaults.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:     ":8443",
+		HTTPS:           serving.HTTPS{BindAddress: ":8443"},
 		Audience:        "ichor",
 		TokenLifetime:   5 * time.Minute,
 		SessionLifetime: 12 * time.Hour,
@@ -61,9 +58,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
 		fs.AddGoFlag(f)
 	}
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Where to serve HTTPS.")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "The serving certificate (PEM); reloaded when it changes.")
-	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "The serving certificate's private key (PEM).")
+	o.HTTPS.AddFlags(fs)
 	fs.StringVar(&o.IssuerURL, "issuer-url", o.IssuerURL, "The issuer's https URL, as kube-apiserver's authentication configuration names it and clients reach it.")
 	fs.StringVar(&o.Audience, "audience", o.Audience, "The audience (aud) of the tokens, as kube-apiserver's authentication configuration expects it.")
 	fs.DurationVar(&o.TokenLifetime, "token-lifetime", o.TokenLifetime, "How long a token is valid (10s to 1h): a disabled user is locked out within it.")
@@ -78,8 +73,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every problem of o at once.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: ichor-auth serves HTTPS only"))
+	if err := o.HTTPS.Validate("ichor-auth"); err != nil {
+		errs = append(errs, err)
 	}
 	if o.IssuerURL == "" {
 		errs = append(errs, errors.New("--issuer-url is required"))
@@ -128,15 +123,6 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 	if err != nil {
 		return err
 	}
-	certs, err := certwatcher.New(o.TLSCertFile, o.TLSKeyFile)
-	if err != nil {
-		return fmt.Errorf("load the serving certificate: %w", err)
-	}
-	if ln == nil {
-		if ln, err = net.Listen("tcp", o.BindAddress); err != nil {
-			return err
-		}
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/", iss.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -147,30 +133,10 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	srv := &http.Server{
-		Handler:           securityHeaders(mux),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
-		ErrorLog:          nil,
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = certs.Start(ctx) }()
 	go iss.Run(ctx)
-	go func() {
-		<-ctx.Done()
-		shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
-		defer done()
-		_ = srv.Shutdown(shutdown)
-	}()
-	klog.InfoS("serving the token issuer", "address", ln.Addr().String(), "issuer", o.IssuerURL)
-	if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return o.Serve(ctx, ln, securityHeaders(mux), 30*time.Second, "the token issuer "+o.IssuerURL)
 }
 
 // securityHeaders are on every answer: HTTPS only, nothing to frame or sniff.

@@ -18,25 +18,24 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"ichor.dev/ichor/pkg/cmd/serving"
 	"ichor.dev/ichor/pkg/ui"
 )
 
 // Options are ichor-ui's flags.
 type Options struct {
-	BindAddress             string
-	TLSCertFile, TLSKeyFile string
-	IssuerURL               string
-	IssuerCAFile            string
-	SessionLifetime         time.Duration
+	serving.HTTPS
+	IssuerURL       string
+	IssuerCAFile    string
+	SessionLifetime time.Duration
 }
 
 // NewOptions returns ichor-ui's defaults.
 func NewOptions() *Options {
-	return &Options{BindAddress: ":8443", SessionLifetime: 12 * time.Hour}
+	return &Options{HTTPS: serving.HTTPS{BindAddress: ":8443"}, SessionLifetime: 12 * time.Hour}
 }
 
 // AddFlags registers the flags, and controller-runtime's --kubeconfig
@@ -45,9 +44,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
 		fs.AddGoFlag(f)
 	}
-	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Where to serve HTTPS.")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "The serving certificate (PEM); reloaded when it changes.")
-	fs.StringVar(&o.TLSKeyFile, "tls-private-key-file", o.TLSKeyFile, "The serving certificate's private key (PEM).")
+	o.HTTPS.AddFlags(fs)
 	fs.StringVar(&o.IssuerURL, "issuer-url", o.IssuerURL, "ichor-auth's issuer URL, where Ichor users sign in.")
 	fs.StringVar(&o.IssuerCAFile, "issuer-ca-file", o.IssuerCAFile, "The CA that signed ichor-auth's serving certificate (PEM); the system's roots when empty.")
 	fs.DurationVar(&o.SessionLifetime, "session-lifetime", o.SessionLifetime, "How long a console session lasts at most (1m to 30 days); it is renewed with ichor-auth as often as a token expires.")
@@ -56,8 +53,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports every problem of o at once.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: ichor-ui serves HTTPS only"))
+	if err := o.HTTPS.Validate("ichor-ui"); err != nil {
+		errs = append(errs, err)
 	}
 	if o.IssuerURL == "" {
 		errs = append(errs, errors.New("--issuer-url is required"))
@@ -121,36 +118,8 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 	if err != nil {
 		return err
 	}
-	certs, err := certwatcher.New(o.TLSCertFile, o.TLSKeyFile)
-	if err != nil {
-		return fmt.Errorf("load the serving certificate: %w", err)
-	}
-	if ln == nil {
-		if ln, err = net.Listen("tcp", o.BindAddress); err != nil {
-			return err
-		}
-	}
-	server := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { _ = certs.Start(ctx) }()
 	go srv.Run(ctx)
-	go func() {
-		<-ctx.Done()
-		shutdown, done := context.WithTimeout(context.Background(), 10*time.Second)
-		defer done()
-		_ = server.Shutdown(shutdown)
-	}()
-	klog.InfoS("serving the console", "address", ln.Addr().String())
-	if err := server.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return o.Serve(ctx, ln, srv, 60*time.Second, "the console")
 }

@@ -206,18 +206,7 @@ const (
 // ichor-controller binary as its ServiceAccount (the admin credential
 // impersonating it, so every request is authorized against that RBAC).
 func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*proc.Process, error) {
-	binary, err := filepath.Abs(binary)
-	if err != nil {
-		return nil, err
-	}
-	root, err := harness.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "controller-rbac.yaml")); err != nil {
-		return nil, fmt.Errorf("install the controller's RBAC: %w", err)
-	}
-	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-controller", controllerUser)
+	binary, kubeconfig, err := installAs(ctx, cp, dir, binary, "ichor-controller", controllerUser, "controller-rbac.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -243,19 +232,7 @@ const authUser = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-aut
 // runs the binary as its ServiceAccount at the issuer URL the harness's
 // kube-apiserver trusts.
 func startAuth(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*proc.Process, error) {
-	binary, err := filepath.Abs(binary)
-	if err != nil {
-		return nil, err
-	}
-	root, err := harness.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "auth-rbac.yaml"),
-		"-f", filepath.Join(root, "artifacts", "auth-state.yaml")); err != nil {
-		return nil, fmt.Errorf("install ichor-auth's RBAC: %w", err)
-	}
-	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-auth", authUser)
+	binary, kubeconfig, err := installAs(ctx, cp, dir, binary, "ichor-auth", authUser, "auth-rbac.yaml", "auth-state.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -281,18 +258,7 @@ type runningUI struct {
 // its ServiceAccount on a loopback port, with a serving certificate of a CA
 // of its own (written beside it, for a browser to trust).
 func startUI(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*runningUI, error) {
-	binary, err := filepath.Abs(binary)
-	if err != nil {
-		return nil, err
-	}
-	root, err := harness.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := cp.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "artifacts", "ui-rbac.yaml")); err != nil {
-		return nil, fmt.Errorf("install ichor-ui's RBAC: %w", err)
-	}
-	kubeconfig, err := impersonatingKubeconfig(cp, dir, "ichor-ui", uiUser)
+	binary, kubeconfig, err := installAs(ctx, cp, dir, binary, "ichor-ui", uiUser, "ui-rbac.yaml")
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +295,32 @@ func startUI(ctx context.Context, cp *harness.ControlPlane, dir, binary string) 
 		return nil, err
 	}
 	return &runningUI{proc: p, url: "https://" + addr, caFile: caFile}, nil
+}
+
+// installAs applies files of artifacts/ (a component's RBAC) and returns
+// binary's absolute path and a kubeconfig that acts as user, the
+// component's ServiceAccount.
+func installAs(ctx context.Context, cp *harness.ControlPlane, dir, binary, name, user string, files ...string) (string, string, error) {
+	binary, err := filepath.Abs(binary)
+	if err != nil {
+		return "", "", err
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return "", "", err
+	}
+	args := []string{"apply", "--server-side"}
+	for _, f := range files {
+		args = append(args, "-f", filepath.Join(root, "artifacts", f))
+	}
+	if _, err := cp.Kubectl(ctx, args...); err != nil {
+		return "", "", fmt.Errorf("install %s's RBAC: %w", name, err)
+	}
+	kubeconfig, err := impersonatingKubeconfig(cp, dir, name, user)
+	if err != nil {
+		return "", "", err
+	}
+	return binary, kubeconfig, nil
 }
 
 // impersonatingKubeconfig writes a kubeconfig whose requests the admin
