@@ -6,6 +6,7 @@ BIN           := bin
 CONTROLPLANE  := bash hack/build-controlplane.sh
 TALOSCTL      := bash hack/build-talosctl.sh
 SEAWEEDFS     := bash hack/build-seaweedfs.sh
+CHROMIUM      := bash hack/install-chromium.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
@@ -28,8 +29,8 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 	@$(CONTROLPLANE) >/dev/null
 
 test: ## Run all tests with the race detector; on failure, repeat the failures' lines at the end.
-	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" \
+	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" \
 	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.

@@ -21,5 +21,10 @@
 //
 // Every answer carries HSTS and a strict Content-Security-Policy; every
 // state-changing request needs the session's CSRF token and a same-origin
-// Origin. Pages are server-rendered Go templates; every asset is embedded.
+// Origin. Pages are server-rendered Go templates; every asset is embedded,
+// and the only script (static/live.js, from 'self') puts into a page the
+// fragments the server renders from a watch of the API and sends as
+// server-sent events, so progress moves without a reload. Downloads stream
+// through ichor-apiserver's download subresources as the person: the
+// console never holds a Talos credential, not even for one download.
 package ui

@@ -108,6 +108,13 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 	slices.SortFunc(rows, func(a, b machineRow) int { return strings.Compare(a.Name, b.Name) })
 	data["Machines"] = rows
 	data["MayApprove"] = s.may(r, se.who, ns, "approve", "talosmachines", "approval")
+	var downloads []machineDownload
+	for _, d := range machineDownloads {
+		if s.may(r, se.who, ns, "download", "talosmachines", string(d.Purpose)) {
+			downloads = append(downloads, d)
+		}
+	}
+	data["Downloads"] = downloads
 	s.render(w, status, "cluster", data)
 }
 

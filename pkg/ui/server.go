@@ -65,7 +65,7 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "clusters", "cluster"} {
+	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -84,6 +84,13 @@ func New(opts Options) (*Server, error) {
 	mux.Handle("GET /clusters", s.signedIn(s.clusters))
 	mux.Handle("GET /clusters/{namespace}/{name}", s.signedIn(s.cluster))
 	mux.Handle("POST /clusters/{namespace}/{name}/machines/{machine}/approval", s.signedIn(s.decide))
+	mux.Handle("GET /clusters/{namespace}/{name}/machines/{machine}/downloads/{download}", s.signedIn(s.download))
+	mux.Handle("GET /clusters/{namespace}/{name}/operations", s.signedIn(s.operations))
+	mux.Handle("POST /clusters/{namespace}/{name}/operations", s.signedIn(s.createOperation))
+	mux.Handle("GET /clusters/{namespace}/{name}/operations/{operation}", s.signedIn(s.operation))
+	mux.Handle("GET /clusters/{namespace}/{name}/operations/{operation}/start", s.signedIn(s.confirmStart))
+	mux.Handle("POST /clusters/{namespace}/{name}/operations/{operation}/start", s.signedIn(s.start))
+	mux.Handle("GET /clusters/{namespace}/{name}/operations/{operation}/live", s.signedIn(s.liveOperation))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/clusters", http.StatusSeeOther) })
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	s.mux = mux
@@ -111,7 +118,7 @@ func (s *Server) Run(ctx context.Context) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Strict-Transport-Security", "max-age=31536000; includeSubDomains")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")

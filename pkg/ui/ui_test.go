@@ -3,11 +3,15 @@ package ui
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 // TestServable: ichor-ui acts only for Ichor's and the OpenID provider's
@@ -115,6 +119,68 @@ func TestValidNames(t *testing.T) {
 	} {
 		if got := validNames(c.names...); got != c.want {
 			t.Errorf("%q: %v, want %v", c.names, got, c.want)
+		}
+	}
+}
+
+// TestDescribe: the confirmation names what an operation does and every
+// machine it acts on, those the type implies when it names none.
+func TestDescribe(t *testing.T) {
+	machines := []machineRow{{Name: "cp-1", Role: "controlplane"}, {Name: "worker-1", Role: "worker"}}
+	two := int32(2)
+	for _, c := range []struct {
+		spec v1alpha1.TalosOperationSpec
+		want string
+	}{
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationReboot, Machines: []string{"worker-1"}},
+			"reboots worker-1 of cluster web, one machine at a time"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationReboot, MaxUnavailable: &two},
+			"reboots cp-1, worker-1 of cluster web, at most 2 workers at a time, control planes one at a time"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationTalosUpgrade, TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}},
+			"upgrades Talos to v1.13.1 on cp-1, worker-1 of cluster web, one machine at a time"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationEtcdSnapshot},
+			"takes an etcd snapshot of cp-1 of cluster web"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationNodeReset, Machines: []string{"worker-1"},
+			NodeReset: &v1alpha1.NodeResetParameters{Wipe: v1alpha1.WipeModeUserDisks}},
+			"resets, wiping user-disks, worker-1 of cluster web, one machine at a time"},
+	} {
+		if got := describe(&v1alpha1.TalosOperation{Spec: c.spec}, machines); got != c.want {
+			t.Errorf("%s: %q, want %q", c.spec.Type, got, c.want)
+		}
+	}
+	for _, typ := range v1alpha1.OperationTypes {
+		if _, ok := operationKinds[typ]; !ok {
+			t.Errorf("the console cannot say what a %s does", typ)
+		}
+	}
+}
+
+// TestOperationFrom: a creation form becomes the operation it asks for;
+// what cannot be one is refused before any request, saying why.
+func TestOperationFrom(t *testing.T) {
+	form := func(v url.Values) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/clusters/ns/web/operations", strings.NewReader(v.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return r
+	}
+	op, err := operationFrom(form(url.Values{"type": {"talos-upgrade"}, "machines": {"worker-1", "cp-1"}, "version": {" v1.13.1 "}, "maxUnavailable": {"2"}}), "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.GenerateName != "talos-upgrade-" || op.Spec.ClusterName != "web" || !slices.Equal(op.Spec.Machines, []string{"worker-1", "cp-1"}) ||
+		op.Spec.TalosUpgrade == nil || op.Spec.TalosUpgrade.Version != "v1.13.1" || op.Spec.MaxUnavailable == nil || *op.Spec.MaxUnavailable != 2 {
+		t.Errorf("the operation: %+v", op)
+	}
+	for _, c := range []struct {
+		form url.Values
+		want string
+	}{
+		{url.Values{"type": {"format-c"}}, `type "format-c"`},
+		{url.Values{"type": {"reboot"}, "machines": {"../cp-1"}}, `machine "../cp-1"`},
+		{url.Values{"type": {"reboot"}, "maxUnavailable": {"many"}}, `maxUnavailable "many"`},
+	} {
+		if _, err := operationFrom(form(c.form), "web"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error about %s", c.form, err, c.want)
 		}
 	}
 }

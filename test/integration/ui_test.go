@@ -2,9 +2,12 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"html"
 	"io"
 	"net"
@@ -47,9 +50,18 @@ type browser struct {
 	client *http.Client
 }
 
+// console is an ichor-ui this test started.
+type console struct {
+	base string
+	pool *x509.CertPool
+	// spki is the base64 SHA-256 of its serving certificate's public key,
+	// which a real browser is told to trust (and nothing else).
+	spki string
+}
+
 // runUI starts ichor-ui in this process as its ServiceAccount, with its
-// artifacts' RBAC, and returns a fresh browser for it.
-func runUI(t *testing.T) func() *browser {
+// artifacts' RBAC.
+func runUI(t *testing.T) *console {
 	t.Helper()
 	installUI(t.Context(), t)
 	ca, err := pki.NewCA("ichor-ui-test-ca")
@@ -64,6 +76,15 @@ func runUI(t *testing.T) func() *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
+	block, _ := pem.Decode(kp.CertPEM)
+	if block == nil {
+		t.Fatal("ichor-ui's certificate is not PEM")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
 	o := uicmd.NewOptions()
 	o.TLSCertFile, o.TLSKeyFile = certFile, keyFile
 	o.IssuerURL, o.IssuerCAFile = cp.Auth.URL, cp.Auth.CAFile
@@ -85,18 +106,17 @@ func runUI(t *testing.T) func() *browser {
 	})
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.CertPEM())
-	base := "https://" + ln.Addr().String()
-	return func() *browser {
-		jar, err := cookiejar.New(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &browser{base: base, client: &http.Client{
-			Jar: jar, Timeout: 30 * time.Second,
-			Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}}
-	}
+	return &console{base: "https://" + ln.Addr().String(), pool: pool, spki: base64.StdEncoding.EncodeToString(spki[:])}
+}
+
+// newBrowser is a fresh HTTP browser for the console.
+func (c *console) newBrowser() *browser {
+	jar, _ := cookiejar.New(nil) // never fails without options
+	return &browser{base: c.base, client: &http.Client{
+		Jar: jar, Timeout: 30 * time.Second,
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.pool, MinVersion: tls.VersionTLS12}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
 }
 
 // page is an answer, read whole.
@@ -214,7 +234,7 @@ func TestConsole(t *testing.T) {
 	}
 	runAuth(t, func(o *authcmd.Options) { o.TokenLifetime = tokenLifetime })
 	waitIssuerTrusted(t, name("vic"), passwords["vic"])
-	newBrowser := runUI(t)
+	newBrowser := runUI(t).newBrowser
 	dana, vic := name("dana"), name("vic")
 	var answers []page
 	keep := func(p page) page { answers = append(answers, p); return p }
@@ -235,10 +255,13 @@ func TestConsole(t *testing.T) {
 				}
 			}
 			csp := p.header.Get("Content-Security-Policy")
-			for _, directive := range []string{"default-src 'none'", "frame-ancestors 'none'", "form-action 'self'", "base-uri 'none'"} {
+			for _, directive := range []string{"default-src 'none'", "script-src 'self';", "frame-ancestors 'none'", "form-action 'self'", "base-uri 'none'"} {
 				if !strings.Contains(csp, directive) {
 					t.Errorf("GET %s: CSP %q lacks %q", path, csp, directive)
 				}
+			}
+			if strings.Contains(csp, "unsafe") || strings.Contains(csp, "http") {
+				t.Errorf("GET %s: CSP %q allows inline code or another origin", path, csp)
 			}
 		}
 		if p := b.get(t, "/clusters"); p.status != http.StatusSeeOther || p.header.Get("Location") != "/login" {

@@ -22,6 +22,10 @@ const TalosctlBinDirEnv = "ICHOR_TALOSCTL_BIN"
 // `make test` sets it from hack/build-seaweedfs.sh.
 const SeaweedFSBinDirEnv = "ICHOR_SEAWEEDFS_BIN"
 
+// ChromiumEnv names the environment variable that holds the path of the Chromium the console's browser
+// tests drive; `make test` sets it from hack/install-chromium.sh.
+const ChromiumEnv = "ICHOR_CHROMIUM"
+
 // BinDir returns the directory holding kube-apiserver, kube-controller-manager, kubectl and etcd,
 // building them with hack/build-controlplane.sh when ICHOR_CONTROLPLANE_BIN is unset.
 var BinDir = toolDir(BinDirEnv, "build-controlplane.sh")
@@ -33,6 +37,10 @@ var TalosctlBinDir = toolDir(TalosctlBinDirEnv, "build-talosctl.sh")
 // SeaweedFSBinDir returns the directory holding weed, building it with hack/build-seaweedfs.sh when
 // ICHOR_SEAWEEDFS_BIN is unset.
 var SeaweedFSBinDir = toolDir(SeaweedFSBinDirEnv, "build-seaweedfs.sh")
+
+// Chromium returns the path of Debian's Chromium, installing it with hack/install-chromium.sh when
+// ICHOR_CHROMIUM is unset.
+var Chromium = toolDir(ChromiumEnv, "install-chromium.sh")
 
 // toolDir returns a function that finds a directory of built tools once per process: the directory env
 // names, or else what hack/<script> prints on stdout after building (or reusing) them.

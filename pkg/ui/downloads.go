@@ -1,0 +1,103 @@
+package ui
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+)
+
+// machineDownload is a download of a machine's that the console offers:
+// the subresource (a credential purpose: ichor-apiserver gets a Talos
+// certificate of the least role for it, per download, as the person), what
+// the file is called and its media type.
+type machineDownload struct {
+	Purpose     v1alpha1.CredentialPurpose
+	File        string
+	ContentType string
+	// ControlPlaneOnly downloads exist only on control planes.
+	ControlPlaneOnly bool
+}
+
+var machineDownloads = []machineDownload{
+	{Purpose: v1alpha1.PurposeSupportBundle, File: "%s-support-bundle.zip", ContentType: "application/zip"},
+	{Purpose: v1alpha1.PurposeEtcdSnapshot, File: "%s-etcd.snapshot", ContentType: "application/octet-stream", ControlPlaneOnly: true},
+}
+
+// downloadWriteTimeout bounds each write of a download: a browser that
+// stops reading is let go, however long the whole download takes.
+const downloadWriteTimeout = 30 * time.Second
+
+// download streams a machine's download subresource to the browser,
+// through ichor-apiserver as the person: the console holds no Talos
+// credential, not even for the length of a download. A stream the node or
+// the API cuts is aborted, so the browser reports a failed download
+// instead of saving a short file.
+func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
+	ns, name, machine := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("machine")
+	purpose := v1alpha1.CredentialPurpose(r.PathValue("download"))
+	var d *machineDownload
+	for i := range machineDownloads {
+		if machineDownloads[i].Purpose == purpose {
+			d = &machineDownloads[i]
+		}
+	}
+	if d == nil || !validNames(ns, name, machine) {
+		http.NotFound(w, r)
+		return
+	}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	fail := func(err error) {
+		data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name,
+			"Title": fmt.Sprintf("The %s of %s", purpose, machine)}
+		s.render(w, apiStatus(err), "refused", withRefusal(data, err))
+	}
+	m, err := cs.IchorV1alpha1().TalosMachines(ns).Get(r.Context(), machine, metav1.GetOptions{})
+	if err != nil {
+		fail(err)
+		return
+	}
+	if m.Spec.ClusterName != name {
+		http.NotFound(w, r)
+		return
+	}
+	stream, err := cs.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource("talosmachines").Name(machine).
+		SubResource(string(purpose)).Stream(r.Context())
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer stream.Close() //nolint:errcheck
+	h := w.Header()
+	h.Set("Content-Type", d.ContentType)
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, fmt.Sprintf(d.File, machine)))
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	n, err := io.Copy(deadlineWriter{w: w, rc: rc}, stream)
+	if err != nil {
+		klog.InfoS("a download was cut", "user", se.who.User, "download", purpose, "machine", machine, "namespace", ns, "bytes", n, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// deadlineWriter moves the connection's write deadline on before every
+// write.
+type deadlineWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(downloadWriteTimeout))
+	return d.w.Write(p)
+}

@@ -1,0 +1,391 @@
+package ui
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+)
+
+// operationKind is what the console says of an operation type: what it
+// does, in words that the machines it acts on follow, and whether starting
+// it takes typing the cluster's name, because it takes nodes or data away
+// for longer than a reboot.
+type operationKind struct {
+	does        func(spec *v1alpha1.TalosOperationSpec) string
+	destructive bool
+}
+
+// says is a kind's description that needs nothing of the spec.
+func says(words string) func(*v1alpha1.TalosOperationSpec) string {
+	return func(*v1alpha1.TalosOperationSpec) string { return words }
+}
+
+var operationKinds = map[v1alpha1.OperationType]operationKind{
+	v1alpha1.OperationTalosUpgrade: {does: func(s *v1alpha1.TalosOperationSpec) string {
+		if s.TalosUpgrade == nil {
+			return "upgrades Talos on"
+		}
+		return "upgrades Talos to " + s.TalosUpgrade.Version + " on"
+	}},
+	v1alpha1.OperationKubernetesUpgrade: {does: func(s *v1alpha1.TalosOperationSpec) string {
+		if s.KubernetesUpgrade == nil {
+			return "upgrades Kubernetes on"
+		}
+		return "upgrades Kubernetes to " + s.KubernetesUpgrade.Version + " on"
+	}},
+	v1alpha1.OperationReboot:       {does: says("reboots")},
+	v1alpha1.OperationEtcdSnapshot: {does: says("takes an etcd snapshot of")},
+	v1alpha1.OperationEtcdDefrag:   {does: says("defragments etcd on")},
+	v1alpha1.OperationCARotation:   {does: says("rotates the certificate authorities of"), destructive: true},
+	v1alpha1.OperationKeyRotation:  {does: says("rotates the disk encryption keys of"), destructive: true},
+	v1alpha1.OperationEtcdRestore: {does: func(s *v1alpha1.TalosOperationSpec) string {
+		if s.EtcdRestore == nil {
+			return "replaces etcd's data on"
+		}
+		return "replaces etcd's data with backup " + s.EtcdRestore.Backup + " on"
+	}, destructive: true},
+	v1alpha1.OperationNodeReset: {does: func(s *v1alpha1.TalosOperationSpec) string {
+		wipe := v1alpha1.WipeModeAll
+		if s.NodeReset != nil && s.NodeReset.Wipe != "" {
+			wipe = s.NodeReset.Wipe
+		}
+		return fmt.Sprintf("resets, wiping %s,", wipe)
+	}, destructive: true},
+	v1alpha1.OperationNodeShutdown: {does: says("shuts down"), destructive: true},
+	v1alpha1.OperationShutdown:     {does: says("backs up, then shuts down"), destructive: true},
+}
+
+// operationRow is an operation in its cluster's list.
+type operationRow struct {
+	Name, Type, Phase, StartedBy string
+	Created                      time.Time
+	Done, Total                  int
+}
+
+func operationRowOf(op *v1alpha1.TalosOperation) operationRow {
+	row := operationRow{Name: op.Name, Type: string(op.Spec.Type), Phase: string(op.Status.Phase), StartedBy: op.Status.StartedBy,
+		Created: op.CreationTimestamp.Time, Total: len(op.Status.Steps)}
+	if row.Phase == "" {
+		row.Phase = string(v1alpha1.OperationPending)
+	}
+	for _, st := range op.Status.Steps {
+		if st.Phase == v1alpha1.OperationSucceeded {
+			row.Done++
+		}
+	}
+	return row
+}
+
+// stepRow is one step of an operation's progress.
+type stepRow struct {
+	Name, Phase, Message string
+	Started, Completed   string
+}
+
+// progress is what the live part of an operation's page shows.
+type progress struct {
+	Phase, StartedBy string
+	Steps            []stepRow
+	// Unhealthy are the conditions that are not True, as "Type: message".
+	Unhealthy []string
+	// Ended is whether the operation is over: the page stops following it.
+	Ended bool
+}
+
+func progressOf(op *v1alpha1.TalosOperation) progress {
+	p := progress{Phase: string(op.Status.Phase), StartedBy: op.Status.StartedBy}
+	if p.Phase == "" {
+		p.Phase = string(v1alpha1.OperationPending)
+	}
+	p.Ended = op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed
+	for _, st := range op.Status.Steps {
+		p.Steps = append(p.Steps, stepRow{Name: st.Name(), Phase: string(st.Phase), Message: st.Message,
+			Started: clock(st.StartedAt), Completed: clock(st.CompletedAt)})
+	}
+	for _, c := range op.Status.Conditions {
+		if c.Status != metav1.ConditionTrue {
+			p.Unhealthy = append(p.Unhealthy, fmt.Sprintf("%s: %s", c.Type, c.Message))
+		}
+	}
+	return p
+}
+
+// clock is a time of day, UTC, or "" for none.
+func clock(t *metav1.Time) string {
+	if t == nil {
+		return ""
+	}
+	return t.UTC().Format("15:04:05")
+}
+
+// describe says what starting op does, naming the machines of cluster it
+// acts on (all of machines when the operation names none).
+func describe(op *v1alpha1.TalosOperation, machines []machineRow) string {
+	kind, ok := operationKinds[op.Spec.Type]
+	if !ok {
+		return fmt.Sprintf("runs a %s operation on", op.Spec.Type)
+	}
+	does := kind.does(&op.Spec)
+	targets := op.Spec.Machines
+	if len(targets) == 0 {
+		etcdOnly := op.Spec.Type == v1alpha1.OperationEtcdSnapshot || op.Spec.Type == v1alpha1.OperationEtcdDefrag || op.Spec.Type == v1alpha1.OperationEtcdRestore
+		for _, m := range machines {
+			if !etcdOnly || m.Role == string(v1alpha1.MachineRoleControlPlane) {
+				targets = append(targets, m.Name)
+			}
+		}
+	}
+	what := strings.Join(targets, ", ")
+	if what == "" {
+		what = "no machine yet"
+	}
+	at := ""
+	if n := op.Spec.MaxUnavailable; n != nil && *n > 1 {
+		at = fmt.Sprintf(", at most %d workers at a time, control planes one at a time", *n)
+	} else if op.Spec.Type != v1alpha1.OperationEtcdSnapshot && op.Spec.Type != v1alpha1.OperationKubernetesUpgrade {
+		at = ", one machine at a time"
+	}
+	return fmt.Sprintf("%s %s of cluster %s%s", does, what, op.Spec.ClusterName, at)
+}
+
+// startable are the operation types who may start in ns, asked of
+// kube-apiserver at once.
+func (s *Server) startable(r *http.Request, se *session, ns string) []v1alpha1.OperationType {
+	allowed := make([]bool, len(v1alpha1.OperationTypes))
+	var wg sync.WaitGroup
+	for i, t := range v1alpha1.OperationTypes {
+		wg.Go(func() { allowed[i] = s.may(r, se.who, ns, "start", "talosoperations", string(t)) })
+	}
+	wg.Wait()
+	var types []v1alpha1.OperationType
+	for i, t := range v1alpha1.OperationTypes {
+		if allowed[i] {
+			types = append(types, t)
+		}
+	}
+	return types
+}
+
+// operations lists a cluster's operations, newest first, with a form to
+// create one of a type the person may start.
+func (s *Server) operations(w http.ResponseWriter, r *http.Request, se *session) {
+	s.renderOperations(w, r, se, http.StatusOK, "")
+}
+
+func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *session, status int, refused string) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	if !validNames(ns, name) {
+		http.NotFound(w, r)
+		return
+	}
+	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused, "Form": r.PostForm}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	machines, err := s.machinesOf(r, cs, ns, name)
+	if err != nil {
+		s.render(w, apiStatus(err), "operations", withRefusal(data, err))
+		return
+	}
+	data["Machines"] = machines
+	list, err := cs.IchorV1alpha1().TalosOperations(ns).List(r.Context(), metav1.ListOptions{})
+	if err != nil {
+		s.render(w, apiStatus(err), "operations", withRefusal(data, err))
+		return
+	}
+	var rows []operationRow
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterName == name {
+			rows = append(rows, operationRowOf(&list.Items[i]))
+		}
+	}
+	slices.SortFunc(rows, func(a, b operationRow) int { return b.Created.Compare(a.Created) })
+	data["Operations"] = rows
+	if s.may(r, se.who, ns, "create", "talosoperations", "") {
+		data["Types"] = s.startable(r, se, ns)
+		data["WipeModes"] = []v1alpha1.WipeMode{v1alpha1.WipeModeAll, v1alpha1.WipeModeSystemDisk, v1alpha1.WipeModeUserDisks}
+	}
+	s.render(w, status, "operations", data)
+}
+
+// machinesOf are the machines of cluster name, by name; an error when the
+// cluster cannot be read.
+func (s *Server) machinesOf(r *http.Request, cs versioned.Interface, ns, name string) ([]machineRow, error) {
+	if _, err := cs.IchorV1alpha1().TalosClusters(ns).Get(r.Context(), name, metav1.GetOptions{}); err != nil {
+		return nil, err
+	}
+	list, err := cs.IchorV1alpha1().TalosMachines(ns).List(r.Context(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var rows []machineRow
+	for i := range list.Items {
+		if list.Items[i].Spec.ClusterName == name {
+			rows = append(rows, machineRowOf(&list.Items[i]))
+		}
+	}
+	slices.SortFunc(rows, func(a, b machineRow) int { return strings.Compare(a.Name, b.Name) })
+	return rows, nil
+}
+
+// operationFrom is the operation a creation form asks for; the API
+// validates it.
+func operationFrom(r *http.Request, cluster string) (*v1alpha1.TalosOperation, error) {
+	t := v1alpha1.OperationType(r.PostFormValue("type"))
+	if _, ok := operationKinds[t]; !ok {
+		return nil, fmt.Errorf("type %q: choose one of the operation types", t)
+	}
+	op := &v1alpha1.TalosOperation{Spec: v1alpha1.TalosOperationSpec{ClusterName: cluster, Type: t}}
+	if name := strings.TrimSpace(r.PostFormValue("name")); name != "" {
+		op.Name = name
+	} else {
+		op.GenerateName = string(t) + "-"
+	}
+	for _, m := range r.PostForm["machines"] {
+		if !validNames(m) {
+			return nil, fmt.Errorf("machine %q is not a machine's name", m)
+		}
+		op.Spec.Machines = append(op.Spec.Machines, m)
+	}
+	if v := strings.TrimSpace(r.PostFormValue("maxUnavailable")); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("maxUnavailable %q: a whole number", v)
+		}
+		op.Spec.MaxUnavailable = new(int32(n))
+	}
+	version := strings.TrimSpace(r.PostFormValue("version"))
+	switch t {
+	case v1alpha1.OperationTalosUpgrade:
+		op.Spec.TalosUpgrade = &v1alpha1.TalosUpgradeParameters{Version: version}
+	case v1alpha1.OperationKubernetesUpgrade:
+		op.Spec.KubernetesUpgrade = &v1alpha1.KubernetesUpgradeParameters{Version: version}
+	case v1alpha1.OperationEtcdRestore:
+		op.Spec.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Backup: strings.TrimSpace(r.PostFormValue("backup")),
+			IdentitySecret: strings.TrimSpace(r.PostFormValue("identitySecret"))}
+	case v1alpha1.OperationNodeReset:
+		op.Spec.NodeReset = &v1alpha1.NodeResetParameters{Wipe: v1alpha1.WipeMode(r.PostFormValue("wipe"))}
+	}
+	return op, nil
+}
+
+// createOperation creates an operation as the person, Pending: starting it
+// is a separate, confirmed step.
+func (s *Server) createOperation(w http.ResponseWriter, r *http.Request, se *session) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	if !validNames(ns, name) {
+		http.NotFound(w, r)
+		return
+	}
+	op, err := operationFrom(r, name)
+	if err != nil {
+		s.renderOperations(w, r, se, http.StatusBadRequest, err.Error())
+		return
+	}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	created, err := cs.IchorV1alpha1().TalosOperations(ns).Create(r.Context(), op, metav1.CreateOptions{})
+	if err != nil {
+		s.renderOperations(w, r, se, apiStatus(err), apiReason(err))
+		return
+	}
+	http.Redirect(w, r, operationPath(ns, name, created.Name), http.StatusSeeOther)
+}
+
+func operationPath(ns, cluster, op string) string {
+	return "/clusters/" + ns + "/" + cluster + "/operations/" + op
+}
+
+// operation shows one operation and its progress, which the page follows
+// live; Start leads to a confirmation.
+func (s *Server) operation(w http.ResponseWriter, r *http.Request, se *session) {
+	s.renderOperation(w, r, se, "operation", http.StatusOK, "")
+}
+
+// confirmStart asks the person to confirm what starting the operation does.
+func (s *Server) confirmStart(w http.ResponseWriter, r *http.Request, se *session) {
+	s.renderOperation(w, r, se, "start", http.StatusOK, "")
+}
+
+func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *session, page string, status int, refused string) {
+	ns, name, opName := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("operation")
+	if !validNames(ns, name, opName) {
+		http.NotFound(w, r)
+		return
+	}
+	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Operation": opName, "Refused": refused}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	op, err := cs.IchorV1alpha1().TalosOperations(ns).Get(r.Context(), opName, metav1.GetOptions{})
+	if err == nil && op.Spec.ClusterName != name {
+		http.NotFound(w, r)
+		return
+	}
+	var machines []machineRow
+	if err == nil {
+		machines, err = s.machinesOf(r, cs, ns, name)
+	}
+	if err != nil {
+		s.render(w, apiStatus(err), page, withRefusal(data, err))
+		return
+	}
+	data["Type"] = op.Spec.Type
+	data["Does"] = describe(op, machines)
+	data["Destructive"] = operationKinds[op.Spec.Type].destructive
+	data["Progress"] = progressOf(op)
+	data["Live"] = operationPath(ns, name, opName) + "/live"
+	pending := op.Status.Phase == "" || op.Status.Phase == v1alpha1.OperationPending
+	data["MayStart"] = pending && s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type))
+	s.render(w, status, page, data)
+}
+
+// start starts an operation as the person, once confirmed: a destructive
+// one needs the cluster's name typed.
+func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
+	ns, name, opName := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("operation")
+	if !validNames(ns, name, opName) {
+		http.NotFound(w, r)
+		return
+	}
+	cs, err := versioned.NewForConfig(s.as(se.who))
+	if err != nil {
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return
+	}
+	ops := cs.IchorV1alpha1().TalosOperations(ns)
+	op, err := ops.Get(r.Context(), opName, metav1.GetOptions{})
+	if err != nil {
+		s.renderOperation(w, r, se, "start", apiStatus(err), apiReason(err))
+		return
+	}
+	if op.Spec.ClusterName != name {
+		http.NotFound(w, r)
+		return
+	}
+	if operationKinds[op.Spec.Type].destructive && r.PostFormValue("confirm") != name {
+		s.renderOperation(w, r, se, "start", http.StatusBadRequest, fmt.Sprintf("type the cluster's name, %s, to confirm", name))
+		return
+	}
+	if _, err := ops.Start(r.Context(), opName, &v1alpha1.TalosOperation{}, metav1.CreateOptions{}); err != nil {
+		s.renderOperation(w, r, se, "start", apiStatus(err), apiReason(err))
+		return
+	}
+	http.Redirect(w, r, operationPath(ns, name, opName), http.StatusSeeOther)
+}
