@@ -52,7 +52,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 		http.NotFound(w, r)
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
+	rc := http.NewResponseController(w)
+	// The server's read and write timeouts are for requests, not streams;
+	// deadlineWriter bounds each write instead.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	cs, err := versioned.NewForConfig(s.streamingAs(se.who))
 	if err != nil {
 		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
 		return
@@ -82,7 +87,6 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 	h.Set("Content-Type", d.ContentType)
 	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, fmt.Sprintf(d.File, machine)))
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
 	n, err := io.Copy(deadlineWriter{w: w, rc: rc}, stream)
 	if err != nil {
 		klog.InfoS("a download was cut", "user", se.who.User, "download", purpose, "machine", machine, "namespace", ns, "bytes", n, "err", err)
@@ -90,8 +94,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 	}
 }
 
-// deadlineWriter moves the connection's write deadline on before every
-// write.
+// deadlineWriter bounds each write, and only the writes: between them
+// (the node may pause) the stream has no deadline, since an HTTP/2 write
+// deadline resets the stream when it passes, written or not.
 type deadlineWriter struct {
 	w  io.Writer
 	rc *http.ResponseController
@@ -99,5 +104,7 @@ type deadlineWriter struct {
 
 func (d deadlineWriter) Write(p []byte) (int, error) {
 	_ = d.rc.SetWriteDeadline(time.Now().Add(downloadWriteTimeout))
-	return d.w.Write(p)
+	n, err := d.w.Write(p)
+	_ = d.rc.SetWriteDeadline(time.Time{})
+	return n, err
 }

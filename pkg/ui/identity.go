@@ -143,3 +143,12 @@ func (s *Server) as(who identity) *rest.Config {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: who.User, Groups: who.Groups}
 	return cfg
 }
+
+// streamingAs is as for a watch or a download: without the client's
+// timeout, which would cut a stream that takes longer, and bounded by the
+// request's context instead.
+func (s *Server) streamingAs(who identity) *rest.Config {
+	cfg := s.as(who)
+	cfg.Timeout = 0
+	return cfg
+}

@@ -18,26 +18,40 @@ import (
 )
 
 // liveWriteTimeout bounds each write of a live stream: a browser that
-// stops reading is let go.
-const liveWriteTimeout = 30 * time.Second
+// stops reading is let go. Between writes the stream has no deadline (an
+// HTTP/2 write deadline resets the stream when it passes, written or not),
+// and a comment every liveHeartbeat keeps proxies from closing it.
+const (
+	liveWriteTimeout = 30 * time.Second
+	liveHeartbeat    = 15 * time.Second
+)
 
 // liveOperation follows an operation with a watch as the person and sends
 // its progress, rendered, as server-sent events (static/live.js puts each
-// in the page). The stream ends when the operation does ("end"), and at
-// the session's renewal, so that a person whose sign-in ended stops
-// seeing it: the browser reconnects through signedIn, which renews.
+// in the page). The stream ends when the operation does ("end"), when the
+// session ends (sign-out, expiry), and at the session's renewal, so that a
+// person whose sign-in ended stops seeing it: the browser reconnects
+// through signedIn, which renews.
 func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *session) {
 	ns, name, opName := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("operation")
 	if !validNames(ns, name, opName) {
 		http.NotFound(w, r)
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
+	rc := http.NewResponseController(w)
+	// The server's read and write timeouts are for requests, not streams.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	cs, err := versioned.NewForConfig(s.streamingAs(se.who))
 	if err != nil {
 		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
 		return
 	}
-	ctx, cancel := context.WithDeadline(r.Context(), se.renewAt)
+	until := se.renewAt
+	if se.expires.Before(until) {
+		until = se.expires
+	}
+	ctx, cancel := context.WithDeadline(r.Context(), until)
 	defer cancel()
 	// Without a resourceVersion the watch starts with the operation as it
 	// is now, then follows every change.
@@ -49,33 +63,47 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	defer watcher.Stop()
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	send := func(event string, data []byte) bool {
+	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		_ = rc.SetWriteDeadline(time.Time{})
+		return err == nil
+	}
+	send := func(event string, data []byte) bool {
 		var b bytes.Buffer
 		fmt.Fprintf(&b, "event: %s\n", event)
-		for line := range strings.SplitSeq(string(data), "\n") {
+		// A lone CR ends a line too: normalise, so that no text of a node
+		// can start a field of its own.
+		text := strings.ReplaceAll(strings.ReplaceAll(string(data), "\r\n", "\n"), "\r", "\n")
+		for line := range strings.SplitSeq(text, "\n") {
 			fmt.Fprintf(&b, "data: %s\n", line)
 		}
 		b.WriteString("\n")
-		if _, err := w.Write(b.Bytes()); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return write(b.Bytes())
 	}
 	// A browser whose stream ended (a renewal, a restart) reconnects after 2 s.
-	_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
-	if _, err := w.Write([]byte("retry: 2000\n\n")); err != nil || rc.Flush() != nil {
+	if !write([]byte("retry: 2000\n\n")) {
 		return
 	}
+	heartbeat := time.NewTicker(liveHeartbeat)
+	defer heartbeat.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-se.ended:
+			return
+		case <-heartbeat.C:
+			if !write([]byte(": still following\n\n")) {
+				return
+			}
 		case ev, ok := <-watcher.ResultChan():
 			if !ok {
 				return

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -94,18 +93,11 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data["Cluster"] = rowOf(c)
-	list, err := cs.IchorV1alpha1().TalosMachines(ns).List(r.Context(), metav1.ListOptions{})
+	rows, err := machinesIn(r.Context(), cs, ns, name)
 	if err != nil {
 		s.render(w, apiStatus(err), "cluster", withRefusal(data, err))
 		return
 	}
-	var rows []machineRow
-	for i := range list.Items {
-		if list.Items[i].Spec.ClusterName == name {
-			rows = append(rows, machineRowOf(&list.Items[i]))
-		}
-	}
-	slices.SortFunc(rows, func(a, b machineRow) int { return strings.Compare(a.Name, b.Name) })
 	data["Machines"] = rows
 	data["MayApprove"] = s.may(r, se.who, ns, "approve", "talosmachines", "approval")
 	var downloads []machineDownload

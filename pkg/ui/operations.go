@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
@@ -187,7 +189,7 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 		http.NotFound(w, r)
 		return
 	}
-	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused, "Form": r.PostForm}
+	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused}
 	cs, err := versioned.NewForConfig(s.as(se.who))
 	if err != nil {
 		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
@@ -199,16 +201,16 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 		return
 	}
 	data["Machines"] = machines
-	list, err := cs.IchorV1alpha1().TalosOperations(ns).List(r.Context(), metav1.ListOptions{})
+	list, err := cs.IchorV1alpha1().TalosOperations(ns).List(r.Context(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.clusterName", name).String(),
+	})
 	if err != nil {
 		s.render(w, apiStatus(err), "operations", withRefusal(data, err))
 		return
 	}
 	var rows []operationRow
 	for i := range list.Items {
-		if list.Items[i].Spec.ClusterName == name {
-			rows = append(rows, operationRowOf(&list.Items[i]))
-		}
+		rows = append(rows, operationRowOf(&list.Items[i]))
 	}
 	slices.SortFunc(rows, func(a, b operationRow) int { return b.Created.Compare(a.Created) })
 	data["Operations"] = rows
@@ -225,15 +227,20 @@ func (s *Server) machinesOf(r *http.Request, cs versioned.Interface, ns, name st
 	if _, err := cs.IchorV1alpha1().TalosClusters(ns).Get(r.Context(), name, metav1.GetOptions{}); err != nil {
 		return nil, err
 	}
-	list, err := cs.IchorV1alpha1().TalosMachines(ns).List(r.Context(), metav1.ListOptions{})
+	return machinesIn(r.Context(), cs, ns, name)
+}
+
+// machinesIn are the machines of cluster in ns, by name.
+func machinesIn(ctx context.Context, cs versioned.Interface, ns, cluster string) ([]machineRow, error) {
+	list, err := cs.IchorV1alpha1().TalosMachines(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.clusterName", cluster).String(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	var rows []machineRow
+	rows := make([]machineRow, 0, len(list.Items))
 	for i := range list.Items {
-		if list.Items[i].Spec.ClusterName == name {
-			rows = append(rows, machineRowOf(&list.Items[i]))
-		}
+		rows = append(rows, machineRowOf(&list.Items[i]))
 	}
 	slices.SortFunc(rows, func(a, b machineRow) int { return strings.Compare(a.Name, b.Name) })
 	return rows, nil
@@ -346,6 +353,7 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 		s.render(w, apiStatus(err), page, withRefusal(data, err))
 		return
 	}
+	data["UID"] = op.UID
 	data["Type"] = op.Spec.Type
 	data["Does"] = describe(op, machines)
 	data["Destructive"] = operationKinds[op.Spec.Type].destructive
@@ -377,6 +385,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
 	}
 	if op.Spec.ClusterName != name {
 		http.NotFound(w, r)
+		return
+	}
+	// What was confirmed is this object: not another made since under its name.
+	if string(op.UID) != r.PostFormValue("uid") {
+		s.renderOperation(w, r, se, "start", http.StatusConflict, "the operation changed since you confirmed it: read what it does again")
 		return
 	}
 	if operationKinds[op.Spec.Type].destructive && r.PostFormValue("confirm") != name {

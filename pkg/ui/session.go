@@ -37,6 +37,9 @@ type session struct {
 	renewAt time.Time
 	// expires is when the session ends whatever happens.
 	expires time.Time
+	// ended is closed when the session ends (sign-out, expiry): the
+	// streams it opened stop.
+	ended chan struct{}
 }
 
 // sessions are the signed-in sessions, in memory: a restart of ichor-ui
@@ -57,7 +60,7 @@ func randomToken() string {
 
 // start records a new session for who.
 func (s *sessions) start(who identity, refresh string, renewAt, expires time.Time) *session {
-	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, renewAt: renewAt, expires: expires}
+	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, renewAt: renewAt, expires: expires, ended: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.byID[se.id] = se
@@ -78,7 +81,7 @@ func (s *sessions) get(r *http.Request, now time.Time) *session {
 		return nil
 	}
 	if !now.Before(se.expires) {
-		delete(s.byID, se.id)
+		s.forget(se)
 		return nil
 	}
 	copied := *se
@@ -98,16 +101,24 @@ func (s *sessions) update(id string, who identity, refresh string, renewAt time.
 func (s *sessions) end(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byID, id)
+	if se := s.byID[id]; se != nil {
+		s.forget(se)
+	}
+}
+
+// forget removes a session and stops its streams; s.mu is held.
+func (s *sessions) forget(se *session) {
+	delete(s.byID, se.id)
+	close(se.ended)
 }
 
 // sweep forgets the sessions that ended.
 func (s *sessions) sweep(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, se := range s.byID {
+	for _, se := range s.byID {
 		if !now.Before(se.expires) {
-			delete(s.byID, id)
+			s.forget(se)
 		}
 	}
 }

@@ -102,7 +102,7 @@ func (p *visitor) open(path string) {
 // screenshot saves the whole page under .local/screenshots/ for people to look at.
 func (p *visitor) screenshot(name string) {
 	p.t.Helper()
-	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(90))
+	jpeg, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(90))
 	if err != nil {
 		p.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -114,7 +114,7 @@ func (p *visitor) screenshot(name string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		p.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".jpg"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".jpg"), jpeg, 0o644); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -246,7 +246,8 @@ spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, ins
 		p.do("approve worker-1",
 			chromedp.SendKeys(chromedp.CSS(`#machine-worker-1 input[name="reason"]`), "fingerprint matches the console"),
 			chromedp.Click(chromedp.CSS(`#machine-worker-1 button[value="Approved"]`)),
-			chromedp.WaitVisible(chromedp.CSS("table.machines")),
+			// The page after the approval offers it no more.
+			chromedp.WaitNotPresent(chromedp.CSS(`#machine-worker-1 form.decide`)),
 		)
 		if got := p.text("#machine-worker-1"); !strings.Contains(got, "Approved by ichor:"+ada+": fingerprint matches the console") {
 			t.Errorf("worker-1 after the approval: %q", got)
