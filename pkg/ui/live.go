@@ -92,6 +92,10 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 	if !write([]byte("retry: 2000\n\n")) {
 		return
 	}
+	var (
+		asked     bool
+		startPath string
+	)
 	heartbeat := time.NewTicker(liveHeartbeat)
 	defer heartbeat.Stop()
 	for {
@@ -118,7 +122,13 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 			case op.Spec.ClusterName != name:
 				return
 			}
-			p := progressOf(op)
+			if !asked { // once: the fragments offer a start to whoever may, as the page does
+				asked = true
+				if s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type)) {
+					startPath = operationPath(ns, name, opName) + "/start"
+				}
+			}
+			p := progressOf(op, startPath)
 			var b bytes.Buffer
 			if err := s.pages["operation"].ExecuteTemplate(&b, "progress", p); err != nil {
 				klog.InfoS("rendering an operation's progress failed", "err", err)

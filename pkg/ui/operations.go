@@ -97,26 +97,28 @@ type stepRow struct {
 type progress struct {
 	Phase, StartedBy string
 	Steps            []stepRow
-	// Unhealthy are the conditions that are not True, as "Type: message".
-	Unhealthy []string
+	Conditions       []metav1.Condition
+	// StartPath is where the person confirms a start: set while the
+	// operation waits for one and the person may start it.
+	StartPath string
 	// Ended is whether the operation is over: the page stops following it.
 	Ended bool
 }
 
-func progressOf(op *v1alpha1.TalosOperation) progress {
-	p := progress{Phase: string(op.Status.Phase), StartedBy: op.Status.StartedBy}
+// progressOf is op's progress; startPath is offered while op waits to be
+// started.
+func progressOf(op *v1alpha1.TalosOperation, startPath string) progress {
+	p := progress{Phase: string(op.Status.Phase), StartedBy: op.Status.StartedBy, Conditions: op.Status.Conditions}
 	if p.Phase == "" {
 		p.Phase = string(v1alpha1.OperationPending)
+	}
+	if p.Phase == string(v1alpha1.OperationPending) && p.StartedBy == "" {
+		p.StartPath = startPath
 	}
 	p.Ended = op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed
 	for _, st := range op.Status.Steps {
 		p.Steps = append(p.Steps, stepRow{Name: st.Name(), Phase: string(st.Phase), Message: st.Message,
 			Started: clock(st.StartedAt), Completed: clock(st.CompletedAt)})
-	}
-	for _, c := range op.Status.Conditions {
-		if c.Status != metav1.ConditionTrue {
-			p.Unhealthy = append(p.Unhealthy, fmt.Sprintf("%s: %s", c.Type, c.Message))
-		}
 	}
 	return p
 }
@@ -357,10 +359,14 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 	data["Type"] = op.Spec.Type
 	data["Does"] = describe(op, machines)
 	data["Destructive"] = operationKinds[op.Spec.Type].destructive
-	data["Progress"] = progressOf(op)
+	startPath := ""
+	if s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type)) {
+		startPath = operationPath(ns, name, opName) + "/start"
+	}
+	p := progressOf(op, startPath)
+	data["Progress"] = p
 	data["Live"] = operationPath(ns, name, opName) + "/live"
-	pending := op.Status.Phase == "" || op.Status.Phase == v1alpha1.OperationPending
-	data["MayStart"] = pending && s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type))
+	data["MayStart"] = p.StartPath != ""
 	s.render(w, status, page, data)
 }
 

@@ -69,29 +69,45 @@ func newVisitor(t *testing.T, browserCtx context.Context, c *console, name strin
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext())
 	t.Cleanup(cancel)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 5*time.Minute)
-	t.Cleanup(cancelTimeout)
+	// The first run opens the tab, which lives as long as the context of
+	// that run: this one, not a later run's with a timeout.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("open a tab for %s: %v", name, err)
+	}
 	return &visitor{t: t, ctx: ctx, base: c.base, name: name}
 }
 
-// do runs browser actions, failing the test with what went wrong.
+// do runs browser actions, each run bounded by a minute, failing the test
+// with where the browser is, what it shows, and a screenshot of it.
 func (p *visitor) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	if err := chromedp.Do(p.ctx, actions...); err != nil {
-		p.t.Fatalf("%s, as %s: %v\nthe page: %s", what, p.name, err, p.text("body"))
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.screenshot("failed-" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '-'
+		}, what))
+		location := p.run(chromedp.Location())
+		p.t.Fatalf("%s, as %s: %v\nat %s, the page says:\n%s", what, p.name, err, location, p.text("body"))
 	}
 }
 
-// text is the visible text of the first element sel selects, "" if none.
-func (p *visitor) text(sel string) string {
+// run is the value of a browser action that reads, or why there is none.
+func (p *visitor) run(a chromedp.Action[string]) string {
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := chromedp.Run(ctx, a)
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)
 	}
 	return s
 }
+
+// text is the visible text of the first element sel selects.
+func (p *visitor) text(sel string) string { return p.run(chromedp.Text(chromedp.CSS(sel))) }
 
 // open navigates to a console path and waits for its main content.
 func (p *visitor) open(path string) {
@@ -101,10 +117,12 @@ func (p *visitor) open(path string) {
 
 // screenshot saves the whole page under .local/screenshots/ for people to look at.
 func (p *visitor) screenshot(name string) {
-	p.t.Helper()
-	jpeg, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(90))
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {
-		p.t.Fatalf("screenshot %s: %v", name, err)
+		p.t.Errorf("screenshot %s: %v", name, err)
+		return
 	}
 	root, err := proc.RepoRoot()
 	if err != nil {
@@ -114,7 +132,7 @@ func (p *visitor) screenshot(name string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		p.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".jpg"), jpeg, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), img, 0o644); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -281,7 +299,7 @@ spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, ins
 		if got := p.text("#progress .phase"); got != "Pending" {
 			t.Errorf("a new operation's phase: %q", got)
 		}
-		p.do("open the confirmation", chromedp.Click(chromedp.CSS(`a.button`)), chromedp.WaitVisible(chromedp.CSS("form.start")))
+		p.do("open the confirmation", chromedp.Click(chromedp.CSS(`#progress a.start`)), chromedp.WaitVisible(chromedp.CSS("form.start")))
 		if got := p.text(".confirm"); got != "Starting it reboots worker-1 of cluster web, one machine at a time." {
 			t.Errorf("the confirmation says %q", got)
 		}
@@ -307,6 +325,9 @@ spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, ins
 		}
 		if still, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`window.ichorStillThisPage === true`)); err != nil || !still {
 			t.Errorf("the page was reloaded to show the progress (%v)", err)
+		}
+		if n, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`document.querySelectorAll("#progress a.start").length`)); err != nil || n != 0 {
+			t.Errorf("a started operation still offers %d starts (%v)", n, err)
 		}
 		if !strings.Contains(p.text("#progress"), "started by ichor:"+otto) {
 			t.Errorf("the progress does not name who started it: %q", p.text("#progress"))

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -161,6 +162,41 @@ func (b *browser) post(t *testing.T, path string, form url.Values) page {
 	return b.do(t, http.MethodPost, path, form, b.base)
 }
 
+// firstEvent reads a server-sent event stream until its first event
+// other than the retry field, and closes it.
+func (b *browser) firstEvent(t *testing.T, path string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close() //nolint:errcheck
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var event strings.Builder
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if line == "" {
+			if strings.HasPrefix(event.String(), "event: ") {
+				return event.String()
+			}
+			event.Reset()
+			continue
+		}
+		event.WriteString(line + "\n")
+	}
+	t.Fatalf("GET %s ended before an event: %v", path, scanner.Err())
+	return ""
+}
+
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 // csrf is the CSRF token of a page's form.
@@ -248,7 +284,7 @@ func TestConsole(t *testing.T) {
 				"X-Content-Type-Options":    "nosniff",
 				"X-Frame-Options":           "DENY",
 				"Cache-Control":             "no-store",
-				"Referrer-Policy":           "no-referrer",
+				"Referrer-Policy":           "same-origin",
 			} {
 				if got := p.header.Get(header); got != want {
 					t.Errorf("GET %s: %s %q, want %q", path, header, got, want)
@@ -396,6 +432,86 @@ func TestConsole(t *testing.T) {
 		}
 		if p := keep(operator.get(t, "/clusters/"+ns+"/no-such-cluster")); p.status != http.StatusNotFound || !strings.Contains(html.UnescapeString(p.body), `"no-such-cluster" not found`) {
 			t.Errorf("a cluster that does not exist: %d\n%s", p.status, p.body)
+		}
+	})
+
+	t.Run("operations: offered only to whoever may, confirmed for one object, followed live", func(t *testing.T) {
+		path := "/clusters/" + ns + "/prod/operations"
+		viewer := newBrowser()
+		viewer.signIn(t, vic, passwords["vic"])
+		page := keep(viewer.get(t, path))
+		if page.status != http.StatusOK || strings.Contains(page.body, `class="operation"`) {
+			t.Errorf("the viewer's operations page: %d, offers a form: %v", page.status, strings.Contains(page.body, `class="operation"`))
+		}
+		refused := keep(viewer.post(t, path, url.Values{"csrf": {page.csrf(t)}, "type": {"reboot"}, "name": {"by-a-viewer"}}))
+		if refused.status != http.StatusForbidden || !strings.Contains(refused.body, "ichor:"+vic) || !strings.Contains(refused.body, "forbidden") {
+			t.Errorf("a viewer's new operation: %d\n%s", refused.status, refused.body)
+		}
+
+		operator := newBrowser()
+		operator.signIn(t, dana, passwords["dana"])
+		page = keep(operator.get(t, path))
+		if !strings.Contains(page.body, `<option value="reboot">`) || strings.Contains(page.body, `<option value="node-shutdown">`) {
+			t.Errorf("an operator is offered the wrong types (reboot: hers to start; node-shutdown: an admin's):\n%s", page.body)
+		}
+		csrf := page.csrf(t)
+		if p := keep(operator.post(t, path, url.Values{"csrf": {csrf}, "type": {"format-c"}})); p.status != http.StatusBadRequest || !strings.Contains(html.UnescapeString(p.body), `type "format-c"`) {
+			t.Errorf("an operation of no type: %d\n%s", p.status, p.body)
+		}
+		if p := keep(operator.post(t, path, url.Values{"csrf": {csrf}, "type": {"talos-upgrade"}, "name": {"no-version"}})); p.status != http.StatusUnprocessableEntity || !strings.Contains(p.body, "spec.talosUpgrade.version") {
+			t.Errorf("an upgrade without a version: %d\n%s", p.status, p.body)
+		}
+		p := keep(operator.post(t, path, url.Values{"csrf": {csrf}, "type": {"reboot"}, "name": {"r1"}, "machines": {"m1"}}))
+		if p.status != http.StatusSeeOther || p.header.Get("Location") != path+"/r1" {
+			t.Fatalf("an operator's new reboot: %d %q\n%s", p.status, p.header.Get("Location"), p.body)
+		}
+		confirm := keep(operator.get(t, path+"/r1/start"))
+		if !strings.Contains(confirm.body, "Starting it reboots m1 of cluster prod, one machine at a time.") {
+			t.Errorf("the confirmation:\n%s", confirm.body)
+		}
+		uid := regexp.MustCompile(`name="uid" value="([^"]+)"`).FindStringSubmatch(confirm.body)
+		if uid == nil {
+			t.Fatalf("the confirmation carries no UID:\n%s", confirm.body)
+		}
+		if p := keep(operator.post(t, path+"/r1/start", url.Values{"csrf": {csrf}, "uid": {"another-object"}})); p.status != http.StatusConflict {
+			t.Errorf("a start confirmed for another object: %d\n%s", p.status, p.body)
+		}
+		if p := keep(operator.post(t, path+"/r1/start", url.Values{"csrf": {csrf}, "uid": {uid[1]}})); p.status != http.StatusSeeOther {
+			t.Fatalf("the confirmed start: %d\n%s", p.status, p.body)
+		}
+		op, err := apiClient(t).IchorV1alpha1().TalosOperations(ns).Get(ctx, "r1", metav1.GetOptions{})
+		if err != nil || op.Status.StartedBy != "ichor:"+dana {
+			t.Fatalf("r1 after the start: %v, started by %q", err, op.Status.StartedBy)
+		}
+
+		// An admin's type: the operator may create it, not start it; the
+		// typed name is asked first, then the server refuses, saying why.
+		if p := keep(operator.post(t, path, url.Values{"csrf": {csrf}, "type": {"node-shutdown"}, "name": {"off"}, "machines": {"m1"}})); p.status != http.StatusSeeOther {
+			t.Fatalf("an operator's new node-shutdown: %d\n%s", p.status, p.body)
+		}
+		confirm = keep(operator.get(t, path+"/off/start"))
+		if strings.Contains(confirm.body, `class="start"`) {
+			t.Errorf("an operator is offered to start a node-shutdown:\n%s", confirm.body)
+		}
+		off, err := apiClient(t).IchorV1alpha1().TalosOperations(ns).Get(ctx, "off", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := keep(operator.post(t, path+"/off/start", url.Values{"csrf": {csrf}, "uid": {string(off.UID)}})); p.status != http.StatusBadRequest || !strings.Contains(p.body, "type the cluster") {
+			t.Errorf("a node-shutdown without the typed name: %d\n%s", p.status, p.body)
+		}
+		p = keep(operator.post(t, path+"/off/start", url.Values{"csrf": {csrf}, "uid": {string(off.UID)}, "confirm": {"prod"}}))
+		if p.status != http.StatusForbidden || !strings.Contains(html.UnescapeString(p.body), `it needs the "start" verb on resource "talosoperations", subresource "node-shutdown"`) {
+			t.Errorf("an operator's start of a node-shutdown: %d\n%s", p.status, p.body)
+		}
+
+		// The live stream sends the operation as it is, as the person.
+		first := operator.firstEvent(t, path+"/r1/live")
+		if !strings.HasPrefix(first, "event: progress\n") || !strings.Contains(first, "started by ichor:"+dana) {
+			t.Errorf("the live stream's first event:\n%s", first)
+		}
+		if p := keep(newBrowser().get(t, path+"/r1/live")); p.status != http.StatusSeeOther {
+			t.Errorf("the live stream without a session: %d", p.status)
 		}
 	})
 
