@@ -98,14 +98,29 @@ func selectPatches(cluster *ichorv1alpha1.TalosCluster, machine *ichorv1alpha1.T
 			selected = append(selected, scopedPatch{patch: p, scope: scope})
 		}
 	}
-	slices.SortFunc(selected, func(a, b scopedPatch) int {
-		return cmp.Or(
-			cmp.Compare(a.scope, b.scope),
-			cmp.Compare(a.patch.Spec.Priority, b.patch.Spec.Priority),
-			cmp.Compare(a.patch.Name, b.patch.Name),
-		)
-	})
+	slices.SortFunc(selected, func(a, b scopedPatch) int { return CompareApplicationOrder(a.patch, b.patch) })
 	return selected, nil
+}
+
+// ScopeOf is the group a patch with target t is ordered in.
+func ScopeOf(t ichorv1alpha1.PatchTarget) Scope {
+	switch {
+	case t.Role != "":
+		return ScopeRole
+	case len(t.Machines) > 0 || t.Selector != nil:
+		return ScopeMachine
+	}
+	return ScopeCluster
+}
+
+// CompareApplicationOrder orders two patches of a cluster as they apply to
+// a machine: scope, then priority, then name.
+func CompareApplicationOrder(a, b *ichorv1alpha1.TalosConfigPatch) int {
+	return cmp.Or(
+		cmp.Compare(ScopeOf(a.Spec.Target), ScopeOf(b.Spec.Target)),
+		cmp.Compare(a.Spec.Priority, b.Spec.Priority),
+		cmp.Compare(a.Name, b.Name),
+	)
 }
 
 // targets reports whether a target selects the machine, and in which scope.

@@ -105,7 +105,12 @@ func (s *Server) whoIs(ctx context.Context, token string) (identity, error) {
 	if err != nil {
 		return identity{}, fmt.Errorf("kube-apiserver did not accept the sign-in: %w", err)
 	}
-	return servable(review.Status.UserInfo)
+	who, err := servable(review.Status.UserInfo)
+	if err != nil {
+		return identity{}, err
+	}
+	who.ManagesUsers = s.mayIn(ctx, who, "", "list", "ichorusers", "")
+	return who, nil
 }
 
 // signIn checks an Ichor user's password with ichor-auth, and returns who

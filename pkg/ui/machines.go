@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,11 +47,15 @@ func machineRowOf(m *v1alpha1.TalosMachine) machineRow {
 // may asks kube-apiserver whether who may verb resource/subresource in
 // namespace, so that the page offers only what the person may do.
 func (s *Server) may(r *http.Request, who identity, namespace, verb, resource, subresource string) bool {
+	return s.mayIn(r.Context(), who, namespace, verb, resource, subresource)
+}
+
+func (s *Server) mayIn(ctx context.Context, who identity, namespace, verb, resource, subresource string) bool {
 	cs, err := kubernetes.NewForConfig(s.as(who))
 	if err != nil {
 		return false
 	}
-	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(r.Context(), &authorizationv1.SelfSubjectAccessReview{
+	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: namespace, Verb: verb, Group: v1alpha1.SchemeGroupVersion.Group, Resource: resource, Subresource: subresource,
 		}},

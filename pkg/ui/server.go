@@ -65,7 +65,7 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused"} {
+	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused", "patches", "users"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -85,6 +85,10 @@ func New(opts Options) (*Server, error) {
 	mux.Handle("GET /clusters/{namespace}/{name}", s.signedIn(s.cluster))
 	mux.Handle("POST /clusters/{namespace}/{name}/machines/{machine}/approval", s.signedIn(s.decide))
 	mux.Handle("GET /clusters/{namespace}/{name}/machines/{machine}/downloads/{download}", s.signedIn(s.download))
+	mux.Handle("GET /users", s.signedIn(s.users))
+	mux.Handle("POST /users", s.signedIn(s.createUser))
+	mux.Handle("POST /users/{user}/disabled", s.signedIn(s.setDisabled))
+	mux.Handle("GET /clusters/{namespace}/{name}/patches", s.signedIn(s.patches))
 	mux.Handle("GET /clusters/{namespace}/{name}/operations", s.signedIn(s.operations))
 	mux.Handle("POST /clusters/{namespace}/{name}/operations", s.signedIn(s.createOperation))
 	mux.Handle("GET /clusters/{namespace}/{name}/operations/{operation}", s.signedIn(s.operation))

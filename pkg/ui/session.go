@@ -23,6 +23,9 @@ type identity struct {
 	User string
 	// Groups are the Ichor role groups among the person's groups.
 	Groups []string
+	// ManagesUsers is whether kube-apiserver lets the person list
+	// IchorUsers: the header offers the users page then.
+	ManagesUsers bool
 }
 
 // session is one sign-in. Only its id leaves the server.

@@ -13,6 +13,7 @@ import (
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -178,8 +179,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitHTTP(ctx, t, "http://"+controller.probes+"/readyz")
 
 	useUsersEnabled(ctx, t, true)
-	user := func(n string) string { return n + "-" + ns }
-	ada, otto, vera := user("ada"), user("otto"), user("vera")
+	// Plain names (IchorUsers are cluster-wide; no other test makes these),
+	// so that the screenshots read as a person would see them.
+	ada, otto, vera := "ada", "otto", "vera"
 	passwords := map[string]string{ada: "ada's long passphrase", otto: "otto's long passphrase", vera: "vera's long passphrase"}
 	createUser(ctx, t, ada, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleAdmin}, passwords[ada])
 	createUser(ctx, t, otto, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleOperator}, passwords[otto])
@@ -225,6 +227,16 @@ apiVersion: ichor.dev/v1alpha1
 kind: TalosMachine
 metadata: {name: worker-1, namespace: %[1]s}
 spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, install: {disk: /dev/sda}}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosConfigPatch
+metadata: {name: sysctls, namespace: %[1]s}
+spec:
+  clusterName: web
+  patch: |
+    machine:
+      sysctls:
+        net.core.somaxconn: "65535"
 `, ns, endpointIP, ports[0], cp1.Addr(), worker1.Addr()))
 	waitMachine(ctx, t, ns, "cp-1", "pinned", pinnedTo(cp1.MaintenanceFingerprint()))
 	mustKubectl(ctx, t, append(admin, "-n", ns, "patch", "talosmachine", "cp-1", "--subresource=approval", "--type=merge",
@@ -384,6 +396,65 @@ spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, ins
 		waitEventSaying(ctx, t, ns, "cp-1", corev1.EventTypeNormal, "Downloaded", "ichor:"+ada+" downloaded the support-bundle of TalosMachine cp-1")
 	})
 
+	t.Run("an operator reads the config patches without their bodies", func(t *testing.T) {
+		p := newVisitor(t, chrome, ui, otto)
+		p.signIn(otto, passwords[otto])
+		p.open(clusterPath + "/patches")
+		if got := p.text("#patch-sysctls"); !strings.Contains(got, "cluster") || !strings.Contains(got, "every machine") ||
+			!strings.Contains(got, "cp-1, worker-1") {
+			t.Errorf("the sysctls patch's row: %q", got)
+		}
+		if body := p.text("body"); strings.Contains(body, "somaxconn") {
+			t.Errorf("the patches page shows a patch's body:\n%s", body)
+		}
+		p.screenshot("patches")
+		// An operator manages no users: no link, and the server says why.
+		if n, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`document.querySelectorAll('header a[href="/users"]').length`)); err != nil || n != 0 {
+			t.Errorf("an operator is offered the users page (%d, %v)", n, err)
+		}
+		p.open("/users")
+		if got := p.text(`[role="alert"]`); !strings.Contains(got, "forbidden") || !strings.Contains(got, "ichor:"+otto) {
+			t.Errorf("an operator's users page: %q", got)
+		}
+	})
+
+	t.Run("an admin creates a user, and disables her; a refused password makes no user", func(t *testing.T) {
+		p := newVisitor(t, chrome, ui, ada)
+		p.signIn(ada, passwords[ada])
+		p.do("open the users page", chromedp.Click(chromedp.CSS(`header a[href="/users"]`)), chromedp.WaitVisible(chromedp.CSS("table.users")))
+		users := apiClient(t).IchorV1alpha1().IchorUsers()
+		t.Cleanup(func() { _ = users.Delete(context.Background(), "nina", metav1.DeleteOptions{}) })
+		create := func(name, password string) {
+			p.do("create "+name,
+				chromedp.SendKeys(chromedp.CSS(`form.operation input[name="name"]`), name),
+				chromedp.SetValue(chromedp.CSS(`form.operation select[name="role"]`), string(v1alpha1.UserRoleViewer)),
+				chromedp.SendKeys(chromedp.CSS(`form.operation input[name="password"]`), password),
+				chromedp.Click(chromedp.CSS(`form.operation button[type="submit"]`)),
+				chromedp.WaitVisible(chromedp.CSS("h1")),
+			)
+		}
+		create("nora", "short")
+		if got := p.text(`[role="alert"]`); !strings.Contains(got, "nora was not created") {
+			t.Errorf("a refused password: %q", got)
+		}
+		if _, err := users.Get(ctx, "nora", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the user of a refused password: %v, want none", err)
+		}
+		create("nina", "nina's long passphrase")
+		p.do("see nina", chromedp.WaitVisible(chromedp.CSS("#user-nina")))
+		if got := p.text("#user-nina"); !strings.Contains(got, "viewer") || !strings.Contains(got, "set") || !strings.Contains(got, "enabled") {
+			t.Errorf("nina's row: %q", got)
+		}
+		p.do("disable nina", chromedp.Click(chromedp.CSS(`#user-nina button[value="true"]`)), chromedp.WaitVisible(chromedp.CSS(`#user-nina button[value="false"]`)))
+		if u, err := users.Get(ctx, "nina", metav1.GetOptions{}); err != nil || !u.Spec.Disabled || !u.Status.PasswordSet {
+			t.Errorf("nina after the admin's changes: %v %+v %+v", err, u.Spec, u.Status)
+		}
+		p.screenshot("users")
+		if body := p.text("body"); strings.Contains(body, "passphrase") {
+			t.Errorf("the users page shows a password:\n%s", body)
+		}
+	})
+
 	t.Run("the audit log names each person for each action, never ichor-ui", func(t *testing.T) {
 		type action struct{ resource, subresource, verb, who string }
 		want := []action{
@@ -391,12 +462,12 @@ spec: {clusterName: web, role: worker, address: "%[5]s", hostname: worker-1, ins
 			{"talosoperations", "", "create", "ichor:" + otto},
 			{"talosoperations", "start", "create", "ichor:" + otto},
 			{"talosmachines", "support-bundle", "get", "ichor:" + ada},
+			{"ichorusers", "", "create", "ichor:" + ada},
+			{"ichorusers", "password", "update", "ichor:" + ada},
+			{"ichorusers", "", "patch", "ichor:" + ada},
 		}
 		found := map[action]bool{}
 		for _, e := range auditEvents(t) {
-			if !strings.Contains(e.RequestURI, "/namespaces/"+ns+"/") {
-				continue
-			}
 			if e.User.Username == uiUser {
 				t.Errorf("ichor-apiserver's audit names ichor-ui: %s", e.raw)
 			}
