@@ -104,6 +104,7 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data["Machines"] = rows
+	data["Events"], data["EventsRefused"] = s.clusterEvents(r.Context(), se.who, ns, name, rows)
 	data["MayApprove"] = s.may(r, se.who, ns, "approve", "talosmachines", "approval")
 	var downloads []machineDownload
 	for _, d := range machineDownloads {

@@ -394,6 +394,12 @@ spec:
 			t.Error("the support bundle is empty")
 		}
 		waitEventSaying(ctx, t, ns, "cp-1", corev1.EventTypeNormal, "Downloaded", "ichor:"+ada+" downloaded the support-bundle of TalosMachine cp-1")
+		p.open(clusterPath)
+		if got := p.text("table.events"); !strings.Contains(got, "ichor:"+ada+" downloaded the support-bundle of TalosMachine cp-1") ||
+			!strings.Contains(got, "reboot-worker-1") {
+			t.Errorf("the cluster's Events on its page: %q", got)
+		}
+		p.screenshot("cluster")
 	})
 
 	t.Run("an operator reads the config patches without their bodies", func(t *testing.T) {
