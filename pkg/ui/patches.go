@@ -19,9 +19,9 @@ import (
 // may hold credentials, and no page carries a secret).
 type patchRow struct {
 	Name, Scope, Target, Effect string
-	Priority             int32
-	Disabled             bool
-	Applied              []string
+	Priority                    int32
+	Disabled                    bool
+	Applied                     []string
 	// Unhealthy are the conditions that are not True, as "Type: message".
 	Unhealthy []string
 }
