@@ -14,7 +14,10 @@
 // user, never a "system:" name, and only the Ichor role groups; its RBAC
 // (artifacts/ui-rbac.yaml) allows impersonating those groups by name, but
 // cannot express "users with this prefix", which is why the backend checks
-// the name itself (servable). The issuer's refresh token stays on the
+// the name itself (servable). People of the OpenID provider kube-apiserver
+// trusts sign in there (authorization code with PKCE, state and nonce); the
+// ID token is verified and then reviewed the same way, and the provider's
+// refresh token stays on the server too. The issuer's refresh token stays on the
 // server: each time the ID token would have expired, the session is
 // renewed and the person looked at again, so a disabled user is locked out
 // of the console as fast as out of kubectl.

@@ -107,7 +107,7 @@ func (s *Server) whoIs(ctx context.Context, token string) (identity, error) {
 	}
 	who, err := servable(review.Status.UserInfo)
 	if err != nil {
-		return identity{}, err
+		return identity{}, &errSignIn{msg: err.Error()}
 	}
 	who.ManagesUsers = s.mayIn(ctx, who, "", "list", "ichorusers", "")
 	return who, nil
@@ -124,6 +124,9 @@ func (s *Server) signIn(ctx context.Context, user, password string) (identity, s
 func (s *Server) renew(ctx context.Context, se *session) (identity, string, time.Time, error) {
 	if se.refresh == "" {
 		return identity{}, "", time.Time{}, &errSignIn{msg: "your sign-in ended"}
+	}
+	if se.viaOIDC && s.oidc != nil {
+		return s.oidcRenew(ctx, se)
 	}
 	return s.signInWith(ctx, url.Values{"grant_type": {"refresh_token"}, "refresh_token": {se.refresh}})
 }

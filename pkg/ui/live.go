@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -53,16 +54,24 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), until)
 	defer cancel()
-	// Without a resourceVersion the watch starts with the operation as it
-	// is now, then follows every change.
-	watcher, err := cs.IchorV1alpha1().TalosOperations(ns).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", opName).String(),
-	})
+	// From the version the page shows (a reconnect asks the same), the
+	// watch sends only what changed since; without one, or when that
+	// version is too old to watch from, it starts with the operation as it
+	// is now.
+	opts := metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", opName).String(),
+		ResourceVersion: r.URL.Query().Get("resourceVersion"),
+	}
+	watcher, err := cs.IchorV1alpha1().TalosOperations(ns).Watch(ctx, opts)
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsBadRequest(err) && opts.ResourceVersion != "" {
+		opts.ResourceVersion = ""
+		watcher, err = cs.IchorV1alpha1().TalosOperations(ns).Watch(ctx, opts)
+	}
 	if err != nil {
 		http.Error(w, apiReason(err), apiStatus(err))
 		return
 	}
-	defer watcher.Stop()
+	defer func() { watcher.Stop() }()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
@@ -117,6 +126,15 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 			case ev.Type == watch.Deleted:
 				send("end", []byte(`<p class="error" role="alert">This operation was deleted.</p>`))
 				return
+			case ev.Type == watch.Error && opts.ResourceVersion != "":
+				// The version is too old to watch from (410 Gone): start
+				// again with the operation as it is now.
+				watcher.Stop()
+				opts.ResourceVersion = ""
+				if watcher, err = cs.IchorV1alpha1().TalosOperations(ns).Watch(ctx, opts); err != nil {
+					return
+				}
+				continue
 			case ev.Type == watch.Error || !isOp:
 				return
 			case op.Spec.ClusterName != name:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -365,7 +366,8 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 	}
 	p := progressOf(op, startPath)
 	data["Progress"] = p
-	data["Live"] = operationPath(ns, name, opName) + "/live"
+	// The page follows the operation from the version it shows.
+	data["Live"] = operationPath(ns, name, opName) + "/live?" + url.Values{"resourceVersion": {op.ResourceVersion}}.Encode()
 	data["MayStart"] = p.StartPath != ""
 	s.render(w, status, page, data)
 }

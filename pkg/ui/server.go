@@ -34,6 +34,8 @@ type Options struct {
 	// impersonate the signed-in person, and to ask kube-apiserver who a
 	// token is, without its credentials.
 	Kube *rest.Config
+	// OIDC is the OpenID provider people may also sign in at; nil: none.
+	OIDC *OIDCOptions
 	// SessionLifetime bounds a session, however often it is renewed.
 	SessionLifetime time.Duration
 	// Now is the clock; time.Now when nil.
@@ -46,6 +48,7 @@ type Server struct {
 	kube         *rest.Config
 	issuerClient *http.Client
 	sessions     *sessions
+	oidc         *provider
 	pages        map[string]*template.Template
 	mux          *http.ServeMux
 }
@@ -65,7 +68,7 @@ func New(opts Options) (*Server, error) {
 		opts.Now = time.Now
 	}
 	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
-	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused", "patches", "users"} {
+	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused", "patches", "users", "continue"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, err
@@ -78,6 +81,11 @@ func New(opts Options) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	if opts.OIDC != nil {
+		s.oidc = newProvider(*opts.OIDC)
+		mux.HandleFunc("GET /oidc/start", s.oidcStart)
+		mux.HandleFunc("GET /oidc/callback", s.oidcCallback)
+	}
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
 	mux.Handle("POST /logout", s.signedIn(s.logout))
@@ -218,7 +226,11 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) renderLogin(w http.ResponseWriter, _ *http.Request, status int, msg string) {
 	token := randomToken()
 	http.SetCookie(w, cookie(loginCookie, token, s.now().Add(time.Hour)))
-	s.render(w, status, "login", map[string]any{"CSRF": token, "Error": msg})
+	data := map[string]any{"CSRF": token, "Error": msg}
+	if s.oidc != nil {
+		data["Provider"] = s.oidc.opts.Name
+	}
+	s.render(w, status, "login", data)
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
@@ -241,7 +253,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, msg)
 		return
 	}
-	se := s.sessions.start(who, refresh, renewAt, s.now().Add(s.opts.SessionLifetime))
+	se := s.sessions.start(who, refresh, false, renewAt, s.now().Add(s.opts.SessionLifetime))
 	http.SetCookie(w, cookie(loginCookie, "", time.Time{}))
 	http.SetCookie(w, cookie(sessionCookie, se.id, se.expires))
 	klog.InfoS("signed in", "user", who.User, "groups", who.Groups)
@@ -250,7 +262,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request, se *session) {
 	s.sessions.end(se.id)
-	if se.refresh != "" {
+	switch {
+	case se.refresh == "":
+	case se.viaOIDC:
+		s.oidcRevoke(r.Context(), se.refresh)
+	default:
 		s.revoke(r.Context(), se.refresh)
 	}
 	http.SetCookie(w, cookie(sessionCookie, "", time.Time{}))

@@ -33,8 +33,11 @@ type session struct {
 	id   string
 	who  identity
 	csrf string
-	// refresh is the issuer's refresh token of an Ichor user's sign-in.
+	// refresh is the refresh token of the sign-in, ichor-auth's or the
+	// OpenID provider's.
 	refresh string
+	// viaOIDC says the person signed in at the OpenID provider.
+	viaOIDC bool
 	// renewAt is when the sign-in is looked at again: when the ID token it
 	// started with would have expired.
 	renewAt time.Time
@@ -62,8 +65,8 @@ func randomToken() string {
 }
 
 // start records a new session for who.
-func (s *sessions) start(who identity, refresh string, renewAt, expires time.Time) *session {
-	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, renewAt: renewAt, expires: expires, ended: make(chan struct{})}
+func (s *sessions) start(who identity, refresh string, viaOIDC bool, renewAt, expires time.Time) *session {
+	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, viaOIDC: viaOIDC, renewAt: renewAt, expires: expires, ended: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.byID[se.id] = se

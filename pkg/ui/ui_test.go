@@ -79,7 +79,7 @@ func TestSameOrigin(t *testing.T) {
 func TestSessionsEnd(t *testing.T) {
 	s := newSessions()
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	se := s.start(identity{User: "ichor:dana"}, "", now.Add(time.Minute), now.Add(time.Hour))
+	se := s.start(identity{User: "ichor:dana"}, "", false, now.Add(time.Minute), now.Add(time.Hour))
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.AddCookie(&http.Cookie{Name: sessionCookie, Value: se.id})
 	if got := s.get(r, now.Add(59*time.Minute)); got == nil || got.who.User != "ichor:dana" {
@@ -91,7 +91,7 @@ func TestSessionsEnd(t *testing.T) {
 	if got := s.get(r, now); got != nil {
 		t.Fatal("an expired session came back")
 	}
-	other := s.start(identity{User: "ichor:vic"}, "", now, now.Add(time.Hour))
+	other := s.start(identity{User: "ichor:vic"}, "", false, now, now.Add(time.Hour))
 	s.end(other.id)
 	r2 := httptest.NewRequest(http.MethodGet, "/", nil)
 	r2.AddCookie(&http.Cookie{Name: sessionCookie, Value: other.id})

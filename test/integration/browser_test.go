@@ -3,6 +3,8 @@ package integration
 import (
 	"archive/zip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,16 +21,27 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	authcmd "ichor.dev/ichor/pkg/cmd/auth"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	uicmd "ichor.dev/ichor/pkg/cmd/ui"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/oidcprovider"
 	"ichor.dev/ichor/test/talossim"
 )
 
 // chromium is a headless Debian Chromium (hack/install-chromium.sh) that
-// trusts exactly the console's serving key, in a profile of its own.
+// trusts exactly the serving keys of the console and of the OpenID
+// provider, in a profile of its own.
 func chromium(t *testing.T, c *console) context.Context {
 	t.Helper()
 	path, err := proc.Chromium()
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, err := tls.LoadX509KeyPair(cp.OIDC.CertFile, cp.OIDC.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providerCert, err := x509.ParseCertificate(provider.Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +55,11 @@ func chromium(t *testing.T, c *console) context.Context {
 		// This machine has no network beyond loopback: nothing to update or report.
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
-		// The console's certificate comes from a CA of this test: the
-		// browser pins its public key, which it honours only with a
-		// profile directory of its own. No certificate error is ignored.
-		chromedp.Flag("ignore-certificate-errors-spki-list", c.spki),
+		// The console's and the provider's certificates come from CAs of
+		// this test: the browser pins their public keys, which it honours
+		// only with a profile directory of its own. No other certificate
+		// error is let through.
+		chromedp.Flag("ignore-certificate-errors-spki-list", c.spki+","+spkiHash(providerCert)),
 	)
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
@@ -188,7 +202,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	createUser(ctx, t, vera, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}, passwords[vera])
 	runAuth(t, func(o *authcmd.Options) { o.TokenLifetime = 10 * time.Minute })
 	waitIssuerTrusted(t, vera, passwords[vera])
-	ui := runUI(t)
+	ui := runUI(t, func(o *uicmd.Options) {
+		o.OIDCIssuerURL, o.OIDCClientID, o.OIDCCAFile, o.OIDCName = cp.OIDC.URL, oidcprovider.ConsoleClientID, cp.OIDC.CAFile, "the company's provider"
+	})
 
 	// The cluster web: a control plane an admin approved with kubectl, and
 	// a worker waiting for a person's decision.
@@ -311,7 +327,14 @@ spec:
 		if got := p.text("#progress .phase"); got != "Pending" {
 			t.Errorf("a new operation's phase: %q", got)
 		}
-		p.do("open the confirmation", chromedp.Click(chromedp.CSS(`#progress a.start`)), chromedp.WaitVisible(chromedp.CSS("form.start")))
+		// Followed as a person clicks it; a click through DevTools could
+		// race the live stream's next rendering of the progress.
+		p.do("open the confirmation",
+			chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+				_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.querySelector("#progress a.start").click(), true)`))
+				return err
+			}),
+			chromedp.WaitVisible(chromedp.CSS("form.start")))
 		if got := p.text(".confirm"); got != "Starting it reboots worker-1 of cluster web, one machine at a time." {
 			t.Errorf("the confirmation says %q", got)
 		}
@@ -459,6 +482,40 @@ spec:
 		if body := p.text("body"); strings.Contains(body, "passphrase") {
 			t.Errorf("the users page shows a password:\n%s", body)
 		}
+	})
+
+	t.Run("people of the OpenID provider sign in there; one Kubernetes refuses is told why", func(t *testing.T) {
+		signInAtProvider := func(p *visitor, who oidcprovider.Person) {
+			p.open("/login")
+			p.do("sign in at the provider",
+				chromedp.Click(chromedp.CSS(`a.oidc`)),
+				chromedp.WaitVisible(chromedp.CSS(`input[name="username"]`)),
+				chromedp.SendKeys(chromedp.CSS(`input[name="username"]`), who.Username),
+				chromedp.SendKeys(chromedp.CSS(`input[name="password"]`), who.Password),
+				chromedp.Click(chromedp.CSS(`button[type="submit"]`)),
+			)
+		}
+		olga := oidcPerson(t, "olga")
+		p := newVisitor(t, chrome, ui, olga.Email)
+		signInAtProvider(p, olga)
+		p.do("arrive at the clusters", chromedp.WaitVisible(chromedp.CSS("table.clusters")))
+		if who := p.text(".who"); who != "oidc:"+olga.Email {
+			t.Fatalf("signed in at the provider as %q, want oidc:%s", who, olga.Email)
+		}
+		p.open(clusterPath + "/operations")
+		if n, err := chromedp.Run(p.ctx, chromedp.Evaluate[int](`document.querySelectorAll("form.operation").length`)); err != nil || n != 1 {
+			t.Errorf("olga, an operator through her provider's group, is offered %d forms to create an operation (%v)", n, err)
+		}
+		p.do("sign out", chromedp.Click(chromedp.CSS(`form.signout button`)), chromedp.WaitVisible(chromedp.CSS(`form.login`)))
+
+		una := oidcPerson(t, "una") // her provider never verified her email
+		p = newVisitor(t, chrome, ui, una.Email)
+		signInAtProvider(p, una)
+		p.do("see the refusal", chromedp.WaitVisible(chromedp.CSS(`[role="alert"]`)))
+		if got := p.text(`[role="alert"]`); !strings.Contains(got, "kube-apiserver did not accept the sign-in: Unauthorized: its authentication configuration refuses this account") {
+			t.Errorf("una's sign-in: %q", got)
+		}
+		p.screenshot("oidc-refused")
 	})
 
 	t.Run("the audit log names each person for each action, never ichor-ui", func(t *testing.T) {

@@ -61,8 +61,8 @@ type console struct {
 }
 
 // runUI starts ichor-ui in this process as its ServiceAccount, with its
-// artifacts' RBAC.
-func runUI(t *testing.T) *console {
+// artifacts' RBAC, and tune's changes to its options.
+func runUI(t *testing.T, tune ...func(*uicmd.Options)) *console {
 	t.Helper()
 	installUI(t.Context(), t)
 	ca, err := pki.NewCA("ichor-ui-test-ca")
@@ -85,10 +85,12 @@ func runUI(t *testing.T) *console {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
 	o := uicmd.NewOptions()
 	o.TLSCertFile, o.TLSKeyFile = certFile, keyFile
 	o.IssuerURL, o.IssuerCAFile = cp.Auth.URL, cp.Auth.CAFile
+	for _, f := range tune {
+		f(o)
+	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,14 @@ func runUI(t *testing.T) *console {
 	})
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.CertPEM())
-	return &console{base: "https://" + ln.Addr().String(), pool: pool, spki: base64.StdEncoding.EncodeToString(spki[:])}
+	return &console{base: "https://" + ln.Addr().String(), pool: pool, spki: spkiHash(leaf)}
+}
+
+// spkiHash is the base64 SHA-256 of a certificate's public key, as
+// Chromium's --ignore-certificate-errors-spki-list takes it.
+func spkiHash(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
 // newBrowser is a fresh HTTP browser for the console.

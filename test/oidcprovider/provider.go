@@ -21,11 +21,18 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
-// ClientID is the provider's one client: the ichor CLI, a public (native)
-// client with PKCE, the authorization-code flow to a loopback redirect on
-// any port, and the device flow. It is also the audience kube-apiserver
-// expects (artifacts/kube-apiserver/authentication-config.yaml).
+// ClientID is the ichor CLI's client: a public (native) client with PKCE,
+// the authorization-code flow to a loopback redirect on any port, and the
+// device flow. It is also an audience kube-apiserver expects
+// (artifacts/kube-apiserver/authentication-config.yaml).
 const ClientID = "ichor"
+
+// ConsoleClientID is the web console's client (ichor-ui): public, with
+// PKCE, redirected to /oidc/callback on any loopback port over HTTPS, as a
+// native client's loopback redirect may be (RFC 8252). kube-apiserver
+// accepts both clients' ID tokens (the audiences of
+// artifacts/kube-apiserver/authentication-config.yaml).
+const ConsoleClientID = "ichor-ui"
 
 // Person is someone the provider knows.
 type Person struct {
@@ -66,7 +73,8 @@ func Start(issuer, address, certFile, keyFile string, log io.Writer) (*Server, e
 	}
 	st := &store{
 		Storage: storage.NewStorageWithClients(users, map[string]*storage.Client{
-			ClientID: storage.NativeClient(ClientID, "http://127.0.0.1/callback"),
+			ClientID:        storage.NativeClient(ClientID, "http://127.0.0.1/callback"),
+			ConsoleClientID: storage.NativeClient(ConsoleClientID, "https://127.0.0.1/oidc/callback"),
 		}),
 		groups: groups,
 	}

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +33,14 @@ type Options struct {
 	IssuerURL       string
 	IssuerCAFile    string
 	SessionLifetime time.Duration
+
+	// The OpenID provider people may also sign in at (off when
+	// OIDCIssuerURL is empty).
+	OIDCIssuerURL        string
+	OIDCClientID         string
+	OIDCClientSecretFile string
+	OIDCCAFile           string
+	OIDCName             string
 }
 
 // NewOptions returns ichor-ui's defaults.
@@ -47,6 +57,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.HTTPS.AddFlags(fs)
 	fs.StringVar(&o.IssuerURL, "issuer-url", o.IssuerURL, "ichor-auth's issuer URL, where Ichor users sign in.")
 	fs.StringVar(&o.IssuerCAFile, "issuer-ca-file", o.IssuerCAFile, "The CA that signed ichor-auth's serving certificate (PEM); the system's roots when empty.")
+	fs.StringVar(&o.OIDCIssuerURL, "oidc-issuer-url", o.OIDCIssuerURL, "Your OpenID provider's issuer URL, the one kube-apiserver's authentication configuration trusts; people may sign in there too. Empty: Ichor users only.")
+	fs.StringVar(&o.OIDCClientID, "oidc-client-id", o.OIDCClientID, "The console's client at the provider, redirected to https://<this console>/oidc/callback; kube-apiserver must accept it as an audience.")
+	fs.StringVar(&o.OIDCClientSecretFile, "oidc-client-secret-file", o.OIDCClientSecretFile, "A file holding the client's secret; empty for a public client (the code is protected with PKCE either way).")
+	fs.StringVar(&o.OIDCCAFile, "oidc-ca-file", o.OIDCCAFile, "The CA that signed the provider's serving certificate (PEM); the system's roots when empty.")
+	fs.StringVar(&o.OIDCName, "oidc-name", o.OIDCName, `What the sign-in page calls the provider ("Sign in with <name>").`)
 	fs.DurationVar(&o.SessionLifetime, "session-lifetime", o.SessionLifetime, "How long a console session lasts at most (1m to 30 days); it is renewed with ichor-auth as often as a token expires.")
 }
 
@@ -58,6 +73,16 @@ func (o *Options) Validate() error {
 	}
 	if o.IssuerURL == "" {
 		errs = append(errs, errors.New("--issuer-url is required"))
+	}
+	if o.OIDCIssuerURL != "" {
+		if u, err := url.Parse(o.OIDCIssuerURL); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--oidc-issuer-url %q: an https URL", o.OIDCIssuerURL))
+		}
+		if o.OIDCClientID == "" {
+			errs = append(errs, errors.New("--oidc-client-id is required with --oidc-issuer-url"))
+		}
+	} else if o.OIDCClientID != "" || o.OIDCClientSecretFile != "" || o.OIDCCAFile != "" {
+		errs = append(errs, errors.New("--oidc-client-id, --oidc-client-secret-file and --oidc-ca-file need --oidc-issuer-url"))
 	}
 	if o.SessionLifetime < time.Minute || o.SessionLifetime > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("--session-lifetime %s: must be between 1m and 30 days", o.SessionLifetime))
@@ -72,7 +97,7 @@ func NewCommand() *cobra.Command {
 		Use:   "ichor-ui",
 		Short: "Serve Ichor's web console, acting for each signed-in person by impersonation",
 		Long: `ichor-ui is Ichor's web console. People sign in (Ichor users with their
-password at ichor-auth); the browser holds an ichor-ui session and nothing else,
+password at ichor-auth, or people of your OpenID provider there); the browser holds an ichor-ui session and nothing else,
 and ichor-ui acts for the person by impersonating them (an ichor: or oidc: user,
 with the Ichor role groups; never a system: name). Its ServiceAccount may
 impersonate and nothing else.`,
@@ -107,11 +132,16 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 			return fmt.Errorf("--issuer-ca-file %s holds no PEM certificate", o.IssuerCAFile)
 		}
 	}
+	oidc, err := o.oidc()
+	if err != nil {
+		return err
+	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 30 * time.Second
 	srv, err := ui.New(ui.Options{
 		IssuerURL:       o.IssuerURL,
 		IssuerClient:    &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: issuerTLS}},
+		OIDC:            oidc,
 		Kube:            cfg,
 		SessionLifetime: o.SessionLifetime,
 	})
@@ -122,4 +152,35 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 	defer cancel()
 	go srv.Run(ctx)
 	return o.Serve(ctx, ln, srv, 60*time.Second, "the console")
+}
+
+// oidc is the console's OpenID provider, nil when none is configured.
+func (o *Options) oidc() (*ui.OIDCOptions, error) {
+	if o.OIDCIssuerURL == "" {
+		return nil, nil
+	}
+	opts := &ui.OIDCOptions{IssuerURL: o.OIDCIssuerURL, ClientID: o.OIDCClientID, Name: o.OIDCName}
+	if o.OIDCClientSecretFile != "" {
+		secret, err := os.ReadFile(o.OIDCClientSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		opts.ClientSecret = strings.TrimSpace(string(secret))
+		if opts.ClientSecret == "" {
+			return nil, fmt.Errorf("--oidc-client-secret-file %s is empty", o.OIDCClientSecretFile)
+		}
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.OIDCCAFile != "" {
+		pem, err := os.ReadFile(o.OIDCCAFile)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.RootCAs = x509.NewCertPool()
+		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", o.OIDCCAFile)
+		}
+	}
+	opts.Client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	return opts, nil
 }

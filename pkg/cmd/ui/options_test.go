@@ -26,3 +26,29 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("the defaults with TLS and an issuer: %v", err)
 	}
 }
+
+// TestValidateOIDC: sign-in at an OpenID provider needs an https issuer and
+// a client; its other flags mean nothing without an issuer.
+func TestValidateOIDC(t *testing.T) {
+	base := func() *Options {
+		o := NewOptions()
+		o.TLSCertFile, o.TLSKeyFile, o.IssuerURL = "tls.crt", "tls.key", "https://ichor-auth.example.net"
+		return o
+	}
+	for _, c := range []struct {
+		issuer, client, ca string
+		want               string
+	}{
+		{"http://idp.example.net", "ichor-ui", "", `--oidc-issuer-url "http://idp.example.net": an https URL`},
+		{"https://idp.example.net", "", "", "--oidc-client-id is required"},
+		{"", "ichor-ui", "ca.crt", "need --oidc-issuer-url"},
+		{"https://idp.example.net", "ichor-ui", "", ""},
+	} {
+		o := base()
+		o.OIDCIssuerURL, o.OIDCClientID, o.OIDCCAFile = c.issuer, c.client, c.ca
+		err := o.Validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("issuer %q client %q ca %q: %v, want %q", c.issuer, c.client, c.ca, err, c.want)
+		}
+	}
+}

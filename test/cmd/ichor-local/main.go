@@ -33,6 +33,7 @@ import (
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/oidcprovider"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -133,7 +134,8 @@ Ichor is running: ichor.dev/v1alpha1 is Available through kube-apiserver at %s.
 Logs are in %s (ichor-controller.log, ichor-auth.log, ichor-ui.log).
 
 The web console is at %s (its serving CA: %s).
-Sign in there as admin, with the password in %s.
+Sign in there as admin, with the password in %s, or at the local OpenID
+provider as olga (password "olga's provider password"; its CA: %s).
 
   kubectl --kubeconfig %s get ichor -A
   kubectl --kubeconfig %s api-resources --api-group=ichor.dev
@@ -149,7 +151,7 @@ Or sign in at the local OpenID provider (as olga, password "olga's provider pass
   bin/ichor login --kubeconfig %s --oidc --issuer %s --issuer-certificate-authority %s
 
 Simulated Talos machines in maintenance mode (Talos API address, certificate fingerprint):
-`, cp.URL, dir, ui.url, ui.caFile, signIn.passwordFile, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig, signIn.kubeconfig, cp.OIDC.URL, cp.OIDC.CAFile)
+`, cp.URL, dir, ui.url, ui.caFile, signIn.passwordFile, cp.OIDC.CAFile, *kubeconfig, *kubeconfig, signIn.passwordFile, signIn.kubeconfig, cp.Auth.URL, cp.Auth.CAFile, signIn.passwordFile, signIn.kubeconfig, signIn.kubeconfig, cp.OIDC.URL, cp.OIDC.CAFile)
 	for _, n := range nodes {
 		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
 	}
@@ -290,6 +292,10 @@ func startUI(ctx context.Context, cp *harness.ControlPlane, dir, binary string) 
 		"--issuer-ca-file="+cp.Auth.CAFile,
 		"--tls-cert-file="+certFile,
 		"--tls-private-key-file="+keyFile,
+		"--oidc-issuer-url="+cp.OIDC.URL,
+		"--oidc-ca-file="+cp.OIDC.CAFile,
+		"--oidc-client-id="+oidcprovider.ConsoleClientID,
+		"--oidc-name=the local OpenID provider",
 	)
 	if err != nil {
 		return nil, err
