@@ -130,8 +130,12 @@ func (p *visitor) open(path string) {
 	p.do("open "+path, chromedp.Navigate(p.base+path), chromedp.WaitReady(chromedp.CSS("main")))
 }
 
-// screenshot saves the whole page under .local/screenshots/ for people to look at.
+// screenshot saves the whole page under .local/screenshots/ for people to
+// look at, and checks that the page carries no token and no key.
 func (p *visitor) screenshot(name string) {
+	if page := p.run(chromedp.Evaluate[string](`document.documentElement.outerHTML`)); jwtLike.MatchString(page) || strings.Contains(page, "PRIVATE KEY") {
+		p.t.Errorf("the page %s carries a token or a key:\n%s", name, page)
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
 	img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG

@@ -553,6 +553,9 @@ func TestConsole(t *testing.T) {
 		if jwtLike.MatchString(all) {
 			t.Errorf("an answer carries something shaped like a token: %s", jwtLike.FindString(all))
 		}
+		if strings.Contains(all, "PRIVATE KEY") || strings.Contains(all, "BEGIN CERTIFICATE") {
+			t.Error("an answer carries a key or a certificate")
+		}
 		for _, pw := range passwords {
 			if strings.Contains(all, pw) {
 				t.Error("an answer carries a password")
