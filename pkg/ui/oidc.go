@@ -1,17 +1,20 @@
 package ui
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 )
 
@@ -31,6 +34,10 @@ type OIDCOptions struct {
 	Client *http.Client
 	// Name is what the sign-in page calls the provider.
 	Name string
+	// RedirectURL is where the provider sends people back: the console's
+	// /oidc/callback under the name people reach it by. Empty: the host
+	// each request names.
+	RedirectURL string
 }
 
 // oidcScopes are what the console asks the provider for: an ID token with
@@ -45,6 +52,21 @@ const oidcCookie = "__Host-ichor-ui-oidc"
 // oidcLoginTimeout bounds a sign-in at the provider.
 const oidcLoginTimeout = 10 * time.Minute
 
+// maxPendingLogins bounds the sign-ins started and not finished: starting
+// one needs no session, so a flood of them must not grow without end.
+const maxPendingLogins = 10000
+
+// oidcRenewMargin is how long before its ID token expires a session is
+// renewed, so that no request runs on a token the provider's clock has
+// just ended; minOIDCRenewal is the soonest a renewal comes.
+const (
+	oidcRenewMargin = time.Minute
+	minOIDCRenewal  = 30 * time.Second
+)
+
+// errTooManyLogins refuses a sign-in while too many are unfinished.
+var errTooManyLogins = errors.New("too many sign-ins are in progress")
+
 // pendingLogin is a sign-in at the provider that has not come back yet.
 type pendingLogin struct {
 	nonce, verifier string
@@ -55,21 +77,28 @@ type pendingLogin struct {
 // after the console).
 type provider struct {
 	opts OIDCOptions
+	now  func() time.Time
+
+	// discovering is held while the discovery document is read, apart
+	// from mu, so that a provider that does not answer holds up no sign-in
+	// bookkeeping.
+	discovering sync.Mutex
+	oidc        *oidc.Provider
+	revoke      string
+	scopes      []string
 
 	mu       sync.Mutex
-	oidc     *oidc.Provider
-	revoke   string
 	pendings map[string]pendingLogin
 }
 
-func newProvider(opts OIDCOptions) *provider {
+func newProvider(opts OIDCOptions, now func() time.Time) *provider {
 	if opts.Client == nil {
 		opts.Client = &http.Client{Timeout: 30 * time.Second}
 	}
 	if opts.Name == "" {
 		opts.Name = "your OpenID provider"
 	}
-	return &provider{opts: opts, pendings: map[string]pendingLogin{}}
+	return &provider{opts: opts, now: now, pendings: map[string]pendingLogin{}}
 }
 
 // context makes go-oidc and oauth2 use the provider's client.
@@ -79,8 +108,8 @@ func (p *provider) context(ctx context.Context) context.Context {
 
 // discover reads the provider's discovery document once it answers.
 func (p *provider) discover(ctx context.Context) (*oidc.Provider, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.discovering.Lock()
+	defer p.discovering.Unlock()
 	if p.oidc != nil {
 		return p.oidc, nil
 	}
@@ -95,10 +124,25 @@ func (p *provider) discover(ctx context.Context) (*oidc.Provider, error) {
 		}
 	}
 	var extra struct {
-		Revocation string `json:"revocation_endpoint"`
+		Revocation string   `json:"revocation_endpoint"`
+		Scopes     []string `json:"scopes_supported"`
 	}
 	_ = d.Claims(&extra)
-	p.oidc, p.revoke = d, extra.Revocation
+	if u, err := url.Parse(extra.Revocation); err != nil || u.Scheme != "https" {
+		extra.Revocation = "" // a refresh token goes nowhere but over TLS
+	}
+	// Ask only for what the provider says it has (openid always): some
+	// refuse a scope they do not know, such as groups.
+	scopes := oidcScopes
+	if len(extra.Scopes) > 0 {
+		scopes = []string{oidc.ScopeOpenID}
+		for _, sc := range oidcScopes[1:] {
+			if slices.Contains(extra.Scopes, sc) {
+				scopes = append(scopes, sc)
+			}
+		}
+	}
+	p.oidc, p.revoke, p.scopes = d, extra.Revocation, scopes
 	return d, nil
 }
 
@@ -108,21 +152,38 @@ func (p *provider) config(d *oidc.Provider, redirect string) *oauth2.Config {
 	if p.opts.ClientSecret == "" {
 		e.AuthStyle = oauth2.AuthStyleInParams
 	}
-	return &oauth2.Config{ClientID: p.opts.ClientID, ClientSecret: p.opts.ClientSecret, Endpoint: e, Scopes: oidcScopes, RedirectURL: redirect}
+	return &oauth2.Config{ClientID: p.opts.ClientID, ClientSecret: p.opts.ClientSecret, Endpoint: e, Scopes: p.scopes, RedirectURL: redirect}
 }
 
 // remember keeps a started sign-in under its state until it comes back or
-// expires.
-func (p *provider) remember(state string, l pendingLogin) {
+// expires; at most maxPendingLogins at once.
+func (p *provider) remember(state string, l pendingLogin) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	for k, old := range p.pendings {
-		if now.After(old.expires) {
-			delete(p.pendings, k)
+	if len(p.pendings) >= maxPendingLogins {
+		p.sweepLocked()
+		if len(p.pendings) >= maxPendingLogins {
+			return errTooManyLogins
 		}
 	}
 	p.pendings[state] = l
+	return nil
+}
+
+// sweep forgets the sign-ins that expired.
+func (p *provider) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sweepLocked()
+}
+
+func (p *provider) sweepLocked() {
+	now := p.now()
+	for k, l := range p.pendings {
+		if !now.Before(l.expires) {
+			delete(p.pendings, k)
+		}
+	}
 }
 
 // take returns the sign-in started under state, once.
@@ -131,11 +192,15 @@ func (p *provider) take(state string) (pendingLogin, bool) {
 	defer p.mu.Unlock()
 	l, ok := p.pendings[state]
 	delete(p.pendings, state)
-	return l, ok && time.Now().Before(l.expires)
+	return l, ok && p.now().Before(l.expires)
 }
 
-// callbackURL is where the provider sends the browser back: this host.
-func callbackURL(r *http.Request) string {
+// callbackURL is where the provider sends the browser back: the
+// configured URL, or this host's.
+func (p *provider) callbackURL(r *http.Request) string {
+	if p.opts.RedirectURL != "" {
+		return p.opts.RedirectURL
+	}
 	return "https://" + r.Host + "/oidc/callback"
 }
 
@@ -150,11 +215,14 @@ func (s *Server) oidcStart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state, nonce, verifier := randomToken(), randomToken(), oauth2.GenerateVerifier()
-	s.oidc.remember(state, pendingLogin{nonce: nonce, verifier: verifier, expires: s.now().Add(oidcLoginTimeout)})
+	if err := s.oidc.remember(state, pendingLogin{nonce: nonce, verifier: verifier, expires: s.now().Add(oidcLoginTimeout)}); err != nil {
+		s.renderLogin(w, r, http.StatusServiceUnavailable, "too many sign-ins are in progress; try again in a few minutes")
+		return
+	}
 	c := cookie(oidcCookie, state, s.now().Add(oidcLoginTimeout))
 	c.SameSite = http.SameSiteLaxMode
 	http.SetCookie(w, c)
-	target := s.oidc.config(d, callbackURL(r)).AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier))
+	target := s.oidc.config(d, s.oidc.callbackURL(r)).AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier))
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
 
@@ -211,7 +279,7 @@ func (s *Server) oidcSignIn(ctx context.Context, r *http.Request, code string, p
 	if err != nil {
 		return identity{}, "", time.Time{}, err
 	}
-	tok, err := s.oidc.config(d, callbackURL(r)).Exchange(s.oidc.context(ctx), code, oauth2.VerifierOption(pending.verifier))
+	tok, err := s.oidc.config(d, s.oidc.callbackURL(r)).Exchange(s.oidc.context(ctx), code, oauth2.VerifierOption(pending.verifier))
 	if err != nil {
 		return identity{}, "", time.Time{}, fmt.Errorf("exchange the code: %w", err)
 	}
@@ -233,15 +301,26 @@ func (s *Server) oidcIdentity(ctx context.Context, d *oidc.Provider, tok *oauth2
 	}
 	who, err := s.whoIs(ctx, raw)
 	var refused *errSignIn
-	if errors.As(err, &refused) {
+	switch {
+	case errors.As(err, &refused):
+		return identity{}, "", time.Time{}, err
+	case apierrors.IsUnauthorized(err):
+		// kube-apiserver tells a client no reason: say where to look.
+		return identity{}, "", time.Time{}, &errSignIn{msg: "kube-apiserver did not accept the sign-in: its authentication configuration refuses this account " +
+			"(an email the provider has not verified, a claim rule); kube-apiserver's log says which"}
+	case err != nil:
 		return identity{}, "", time.Time{}, err
 	}
-	if err != nil {
-		// kube-apiserver tells a client no reason: say where to look.
-		return identity{}, "", time.Time{}, &errSignIn{msg: err.Error() +
-			": its authentication configuration refuses this account (an email the provider has not verified, a claim rule); kube-apiserver's log says which"}
+	return who, tok.RefreshToken, s.oidcRenewAt(id.Expiry), nil
+}
+
+// oidcRenewAt is when to renew a sign-in whose ID token expires at expiry.
+func (s *Server) oidcRenewAt(expiry time.Time) time.Time {
+	at, soonest := expiry.Add(-oidcRenewMargin), s.now().Add(minOIDCRenewal)
+	if at.Before(soonest) {
+		return soonest
 	}
-	return who, tok.RefreshToken, id.Expiry, nil
+	return at
 }
 
 // oidcRenew looks at a person signed in at the provider again, with the
@@ -259,10 +338,14 @@ func (s *Server) oidcRenew(ctx context.Context, se *session) (identity, string, 
 		}
 		return identity{}, "", time.Time{}, err
 	}
-	who, refresh, renewAt, err := s.oidcIdentity(ctx, d, tok, "")
-	if refresh == "" {
-		refresh = se.refresh
+	refresh := cmp.Or(tok.RefreshToken, se.refresh)
+	if raw, _ := tok.Extra("id_token").(string); raw == "" {
+		// A provider need not send a new ID token with a refresh (OpenID
+		// Connect Core 12.2): it still accepts the person, who stays who
+		// kube-apiserver said, until the access token it sent expires.
+		return se.who, refresh, s.oidcRenewAt(tok.Expiry), nil
 	}
+	who, _, renewAt, err := s.oidcIdentity(ctx, d, tok, "")
 	return who, refresh, renewAt, err
 }
 

@@ -82,7 +82,7 @@ func New(opts Options) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	if opts.OIDC != nil {
-		s.oidc = newProvider(*opts.OIDC)
+		s.oidc = newProvider(*opts.OIDC, opts.Now)
 		mux.HandleFunc("GET /oidc/start", s.oidcStart)
 		mux.HandleFunc("GET /oidc/callback", s.oidcCallback)
 	}
@@ -121,6 +121,9 @@ func (s *Server) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 			s.sessions.sweep(s.now())
+			if s.oidc != nil {
+				s.oidc.sweep()
+			}
 		}
 	}
 }
@@ -183,24 +186,46 @@ func (s *Server) signedIn(next signedInHandler) http.Handler {
 			}
 		}
 		if !s.now().Before(se.renewAt) {
-			who, refresh, renewAt, err := s.renew(r.Context(), se)
-			if err != nil {
-				s.sessions.end(se.id)
-				var refused *errSignIn
-				msg := "your sign-in could not be renewed; sign in again"
-				if errors.As(err, &refused) {
-					msg = "your sign-in ended: " + refused.msg
-				} else {
-					klog.InfoS("renewing a session failed", "user", se.who.User, "err", err)
-				}
-				s.toLogin(w, r, msg)
+			if se = s.renewed(w, r, se); se == nil {
 				return
 			}
-			s.sessions.update(se.id, who, refresh, renewAt)
-			se.who, se.refresh, se.renewAt = who, refresh, renewAt
 		}
 		next(w, r, se)
 	})
+}
+
+// renewed renews a session that is due, or sends the browser to sign in
+// (nil). One renewal of a session runs at a time, since a refresh token
+// may be used once: whoever waited uses what the first one renewed.
+func (s *Server) renewed(w http.ResponseWriter, r *http.Request, se *session) *session {
+	unlock := s.sessions.lockRenewal(se.id)
+	defer unlock()
+	if se = s.sessions.get(r, s.now()); se == nil {
+		s.toLogin(w, r, "")
+		return nil
+	}
+	if s.now().Before(se.renewAt) {
+		return se
+	}
+	who, refresh, renewAt, err := s.renew(r.Context(), se)
+	if err == nil && who.User != se.who.User {
+		err = &errSignIn{msg: "the renewed sign-in names someone else"}
+	}
+	if err != nil {
+		s.sessions.end(se.id)
+		var refused *errSignIn
+		msg := "your sign-in could not be renewed; sign in again"
+		if errors.As(err, &refused) {
+			msg = "your sign-in ended: " + refused.msg
+		} else {
+			klog.InfoS("renewing a session failed", "user", se.who.User, "err", err)
+		}
+		s.toLogin(w, r, msg)
+		return nil
+	}
+	s.sessions.update(se.id, who, refresh, renewAt)
+	se.who, se.refresh, se.renewAt = who, refresh, renewAt
+	return se
 }
 
 // toLogin sends the browser to the sign-in page.

@@ -53,9 +53,26 @@ type session struct {
 type sessions struct {
 	mu   sync.Mutex
 	byID map[string]*session
+	// renewals serialise the renewals of each session.
+	renewals map[string]*sync.Mutex
 }
 
-func newSessions() *sessions { return &sessions{byID: map[string]*session{}} }
+func newSessions() *sessions {
+	return &sessions{byID: map[string]*session{}, renewals: map[string]*sync.Mutex{}}
+}
+
+// lockRenewal holds id's renewal until the returned func is called.
+func (s *sessions) lockRenewal(id string) func() {
+	s.mu.Lock()
+	m := s.renewals[id]
+	if m == nil {
+		m = &sync.Mutex{}
+		s.renewals[id] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
 
 // randomToken is 256 random bits, base64url.
 func randomToken() string {
@@ -115,6 +132,7 @@ func (s *sessions) end(id string) {
 // forget removes a session and stops its streams; s.mu is held.
 func (s *sessions) forget(se *session) {
 	delete(s.byID, se.id)
+	delete(s.renewals, se.id)
 	close(se.ended)
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -182,5 +183,33 @@ func TestOperationFrom(t *testing.T) {
 		if _, err := operationFrom(form(c.form), "web"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error about %s", c.form, err, c.want)
 		}
+	}
+}
+
+// TestPendingLoginsAreBounded: sign-ins started at the provider and not
+// finished are bounded, taken once, and forgotten when they expire.
+func TestPendingLoginsAreBounded(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	p := newProvider(OIDCOptions{IssuerURL: "https://idp.example.net", ClientID: "ichor-ui"}, func() time.Time { return now })
+	for i := range maxPendingLogins {
+		if err := p.remember(strconv.Itoa(i), pendingLogin{nonce: "n", expires: now.Add(oidcLoginTimeout)}); err != nil {
+			t.Fatalf("sign-in %d: %v", i, err)
+		}
+	}
+	if err := p.remember("one-more", pendingLogin{expires: now.Add(oidcLoginTimeout)}); err != errTooManyLogins {
+		t.Fatalf("a sign-in beyond the bound: %v", err)
+	}
+	if l, ok := p.take("7"); !ok || l.nonce != "n" {
+		t.Fatalf("take a pending sign-in: %v %+v", ok, l)
+	}
+	if _, ok := p.take("7"); ok {
+		t.Fatal("a pending sign-in was taken twice")
+	}
+	now = now.Add(oidcLoginTimeout)
+	if _, ok := p.take("8"); ok {
+		t.Fatal("an expired sign-in was taken")
+	}
+	if err := p.remember("later", pendingLogin{expires: now.Add(oidcLoginTimeout)}); err != nil {
+		t.Fatalf("a sign-in once the others expired: %v", err)
 	}
 }

@@ -516,7 +516,7 @@ spec:
 		p = newVisitor(t, chrome, ui, una.Email)
 		signInAtProvider(p, una)
 		p.do("see the refusal", chromedp.WaitVisible(chromedp.CSS(`[role="alert"]`)))
-		if got := p.text(`[role="alert"]`); !strings.Contains(got, "kube-apiserver did not accept the sign-in: Unauthorized: its authentication configuration refuses this account") {
+		if got := p.text(`[role="alert"]`); !strings.Contains(got, "kube-apiserver did not accept the sign-in: its authentication configuration refuses this account") {
 			t.Errorf("una's sign-in: %q", got)
 		}
 		p.screenshot("oidc-refused")

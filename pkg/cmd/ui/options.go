@@ -41,6 +41,7 @@ type Options struct {
 	OIDCClientSecretFile string
 	OIDCCAFile           string
 	OIDCName             string
+	OIDCRedirectURL      string
 }
 
 // NewOptions returns ichor-ui's defaults.
@@ -61,6 +62,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.OIDCClientID, "oidc-client-id", o.OIDCClientID, "The console's client at the provider, redirected to https://<this console>/oidc/callback; kube-apiserver must accept it as an audience.")
 	fs.StringVar(&o.OIDCClientSecretFile, "oidc-client-secret-file", o.OIDCClientSecretFile, "A file holding the client's secret; empty for a public client (the code is protected with PKCE either way).")
 	fs.StringVar(&o.OIDCCAFile, "oidc-ca-file", o.OIDCCAFile, "The CA that signed the provider's serving certificate (PEM); the system's roots when empty.")
+	fs.StringVar(&o.OIDCRedirectURL, "oidc-redirect-url", o.OIDCRedirectURL, "Where the provider sends people back, https://<the console's name>/oidc/callback, as registered there; empty: the host each request names.")
 	fs.StringVar(&o.OIDCName, "oidc-name", o.OIDCName, `What the sign-in page calls the provider ("Sign in with <name>").`)
 	fs.DurationVar(&o.SessionLifetime, "session-lifetime", o.SessionLifetime, "How long a console session lasts at most (1m to 30 days); it is renewed with ichor-auth as often as a token expires.")
 }
@@ -81,8 +83,13 @@ func (o *Options) Validate() error {
 		if o.OIDCClientID == "" {
 			errs = append(errs, errors.New("--oidc-client-id is required with --oidc-issuer-url"))
 		}
-	} else if o.OIDCClientID != "" || o.OIDCClientSecretFile != "" || o.OIDCCAFile != "" {
-		errs = append(errs, errors.New("--oidc-client-id, --oidc-client-secret-file and --oidc-ca-file need --oidc-issuer-url"))
+		if o.OIDCRedirectURL != "" {
+			if u, err := url.Parse(o.OIDCRedirectURL); err != nil || u.Scheme != "https" || u.Host == "" || u.Path != "/oidc/callback" {
+				errs = append(errs, fmt.Errorf("--oidc-redirect-url %q: https://<the console's name>/oidc/callback", o.OIDCRedirectURL))
+			}
+		}
+	} else if o.OIDCClientID != "" || o.OIDCClientSecretFile != "" || o.OIDCCAFile != "" || o.OIDCRedirectURL != "" {
+		errs = append(errs, errors.New("--oidc-client-id, --oidc-client-secret-file, --oidc-ca-file and --oidc-redirect-url need --oidc-issuer-url"))
 	}
 	if o.SessionLifetime < time.Minute || o.SessionLifetime > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("--session-lifetime %s: must be between 1m and 30 days", o.SessionLifetime))
@@ -159,7 +166,7 @@ func (o *Options) oidc() (*ui.OIDCOptions, error) {
 	if o.OIDCIssuerURL == "" {
 		return nil, nil
 	}
-	opts := &ui.OIDCOptions{IssuerURL: o.OIDCIssuerURL, ClientID: o.OIDCClientID, Name: o.OIDCName}
+	opts := &ui.OIDCOptions{IssuerURL: o.OIDCIssuerURL, ClientID: o.OIDCClientID, Name: o.OIDCName, RedirectURL: o.OIDCRedirectURL}
 	if o.OIDCClientSecretFile != "" {
 		secret, err := os.ReadFile(o.OIDCClientSecretFile)
 		if err != nil {

@@ -52,3 +52,19 @@ func TestValidateOIDC(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateOIDCRedirect: the redirect URL is the console's callback over https.
+func TestValidateOIDCRedirect(t *testing.T) {
+	for redirect, ok := range map[string]bool{
+		"https://console.example.net/oidc/callback": true,
+		"http://console.example.net/oidc/callback":  false,
+		"https://console.example.net/elsewhere":     false,
+	} {
+		o := NewOptions()
+		o.TLSCertFile, o.TLSKeyFile, o.IssuerURL = "tls.crt", "tls.key", "https://ichor-auth.example.net"
+		o.OIDCIssuerURL, o.OIDCClientID, o.OIDCRedirectURL = "https://idp.example.net", "ichor-ui", redirect
+		if err := o.Validate(); (err == nil) != ok {
+			t.Errorf("%s: %v, want ok %v", redirect, err, ok)
+		}
+	}
+}
