@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // machineDownload is a download of a machine's that the console offers:
@@ -30,10 +28,6 @@ var machineDownloads = []machineDownload{
 	{Purpose: v1alpha1.PurposeEtcdSnapshot, File: "%s-etcd.snapshot", ContentType: "application/octet-stream", ControlPlaneOnly: true},
 }
 
-// downloadWriteTimeout bounds each write of a download: a browser that
-// stops reading is let go, however long the whole download takes.
-const downloadWriteTimeout = 30 * time.Second
-
 // download streams a machine's download subresource to the browser,
 // through ichor-apiserver as the person: the console holds no Talos
 // credential, not even for the length of a download. A stream the node or
@@ -52,14 +46,9 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 		http.NotFound(w, r)
 		return
 	}
-	rc := http.NewResponseController(w)
-	// The server's read and write timeouts are for requests, not streams;
-	// deadlineWriter bounds each write instead.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	cs, err := versioned.NewForConfig(s.streamingAs(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	out := newStream(w)
+	cs, ok := s.ichorClient(w, s.streamingAs(se.who))
+	if !ok {
 		return
 	}
 	fail := func(err error) {
@@ -76,35 +65,20 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 		http.NotFound(w, r)
 		return
 	}
-	stream, err := cs.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource("talosmachines").Name(machine).
+	body, err := cs.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource("talosmachines").Name(machine).
 		SubResource(string(purpose)).Stream(r.Context())
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer stream.Close() //nolint:errcheck
+	defer body.Close() //nolint:errcheck
 	h := w.Header()
 	h.Set("Content-Type", d.ContentType)
 	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, fmt.Sprintf(d.File, machine)))
 	w.WriteHeader(http.StatusOK)
-	n, err := io.Copy(deadlineWriter{w: w, rc: rc}, stream)
+	n, err := io.Copy(out, body)
 	if err != nil {
 		klog.InfoS("a download was cut", "user", se.who.User, "download", purpose, "machine", machine, "namespace", ns, "bytes", n, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-}
-
-// deadlineWriter bounds each write, and only the writes: between them
-// (the node may pause) the stream has no deadline, since an HTTP/2 write
-// deadline resets the stream when it passes, written or not.
-type deadlineWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
-}
-
-func (d deadlineWriter) Write(p []byte) (int, error) {
-	_ = d.rc.SetWriteDeadline(time.Now().Add(downloadWriteTimeout))
-	n, err := d.w.Write(p)
-	_ = d.rc.SetWriteDeadline(time.Time{})
-	return n, err
 }

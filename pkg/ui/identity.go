@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/issuer"
 )
 
@@ -150,6 +152,18 @@ func (s *Server) as(who identity) *rest.Config {
 	cfg := rest.CopyConfig(s.kube)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: who.User, Groups: who.Groups}
 	return cfg
+}
+
+// ichorClient is Ichor's API with cfg (as or streamingAs a person); false
+// once it answered 500, when the console's own client config makes none.
+func (s *Server) ichorClient(w http.ResponseWriter, cfg *rest.Config) (versioned.Interface, bool) {
+	cs, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		klog.InfoS("no client for Ichor's API", "err", err)
+		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+		return nil, false
+	}
+	return cs, true
 }
 
 // streamingAs is as for a watch or a download: without the client's

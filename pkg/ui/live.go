@@ -15,17 +15,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
-// liveWriteTimeout bounds each write of a live stream: a browser that
-// stops reading is let go. Between writes the stream has no deadline (an
-// HTTP/2 write deadline resets the stream when it passes, written or not),
-// and a comment every liveHeartbeat keeps proxies from closing it.
-const (
-	liveWriteTimeout = 30 * time.Second
-	liveHeartbeat    = 15 * time.Second
-)
+// liveHeartbeat is how often a live stream with nothing to say sends a
+// comment, which keeps proxies from closing it.
+const liveHeartbeat = 15 * time.Second
 
 // liveOperation follows an operation with a watch as the person and sends
 // its progress, rendered, as server-sent events (static/live.js puts each
@@ -39,13 +33,9 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 		http.NotFound(w, r)
 		return
 	}
-	rc := http.NewResponseController(w)
-	// The server's read and write timeouts are for requests, not streams.
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	cs, err := versioned.NewForConfig(s.streamingAs(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	out := newStream(w)
+	cs, ok := s.ichorClient(w, s.streamingAs(se.who))
+	if !ok {
 		return
 	}
 	until := se.renewAt
@@ -76,15 +66,7 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(liveWriteTimeout))
-		_, err := w.Write(b)
-		if err == nil {
-			err = rc.Flush()
-		}
-		_ = rc.SetWriteDeadline(time.Time{})
-		return err == nil
-	}
+	write := func(b []byte) bool { return out.send(b) == nil }
 	send := func(event string, data []byte) bool {
 		var b bytes.Buffer
 		fmt.Fprintf(&b, "event: %s\n", event)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // machineRow is a machine of a cluster as its page shows it.
@@ -87,9 +86,8 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	c, err := cs.IchorV1alpha1().TalosClusters(ns).Get(r.Context(), name, metav1.GetOptions{})
@@ -133,9 +131,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, se *session) {
 		s.renderCluster(w, r, se, http.StatusBadRequest, "a rejection needs a reason")
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"approval": map[string]any{"decision": decision, "reason": reason}}})

@@ -193,9 +193,8 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	machines, err := s.machinesOf(r, cs, ns, name)
@@ -303,9 +302,8 @@ func (s *Server) createOperation(w http.ResponseWriter, r *http.Request, se *ses
 		s.renderOperations(w, r, se, http.StatusBadRequest, err.Error())
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	created, err := cs.IchorV1alpha1().TalosOperations(ns).Create(r.Context(), op, metav1.CreateOptions{})
@@ -338,9 +336,8 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Operation": opName, "Refused": refused}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	op, err := cs.IchorV1alpha1().TalosOperations(ns).Get(r.Context(), opName, metav1.GetOptions{})
@@ -380,9 +377,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
 		http.NotFound(w, r)
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	ops := cs.IchorV1alpha1().TalosOperations(ns)

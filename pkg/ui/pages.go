@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 var templateFuncs = template.FuncMap{
@@ -53,9 +52,8 @@ func rowOf(c *v1alpha1.TalosCluster) clusterRow {
 // clusters lists the clusters the person may see, as that person.
 func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	list, err := cs.IchorV1alpha1().TalosClusters(metav1.NamespaceAll).List(r.Context(), metav1.ListOptions{})

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -59,9 +58,8 @@ func (s *Server) patches(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	list, err := cs.IchorV1alpha1().TalosConfigPatches(ns).List(r.Context(), metav1.ListOptions{

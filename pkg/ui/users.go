@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
 // userRow is an IchorUser as the users page shows it: never a password or
@@ -44,9 +43,8 @@ func (s *Server) users(w http.ResponseWriter, r *http.Request, se *session) {
 
 func (s *Server) renderUsers(w http.ResponseWriter, r *http.Request, se *session, status int, refused string) {
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Refused": refused}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	list, err := cs.IchorV1alpha1().IchorUsers().List(r.Context(), metav1.ListOptions{})
@@ -75,9 +73,8 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request, se *session)
 		return
 	}
 	password := r.PostFormValue("password")
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	users := cs.IchorV1alpha1().IchorUsers()
@@ -121,9 +118,8 @@ func (s *Server) setDisabled(w http.ResponseWriter, r *http.Request, se *session
 		s.renderUsers(w, r, se, http.StatusBadRequest, "disabled: true or false")
 		return
 	}
-	cs, err := versioned.NewForConfig(s.as(se.who))
-	if err != nil {
-		http.Error(w, "cannot reach the API", http.StatusInternalServerError)
+	cs, ok := s.ichorClient(w, s.as(se.who))
+	if !ok {
 		return
 	}
 	body, err := json.Marshal(map[string]any{"spec": map[string]any{"disabled": disabled}})
