@@ -20,6 +20,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/test/harness"
+	"ichor.dev/ichor/test/internal/proc"
 )
 
 // Run measures both paths on cp, whose ichor-apiserver must run as a binary
@@ -222,10 +223,10 @@ func (b *run) fillMeasuringRSS(ctx context.Context, ns string, size int) error {
 	var kube, ichor [3]int64
 	sample := func(i int) error {
 		var err error
-		if kube[i], err = rss(b.kubePID); err != nil {
+		if kube[i], err = proc.RSS(b.kubePID); err != nil {
 			return fmt.Errorf("kube-apiserver RSS: %w", err)
 		}
-		if ichor[i], err = rss(b.ichorPID); err != nil {
+		if ichor[i], err = proc.RSS(b.ichorPID); err != nil {
 			return fmt.Errorf("ichor-apiserver RSS: %w", err)
 		}
 		return nil
@@ -313,10 +314,10 @@ func (b *run) watches(ctx context.Context) error {
 func (b *run) serverCPU() ([2]time.Duration, error) {
 	var t [2]time.Duration
 	var err error
-	if t[0], err = cpuTime(b.ichorPID); err != nil {
+	if t[0], err = proc.CPUTime(b.ichorPID); err != nil {
 		return t, fmt.Errorf("ichor-apiserver CPU time: %w", err)
 	}
-	if t[1], err = cpuTime(b.kubePID); err != nil {
+	if t[1], err = proc.CPUTime(b.kubePID); err != nil {
 		return t, fmt.Errorf("kube-apiserver CPU time: %w", err)
 	}
 	return t, nil

@@ -26,6 +26,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -70,6 +71,8 @@ func BenchmarkKubeletServingApproval(b *testing.B) {
 				b.ReportMetric(ms(r.burst.all), "burst-all-ms")
 				b.ReportMetric(ms(r.floor), "burst-floor-ms")
 				b.ReportMetric(float64(r.burst.all)/float64(r.floor), "burst/floor")
+				b.ReportMetric(ms(r.ideal.all), "burst-least-all-ms")
+				b.ReportMetric(float64(r.burst.all)/float64(r.ideal.all), "burst/least")
 				b.ReportMetric(ms(r.steady.p50), "steady-p50-ms")
 				b.ReportMetric(ms(r.steady.p99), "steady-p99-ms")
 			}
@@ -85,7 +88,9 @@ type latencies struct{ p50, p99, all time.Duration }
 
 type approvalRounds struct {
 	switchOn, burst, steady latencies
-	floor                   time.Duration
+	// ideal is the same burst decided by the least an approver does.
+	ideal latencies
+	floor time.Duration
 }
 
 // approvals follows every kubelet serving request of a cluster through a
@@ -222,7 +227,7 @@ func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
 	// The kubelets' own requests, made ahead: a key and a request each, and
 	// a connection to kube-apiserver, as a running kubelet has one.
 	names := slices.Sorted(maps.Keys(nodes))
-	burst := kubeletRequests(ctx, b, rc, nodes, names, "bench-burst-")
+	burst := kubeletRequests(ctx, b, rc, nodes, names, "bench-burst-", "")
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, r := range burst {
@@ -235,17 +240,29 @@ func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
 		pf, _ := os.Create(f)
 		_ = pprof.StartCPUProfile(pf)
 	}
+	cpuBefore, err := proc.TreeUsage(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
 	close(start)
 	wg.Wait()
 	out.burst = a.round(ctx, b, "burst", n, 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, "bench-burst-") })
+	if cpuAfter, err := proc.TreeUsage(os.Getpid()); err == nil {
+		// This process is the controller, ichor-apiserver, the nodes and the
+		// kubelets' clients; the children are both clusters' control planes.
+		b.Logf("burst: CPU used meanwhile: %s", strings.Join(cpuAfter.Since(cpuBefore), ", "))
+	}
 	if os.Getenv("ICHOR_BENCH_BURST_PROFILE") != "" {
 		pprof.StopCPUProfile()
 	}
 	out.floor = approvalWriteFloor(ctx, b, wl, burst)
 	b.Logf("burst: the last approval %v after the first request; %d approval writes straight to kube-apiserver took %v (ratio %.2f)",
 		out.burst.all.Round(time.Millisecond), n, out.floor.Round(time.Millisecond), float64(out.burst.all)/float64(out.floor))
+	out.ideal = idealBurst(ctx, b, rc, wl, nodes, names, a)
+	b.Logf("burst: Ichor's last approval %v after the first request, the least approver's %v (ratio %.2f)",
+		out.burst.all.Round(time.Millisecond), out.ideal.all.Round(time.Millisecond), float64(out.burst.all)/float64(out.ideal.all))
 
-	steady := kubeletRequests(ctx, b, rc, nodes, names, "bench-steady-")
+	steady := kubeletRequests(ctx, b, rc, nodes, names, "bench-steady-", "")
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	for _, r := range steady {
 		at := time.Duration(rng.Int64N(int64(window)))
@@ -277,10 +294,10 @@ func (r *kubeletRequest) create(ctx context.Context, b *testing.B) {
 }
 
 // kubeletRequests makes one request per node, named prefix+machine, with
-// the node's name and its address, from a client that impersonates the
-// node (system:node:<name> in system:nodes), which is who the approver
-// expects.
-func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, nodes map[string]*talossim.Node, names []string, prefix string) (out []*kubeletRequest) {
+// the node's name (as+machine) and its address, from a client that
+// impersonates the node (system:node:<name> in system:nodes), which is who
+// the approver expects.
+func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, nodes map[string]*talossim.Node, names []string, prefix, as string) (out []*kubeletRequest) {
 	b.Helper()
 	defer func() {
 		// Connected ahead, 16 at a time: what is measured is the requests.
@@ -303,14 +320,14 @@ func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, node
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg := asNodeConfig(admin, name)
+		cfg := asNodeConfig(admin, as+name)
 		cfg.QPS, cfg.Burst = -1, 0
 		out = append(out, &kubeletRequest{
 			client: kubernetes.NewForConfigOrDie(cfg),
 			csr: &certv1.CertificateSigningRequest{
 				ObjectMeta: metav1.ObjectMeta{Name: prefix + name},
 				Spec: certv1.CertificateSigningRequestSpec{
-					Request:    servingRequestPEM(b, name, host),
+					Request:    servingRequestPEM(b, as+name, host),
 					SignerName: certv1.KubeletServingSignerName,
 					Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
 				},
@@ -318,6 +335,85 @@ func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, node
 		})
 	}
 	return out
+}
+
+// idealBurst is the burst's anchor: the same burst (one request per node,
+// made as its kubelet makes it, all at once) for nodes of no machine, which
+// Ichor leaves pending, approved by the least an approver does: a watch of
+// the requests and one approval write each, at Ichor's parallelism (64),
+// without reading any node. Everything else the cluster does meanwhile
+// (kube-controller-manager signing, the nodes, Ichor's controllers) is as
+// in Ichor's burst.
+func idealBurst(ctx context.Context, b *testing.B, admin *rest.Config, wl kubernetes.Interface, nodes map[string]*talossim.Node, names []string, a *approvals) latencies {
+	b.Helper()
+	const prefix = "bench-least-"
+	// Node names of no machine: Ichor places no such request.
+	reqs := kubeletRequests(ctx, b, admin, nodes, names, prefix, "least-")
+	csrs := wl.CertificatesV1().CertificateSigningRequests()
+	list, err := csrs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return csrs.Watch(ctx, o) },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	work := make(chan *certv1.CertificateSigningRequest, len(reqs))
+	var approvers sync.WaitGroup
+	for range 64 {
+		approvers.Go(func() {
+			for csr := range work {
+				csr.Status.Conditions = append(csr.Status.Conditions, certv1.CertificateSigningRequestCondition{
+					Type: certv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "LeastApprover", LastUpdateTime: metav1.Now(),
+				})
+				if _, err := csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	go func() {
+		defer close(work)
+		seen := 0
+		for ev := range w.ResultChan() {
+			csr, ok := ev.Object.(*certv1.CertificateSigningRequest)
+			if !ok || ev.Type != watch.Added || !strings.HasPrefix(csr.Name, prefix) {
+				continue
+			}
+			work <- csr
+			if seen++; seen == len(reqs) {
+				return
+			}
+		}
+	}()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(func() {
+			<-start
+			r.create(ctx, b)
+		})
+	}
+	cpuBefore, err := proc.TreeUsage(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if f := os.Getenv("ICHOR_BENCH_BURST_PROFILE"); f != "" {
+		pf, _ := os.Create(f + ".least")
+		_ = pprof.StartCPUProfile(pf)
+		defer pprof.StopCPUProfile()
+	}
+	close(start)
+	wg.Wait()
+	l := a.round(ctx, b, "least approver's burst", len(reqs), 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, prefix) })
+	if cpuAfter, err := proc.TreeUsage(os.Getpid()); err == nil {
+		b.Logf("least approver's burst: CPU used meanwhile: %s", strings.Join(cpuAfter.Since(cpuBefore), ", "))
+	}
+	approvers.Wait()
+	return l
 }
 
 // approvalWriteFloor is how long the cluster's kube-apiserver takes for

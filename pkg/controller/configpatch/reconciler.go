@@ -26,6 +26,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
@@ -57,7 +58,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosConfigPatch{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueuePatches(r.Client)).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(kubeletserving.NotOnlyRecorded)).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -28,8 +29,9 @@ import (
 // An informer on the cluster's requests of the signer feeds a queue of
 // request names, and Options.Parallelism workers decide each request on
 // its own, reading its node's identity over the node's Talos API at that
-// moment: no request waits for another request, another node or the
-// cluster's reconcile. The reconcile keeps the approver's view of the
+// moment, through a session kept open with each machine (sessions.go): no
+// request waits for another request, another node or the cluster's
+// reconcile. The reconcile keeps the approver's view of the
 // cluster (its machines, its Talos credentials) current, and records what
 // was issued.
 type approver struct {
@@ -44,6 +46,7 @@ type approver struct {
 	cs       kubernetes.Interface
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
+	sessions *sessions
 
 	mu sync.Mutex
 	// machines are the cluster's machines by the node name their kubelet
@@ -57,11 +60,13 @@ type approver struct {
 	// certificate is parsed once, as the informer delivers it.
 	issued  map[string]*v1alpha1.KubeletServingCertificateStatus
 	parsed  map[string]bool
-	creds   talos.Credentials
 	credsCA string
 	// credsRenewAt is when creds are half-way through their lifetime.
 	credsRenewAt time.Time
 	listErr      error
+	// deferredSince is when the reconcile's records were first put off
+	// for requests waiting; zero when they are not.
+	deferredSince time.Time
 }
 
 // machineRef is what deciding a request needs of its machine.
@@ -99,6 +104,7 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 		unplaced: map[string]string{},
 		issued:   map[string]*v1alpha1.KubeletServingCertificateStatus{},
 		parsed:   map[string]bool{},
+		sessions: newSessions(r.Dialer, r.Options.IdentityTimeout),
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, r.Options.ResyncInterval, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", kubeletserving.Signer).String()
@@ -149,6 +155,7 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 		a.queue.ShutDown()
 	}
 	factory.Start(ctx.Done())
+	go a.sessions.run(ctx)
 	for range r.Options.Parallelism {
 		go func() {
 			for a.next(ctx) {
@@ -166,6 +173,22 @@ func (a *approver) synced() (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.informer.HasSynced(), a.listErr
+}
+
+// recordDue reports whether the reconcile may record issued certificates
+// and conditions now: no request waits for a worker, or the records have
+// waited maxRecordDelay already.
+func (a *approver) recordDue(now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.queue.Len() == 0 || (!a.deferredSince.IsZero() && now.Sub(a.deferredSince) >= maxRecordDelay) {
+		a.deferredSince = time.Time{}
+		return true
+	}
+	if a.deferredSince.IsZero() {
+		a.deferredSince = now
+	}
+	return false
 }
 
 // undecided counts the requests neither approved nor denied.
@@ -235,6 +258,11 @@ func (a *approver) setMachines(machines []v1alpha1.TalosMachine) {
 			}
 		}
 	}
+	addresses := make([]string, 0, len(machines))
+	for i := range machines {
+		addresses = append(addresses, machines[i].Spec.Address)
+	}
+	a.sessions.setAddresses(addresses)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.machines = byNode
@@ -259,7 +287,8 @@ func (a *approver) setCredentials(talosCA []byte, now time.Time, mint func() (ta
 	if err != nil {
 		return err
 	}
-	a.creds, a.credsCA, a.credsRenewAt = creds, string(talosCA), now.Add(credentialTTL/2)
+	a.credsCA, a.credsRenewAt = string(talosCA), now.Add(credentialTTL/2)
+	a.sessions.setCredentials(creds)
 	return nil
 }
 
@@ -298,7 +327,7 @@ func (a *approver) decide(ctx context.Context, name string) outcome {
 		return settled
 	}
 	a.mu.Lock()
-	m, creds := a.machines[node], a.creds
+	m := a.machines[node]
 	if m == nil {
 		a.unplaced[name] = node
 	}
@@ -307,12 +336,11 @@ func (a *approver) decide(ctx context.Context, name string) outcome {
 		logger.V(1).Info("Kubelet serving request for a node of no machine; left pending", "node", node)
 		return settled
 	}
-	if len(creds.Certificate) == 0 {
-		// The reconcile has not handed over credentials yet; it will.
+	logger = logger.WithValues("machine", m.name, "node", node)
+	id, err := a.sessions.identity(ctx, m.address)
+	if errors.Is(err, errNoCredentials) {
 		return retry
 	}
-	logger = logger.WithValues("machine", m.name, "node", node)
-	id, err := a.identity(ctx, m, creds)
 	if err != nil {
 		logger.Info("Cannot read the node's identity; its request stays pending", "error", err.Error())
 		return retry
@@ -322,27 +350,16 @@ func (a *approver) decide(ctx context.Context, name string) outcome {
 		logger.Error(err, "Record the decision on a kubelet serving request")
 		return retry
 	}
-	if decision.Approve {
-		a.r.Recorder.Eventf(m.object(), nil, corev1.EventTypeNormal, EventApproved, "ApproveKubeletServing",
-			"Approved kubelet serving request %s for node %s", csr.Name, node)
-	} else {
+	// A denial needs someone's attention, so it is an Event; an approval is
+	// recorded on the request itself (its Approved condition names the
+	// node) and on the machine, and an Event each would be a write to the
+	// management cluster per node when every kubelet asks at once.
+	if !decision.Approve {
 		a.r.Recorder.Eventf(m.object(), nil, corev1.EventTypeWarning, EventDenied, "DenyKubeletServing",
 			"Denied kubelet serving request %s for node %s: %s (%s)", csr.Name, node, decision.Message, decision.Reason)
 	}
 	logger.Info("Decided kubelet serving request", "approved", decision.Approve, "reason", decision.Reason)
 	return settled
-}
-
-// identity reads the node's identity over its Talos API, as os:reader.
-func (a *approver) identity(ctx context.Context, m *machineRef, creds talos.Credentials) (*talos.Identity, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.r.Options.IdentityTimeout)
-	defer cancel()
-	node, err := a.r.Dialer.Configured(ctx, m.address, creds)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = node.Close() }()
-	return node.Identity(ctx)
 }
 
 // record writes the decision into the request's approval.

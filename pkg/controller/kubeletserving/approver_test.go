@@ -38,7 +38,8 @@ type identityDialer struct {
 	nodes map[string]*talos.Identity
 	// gates hold a node's answer until closed.
 	gates map[string]chan struct{}
-	calls map[string]int
+	// calls count identity reads; dials and closes sessions, by address.
+	calls, dials, closes map[string]int
 }
 
 func (d *identityDialer) Maintenance(context.Context, string, talos.Pin) (talos.Node, error) {
@@ -49,6 +50,9 @@ func (d *identityDialer) Configured(_ context.Context, address string, creds tal
 	if len(creds.Certificate) == 0 {
 		return nil, errors.New("no client certificate")
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dials[address]++
 	return &identitySession{d: d, address: address}, nil
 }
 
@@ -79,7 +83,19 @@ func (s *identitySession) Identity(ctx context.Context) (*talos.Identity, error)
 	return id, nil
 }
 
-func (s *identitySession) Close() error { return nil }
+func (s *identitySession) Close() error {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.closes[s.address]++
+	return nil
+}
+
+// count is one of the dialer's counts for address.
+func (d *identityDialer) count(counts map[string]int, address string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return counts[address]
+}
 
 func (d *identityDialer) set(address string, id *talos.Identity) {
 	d.mu.Lock()
@@ -142,8 +158,9 @@ func newApproverTest(t *testing.T, machines ...v1alpha1.TalosMachine) *approverT
 	t.Helper()
 	at := &approverTest{
 		t: t, ctx: t.Context(), cs: fake.NewClientset(),
-		dialer: &identityDialer{nodes: map[string]*talos.Identity{}, gates: map[string]chan struct{}{}, calls: map[string]int{}},
-		wakes:  make(chan struct{}, 1),
+		dialer: &identityDialer{nodes: map[string]*talos.Identity{}, gates: map[string]chan struct{}{},
+			calls: map[string]int{}, dials: map[string]int{}, closes: map[string]int{}},
+		wakes: make(chan struct{}, 1),
 	}
 	r := &Reconciler{Dialer: at.dialer, Recorder: events.NewFakeRecorder(1000), Now: time.Now,
 		Options: Options{RetryInterval: 50 * time.Millisecond, PollInterval: time.Hour, ResyncInterval: time.Hour, Parallelism: 4}.withDefaults()}
@@ -282,6 +299,64 @@ func TestApproverFailsClosed(t *testing.T) {
 	at.waitDecided("unknown", certv1.CertificateApproved, kubeletserving.ReasonApproved)
 }
 
+// TestApproverKeepsASessionPerMachine: requests of a node are decided over
+// one session with it, opened before they came; a session whose read fails
+// is closed and the next attempt opens another; renewed credentials open
+// every session again and close the old one; a machine that leaves has its
+// session closed.
+func TestApproverKeepsASessionPerMachine(t *testing.T) {
+	const addr = "10.5.0.11:50000"
+	at := newApproverTest(t, machine("worker-1", addr))
+	at.dialer.set(addr, nodeIdentity("worker-1", "10.5.0.11"))
+	at.waitCount("reads over the session opened ahead", at.dialer.calls, addr, 1)
+	for i := range 5 {
+		name := fmt.Sprintf("req-%d", i)
+		at.create(servingRequest(t, name, "worker-1", "10.5.0.11"))
+		at.waitDecided(name, certv1.CertificateApproved, kubeletserving.ReasonApproved)
+	}
+	if dials := at.dialer.count(at.dialer.dials, addr); dials != 1 {
+		t.Fatalf("%d sessions opened for five requests of one node, want 1", dials)
+	}
+
+	// The node stops answering: each attempt opens a session and closes it.
+	at.dialer.mu.Lock()
+	delete(at.dialer.nodes, addr)
+	at.dialer.mu.Unlock()
+	at.create(servingRequest(t, "while-down", "worker-1", "10.5.0.11"))
+	at.waitCount("sessions closed after failed reads", at.dialer.closes, addr, 3)
+	if c := at.condition("while-down"); c != nil {
+		t.Fatalf("a request was decided while its node did not answer: %+v", c)
+	}
+	at.dialer.set(addr, nodeIdentity("worker-1", "10.5.0.11"))
+	at.waitDecided("while-down", certv1.CertificateApproved, kubeletserving.ReasonApproved)
+
+	// Renewed credentials: a session is opened with them, the old one closed.
+	dials, closes := at.dialer.count(at.dialer.dials, addr), at.dialer.count(at.dialer.closes, addr)
+	if err := at.a.setCredentials([]byte("talos CA"), time.Now().Add(credentialTTL), func() (talos.Credentials, error) {
+		return talos.Credentials{CA: []byte("talos CA"), Certificate: []byte("cert 2"), Key: []byte("key 2")}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at.waitCount("sessions opened after renewal", at.dialer.dials, addr, dials+1)
+	at.waitCount("sessions closed after renewal", at.dialer.closes, addr, closes+1)
+
+	at.a.setMachines(nil)
+	at.waitCount("sessions closed after the machine left", at.dialer.closes, addr, closes+2)
+}
+
+// waitCount waits until the dialer's count for address reaches want.
+func (at *approverTest) waitCount(what string, counts map[string]int, address string, want int) {
+	at.t.Helper()
+	var got int
+	err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got = at.dialer.count(counts, address)
+		return got >= want, nil
+	})
+	if err != nil {
+		at.t.Fatalf("%s: %d, want %d", what, got, want)
+	}
+}
+
 // TestApproverKeepsTheNewestIssuedCertificate: the certificates
 // kube-controller-manager issues are read once each, and the newest per
 // node is kept for the reconcile to record.
@@ -333,4 +408,43 @@ func selfSigned(t *testing.T, notAfter time.Time) []byte {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// TestApproverRecordsWaitForRequests: while requests wait for a worker,
+// the reconcile's records are put off, for at most maxRecordDelay; once no
+// request waits, they are due again.
+func TestApproverRecordsWaitForRequests(t *testing.T) {
+	const addr = "10.5.0.11:50000"
+	at := newApproverTest(t, machine("worker-1", addr))
+	gate := make(chan struct{})
+	at.dialer.mu.Lock()
+	at.dialer.gates[addr] = gate
+	at.dialer.mu.Unlock()
+	at.dialer.set(addr, nodeIdentity("worker-1", "10.5.0.11"))
+	// Four workers held by the node, and more requests queued behind them.
+	for i := range 8 {
+		at.create(servingRequest(t, fmt.Sprintf("req-%d", i), "worker-1", "10.5.0.11"))
+	}
+	if err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return at.a.queue.Len() > 0 && at.dialer.count(at.dialer.calls, addr) >= 4, nil
+	}); err != nil {
+		t.Fatalf("the requests did not queue behind the held workers: %v", err)
+	}
+	now := time.Now()
+	if at.a.recordDue(now) {
+		t.Fatal("records are due while requests wait for a worker")
+	}
+	if at.a.recordDue(now.Add(maxRecordDelay - time.Second)) {
+		t.Fatal("records are due before they waited maxRecordDelay")
+	}
+	if !at.a.recordDue(now.Add(maxRecordDelay)) {
+		t.Fatal("records are not due after waiting maxRecordDelay")
+	}
+	close(gate)
+	for i := range 8 {
+		at.waitDecided(fmt.Sprintf("req-%d", i), certv1.CertificateApproved, kubeletserving.ReasonApproved)
+	}
+	if !at.a.recordDue(time.Now()) {
+		t.Fatal("records are not due once no request waits")
+	}
 }

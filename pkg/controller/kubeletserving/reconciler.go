@@ -56,11 +56,9 @@ const FieldManager = "ichor-kubeletserving"
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "kubelet-serving-approver"
 
-// Event reasons, on the machine a request is for.
-const (
-	EventApproved = "KubeletServingApproved"
-	EventDenied   = "KubeletServingDenied"
-)
+// EventDenied is the reason of the Event on the machine a denied request
+// was for.
+const EventDenied = "KubeletServingDenied"
 
 // Options tune the reconciler; zero values take the defaults.
 type Options struct {
@@ -144,7 +142,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster()).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(NotOnlyRecorded)).
 		Complete(r)
 }
 
@@ -214,6 +212,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		// Its first list wakes this reconcile again.
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, r.writeClusterStatus(ctx, &cluster, before)
+	}
+	if !a.recordDue(now.Time) {
+		// Requests wait for a worker: what follows is bookkeeping, and waits
+		// for them (at most maxRecordDelay) rather than compete with them.
+		return ctrl.Result{RequeueAfter: recordDelay}, nil
 	}
 	if err := r.recordIssued(ctx, machines, a.issuedCertificates()); err != nil {
 		return ctrl.Result{}, err

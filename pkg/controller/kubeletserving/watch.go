@@ -33,6 +33,10 @@ const credentialTTL = 10 * time.Minute
 // path, and a burst of requests need not run it once each.
 const recordDelay = time.Second
 
+// maxRecordDelay is the longest the reconcile's records wait while requests
+// wait for the approver's workers (a burst of requests).
+const maxRecordDelay = 10 * time.Second
+
 // approvers are the running approvers, one per enabled cluster.
 type approvers struct {
 	// queue is the reconciler's own work queue, once the controller started:

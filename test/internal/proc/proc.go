@@ -32,7 +32,8 @@ type Process struct {
 func Start(dir, name, binary string, args ...string) (*Process, error) {
 	logPath := filepath.Join(dir, name+".log")
 
-	logFile, err := os.Create(logPath)
+	// Appended to: a process started again under its name keeps one log.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +108,18 @@ func (p *Process) Stop(grace time.Duration) error {
 	}
 
 	return p.err
+}
+
+// Kill kills the process at once (SIGKILL), as a node failure or the OOM killer does, and waits for it
+// to end.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // Liveness is what WaitHealthy watches while it polls: a Process, or a server run in-process.
