@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane test bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -28,10 +28,19 @@ build: ## Build ichor-apiserver, ichor-controller, ichor-auth, ichor-ui, the ich
 controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubectl and etcd from source.
 	@$(CONTROLPLANE) >/dev/null
 
-test: ## Run all tests with the race detector; on failure, repeat the failures' lines at the end.
+test: ## Run all tests with the race detector, then the HA shape's fault tests; on failure, repeat the failures' lines at the end.
 	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
 	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" \
 	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) test-ha
+
+test-ha: ## The fault tests on the HA shape (two ichor-apiservers on a 3-member etcd, two controllers), each fault under a short load.
+	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_TEST_SHAPE=ha ICHOR_TEST_LOG=make-test-ha \
+	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestHA' -v ./test/integration
+
+test-ha-full: ## The HA fault tests with each fault under ten times the load.
+	ICHOR_HA_FULL=1 $(MAKE) test-ha
 
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver

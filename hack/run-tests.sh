@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs the test command given as arguments, keeping its whole output in
-# $TMPDIR/ichor-test-logs/make-test.log, and when it fails repeats the lines
+# $TMPDIR/ichor-test-logs/make-test.log (or $ICHOR_TEST_LOG.log), and when it fails repeats the lines
 # that say what failed (--- FAIL, panics, test file:line messages, FAIL) at the
 # very end, so that they are not buried under the logs of a long test.
 set -uo pipefail
 
 dir="${TMPDIR:-/tmp}/ichor-test-logs"
 mkdir -p "${dir}"
-log="${dir}/make-test.log"
+log="${dir}/${ICHOR_TEST_LOG:-make-test}.log"
 
 "$@" 2>&1 | tee "${log}"
 status=${PIPESTATUS[0]}

@@ -22,16 +22,20 @@ func RepoRoot() (string, error) { return proc.RepoRoot() }
 
 // BuildIchorAPIServer builds the ichor-apiserver binary from this checkout
 // into dir and returns its path, for tests that run it as the Deployment does.
-func BuildIchorAPIServer(dir string) (string, error) {
+func BuildIchorAPIServer(dir string) (string, error) { return BuildBinary(dir, "ichor-apiserver") }
+
+// BuildBinary builds ./cmd/<name> from this checkout into dir and returns
+// its path, for tests that run a component as its Deployment does.
+func BuildBinary(dir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	binary := filepath.Join(dir, "ichor-apiserver")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/ichor-apiserver")
+	binary := filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-o", binary, "./cmd/"+name)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build ichor-apiserver: %w\n%s", err, out)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
 	}
 	return binary, nil
 }

@@ -27,6 +27,21 @@ func (cp *ControlPlane) ConfigFor(user string, groups ...string) *rest.Config {
 	return cfg
 }
 
+// KubeconfigFor writes a kubeconfig to path whose requests the admin
+// identity makes as user in groups (ConfigFor as a file), for a component
+// run as a process under its ServiceAccount's RBAC.
+func (cp *ControlPlane) KubeconfigFor(path, user string, groups ...string) error {
+	cfg, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
+	if err != nil {
+		return err
+	}
+	for _, u := range cfg.AuthInfos {
+		u.Impersonate = user
+		u.ImpersonateGroups = append([]string{"system:authenticated"}, groups...)
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
 // KubectlError is a failed kubectl run with what it printed.
 type KubectlError struct {
 	Args   []string

@@ -36,6 +36,10 @@ type Options struct {
 	IchorEmbeddedEtcd bool
 	// IchorArgs are extra ichor-apiserver flags, after the harness's own.
 	IchorArgs []string
+	// HA runs the shape artifacts/ha installs: IchorReplicas processes of
+	// IchorBinary behind one Service, on an etcd cluster of their own of
+	// IchorEtcdMembers members.
+	HA bool
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -79,6 +83,8 @@ type ControlPlane struct {
 	// ichorPorts are ichor-apiserver's port and its embedded etcd's client and peer ports.
 	ichorPorts []int
 	ichor      *ichorServer
+	ha         *haShape
+	kubeArgs   []string
 	logf       func(string, ...any)
 	kubeClient kubernetes.Interface
 	oidc       *oidcprovider.Server
@@ -162,7 +168,12 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err = cp.installIchorAccess(ctx); err != nil {
 		return nil, err
 	}
-	if err = cp.startIchor(ctx, opts); err != nil {
+	if opts.HA {
+		err = cp.startHA(ctx, opts)
+	} else {
+		err = cp.startIchor(ctx, opts)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err = cp.registerAPIService(ctx); err != nil {
@@ -178,6 +189,7 @@ func (cp *ControlPlane) Stop() {
 		return
 	}
 	_ = cp.ichor.stop()
+	cp.ha.stop()
 	cp.kcm.Stop(10 * time.Second)
 	cp.kube.Stop(15 * time.Second)
 	cp.etcd.Stop(10 * time.Second)
@@ -221,31 +233,31 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 	if err != nil {
 		return err
 	}
-	cp.kube, err = proc.Start(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+f.kubeServingCert, "--tls-private-key-file="+f.kubeServingKey,
-		"--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
-		"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey,
-		"--client-ca-file="+f.clientCA,
+	cp.kubeArgs = []string{
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + f.kubeServingCert, "--tls-private-key-file=" + f.kubeServingKey,
+		"--etcd-servers=" + cp.etcdURL, "--etcd-cafile=" + f.etcdCA,
+		"--etcd-certfile=" + f.etcdClientCert, "--etcd-keyfile=" + f.etcdClientKey,
+		"--client-ca-file=" + f.clientCA,
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+f.saPub, "--service-account-signing-key-file="+f.saKey,
+		"--service-account-key-file=" + f.saPub, "--service-account-signing-key-file=" + f.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		// The front proxy: how the aggregator tells ichor-apiserver who is calling.
-		"--requestheader-client-ca-file="+f.frontProxyCA,
-		"--requestheader-allowed-names="+frontProxyClient,
+		"--requestheader-client-ca-file=" + f.frontProxyCA,
+		"--requestheader-allowed-names=" + frontProxyClient,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-uid-headers=X-Remote-Uid",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file="+f.frontProxyCert, "--proxy-client-key-file="+f.frontProxyKey,
+		"--proxy-client-cert-file=" + f.frontProxyCert, "--proxy-client-key-file=" + f.frontProxyKey,
 		// People: Ichor's issuer and the OpenID provider, as artifacts/ configures them.
-		"--authentication-config="+authConfig,
+		"--authentication-config=" + authConfig,
 		// No kubelets or pods here: the kubernetes Service would point at loopback.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	)
-	if err != nil {
+	}
+	if cp.kube, err = proc.Start(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"), cp.kubeArgs...); err != nil {
 		return err
 	}
 	cp.AdminConfig = &rest.Config{
@@ -256,16 +268,34 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 	if cp.AdminKubeconfig, err = writeKubeconfig(filepath.Join(cp.Dir, "admin.kubeconfig"), cp.URL, f.kubeCA, f.adminCert, f.adminKey); err != nil {
 		return err
 	}
+	if err := cp.waitKubeAPIServer(ctx); err != nil {
+		return err
+	}
+	cp.kubeClient, err = kubernetes.NewForConfig(cp.AdminConfig)
+	return err
+}
+
+func (cp *ControlPlane) waitKubeAPIServer(ctx context.Context) error {
+	f := cp.files
 	client, err := tlsClient(f.kubeCA, f.adminCert, f.adminKey)
 	if err != nil {
 		return err
 	}
 	cp.logf("waiting for kube-apiserver at %s", cp.URL)
-	if err := proc.WaitHealthy(ctx, cp.kube, client, cp.URL+"/readyz", startTimeout); err != nil {
+	return proc.WaitHealthy(ctx, cp.kube, client, cp.URL+"/readyz", startTimeout)
+}
+
+// RestartKubeAPIServer stops kube-apiserver gracefully, starts it again
+// with the same flags and waits until it is ready.
+func (cp *ControlPlane) RestartKubeAPIServer(ctx context.Context) error {
+	if err := cp.kube.Stop(30 * time.Second); err != nil {
+		cp.logf("kube-apiserver ended with %v", err)
+	}
+	var err error
+	if cp.kube, err = proc.Start(cp.Dir, "kube-apiserver", cp.bin("kube-apiserver"), cp.kubeArgs...); err != nil {
 		return err
 	}
-	cp.kubeClient, err = kubernetes.NewForConfig(cp.AdminConfig)
-	return err
+	return cp.waitKubeAPIServer(ctx)
 }
 
 // startControllerManager runs kube-controller-manager with the controllers a

@@ -86,8 +86,9 @@ func (cp *ControlPlane) installIchorAccess(ctx context.Context) error {
 	return nil
 }
 
-// ichorArgs are ichor-apiserver's flags, the same whether it runs in this process or as a binary.
-func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
+// ichorArgs are ichor-apiserver's flags, the same whether it runs in this
+// process or as a binary, auditing to auditLog.
+func (cp *ControlPlane) ichorArgs(port int, auditLog string, opts Options) ([]string, error) {
 	f := cp.files
 	kubeconfig, err := writeKubeconfig(filepath.Join(cp.Dir, "ichor-apiserver.kubeconfig"), cp.URL, f.kubeCA, f.ichorClientCert, f.ichorClientKey)
 	if err != nil {
@@ -97,25 +98,28 @@ func (cp *ControlPlane) ichorArgs(port int, opts Options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp.AuditLog = filepath.Join(cp.Dir, "ichor-audit.log")
 	args := []string{
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + f.ichorServingCert, "--tls-private-key-file=" + f.ichorServingKey,
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
-		"--audit-policy-file=" + policy, "--audit-log-path=" + cp.AuditLog,
+		"--audit-policy-file=" + policy, "--audit-log-path=" + auditLog,
 		// Events are written as they happen, so a test reads them at once.
 		"--audit-log-mode=blocking",
 		"--controller-upload-url=https://" + cp.ControllerUpload.Address,
 		"--controller-upload-ca-file=" + f.controllerCA,
 	}
-	if opts.IchorEmbeddedEtcd {
+	switch {
+	case cp.ha != nil:
+		args = append(args, "--etcd-servers="+cp.ha.etcdServers(), "--etcd-cafile="+f.etcdCA,
+			"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey)
+	case opts.IchorEmbeddedEtcd:
 		args = append(args,
 			"--embedded-etcd-data-dir="+filepath.Join(cp.Dir, "ichor-etcd"),
 			"--embedded-etcd-client-address=127.0.0.1:"+strconv.Itoa(cp.ichorPorts[1]),
 			"--embedded-etcd-peer-address=127.0.0.1:"+strconv.Itoa(cp.ichorPorts[2]))
-	} else {
+	default:
 		args = append(args, "--etcd-servers="+cp.etcdURL, "--etcd-cafile="+f.etcdCA,
 			"--etcd-certfile="+f.etcdClientCert, "--etcd-keyfile="+f.etcdClientKey)
 	}
@@ -146,7 +150,8 @@ func writeAuditPolicy(path string) (string, error) {
 
 func (cp *ControlPlane) startIchor(ctx context.Context, opts Options) error {
 	port := cp.ichorPorts[0]
-	args, err := cp.ichorArgs(port, opts)
+	cp.AuditLog = filepath.Join(cp.Dir, "ichor-audit.log")
+	args, err := cp.ichorArgs(port, cp.AuditLog, opts)
 	if err != nil {
 		return err
 	}

@@ -19,12 +19,37 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// shapeEnv selects the control plane's shape: "ha" runs ichor-apiserver
+// as artifacts/ha does, two replicas of the binary behind one Service on an
+// etcd cluster of three members of their own, for the HA tests (make
+// test-ha); unset, one ichor-apiserver runs in this process.
+const shapeEnv = "ICHOR_TEST_SHAPE"
+
 func run(m *testing.M) int {
 	ctx := context.Background()
-	var err error
-	cp, err = harness.Start(ctx, harness.Options{Logf: func(format string, args ...any) {
+	opts := harness.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
-	}})
+	}}
+	switch shape := os.Getenv(shapeEnv); shape {
+	case "":
+	case "ha":
+		dir, err := os.MkdirTemp("", "ichor-ha-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir) //nolint:errcheck
+		if opts.IchorBinary, err = harness.BuildBinary(dir, "ichor-apiserver"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		opts.HA = true
+	default:
+		fmt.Fprintf(os.Stderr, "%s=%s: the shapes are ha and none\n", shapeEnv, shape)
+		return 1
+	}
+	var err error
+	cp, err = harness.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
 		return 1

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -47,6 +48,8 @@ type approver struct {
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	sessions *sessions
+	// deciding counts the requests being decided now.
+	deciding atomic.Int32
 
 	mu sync.Mutex
 	// machines are the cluster's machines by the node name their kubelet
@@ -176,12 +179,13 @@ func (a *approver) synced() (bool, error) {
 }
 
 // recordDue reports whether the reconcile may record issued certificates
-// and conditions now: no request waits for a worker, or the records have
-// waited maxRecordDelay already.
+// and conditions now: no request waits for a worker or is being decided,
+// or the records have waited maxRecordDelay already.
 func (a *approver) recordDue(now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.queue.Len() == 0 || (!a.deferredSince.IsZero() && now.Sub(a.deferredSince) >= maxRecordDelay) {
+	idle := a.queue.Len() == 0 && a.deciding.Load() == 0
+	if idle || (!a.deferredSince.IsZero() && now.Sub(a.deferredSince) >= maxRecordDelay) {
 		a.deferredSince = time.Time{}
 		return true
 	}
@@ -300,6 +304,8 @@ func (a *approver) next(ctx context.Context) bool {
 		return false
 	}
 	defer a.queue.Done(name)
+	a.deciding.Add(1)
+	defer a.deciding.Add(-1)
 	if a.decide(ctx, name) == retry {
 		a.queue.AddRateLimited(name)
 	} else {

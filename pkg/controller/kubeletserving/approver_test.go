@@ -410,9 +410,9 @@ func selfSigned(t *testing.T, notAfter time.Time) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-// TestApproverRecordsWaitForRequests: while requests wait for a worker,
-// the reconcile's records are put off, for at most maxRecordDelay; once no
-// request waits, they are due again.
+// TestApproverRecordsWaitForRequests: while requests are being decided or
+// wait for a worker, the reconcile's records are put off, for at most
+// maxRecordDelay; once none is, they are due again.
 func TestApproverRecordsWaitForRequests(t *testing.T) {
 	const addr = "10.5.0.11:50000"
 	at := newApproverTest(t, machine("worker-1", addr))
@@ -421,19 +421,27 @@ func TestApproverRecordsWaitForRequests(t *testing.T) {
 	at.dialer.gates[addr] = gate
 	at.dialer.mu.Unlock()
 	at.dialer.set(addr, nodeIdentity("worker-1", "10.5.0.11"))
-	// Four workers held by the node, and more requests queued behind them.
-	for i := range 8 {
+	held := func(deciding int32, queued int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return at.a.deciding.Load() == deciding && at.a.queue.Len() == queued, nil
+		}); err != nil {
+			t.Fatalf("want %d requests being decided and %d queued; have %d and %d", deciding, queued, at.a.deciding.Load(), at.a.queue.Len())
+		}
+	}
+	// The approver's four workers, held by the node.
+	for i := range 4 {
 		at.create(servingRequest(t, fmt.Sprintf("req-%d", i), "worker-1", "10.5.0.11"))
 	}
-	if err := wait.PollUntilContextTimeout(at.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return at.a.queue.Len() > 0 && at.dialer.count(at.dialer.calls, addr) >= 4, nil
-	}); err != nil {
-		t.Fatalf("the requests did not queue behind the held workers: %v", err)
-	}
+	held(4, 0)
 	now := time.Now()
 	if at.a.recordDue(now) {
-		t.Fatal("records are due while requests wait for a worker")
+		t.Fatal("records are due while requests are being decided")
 	}
+	for i := 4; i < 8; i++ {
+		at.create(servingRequest(t, fmt.Sprintf("req-%d", i), "worker-1", "10.5.0.11"))
+	}
+	held(4, 4)
 	if at.a.recordDue(now.Add(maxRecordDelay - time.Second)) {
 		t.Fatal("records are due before they waited maxRecordDelay")
 	}
@@ -444,7 +452,8 @@ func TestApproverRecordsWaitForRequests(t *testing.T) {
 	for i := range 8 {
 		at.waitDecided(fmt.Sprintf("req-%d", i), certv1.CertificateApproved, kubeletserving.ReasonApproved)
 	}
+	held(0, 0)
 	if !at.a.recordDue(time.Now()) {
-		t.Fatal("records are not due once no request waits")
+		t.Fatal("records are not due once no request is being decided")
 	}
 }

@@ -214,7 +214,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
 	if !a.recordDue(now.Time) {
-		// Requests wait for a worker: what follows is bookkeeping, and waits
+		// Requests are being decided: what follows is bookkeeping, and waits
 		// for them (at most maxRecordDelay) rather than compete with them.
 		return ctrl.Result{RequeueAfter: recordDelay}, nil
 	}

@@ -322,27 +322,11 @@ func installAs(ctx context.Context, cp *harness.ControlPlane, dir, binary, name,
 	if _, err := cp.Kubectl(ctx, args...); err != nil {
 		return "", "", fmt.Errorf("install %s's RBAC: %w", name, err)
 	}
-	kubeconfig, err := impersonatingKubeconfig(cp, dir, name, user)
-	if err != nil {
+	kubeconfig := filepath.Join(dir, name+".kubeconfig")
+	if err := cp.KubeconfigFor(kubeconfig, user, strings.Split(controllerGroups, ",")...); err != nil {
 		return "", "", err
 	}
 	return binary, kubeconfig, nil
-}
-
-// impersonatingKubeconfig writes a kubeconfig whose requests the admin
-// credential makes as user, a ServiceAccount of Ichor's namespace: so every
-// request is authorized against that ServiceAccount's RBAC.
-func impersonatingKubeconfig(cp *harness.ControlPlane, dir, name, user string) (string, error) {
-	cfg, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
-	if err != nil {
-		return "", err
-	}
-	for _, u := range cfg.AuthInfos {
-		u.Impersonate = user
-		u.ImpersonateGroups = strings.Split(controllerGroups, ",")
-	}
-	kubeconfig := filepath.Join(dir, name+".kubeconfig")
-	return kubeconfig, clientcmd.WriteToFile(*cfg, kubeconfig)
 }
 
 // localSignIn is how the first admin signs in.
