@@ -279,6 +279,11 @@ func (n *machineryNode) BootID(ctx context.Context) (string, error) {
 		return "", n.v.explain("read the boot ID", err)
 	}
 	id := strings.TrimSpace(string(b))
+	if id == "" && ctx.Err() != nil {
+		// The stream ended with the call's deadline, before the node
+		// answered; the reader says only that it ended.
+		return "", n.v.explain("read the boot ID", ctx.Err())
+	}
 	if id == "" {
 		return "", fmt.Errorf("the node's %s is empty", bootIDPath)
 	}

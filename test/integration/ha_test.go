@@ -21,6 +21,7 @@ import (
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // requireHA skips a test of the HA shape when the package runs on the
@@ -218,8 +219,10 @@ func startControllerProcess(t *testing.T, binary, name string, d *demoCluster) *
 // lease) while a rolling reboot has a node away, under a load of writes
 // and watches. The other replica takes the lease once it runs out, resumes
 // the step in flight, and finishes: every node rebooted exactly once, at
-// most one away at a time. The new leader's metrics have the workqueue
-// depth, reconcile latency and Talos call latency.
+// most one away at a time. Then a node's Talos API hangs mid-rollout: its
+// step fails when its time is up and the rollout stops there. The load
+// runs throughout. The new leader's metrics have the workqueue depth,
+// reconcile latency and Talos call latency.
 func TestHAControllerLeaderKilledMidRollout(t *testing.T) {
 	requireHA(t)
 	binary, err := harness.BuildBinary(t.TempDir(), "ichor-controller")
@@ -248,6 +251,7 @@ func TestHAControllerLeaderKilledMidRollout(t *testing.T) {
 	load := startAPILoad(ctx, t, cp.Namespace(t), 4, 2, 200*time.Millisecond)
 	before, since := d.reboots(), time.Now()
 	d.createOperation(t, operator, "reboot-all", "clusterName: demo\ntype: reboot")
+	d.createOperation(t, operator, "reboot-hung", "clusterName: demo\ntype: reboot\nmachines: [worker-1, worker-2]")
 	inFlight := d.startWatching(t, operator, "reboot-all", "the second node's step running", func(op *v1alpha1.TalosOperation) bool {
 		return len(op.Status.Steps) > 1 && op.Status.Steps[1].Phase == v1alpha1.OperationRunning
 	}).Status.Steps[1].Machine
@@ -277,8 +281,35 @@ func TestHAControllerLeaderKilledMidRollout(t *testing.T) {
 	if got := stepOrder(op); !slices.Equal(got, []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}) {
 		t.Errorf("steps %v", got)
 	}
-	checkFigures(t, "kill the leading ichor-controller mid-rollout", load.stop(time.Minute))
 	waitBudgetFree(ctx, t, d.ns, "demo")
+
+	// A node whose Talos API hangs mid-rollout: once worker-1's step runs,
+	// every call to it waits for ever. The step fails when its time is up,
+	// saying so, the rollout stops there (worker-2 is not touched), and the
+	// budget is given back; the API load does not notice.
+	stepStarted := time.Now()
+	d.startWatching(t, operator, "reboot-hung", "worker-1's step running", func(op *v1alpha1.TalosOperation) bool {
+		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning
+	})
+	before = d.reboots()
+	if err := d.nodes["worker-1"].SetFaults(talossim.Faults{Slow: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	op = d.waitOperationEnds(t, "reboot-hung", v1alpha1.OperationFailed)
+	hungStep, nextStep := op.Status.Steps[0], op.Status.Steps[1]
+	t.Logf("worker-1 hung: its step failed %v after it began: %s", time.Since(stepStarted).Round(time.Second), hungStep.Message)
+	if hungStep.Machine != "worker-1" || hungStep.Phase != v1alpha1.OperationFailed {
+		t.Errorf("worker-1's step %+v", hungStep)
+	}
+	if nextStep.Phase != v1alpha1.OperationPending {
+		t.Errorf("worker-2's step %+v ran after worker-1 hung", nextStep)
+	}
+	if after := d.reboots(); after["worker-2"] != before["worker-2"] {
+		t.Errorf("worker-2 rebooted after worker-1 hung")
+	}
+	d.nodes["worker-1"].ClearFaults()
+	waitBudgetFree(ctx, t, d.ns, "demo")
+	checkFigures(t, "kill the leading ichor-controller mid-rollout, then a node hangs mid-rollout", load.stop(time.Minute))
 
 	metrics := scrapeControllerMetrics(ctx, t, second.metrics)
 	for _, m := range []string{

@@ -94,10 +94,12 @@ func (s *step) callAway(ctx context.Context, what string, prepare, call func(con
 // again asks it again: a node already rebooting drops the second request.
 // A node not back within StepTimeout fails the step.
 func (s *step) backFromReboot(ctx context.Context, again func(context.Context) error) (bool, ctrl.Result, error) {
-	ctx, cancel := s.call(ctx)
+	// The node's calls share one deadline; what the step writes afterwards
+	// does not (a node that hangs spends the calls' deadline).
+	cctx, cancel := s.call(ctx)
 	defer cancel()
 	rec := s.record()
-	id, err := s.node.BootID(ctx)
+	id, err := s.node.BootID(cctx)
 	if err != nil {
 		if s.timedOut() {
 			res, err2 := s.failed(ctx, "the node did not come back within %s of its reboot: %v", s.r.Options.StepTimeout, err)
@@ -106,14 +108,14 @@ func (s *step) backFromReboot(ctx context.Context, again func(context.Context) e
 		res, err2 := s.wait("waiting for the node to come back from its reboot")
 		return false, res, err2
 	}
-	st, err := s.node.Status(ctx)
+	st, err := s.node.Status(cctx)
 	if err != nil {
 		res, err2 := s.wait("waiting for the node's status: %v", err)
 		return false, res, err2
 	}
 	if id == rec.BootID {
 		if st.Stage == "running" {
-			if err := again(ctx); err != nil && (!talos.NotAnswering(err) || s.timedOut()) {
+			if err := again(cctx); err != nil && (!talos.NotAnswering(err) || s.timedOut()) {
 				res, err2 := s.failed(ctx, "%v", err)
 				return false, res, err2
 			}
