@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -128,19 +129,27 @@ func (n *machineryNode) BootstrapManifest(ctx context.Context, id string) ([]*un
 }
 
 // Identity implements Node with the reads `talosctl get nodeips kubelet`,
-// `get nodename` and `get hostnamestatus` make.
+// `get nodename` and `get hostnamestatus` make, made at once: deciding a
+// kubelet serving request waits for them.
 func (n *machineryNode) Identity(ctx context.Context) (*Identity, error) {
-	ip, err := safe.StateGetByID[*k8s.NodeIP](ctx, n.c.COSI, k8s.KubeletID)
-	if err != nil {
-		return nil, n.v.explain("read the kubelet's node IPs", err)
-	}
-	nn, err := safe.StateGetByID[*k8s.Nodename](ctx, n.c.COSI, k8s.NodenameID)
-	if err != nil {
-		return nil, n.v.explain("read node name", err)
-	}
-	hs, err := safe.StateGetByID[*network.HostnameStatus](ctx, n.c.COSI, network.HostnameID)
-	if err != nil {
-		return nil, n.v.explain("read hostname", err)
+	var (
+		wg                  sync.WaitGroup
+		ip                  *k8s.NodeIP
+		nn                  *k8s.Nodename
+		hs                  *network.HostnameStatus
+		ipErr, nnErr, hsErr error
+	)
+	wg.Go(func() { ip, ipErr = safe.StateGetByID[*k8s.NodeIP](ctx, n.c.COSI, k8s.KubeletID) })
+	wg.Go(func() { nn, nnErr = safe.StateGetByID[*k8s.Nodename](ctx, n.c.COSI, k8s.NodenameID) })
+	wg.Go(func() { hs, hsErr = safe.StateGetByID[*network.HostnameStatus](ctx, n.c.COSI, network.HostnameID) })
+	wg.Wait()
+	switch {
+	case ipErr != nil:
+		return nil, n.v.explain("read the kubelet's node IPs", ipErr)
+	case nnErr != nil:
+		return nil, n.v.explain("read node name", nnErr)
+	case hsErr != nil:
+		return nil, n.v.explain("read hostname", hsErr)
 	}
 	return &Identity{
 		Nodename:         nn.TypedSpec().Nodename,

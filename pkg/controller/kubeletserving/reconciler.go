@@ -179,6 +179,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		meta.RemoveStatusCondition(&cluster.Status.Conditions, v1alpha1.ClusterConditionKubeletServingVerified)
 	}
 
+	if a := r.approvers.get(req.NamespacedName); a != nil && !a.recordDue(now.Time) {
+		// Requests are being decided: what follows (reading the machines and
+		// the bundle, recording, the conditions) is bookkeeping, and waits
+		// for them, at most maxRecordDelay, rather than compete with them.
+		return ctrl.Result{RequeueAfter: recordDelay}, nil
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
 	machines, err := r.machines(ctx, &cluster)
@@ -212,11 +219,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		// Its first list wakes this reconcile again.
 		return ctrl.Result{RequeueAfter: r.Options.RetryInterval}, r.writeClusterStatus(ctx, &cluster, before)
-	}
-	if !a.recordDue(now.Time) {
-		// Requests are being decided: what follows is bookkeeping, and waits
-		// for them (at most maxRecordDelay) rather than compete with them.
-		return ctrl.Result{RequeueAfter: recordDelay}, nil
 	}
 	if err := r.recordIssued(ctx, machines, a.issuedCertificates()); err != nil {
 		return ctrl.Result{}, err

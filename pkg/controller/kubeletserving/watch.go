@@ -96,6 +96,13 @@ func (w *approvers) ensure(ctx context.Context, r *Reconciler, cluster *v1alpha1
 	return a, nil
 }
 
+// get is cluster key's running approver, or nil.
+func (w *approvers) get(key types.NamespacedName) *approver {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running[key]
+}
+
 // stop ends cluster key's approver, if any.
 func (w *approvers) stop(key types.NamespacedName) {
 	w.mu.Lock()
