@@ -457,3 +457,33 @@ func TestApproverRecordsWaitForRequests(t *testing.T) {
 		t.Fatal("records are not due once no request is being decided")
 	}
 }
+
+// TestSessionsKeepNoneAfterStop: a read that comes after the approver
+// stopped (a decision in flight) opens a session and closes it again.
+func TestSessionsKeepNoneAfterStop(t *testing.T) {
+	const addr = "10.5.0.11:50000"
+	d := &identityDialer{nodes: map[string]*talos.Identity{}, gates: map[string]chan struct{}{},
+		calls: map[string]int{}, dials: map[string]int{}, closes: map[string]int{}}
+	d.set(addr, nodeIdentity("worker-1", "10.5.0.11"))
+	s := newSessions(d, 5*time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { s.run(ctx); close(done) }()
+	s.setCredentials(talos.Credentials{CA: []byte("ca"), Certificate: []byte("cert"), Key: []byte("key")})
+	s.setAddresses([]string{addr})
+	cancel()
+	<-done
+	if _, err := s.identity(t.Context(), addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return d.count(d.closes, addr) == d.count(d.dials, addr), nil
+	}); err != nil {
+		t.Fatalf("%d sessions opened, %d closed after the stop", d.count(d.dials, addr), d.count(d.closes, addr))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.open) != 0 {
+		t.Errorf("%d sessions kept after the stop", len(s.open))
+	}
+}

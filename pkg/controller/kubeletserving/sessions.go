@@ -46,6 +46,8 @@ type sessions struct {
 	// wanted are the addresses of the cluster's machines.
 	wanted map[string]bool
 	open   map[string]*session
+	// closed: the approver stopped; a session opened since is not kept.
+	closed bool
 }
 
 // session is one open session with a node.
@@ -87,6 +89,7 @@ func (s *sessions) run(ctx context.Context) {
 	wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	for address, cur := range s.open {
 		go cur.close()
 		delete(s.open, address)
@@ -156,7 +159,7 @@ func (s *sessions) get(ctx context.Context, address string) (sess *session, fres
 	sess = &session{node: node, gen: gen}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.wanted[address] || s.gen != gen {
+	if !s.wanted[address] || s.gen != gen || s.closed {
 		sess.unowned = true
 		return sess, true, nil
 	}
