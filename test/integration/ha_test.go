@@ -269,8 +269,11 @@ func TestHAControllerLeaderKilledMidRollout(t *testing.T) {
 	}
 	takeover := acquired.Sub(killed)
 	t.Logf("replica b took the lease %v after the kill (lease duration %v)", takeover.Round(time.Millisecond), leaseDuration)
-	if takeover > leaseDuration+leaseRetryPeriod+time.Second {
-		t.Errorf("the takeover took %v, more than the lease (%v) and a retry (%v)", takeover, leaseDuration, leaseRetryPeriod)
+	// The lease runs out at most its duration after the leader's last
+	// renewal, which was before the kill; the standby tries every retry
+	// period. Two periods of slack cover a busy machine's delays.
+	if limit := leaseDuration + 2*leaseRetryPeriod; takeover > limit {
+		t.Errorf("the takeover took %v, more than the lease (%v) and two retries (%v each)", takeover, leaseDuration, leaseRetryPeriod)
 	}
 
 	op := d.waitOperationEnds(t, "reboot-all", v1alpha1.OperationSucceeded)
