@@ -8,11 +8,14 @@ package taloscluster
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/version"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	corev1 "k8s.io/api/core/v1"
@@ -75,6 +78,9 @@ type Reconciler struct {
 	Options  Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	// kubes are the clusters' Kubernetes clients, kept between reconciles.
+	kubes workload.Clients
 }
 
 // SetupWithManager registers the reconciler: it wakes on a cluster's spec
@@ -332,18 +338,18 @@ func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credent
 // role with a short-lived cluster-admin certificate and tries again.
 func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *clustersecrets.Secrets) {
 	endpoint := v.cluster.Spec.ControlPlane.Endpoint
-	cfg, err := workload.ClientConfig(bundle.Bundle, endpoint, workload.Controller, v.now.Time, r.Options.CredentialTTL, bundle.KubernetesAccepted...)
+	// One client per cluster, kept between reconciles: a new one each time
+	// was a certificate signed and a TLS connection made per reconcile.
+	cs, err := r.kubes.Get(v.cluster.UID, endpoint, bundle.Bundle, v.now.Time, r.Options.CredentialTTL, bundle.KubernetesAccepted...)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "%v", err)
 		return
 	}
-	cfg.Timeout = r.Options.CallTimeout
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "%v", err)
-		return
+	var sv version.Info
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	if err == nil {
+		err = json.Unmarshal(raw, &sv)
 	}
-	sv, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionKubernetesAPIReachable, metav1.ConditionFalse, v1alpha1.ClusterReasonUnreachable, "read the version at %s: %v", endpoint, err)
 		return
