@@ -100,21 +100,9 @@ type approvals struct {
 	created, approved map[string]time.Time
 }
 
-// The watch resumes where it was whenever kube-apiserver ends it (it ends
-// a watcher that falls behind, as this process may in a burst), so no
-// event is lost.
+// No event is lost (watchRequests).
 func watchApprovals(ctx context.Context, b *testing.B, wl kubernetes.Interface) *approvals {
-	csrs := wl.CertificatesV1().CertificateSigningRequests()
-	list, err := csrs.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return csrs.Watch(ctx, o) },
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := watchRequests(ctx, b, wl)
 	b.Cleanup(w.Stop)
 	a := &approvals{created: map[string]time.Time{}, approved: map[string]time.Time{}}
 	go func() {
@@ -228,33 +216,7 @@ func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
 	// a connection to kube-apiserver, as a running kubelet has one.
 	names := slices.Sorted(maps.Keys(nodes))
 	burst := kubeletRequests(ctx, b, rc, nodes, names, "bench-burst-", "")
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, r := range burst {
-		wg.Go(func() {
-			<-start
-			r.create(ctx, b)
-		})
-	}
-	if f := os.Getenv("ICHOR_BENCH_BURST_PROFILE"); f != "" {
-		pf, _ := os.Create(f)
-		_ = pprof.StartCPUProfile(pf)
-	}
-	cpuBefore, err := proc.TreeUsage(os.Getpid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	close(start)
-	wg.Wait()
-	out.burst = a.round(ctx, b, "burst", n, 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, "bench-burst-") })
-	if cpuAfter, err := proc.TreeUsage(os.Getpid()); err == nil {
-		// This process is the controller, ichor-apiserver, the nodes and the
-		// kubelets' clients; the children are both clusters' control planes.
-		b.Logf("burst: CPU used meanwhile: %s", strings.Join(cpuAfter.Since(cpuBefore), ", "))
-	}
-	if os.Getenv("ICHOR_BENCH_BURST_PROFILE") != "" {
-		pprof.StopCPUProfile()
-	}
+	out.burst = measuredBurst(ctx, b, a, "burst", "bench-burst-", "", burst)
 	out.floor = approvalWriteFloor(ctx, b, wl, burst)
 	b.Logf("burst: the last approval %v after the first request; %d approval writes straight to kube-apiserver took %v (ratio %.2f)",
 		out.burst.all.Round(time.Millisecond), n, out.floor.Round(time.Millisecond), float64(out.burst.all)/float64(out.floor))
@@ -264,6 +226,7 @@ func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
 
 	steady := kubeletRequests(ctx, b, rc, nodes, names, "bench-steady-", "")
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	var wg sync.WaitGroup
 	for _, r := range steady {
 		at := time.Duration(rng.Int64N(int64(window)))
 		wg.Go(func() {
@@ -342,6 +305,65 @@ func kubeletRequests(ctx context.Context, b *testing.B, admin *rest.Config, node
 	return out
 }
 
+// measuredBurst creates reqs all at once, as their kubelets would, and
+// returns the round's figures once every one (named prefix…) is approved.
+// It logs what each process used of the CPU meanwhile (this process is the
+// controller, ichor-apiserver, the nodes and the kubelets' clients; the
+// children are both clusters' control planes), and with
+// ICHOR_BENCH_BURST_PROFILE=file it profiles this process to file+suffix.
+func measuredBurst(ctx context.Context, b *testing.B, a *approvals, what, prefix, suffix string, reqs []*kubeletRequest) latencies {
+	b.Helper()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		wg.Go(func() {
+			<-start
+			r.create(ctx, b)
+		})
+	}
+	cpuBefore, err := proc.TreeUsage(os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if f := os.Getenv("ICHOR_BENCH_BURST_PROFILE"); f != "" {
+		pf, err := os.Create(f + suffix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	close(start)
+	wg.Wait()
+	l := a.round(ctx, b, what, len(reqs), 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, prefix) })
+	if cpuAfter, err := proc.TreeUsage(os.Getpid()); err == nil {
+		b.Logf("%s: CPU used meanwhile: %s", what, strings.Join(cpuAfter.Since(cpuBefore), ", "))
+	}
+	return l
+}
+
+// watchRequests follows the cluster's certificate signing requests from
+// now on; the watch resumes where it was whenever kube-apiserver ends it
+// (it ends a watcher that falls behind, as this process may in a burst),
+// so no event is lost.
+func watchRequests(ctx context.Context, b *testing.B, wl kubernetes.Interface) watch.Interface {
+	b.Helper()
+	csrs := wl.CertificatesV1().CertificateSigningRequests()
+	list, err := csrs.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return csrs.Watch(ctx, o) },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
 // idealBurst is the burst's anchor: the same burst (one request per node,
 // made as its kubelet makes it, all at once) for nodes of no machine, which
 // Ichor leaves pending, approved by the least an approver does: a watch of
@@ -355,16 +377,7 @@ func idealBurst(ctx context.Context, b *testing.B, admin *rest.Config, wl kubern
 	// Node names of no machine: Ichor places no such request.
 	reqs := kubeletRequests(ctx, b, admin, nodes, names, prefix, "least-")
 	csrs := wl.CertificatesV1().CertificateSigningRequests()
-	list, err := csrs.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return csrs.Watch(ctx, o) },
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := watchRequests(ctx, b, wl)
 	defer w.Stop()
 	work := make(chan *certv1.CertificateSigningRequest, len(reqs))
 	var approvers sync.WaitGroup
@@ -394,29 +407,7 @@ func idealBurst(ctx context.Context, b *testing.B, admin *rest.Config, wl kubern
 			}
 		}
 	}()
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, r := range reqs {
-		wg.Go(func() {
-			<-start
-			r.create(ctx, b)
-		})
-	}
-	cpuBefore, err := proc.TreeUsage(os.Getpid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if f := os.Getenv("ICHOR_BENCH_BURST_PROFILE"); f != "" {
-		pf, _ := os.Create(f + ".least")
-		_ = pprof.StartCPUProfile(pf)
-		defer pprof.StopCPUProfile()
-	}
-	close(start)
-	wg.Wait()
-	l := a.round(ctx, b, "least approver's burst", len(reqs), 5*time.Minute, func(name string) bool { return strings.HasPrefix(name, prefix) })
-	if cpuAfter, err := proc.TreeUsage(os.Getpid()); err == nil {
-		b.Logf("least approver's burst: CPU used meanwhile: %s", strings.Join(cpuAfter.Since(cpuBefore), ", "))
-	}
+	l := measuredBurst(ctx, b, a, "least approver's burst", prefix, ".least", reqs)
 	approvers.Wait()
 	return l
 }

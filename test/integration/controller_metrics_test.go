@@ -33,31 +33,10 @@ func TestControllerMetricsNeedTLSAndAuthorization(t *testing.T) {
 		o.MetricsCertFile, o.MetricsKeyFile = cp.ControllerUpload.CertFile, cp.ControllerUpload.KeyFile
 	})
 
-	caPEM, err := os.ReadFile(cp.ControllerUpload.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-	}}
+	httpsClient := controllerMetricsClient(t)
 	get := func(c *http.Client, url, token string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close() //nolint:errcheck
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		return getWithToken(ctx, t, c, url, token)
 	}
 
 	// The endpoint comes up with the manager; until then, nothing answers.
@@ -96,4 +75,40 @@ func TestControllerMetricsNeedTLSAndAuthorization(t *testing.T) {
 			t.Errorf("the metrics lack %s", metric)
 		}
 	}
+}
+
+// controllerMetricsClient is an HTTPS client that trusts the CA of
+// ichor-controller's serving certificate (its metrics and upload endpoints).
+func controllerMetricsClient(t testing.TB) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(cp.ControllerUpload.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+	}}
+}
+
+// getWithToken GETs url with c, as a bearer of token when there is one,
+// and returns the status and body; a request that gets no answer is
+// status 0 with the error as its body.
+func getWithToken(ctx context.Context, t testing.TB, c *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close() //nolint:errcheck
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

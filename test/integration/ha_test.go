@@ -2,9 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -339,28 +336,11 @@ func scrapeControllerMetrics(ctx context.Context, t *testing.T, addr string) str
 	ns := cp.Namespace(t)
 	token := serviceAccountToken(ctx, t, ns, "prometheus")
 	bindClusterRole(ctx, t, ns, "prometheus", "ichor-metrics-reader")
-	caPEM, err := os.ReadFile(cp.ControllerUpload.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	client := controllerMetricsClient(t)
 	var body string
 	var code int
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
-		if err != nil {
-			return false, err
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close() //nolint:errcheck
-		b, _ := io.ReadAll(resp.Body)
-		code, body = resp.StatusCode, string(b)
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, body = getWithToken(ctx, t, client, "https://"+addr+"/metrics", token)
 		return code == http.StatusOK, nil
 	})
 	if err != nil {
