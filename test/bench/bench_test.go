@@ -97,6 +97,24 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	// ichor-apiserver was profiled while requests came in, and every sample
+	// was put somewhere.
+	if len(report.Profiles) != 2 {
+		t.Errorf("%d profiles of ichor-apiserver, want one of POSTs and one of watched writes", len(report.Profiles))
+	}
+	for _, p := range report.Profiles {
+		if p.Requests == 0 || p.CPUPerRequest <= 0 || len(p.Shares) == 0 {
+			t.Errorf("%s: no profile of ichor-apiserver's requests: %+v", p.Workload, p)
+			continue
+		}
+		var sum float64
+		for _, s := range p.Shares {
+			sum += s.Percent
+		}
+		if math.Abs(sum-100) > 0.01 {
+			t.Errorf("%s: the profile's shares add up to %.2f%%, want 100%%: %+v", p.Workload, sum, p.Shares)
+		}
+	}
 	if _, err := json.Marshal(report); err != nil {
 		t.Errorf("report does not encode as JSON: %v", err)
 	}

@@ -36,6 +36,9 @@ type Config struct {
 	// machines to, as a controller or a person is) or IdentityMasters (a
 	// member of system:masters, which every authorizer lets through at once).
 	Identity string `json:"identity"`
+	// ProfileSeconds is how long ichor-apiserver's CPU is profiled while one
+	// client creates machines; 0 skips it.
+	ProfileSeconds int `json:"profileSeconds"`
 }
 
 // The identities a run's clients can have.
@@ -50,6 +53,7 @@ func DefaultConfig() Config {
 		Creates: 1000, CreateClients: []int{1, 32},
 		ListSizes: []int{1000, 10000}, PageSize: 500, ListRepeats: 10,
 		Watchers: 100, WatchEvents: 50, Applies: 300, FillClients: 32, Rounds: 5, Identity: IdentityRBAC,
+		ProfileSeconds: 20,
 	}
 }
 
@@ -59,6 +63,7 @@ func SmokeConfig() Config {
 		Creates: 20, CreateClients: []int{1, 4},
 		ListSizes: []int{20, 40}, PageSize: 7, ListRepeats: 3,
 		Watchers: 3, WatchEvents: 5, Applies: 10, FillClients: 4, Rounds: 2, Identity: IdentityRBAC,
+		ProfileSeconds: 1,
 	}
 }
 
@@ -74,6 +79,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Applies, "applies", c.Applies, "server-side applies of a status change to time")
 	fs.IntVar(&c.FillClients, "fill-clients", c.FillClients, "concurrency used to fill the LIST namespaces")
 	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "parts the creates, watch writes and applies are split into, run alternately on each path")
+	fs.IntVar(&c.ProfileSeconds, "profile-seconds", c.ProfileSeconds, "how long ichor-apiserver's CPU is profiled while one client creates machines (0 skips it)")
 	fs.StringVar(&c.Identity, "identity", c.Identity, "who the clients are: rbac (a user RBAC grants the machines to) or masters (system:masters, which skips authorization)")
 }
 
@@ -84,6 +90,9 @@ func (c *Config) Validate() error {
 		if v <= 0 {
 			return fmt.Errorf("-%s must be positive", name)
 		}
+	}
+	if c.ProfileSeconds < 0 {
+		return fmt.Errorf("-profile-seconds must not be negative")
 	}
 	if c.Identity != IdentityRBAC && c.Identity != IdentityMasters {
 		return fmt.Errorf("-identity must be %s or %s, got %q", IdentityRBAC, IdentityMasters, c.Identity)

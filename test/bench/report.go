@@ -41,6 +41,8 @@ type Report struct {
 	// IchorArgs are the extra ichor-apiserver flags of the run, if any.
 	IchorArgs []string `json:"ichorArgs,omitempty"`
 	Rows      []Row    `json:"rows"`
+	// Profiles are where ichor-apiserver's CPU goes per request.
+	Profiles []*Profile `json:"profiles,omitempty"`
 }
 
 func (r *Report) add(metric, unit string, ichor, crd float64) {
@@ -94,7 +96,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", row.Metric, row.Unit, format(row.Unit, row.Ichor), format(row.Unit, row.CRD), ratio)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range r.Profiles {
+		writeProfile(w, p)
+	}
+	return nil
 }
 
 func format(unit string, v float64) string {
@@ -113,14 +121,24 @@ func format(unit string, v float64) string {
 
 // WriteJSON stores the report as dir/<start time>.json and dir/latest.json.
 func (r *Report) WriteJSON(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	stamp := filepath.Join(dir, r.Started.UTC().Format("20060102T150405Z"))
+	for i, p := range r.Profiles {
+		if len(p.raw) == 0 {
+			continue
+		}
+		p.File = fmt.Sprintf("%s-ichor-apiserver-%d.pprof", stamp, i+1)
+		if err := os.WriteFile(p.File, p.raw, 0o644); err != nil {
+			return "", err
+		}
+	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	name := filepath.Join(dir, r.Started.UTC().Format("20060102T150405Z")+".json")
+	name := stamp + ".json"
 	if err := os.WriteFile(name, data, 0o644); err != nil {
 		return "", err
 	}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"ichor.dev/ichor/pkg/pki"
 )
 
 // ConfigFor returns a client configuration that impersonates user in groups,
@@ -117,4 +119,27 @@ func (cp *ControlPlane) Namespace(t testing.TB) string {
 		_ = cp.kubeClient.CoreV1().Namespaces().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
 	})
 	return created.Name
+}
+
+// IchorAdminConfig is AdminConfig aimed at ichor-apiserver itself instead of
+// kube-apiserver, for what only that server answers (its /debug/pprof). It
+// authenticates with the admin's client certificate, which ichor-apiserver
+// accepts from kube-apiserver's client CA, as it accepts kubectl's.
+func (cp *ControlPlane) IchorAdminConfig() *rest.Config {
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.Host = cp.IchorURL
+	cfg.CAFile, cfg.CAData = "", cp.ichorCA
+	return cfg
+}
+
+// IchorDirectConfigFor is a client of ichor-apiserver itself, not through
+// kube-apiserver, with a client certificate the cluster's client CA issued
+// for user in groups (its common name and organizations): what someone who
+// reaches ichor-apiserver's Service with such a certificate can present.
+func (cp *ControlPlane) IchorDirectConfigFor(user string, groups ...string) (*rest.Config, error) {
+	kp, err := cp.files.clientIssuer.Issue(pki.Leaf{CommonName: user, Organizations: groups, Usage: pki.ClientAuth})
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{Host: cp.IchorURL, TLSClientConfig: rest.TLSClientConfig{CAData: cp.ichorCA, CertData: kp.CertPEM, KeyData: kp.KeyPEM}}, nil
 }

@@ -36,6 +36,8 @@ type files struct {
 	// issuersCA issued the serving certificates of ichor-auth and of the
 	// OpenID provider, which kube-apiserver's authentication configuration trusts.
 	issuersCA, authServingCert, authServingKey, oidcServingCert, oidcServingKey string
+	// clientIssuer is the client CA itself, for ClientCertificateConfig.
+	clientIssuer *pki.CA
 }
 
 // writePKI generates every CA and certificate of a test control plane in dir.
@@ -94,6 +96,7 @@ func writePKI(dir string) (files, []byte, error) {
 			if f.clientCA, err = write(ca, "client-ca"); err != nil {
 				return err
 			}
+			f.clientIssuer = ca
 			kp, err := ca.KeyPair()
 			if err != nil {
 				return err

@@ -31,6 +31,7 @@ import (
 	"ichor.dev/ichor/pkg/apiserver"
 	"ichor.dev/ichor/pkg/authz"
 	"ichor.dev/ichor/pkg/etcd/embedded"
+	"ichor.dev/ichor/pkg/frontproxy"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	ichoropenapi "ichor.dev/ichor/pkg/generated/openapi"
@@ -171,6 +172,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
+	}
+	if rh := cfg.Authentication.RequestHeaderConfig; rh != nil && cfg.Authentication.Authenticator != nil {
+		cfg.Authentication.Authenticator = frontproxy.New(rh, cfg.Authentication.Authenticator)
 	}
 	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers, Controller: o.Controller}, nil
 }
