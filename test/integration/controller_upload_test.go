@@ -280,7 +280,7 @@ func ichorAdminToken(ctx context.Context, t *testing.T, ns, name string) string 
 
 // serviceAccountToken creates the ServiceAccount name in ns and returns a
 // token of it.
-func serviceAccountToken(ctx context.Context, t *testing.T, ns, name string) string {
+func serviceAccountToken(ctx context.Context, t testing.TB, ns, name string) string {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
@@ -295,7 +295,7 @@ func serviceAccountToken(ctx context.Context, t *testing.T, ns, name string) str
 
 // bindClusterRole binds the ClusterRole role to the ServiceAccount name in
 // ns, until the test ends.
-func bindClusterRole(ctx context.Context, t *testing.T, ns, name, role string) {
+func bindClusterRole(ctx context.Context, t testing.TB, ns, name, role string) {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{

@@ -179,20 +179,7 @@ type controllerProcess struct {
 // with demo's tuning as flags.
 func startControllerProcess(t *testing.T, binary, name string, d *demoCluster) *controllerProcess {
 	t.Helper()
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := cp.KubeconfigFor(kubeconfig, controllerUser, controllerGroups...); err != nil {
-		t.Fatal(err)
-	}
-	c := &controllerProcess{metrics: freeLoopbackAddress(t)}
-	p, err := proc.Start(dir, name, binary,
-		"--kubeconfig="+kubeconfig,
-		"--leader-elect=true",
-		"--leader-election-namespace="+harness.IchorNamespace,
-		"--metrics-bind-address="+c.metrics,
-		"--metrics-tls-cert-file="+cp.ControllerUpload.CertFile,
-		"--metrics-tls-private-key-file="+cp.ControllerUpload.KeyFile,
-		"--health-probe-bind-address="+freeLoopbackAddress(t),
+	return startControllerBinary(t, binary, name,
 		"--backup-volume-dir="+d.backupVolumeDir,
 		"--machine-recheck-interval=1s",
 		"--machine-health-interval=2s",
@@ -202,6 +189,28 @@ func startControllerProcess(t *testing.T, binary, name string, d *demoCluster) *
 		"--operation-poll-interval=250ms",
 		"--operation-step-timeout="+operationStepTimeout.String(),
 	)
+}
+
+// startControllerBinary runs binary as replica name of ichor-controller:
+// as its ServiceAccount, with leader election, serving its metrics over
+// TLS, and with flags after those.
+func startControllerBinary(t testing.TB, binary, name string, flags ...string) *controllerProcess {
+	t.Helper()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.KubeconfigFor(kubeconfig, controllerUser, controllerGroups...); err != nil {
+		t.Fatal(err)
+	}
+	c := &controllerProcess{metrics: freeLoopbackAddress(t)}
+	p, err := proc.Start(dir, name, binary, append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--leader-elect=true",
+		"--leader-election-namespace=" + harness.IchorNamespace,
+		"--metrics-bind-address=" + c.metrics,
+		"--metrics-tls-cert-file=" + cp.ControllerUpload.CertFile,
+		"--metrics-tls-private-key-file=" + cp.ControllerUpload.KeyFile,
+		"--health-probe-bind-address=" + freeLoopbackAddress(t),
+	}, flags...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +340,7 @@ const (
 
 // scrapeControllerMetrics reads a controller's /metrics as a ServiceAccount
 // bound to ichor-metrics-reader, as Prometheus does.
-func scrapeControllerMetrics(ctx context.Context, t *testing.T, addr string) string {
+func scrapeControllerMetrics(ctx context.Context, t testing.TB, addr string) string {
 	t.Helper()
 	ns := cp.Namespace(t)
 	token := serviceAccountToken(ctx, t, ns, "prometheus")

@@ -11,7 +11,13 @@ import (
 )
 
 // RSS is the resident set size of process pid, in bytes, from /proc/<pid>/status.
-func RSS(pid int) (int64, error) {
+func RSS(pid int) (int64, error) { return statusBytes(pid, "VmRSS:") }
+
+// PeakRSS is the largest resident set size process pid has had, in bytes.
+func PeakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM:") }
+
+// statusBytes reads field (a size in kB) of /proc/<pid>/status, in bytes.
+func statusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -19,7 +25,7 @@ func RSS(pid int) (int64, error) {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(s.Text(), field); ok {
 			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kib * 1024, err
 		}
@@ -27,7 +33,7 @@ func RSS(pid int) (int64, error) {
 	if err := s.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat: Linux reports
