@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -62,7 +64,17 @@ func BenchmarkControllerScale(b *testing.B) {
 	}
 }
 
-func envInt(b *testing.B, name string, def int) int {
+// TestControllerScaleSmoke runs the benchmark's whole course on two
+// clusters of ten machines, so that it cannot rot: every new machine is
+// configured and Ready, and the controller's figures were read.
+func TestControllerScaleSmoke(t *testing.T) {
+	r := controllerScale(t, 2, 10)
+	if r.configured.all <= 0 || r.ready.all < r.configured.p50 || r.rss <= 0 || r.peakRSS < r.rss {
+		t.Errorf("implausible figures: %+v", r)
+	}
+}
+
+func envInt(b testing.TB, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
 		return def
@@ -86,7 +98,7 @@ type machineTimes struct {
 	pinned, configured, ready map[string]time.Time
 }
 
-func followMachines(ctx context.Context, b *testing.B, ns string) *machineTimes {
+func followMachines(ctx context.Context, b testing.TB, ns string) *machineTimes {
 	mt := &machineTimes{pinned: map[string]time.Time{}, configured: map[string]time.Time{}, ready: map[string]time.Time{}}
 	informers := externalversions.NewSharedInformerFactoryWithOptions(apiClient(b), 0, externalversions.WithNamespace(ns))
 	on := func(obj any) {
@@ -118,7 +130,7 @@ func (mt *machineTimes) record(m *v1alpha1.TalosMachine, now time.Time) {
 }
 
 // await waits until every machine of names has a time in at (which of pick).
-func (mt *machineTimes) await(ctx context.Context, b *testing.B, what string, names []string, within time.Duration, pick func(*machineTimes) map[string]time.Time) {
+func (mt *machineTimes) await(ctx context.Context, b testing.TB, what string, names []string, within time.Duration, pick func(*machineTimes) map[string]time.Time) {
 	b.Helper()
 	var got int
 	start := time.Now()
@@ -170,7 +182,7 @@ func configuredAt(mt *machineTimes) map[string]time.Time { return mt.configured 
 func readyAt(mt *machineTimes) map[string]time.Time      { return mt.ready }
 
 // parallel runs f(i) for i in [0, n) on workers goroutines; the first error fails b.
-func parallel(b *testing.B, n, workers int, f func(i int) error) {
+func parallel(b testing.TB, n, workers int, f func(i int) error) {
 	b.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -196,7 +208,7 @@ func parallel(b *testing.B, n, workers int, f func(i int) error) {
 	}
 }
 
-func controllerScale(b *testing.B, clusters, perCluster int) scaleResult {
+func controllerScale(b testing.TB, clusters, perCluster int) scaleResult {
 	ctx, cancel := context.WithTimeout(b.Context(), 150*time.Minute)
 	defer cancel()
 	installControllerRBAC(ctx, b)
@@ -206,7 +218,8 @@ func controllerScale(b *testing.B, clusters, perCluster int) scaleResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	controller := startControllerBinary(b, binary, "ichor-controller", "--backup-volume-dir="+b.TempDir())
+	pprofAddr := freeLoopbackAddress(b)
+	controller := startControllerBinary(b, binary, "ichor-controller", "--backup-volume-dir="+b.TempDir(), "--pprof-bind-address="+pprofAddr)
 	api := apiClient(b).IchorV1alpha1()
 	mt := followMachines(ctx, b, ns)
 
@@ -313,6 +326,11 @@ func controllerScale(b *testing.B, clusters, perCluster int) scaleResult {
 	if err != nil {
 		b.Fatal(err)
 	}
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		profileController(ctx, b, pprofAddr)
+	}()
 	t0 := time.Now()
 	approvedAt := approve(fresh)
 	b.Logf("new machines: %d approvals written in %v", len(fresh), time.Since(t0).Round(time.Millisecond))
@@ -324,6 +342,7 @@ func controllerScale(b *testing.B, clusters, perCluster int) scaleResult {
 		b.Fatal(err)
 	}
 	after := scrapeControllerMetrics(ctx, b, controller.metrics)
+	<-profiled
 
 	r := scaleResult{configured: mt.since(fresh, approvedAt, configuredAt), ready: mt.since(fresh, approvedAt, readyAt)}
 	if r.rss, err = proc.RSS(controller.proc.Pid()); err != nil {
@@ -341,10 +360,38 @@ func controllerScale(b *testing.B, clusters, perCluster int) scaleResult {
 	return r
 }
 
+// profileController writes a 30-second CPU profile of the controller to
+// $ICHOR_BENCH_SCALE_PROFILE, when it names a file.
+func profileController(ctx context.Context, b testing.TB, addr string) {
+	path := os.Getenv("ICHOR_BENCH_SCALE_PROFILE")
+	if path == "" {
+		return
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds=30", nil)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Errorf("the controller's profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Errorf("the controller's profile: %s %v", resp.Status, err)
+		return
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Error(err)
+	}
+}
+
 // logMetricDeltas logs where the controller's time went between two
 // scrapes: per controller, the reconciles, their total time and the time
 // items waited in the queue; per Talos call, the calls and their total time.
-func logMetricDeltas(b *testing.B, before, after string) {
+func logMetricDeltas(b testing.TB, before, after string) {
 	b.Helper()
 	type key struct{ family, label string }
 	sums := func(text string) map[key][2]float64 {

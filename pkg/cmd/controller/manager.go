@@ -72,6 +72,7 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 		Scheme:                        scheme,
 		Metrics:                       o.metricsServing(),
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		PprofBindAddress:              o.PprofBindAddress,
 		LeaderElection:                o.LeaderElect,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -37,6 +38,9 @@ type Options struct {
 	MetricsCertFile, MetricsKeyFile string
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's /debug/pprof, unauthenticated over plain
+	// HTTP, so only on a loopback address; "0" (the default) turns it off.
+	PprofBindAddress string
 
 	// LeaderElect makes replicas elect one active manager.
 	LeaderElect             bool
@@ -57,10 +61,18 @@ type Options struct {
 	MachineRecheckInterval time.Duration
 	// MachineHealthInterval is how often a Ready machine's node is checked.
 	MachineHealthInterval time.Duration
-	// MachineConcurrency is how many machines are contacted at once.
+	// MachineConcurrency is how many machines are contacted at once, by
+	// intake and by configuration each. A reconcile mostly waits on a node
+	// and on the API server, so with four, 1,000 machines approved at once
+	// waited in the queue for most of their time (10,000 machines, 2 cores).
 	MachineConcurrency int
 	// KubeAPIQPS and KubeAPIBurst limit the manager's requests to the
-	// management cluster's API (and Ichor's through it).
+	// management cluster's API (and Ichor's through it). The default is
+	// sized for 10,000 machines: each health check reads its cluster's
+	// bundle Secret (Secrets are not cached), about 170 reads a second at
+	// one check a minute, and taking 1,000 machines in writes about four
+	// requests each. kube-apiserver's priority and fairness, not this
+	// limit, is what protects the management cluster.
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 	// KubeletServingPollInterval is how often a cluster with kubelet serving
@@ -113,6 +125,7 @@ func NewOptions() *Options {
 	return &Options{
 		MetricsBindAddress:         ":8443",
 		HealthProbeBindAddress:     ":8081",
+		PprofBindAddress:           "0",
 		LeaderElect:                true,
 		LeaderElectionID:           DefaultLeaderElectionID,
 		LeaderElectionNamespace:    DefaultNamespace,
@@ -121,14 +134,14 @@ func NewOptions() *Options {
 		ScanParallelism:            16,
 		MachineContactTimeout:      20 * time.Second,
 		MachineRecheckInterval:     time.Minute,
-		MachineConcurrency:         4,
+		MachineConcurrency:         16,
 		MachineHealthInterval:      time.Minute,
 		KubeletServingPollInterval: 3 * time.Second,
 		CredentialRequestRetention: credentialrequest.DefaultRetention,
 		OperationPollInterval:      2 * time.Second,
 		OperationStepTimeout:       15 * time.Minute,
-		KubeAPIQPS:                 50,
-		KubeAPIBurst:               100,
+		KubeAPIQPS:                 300,
+		KubeAPIBurst:               600,
 		UploadCaller:               "system:serviceaccount:" + DefaultNamespace + ":ichor-apiserver",
 		UploadIdleTimeout:          2 * time.Minute,
 	}
@@ -149,6 +162,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Private key of the metrics endpoint's serving certificate, in the certificate's directory.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress,
 		`Address /healthz and /readyz bind to; "0" turns them off.`)
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress,
+		`Loopback address (e.g. 127.0.0.1:6060) Go's /debug/pprof profiles bind to, unauthenticated, for kubectl port-forward or a shell in the pod; "0" turns them off.`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect,
 		"Elect one active manager among replicas through a Lease.")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", o.LeaderElectionID,
@@ -238,6 +253,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive", c.flag))
 		}
 	}
+	if err := loopbackOnly(o.PprofBindAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--pprof-bind-address: %w", err))
+	}
 	if (o.MetricsCertFile == "") != (o.MetricsKeyFile == "") {
 		errs = append(errs, errors.New("--metrics-tls-cert-file and --metrics-tls-private-key-file go together"))
 	} else if o.MetricsCertFile != "" && filepath.Dir(o.MetricsCertFile) != filepath.Dir(o.MetricsKeyFile) {
@@ -247,4 +265,19 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--upload-bind-address needs --upload-tls-cert-file, --upload-tls-private-key-file and --upload-caller"))
 	}
 	return utilerrors.NewAggregate(errs)
+}
+
+// loopbackOnly accepts "0" (off) or a host:port whose host is a loopback IP.
+func loopbackOnly(addr string) error {
+	if addr == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q: the profiles are served without authentication, so only on a loopback IP address", addr)
+	}
+	return nil
 }

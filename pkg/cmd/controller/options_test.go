@@ -78,3 +78,17 @@ func TestMetricsServing(t *testing.T) {
 		}
 	}
 }
+
+// The profiles have no authentication: they are served on loopback or not at all.
+func TestPprofOnLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"0": true, "127.0.0.1:6060": true, "[::1]:6060": true,
+		":6060": false, "0.0.0.0:6060": false, "10.0.0.5:6060": false, "localhost:6060": false, "6060": false,
+	} {
+		o := NewOptions()
+		o.PprofBindAddress = addr
+		if err := o.Validate(); (err == nil) != ok {
+			t.Errorf("--pprof-bind-address=%s: got %v, want accepted %v", addr, err, ok)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
@@ -82,15 +84,83 @@ func (s *Secrets) KubernetesCA() []byte {
 	return bytes.Join(append([][]byte{s.Certs.K8s.Crt}, s.KubernetesAccepted...), nil)
 }
 
-// TalosCredentials mints a client certificate for roles from the issuing
-// Talos API CA, trusting every CA in force.
+// TalosCredentials returns a client certificate for roles from the issuing
+// Talos API CA, valid for ttl from at most ttl/4 ago, trusting every CA in
+// force. One is minted when none of the issuing CA, roles and ttl is that
+// fresh (see minted).
 func (s *Secrets) TalosCredentials(roles role.Set, now time.Time, ttl time.Duration) (talos.Credentials, error) {
-	creds, err := talos.MintCredentials(s.Bundle, roles, now, ttl)
-	if err != nil {
-		return talos.Credentials{}, err
+	creds, ok := minted.get(s.Bundle, roles, now, ttl)
+	if !ok {
+		var err error
+		if creds, err = talos.MintCredentials(s.Bundle, roles, now, ttl); err != nil {
+			return talos.Credentials{}, err
+		}
+		minted.put(s.Bundle, roles, now, ttl, creds)
 	}
 	creds.CA = s.TalosCA()
 	return creds, nil
+}
+
+// minted keeps the controller's own Talos credentials. Minting one (a key
+// pair, a CSR, its signature and verification) for every reconcile of every
+// machine was a tenth of ichor-controller's CPU with 10,000 machines; one
+// certificate now serves every session of a cluster for the first quarter
+// of its lifetime, so each has three quarters of it left when a session
+// opens, which is more than callers that renew half-way (the kubelet-serving
+// approver) count on. They stay in memory, as the CA key they come from does.
+var minted = &credentialCache{}
+
+// maxMinted bounds the cache: past it, it starts over.
+const maxMinted = 4096
+
+type credentialCache struct {
+	mu      sync.Mutex
+	entries map[credentialKey]mintedCredentials
+}
+
+// credentialKey is the issuing CA (certificate and key), roles and lifetime.
+type credentialKey struct {
+	ca, roles string
+	ttl       time.Duration
+}
+
+type mintedCredentials struct {
+	at    time.Time
+	creds talos.Credentials
+}
+
+func keyOf(bundle *secrets.Bundle, roles role.Set, ttl time.Duration) (credentialKey, bool) {
+	if bundle == nil || bundle.Certs == nil || bundle.Certs.OS == nil {
+		return credentialKey{}, false
+	}
+	return credentialKey{ca: string(bundle.Certs.OS.Crt) + string(bundle.Certs.OS.Key), roles: strings.Join(roles.Strings(), ","), ttl: ttl}, true
+}
+
+func (c *credentialCache) get(bundle *secrets.Bundle, roles role.Set, now time.Time, ttl time.Duration) (talos.Credentials, bool) {
+	k, ok := keyOf(bundle, roles, ttl)
+	if !ok {
+		return talos.Credentials{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[k]
+	if !ok || now.Before(e.at) || !now.Before(e.at.Add(ttl/4)) {
+		return talos.Credentials{}, false
+	}
+	return e.creds, true
+}
+
+func (c *credentialCache) put(bundle *secrets.Bundle, roles role.Set, now time.Time, ttl time.Duration, creds talos.Credentials) {
+	k, ok := keyOf(bundle, roles, ttl)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= maxMinted {
+		c.entries = map[credentialKey]mintedCredentials{}
+	}
+	c.entries[k] = mintedCredentials{at: now, creds: creds}
 }
 
 // inForce is bundle as it is in force in rotation's phase, with the new

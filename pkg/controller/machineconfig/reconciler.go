@@ -34,11 +34,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -287,6 +289,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
+// healthCheckLater looks at a Ready machine again after HealthInterval, at
+// low priority: routine checks of thousands of running machines never hold
+// up a machine an event woke (one just approved, or changed), which the
+// queue hands out first.
+func (r *Reconciler) healthCheckLater() ctrl.Result {
+	return ctrl.Result{RequeueAfter: r.Options.HealthInterval, Priority: ptr.To(handler.LowPriority)}
+}
+
 // reconcile decides and takes the next step; the caller writes the status.
 func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error) {
 	m := s.m
@@ -495,7 +505,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 				return ctrl.Result{}, err
 			}
 		}
-		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
+		return r.healthCheckLater(), nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("compare the config of %s/%s: %w", m.Namespace, m.Name, err)
@@ -542,7 +552,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 				return ctrl.Result{}, err
 			}
 		}
-		return ctrl.Result{RequeueAfter: r.Options.HealthInterval}, nil
+		return r.healthCheckLater(), nil
 	}
 	if m.Status.AppliedConfig.Hash == rendered.Hash && effect == v1alpha1.ConfigEffectReboot &&
 		reasonOf(m.Status.Conditions, v1alpha1.MachineConditionReady) == v1alpha1.MachineReasonRebooting {

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clusterindex"
@@ -203,13 +204,20 @@ func TestInstallOnceThenFollow(t *testing.T) {
 		m.Status.Phase != v1alpha1.MachinePhaseConfiguring {
 		t.Fatalf("after the install: phase %s, applied %+v, conditions %+v", m.Status.Phase, m.Status.AppliedConfig, m.Status.Conditions)
 	}
-	// Still installing: followed over mutual TLS, nothing sent again.
-	f.reconcile("w1")
+	// Still installing: followed over mutual TLS, nothing sent again, and
+	// looked at again soon, at the priority it was woken with.
+	res := f.reconcile("w1")
 	if m := f.get("w1"); reason(m, v1alpha1.MachineConditionReady) == v1alpha1.MachineReasonRunning {
 		t.Fatalf("Ready while the node installs: %+v", m.Status.Conditions)
 	}
+	if res.RequeueAfter == 0 || res.Priority != nil {
+		t.Errorf("while installing: %+v, want a requeue at the priority it came with", res)
+	}
 	f.dialer.Boot()
-	f.reconcile("w1")
+	// Ready: the health checks that follow yield to machines an event woke.
+	if res := f.reconcile("w1"); res.RequeueAfter != f.r.Options.HealthInterval || res.Priority == nil || *res.Priority != handler.LowPriority {
+		t.Errorf("once Ready: %+v, want a health check after %v at low priority", res, f.r.Options.HealthInterval)
+	}
 	m = f.get("w1")
 	if m.Status.Phase != v1alpha1.MachinePhaseReady || reason(m, v1alpha1.MachineConditionConfigApplied) != v1alpha1.MachineReasonUpToDate ||
 		m.Status.NodeName != "node-uuid-1" {

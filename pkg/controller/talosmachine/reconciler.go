@@ -17,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -136,7 +138,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
 	logger.V(1).Info("Machine contacted", "fingerprint", result.Fingerprint, "phase", m.Status.Phase)
-	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.RecheckInterval, 0.1)}, nil
+	// A routine recheck waits behind machines an event woke.
+	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.RecheckInterval, 0.1), Priority: ptr.To(handler.LowPriority)}, nil
 }
 
 // announce emits the Events a person following the machine wants to see.
