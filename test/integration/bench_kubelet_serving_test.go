@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,17 +42,29 @@ import (
 //     long the last approval took (burst-all-ms) against the floor, the same
 //     n approval writes made straight to the cluster's kube-apiserver at
 //     the approver's parallelism (64) in the same run (burst-floor-ms);
+//     it runs ICHOR_BENCH_BURSTS times (default 3), a minute apart, and
+//     reports the slowest (each is logged): one burst is one draw of what
+//     else the cluster and the controller are doing at that moment;
 //   - steady: one request per node at a uniformly random moment of a window
 //     (ICHOR_BENCH_STEADY_WINDOW, default 10m: certificates rotating spread
 //     over ten minutes).
 //
 // ICHOR_BENCH_BURST_PROFILE=file writes a CPU profile of this process (the
-// controller, ichor-apiserver and the simulated nodes) during the burst.
+// controller, ichor-apiserver and the simulated nodes) during each burst
+// (file.0, file.1, …) and the least approver's (file.least).
 //
 // Each reports p50 and p99 (ms) from a request's creation to its approval,
 // both taken from a watch in the cluster's real kube-apiserver.
 // Run: go test ./test/integration -run '^$' -bench KubeletServing -benchtime 1x -timeout 2h
 func BenchmarkKubeletServingApproval(b *testing.B) {
+	bursts := 3
+	if v := os.Getenv("ICHOR_BENCH_BURSTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("ICHOR_BENCH_BURSTS: want a positive count, have %q", v)
+		}
+		bursts = n
+	}
 	window := 10 * time.Minute
 	if v := os.Getenv("ICHOR_BENCH_STEADY_WINDOW"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -63,7 +76,7 @@ func BenchmarkKubeletServingApproval(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for range b.N {
-				r := approvalLatency(b, n, window)
+				r := approvalLatency(b, n, bursts, window)
 				b.ReportMetric(ms(r.switchOn.p50), "switch-on-p50-ms")
 				b.ReportMetric(ms(r.switchOn.p99), "switch-on-p99-ms")
 				b.ReportMetric(ms(r.burst.p50), "burst-p50-ms")
@@ -183,8 +196,8 @@ func waitPoll(ctx context.Context, timeout time.Duration, done func() bool) erro
 	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return done(), nil })
 }
 
-func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
-	ctx, cancel := context.WithTimeout(b.Context(), window+40*time.Minute)
+func approvalLatency(b *testing.B, n, bursts int, window time.Duration) approvalRounds {
+	ctx, cancel := context.WithTimeout(b.Context(), window+time.Duration(bursts)*5*time.Minute+40*time.Minute)
 	defer cancel()
 	installControllerRBAC(ctx, b)
 	ns := cp.Namespace(b)
@@ -215,9 +228,30 @@ func approvalLatency(b *testing.B, n int, window time.Duration) approvalRounds {
 	// The kubelets' own requests, made ahead: a key and a request each, and
 	// a connection to kube-apiserver, as a running kubelet has one.
 	names := slices.Sorted(maps.Keys(nodes))
-	burst := kubeletRequests(ctx, b, rc, nodes, names, "bench-burst-", "")
-	out.burst = measuredBurst(ctx, b, a, "burst", "bench-burst-", "", burst)
-	out.floor = approvalWriteFloor(ctx, b, wl, burst)
+	var alls []string
+	for i := range bursts {
+		if i > 0 {
+			// A minute apart: what else runs (health checks, the
+			// machines' records) falls differently on each.
+			select {
+			case <-time.After(time.Minute):
+			case <-ctx.Done():
+				b.Fatal(ctx.Err())
+			}
+		}
+		prefix := fmt.Sprintf("bench-burst%d-", i)
+		what := fmt.Sprintf("burst %d of %d", i+1, bursts)
+		reqs := kubeletRequests(ctx, b, rc, nodes, names, prefix, "")
+		l := measuredBurst(ctx, b, a, what, prefix, "."+strconv.Itoa(i), reqs)
+		alls = append(alls, l.all.Round(time.Millisecond).String())
+		if l.all > out.burst.all {
+			out.burst = l
+		}
+		if i == 0 {
+			out.floor = approvalWriteFloor(ctx, b, wl, reqs)
+		}
+	}
+	b.Logf("burst: the last approval after the first request, each round: %s; the slowest is reported", strings.Join(alls, ", "))
 	b.Logf("burst: the last approval %v after the first request; %d approval writes straight to kube-apiserver took %v (ratio %.2f)",
 		out.burst.all.Round(time.Millisecond), n, out.floor.Round(time.Millisecond), float64(out.burst.all)/float64(out.floor))
 	out.ideal = idealBurst(ctx, b, rc, wl, nodes, names, a)

@@ -50,6 +50,9 @@ type approver struct {
 	sessions *sessions
 	// deciding counts the requests being decided now.
 	deciding atomic.Int32
+	// lastBusy is when (Unix nanoseconds, by the reconciler's clock) a
+	// request last arrived undecided or a decision last ended.
+	lastBusy atomic.Int64
 
 	mu sync.Mutex
 	// machines are the cluster's machines by the node name their kubelet
@@ -126,6 +129,7 @@ func startApprover(r *Reconciler, key types.NamespacedName, cs kubernetes.Interf
 			return
 		}
 		if !decided(csr) {
+			a.busy()
 			a.queue.Add(csr.Name)
 		}
 		a.noteIssued(csr)
@@ -178,13 +182,20 @@ func (a *approver) synced() (bool, error) {
 	return a.informer.HasSynced(), a.listErr
 }
 
+// busy notes that a request arrived or a decision ended now.
+func (a *approver) busy() { a.lastBusy.Store(a.r.Now().UnixNano()) }
+
 // recordDue reports whether the reconcile may record issued certificates
-// and conditions now: no request waits for a worker or is being decided,
-// or the records have waited maxRecordDelay already.
+// and conditions now: no request waits for a worker or is being decided
+// and none arrived or was decided for recordDelay (a burst's requests come
+// over seconds, and the approver keeps up with them, so an idle instant is
+// no sign the burst is over), or the records have waited maxRecordDelay
+// already.
 func (a *approver) recordDue(now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	idle := a.queue.Len() == 0 && a.deciding.Load() == 0
+	quiet := now.Sub(time.Unix(0, a.lastBusy.Load())) >= recordDelay
+	idle := quiet && a.queue.Len() == 0 && a.deciding.Load() == 0
 	if idle || (!a.deferredSince.IsZero() && now.Sub(a.deferredSince) >= maxRecordDelay) {
 		a.deferredSince = time.Time{}
 		return true
@@ -305,7 +316,10 @@ func (a *approver) next(ctx context.Context) bool {
 	}
 	defer a.queue.Done(name)
 	a.deciding.Add(1)
-	defer a.deciding.Add(-1)
+	defer func() {
+		a.busy()
+		a.deciding.Add(-1)
+	}()
 	if a.decide(ctx, name) == retry {
 		a.queue.AddRateLimited(name)
 	} else {

@@ -411,8 +411,9 @@ func selfSigned(t *testing.T, notAfter time.Time) []byte {
 }
 
 // TestApproverRecordsWaitForRequests: while requests are being decided or
-// wait for a worker, the reconcile's records are put off, for at most
-// maxRecordDelay; once none is, they are due again.
+// wait for a worker, and for recordDelay after the last one arrived or was
+// decided, the reconcile's records are put off, for at most
+// maxRecordDelay; once that quiet time passed, they are due again.
 func TestApproverRecordsWaitForRequests(t *testing.T) {
 	const addr = "10.5.0.11:50000"
 	at := newApproverTest(t, machine("worker-1", addr))
@@ -453,8 +454,12 @@ func TestApproverRecordsWaitForRequests(t *testing.T) {
 		at.waitDecided(fmt.Sprintf("req-%d", i), certv1.CertificateApproved, kubeletserving.ReasonApproved)
 	}
 	held(0, 0)
-	if !at.a.recordDue(time.Now()) {
-		t.Fatal("records are not due once no request is being decided")
+	lastDecided := time.Unix(0, at.a.lastBusy.Load())
+	if at.a.recordDue(lastDecided.Add(recordDelay / 2)) {
+		t.Fatal("records are due before a quiet recordDelay after the last decision")
+	}
+	if !at.a.recordDue(lastDecided.Add(recordDelay)) {
+		t.Fatal("records are not due a quiet recordDelay after the last decision")
 	}
 }
 
