@@ -183,7 +183,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.CredentialRequestRetention, "credential-request-retention", o.CredentialRequestRetention,
 		"How long an answered TalosCredentialRequest is kept for its requester to read before it is deleted.")
 	fs.DurationVar(&o.MachineHealthInterval, "machine-health-interval", o.MachineHealthInterval,
-		"How often the node of a Ready machine is checked over its Talos API.")
+		"How often the node of a Ready machine is checked over its Talos API (each check up to a tenth later, at random, so machines Ready together are not checked together).")
 	fs.DurationVar(&o.MachineRecheckInterval, "machine-recheck-interval", o.MachineRecheckInterval,
 		"How often a machine awaiting approval is checked for still presenting its pinned certificate.")
 	fs.StringVar(&o.InstallImage, "install-image", o.InstallImage,

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -289,12 +290,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
-// healthCheckLater looks at a Ready machine again after HealthInterval, at
-// low priority: routine checks of thousands of running machines never hold
-// up a machine an event woke (one just approved, or changed), which the
-// queue hands out first.
+// healthJitter is the share of HealthInterval a check is put off by at
+// random, at most.
+const healthJitter = 0.1
+
+// healthCheckLater looks at a Ready machine again after HealthInterval
+// (and up to a tenth more, at random), at low priority: routine checks of
+// thousands of running machines never hold up a machine an event woke
+// (one just approved, or changed), which the queue hands out first. The
+// jitter spreads machines that became Ready together (a thousand approved
+// at once) over the interval, rather than checking them together for ever.
 func (r *Reconciler) healthCheckLater() ctrl.Result {
-	return ctrl.Result{RequeueAfter: r.Options.HealthInterval, Priority: ptr.To(handler.LowPriority)}
+	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.HealthInterval, healthJitter), Priority: ptr.To(handler.LowPriority)}
 }
 
 // reconcile decides and takes the next step; the caller writes the status.
