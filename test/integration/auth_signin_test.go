@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -563,7 +564,7 @@ func TestIssuerKeyRotation(t *testing.T) {
 	const password = "kim's long password"
 	createUser(ctx, t, name, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}, password)
 	runAuth(t, func(o *authcmd.Options) {
-		o.TokenLifetime, o.KeyRotation, o.KeyLead = 10*time.Second, 15*time.Second, 3*time.Second
+		o.TokenLifetime, o.KeyRotation, o.KeyLead = 30*time.Second, 15*time.Second, 3*time.Second
 	})
 	c := issuerHTTPClient(t)
 	code, body := passwordGrant(ctx, t, c, name, password)
@@ -608,17 +609,38 @@ func TestIssuerKeyRotation(t *testing.T) {
 	// kube-apiserver fetches the issuer's keys when it meets an unknown key
 	// ID, and a verification that meets one while a fetch begun earlier is
 	// in flight takes that fetch's answer; so the new key's token may be
-	// refused once, within its lifetime, before the next fetch has the key.
+	// refused once before the next fetch has the key. Each must be accepted
+	// within its lifetime; both are tried at once, so that neither's time
+	// runs out waiting for the other's.
+	var wg sync.WaitGroup
 	for what, token := range map[string]string{"the new key's token": second, "the old key's last token": last} {
-		var who authenticationv1.UserInfo
-		var err error
-		if pollErr := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Second, true, func(ctx context.Context) (bool, error) {
-			who, err = reviewToken(ctx, token)
-			return err == nil && who.Username == "ichor:"+name, nil
-		}); pollErr != nil {
-			t.Errorf("%s: %+v %v", what, who, err)
-		}
+		expiry := tokenExpiry(t, token)
+		wg.Go(func() {
+			var who authenticationv1.UserInfo
+			var err error
+			if pollErr := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Until(expiry), true, func(ctx context.Context) (bool, error) {
+				who, err = reviewToken(ctx, token)
+				return err == nil && who.Username == "ichor:"+name, nil
+			}); pollErr != nil {
+				t.Errorf("%s: not accepted within its lifetime: %+v %v", what, who, err)
+			}
+		})
 	}
+	wg.Wait()
+}
+
+// tokenExpiry is when a JWT says it expires (its signature unchecked).
+func tokenExpiry(t *testing.T, token string) time.Time {
+	t.Helper()
+	parsed, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatalf("parse a token: %v", err)
+	}
+	var claims jwt.Claims
+	if err := parsed.UnsafeClaimsWithoutVerification(&claims); err != nil || claims.Expiry == nil {
+		t.Fatalf("a token's expiry: %v", err)
+	}
+	return claims.Expiry.Time()
 }
 
 // tokenKeyID is the kid of a JWT's header.
