@@ -145,6 +145,10 @@ type Reconciler struct {
 	// tries records when each Pending step was last tried (triedRecently).
 	triesMu sync.Mutex
 	tries   map[string]time.Time
+	// followed records when this process first followed each Running step
+	// (stepClockStart), by the step's start.
+	followedMu sync.Mutex
+	followed   map[string]time.Time
 }
 
 // SetupWithManager registers the reconciler. It wakes on a started,

@@ -339,6 +339,44 @@ func TestRebootSurvivesAnUnansweredCall(t *testing.T) {
 	}
 }
 
+// TestRebootTakenOverAfterItsTime: a leader that recorded cp-2's step and
+// died before its reboot call reached the node leaves the step to the next
+// leader, which takes it up more than StepTimeout after the step began (a
+// lease runs out first). The time without a controller is not the node's:
+// the new leader asks the node, and the step succeeds with one reboot.
+func TestRebootTakenOverAfterItsTime(t *testing.T) {
+	f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot}))
+	cp2 := f.node("cp-2")
+	cp2.Unanswered = 1 // the call never reaches the node
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "reboot"}}
+	for i := 0; cp2.Unanswered > 0; i++ {
+		if i == 100 {
+			t.Fatalf("cp-2's reboot was never called: %+v", f.get("reboot").Status)
+		}
+		if _, err := f.r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		f.r.prepulls.wait()
+		f.dialer.Boot()
+		f.clock = f.clock.Add(f.r.Options.PollInterval)
+	}
+	// The leader dies here; the next one takes the lease after it runs out.
+	old := f.r
+	f.r = &Reconciler{Client: old.Client, APIReader: old.APIReader, Secrets: old.Secrets, Dialer: old.Dialer,
+		Recorder: old.Recorder, Options: old.Options, Now: old.Now, Workload: old.Workload}
+	f.r.budget = &disruption.Budget{Client: f.client, Reader: f.client, Now: f.r.Now}
+	f.clock = f.clock.Add(f.r.Options.StepTimeout + 15*time.Second)
+	op := f.run("reboot")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	for _, name := range machineNames {
+		if n := f.node(name); n.Boots != 1 {
+			t.Errorf("%s booted %d times (calls %v)", name, n.Boots, n.Calls)
+		}
+	}
+}
+
 // TestUpgradeSurvivesACrashAtEveryWrite: the same for a Talos upgrade, which
 // also pulls and runs the installer on each node once before its reboot.
 func TestUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {

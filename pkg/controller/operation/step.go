@@ -178,6 +178,8 @@ func (s *step) begin(ctx context.Context, bootID, format string, args ...any) er
 	rec.Phase = v1alpha1.OperationRunning
 	startedAt := metav1.NewTime(s.r.Now())
 	rec.StartedAt = &startedAt
+	// This process follows it from its start.
+	s.r.stepClockStart(s.x.op, rec, startedAt.Time)
 	rec.BootID = bootID
 	rec.Message = fmt.Sprintf(format, args...)
 	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
@@ -262,7 +264,39 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 // timedOut reports whether a Running step has waited longer than StepTimeout.
 func (s *step) timedOut() bool {
 	rec := s.record()
-	return rec.StartedAt != nil && s.r.Now().Sub(rec.StartedAt.Time) > s.r.Options.StepTimeout
+	if rec.StartedAt == nil {
+		return false
+	}
+	now := s.r.Now()
+	return now.Sub(s.r.stepClockStart(s.x.op, rec, now)) > s.r.Options.StepTimeout
+}
+
+// stepClockStart is when the time a Running step has runs from: its start,
+// or, for a step another process started (a takeover, a restart), when this
+// process first followed it. The time no controller ran is not the node's:
+// a leader that dies between recording a reboot step and making the call
+// leaves the new leader to make it, more than a lease after the start.
+func (r *Reconciler) stepClockStart(op *v1alpha1.TalosOperation, rec *v1alpha1.OperationStep, now time.Time) time.Time {
+	key := fmt.Sprintf("%s/%s/%d", op.UID, rec.Name(), rec.StartedAt.Unix()) // as stored: seconds
+	r.followedMu.Lock()
+	defer r.followedMu.Unlock()
+	if r.followed == nil {
+		r.followed = map[string]time.Time{}
+	}
+	first, ok := r.followed[key]
+	if !ok {
+		for k, t := range r.followed {
+			if now.Sub(t) > time.Hour+r.Options.StepTimeout {
+				delete(r.followed, k)
+			}
+		}
+		first = now
+		r.followed[key] = first
+	}
+	if rec.StartedAt.After(first) {
+		return rec.StartedAt.Time
+	}
+	return first
 }
 
 // rolloutTurn says why the step's machine waits for its turn in a
