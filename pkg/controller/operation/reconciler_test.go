@@ -197,29 +197,8 @@ func started(name string, spec v1alpha1.TalosOperationSpec) *v1alpha1.TalosOpera
 // rebooted after each reconcile, and returns it.
 func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 	f.t.Helper()
-	ctx := context.Background()
 	for range 200 {
-		_, err := f.r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
-		f.r.prepulls.wait() // nodes change only between reconciles
-		if err != nil && !strings.Contains(err.Error(), "injected") {
-			f.t.Fatalf("reconcile: %v", err)
-		}
-		away, awayCPs := 0, 0
-		for address, n := range f.dialer.Nodes {
-			if n.Stage != "running" {
-				away++
-				if strings.HasPrefix(address, "cp-") {
-					awayCPs++
-				}
-			}
-		}
-		f.mostAway = max(f.mostAway, away)
-		f.mostAwayCPs = max(f.mostAwayCPs, awayCPs)
-		f.dialer.Boot()
-		f.clock = f.clock.Add(f.r.Options.PollInterval)
-		if f.react != nil {
-			f.react()
-		}
+		f.once(name)
 		op := f.get(name)
 		if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
 			return op
@@ -227,6 +206,33 @@ func (f *fixture) run(name string) *v1alpha1.TalosOperation {
 	}
 	f.t.Fatalf("operation %s did not end: %+v", name, f.get(name).Status)
 	return nil
+}
+
+// once reconciles the operation once, then boots the nodes that rebooted
+// and moves the clock on by a poll interval.
+func (f *fixture) once(name string) {
+	f.t.Helper()
+	_, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+	f.r.prepulls.wait() // nodes change only between reconciles
+	if err != nil && !strings.Contains(err.Error(), "injected") {
+		f.t.Fatalf("reconcile: %v", err)
+	}
+	away, awayCPs := 0, 0
+	for address, n := range f.dialer.Nodes {
+		if n.Stage != "running" {
+			away++
+			if strings.HasPrefix(address, "cp-") {
+				awayCPs++
+			}
+		}
+	}
+	f.mostAway = max(f.mostAway, away)
+	f.mostAwayCPs = max(f.mostAwayCPs, awayCPs)
+	f.dialer.Boot()
+	f.clock = f.clock.Add(f.r.Options.PollInterval)
+	if f.react != nil {
+		f.react()
+	}
 }
 
 func (f *fixture) get(name string) *v1alpha1.TalosOperation {
@@ -348,17 +354,11 @@ func TestRebootTakenOverAfterItsTime(t *testing.T) {
 	f := newFixture(t, started("reboot", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot}))
 	cp2 := f.node("cp-2")
 	cp2.Unanswered = 1 // the call never reaches the node
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "reboot"}}
 	for i := 0; cp2.Unanswered > 0; i++ {
 		if i == 100 {
 			t.Fatalf("cp-2's reboot was never called: %+v", f.get("reboot").Status)
 		}
-		if _, err := f.r.Reconcile(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-		f.r.prepulls.wait()
-		f.dialer.Boot()
-		f.clock = f.clock.Add(f.r.Options.PollInterval)
+		f.once("reboot")
 	}
 	// The leader dies here; the next one takes the lease after it runs out.
 	old := f.r
