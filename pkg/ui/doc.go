@@ -2,25 +2,23 @@
 //
 // Its trust model is the point: the browser holds an ichor-ui session (a
 // random id in an HttpOnly, Secure, SameSite=Strict cookie) and nothing
-// else; no Kubernetes or Talos credential ever reaches it. The backend
-// acts for the signed-in person by impersonation only, and holds nothing
-// that can write to a node or read a Secret.
+// else; no Kubernetes or Talos credential ever reaches it. ichor-ui holds
+// no credential of its own either: every request it sends kube-apiserver
+// for a person carries that person's own short-lived ID token, kept on the
+// server with the session, so kube-apiserver authenticates, authorizes and
+// audits the person, and a stolen ichor-ui can act as nobody beyond the
+// people signed in to it at that moment, for their tokens' lifetime.
 //
 // Sign-in: an Ichor user's password goes once to ichor-auth (the password
-// grant), and the ID token it answers with goes once to kube-apiserver as
-// a SelfSubjectReview, so the person ichor-ui acts as is exactly the one
-// kube-apiserver's authentication configuration makes of the token; the
-// token is then dropped. ichor-ui impersonates only an "ichor:" or "oidc:"
-// user, never a "system:" name, and only the Ichor role groups; its RBAC
-// (artifacts/ui-rbac.yaml) allows impersonating those groups by name, but
-// cannot express "users with this prefix", which is why the backend checks
-// the name itself (servable). People of the OpenID provider kube-apiserver
-// trusts sign in there (authorization code with PKCE, state and nonce); the
-// ID token is verified and then reviewed the same way, and the provider's
-// refresh token stays on the server too. The issuer's refresh token stays on the
-// server: each time the ID token would have expired, the session is
-// renewed and the person looked at again, so a disabled user is locked out
-// of the console as fast as out of kubectl.
+// grant); the ID token it answers with goes to kube-apiserver as a
+// SelfSubjectReview, which says who the person is to kube-apiserver (an
+// "ichor:" or "oidc:" user, never a "system:" name). People of the OpenID
+// provider kube-apiserver trusts sign in there (authorization code with
+// PKCE, state and nonce); the ID token is verified and reviewed the same
+// way. Each refresh token stays on the server: shortly before the ID token
+// expires, the session is renewed and the person looked at again, so a
+// disabled user is locked out of the console as fast as out of kubectl,
+// and a session whose provider renews without a new ID token ends.
 //
 // Every answer carries HSTS and a strict Content-Security-Policy; every
 // state-changing request needs the session's CSRF token and a same-origin

@@ -47,7 +47,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	out := newStream(w)
-	cs, ok := s.ichorClient(w, s.streamingAs(se.who))
+	cs, ok := s.ichorClient(w, s.streamingAs(se))
 	if !ok {
 		return
 	}

@@ -27,12 +27,12 @@ type eventRow struct {
 // it (its machines, operations, backups and, where the person may read
 // them, patches), read as the person; refused is the server's reason when
 // the person may not read Events.
-func (s *Server) clusterEvents(ctx context.Context, who identity, ns, cluster string, machines []machineRow) (rows []eventRow, refused string) {
-	kube, err := kubernetes.NewForConfig(s.as(who))
+func (s *Server) clusterEvents(ctx context.Context, se *session, ns, cluster string, machines []machineRow) (rows []eventRow, refused string) {
+	kube, err := kubernetes.NewForConfig(s.as(se))
 	if err != nil {
 		return nil, err.Error()
 	}
-	ichor, err := versioned.NewForConfig(s.as(who))
+	ichor, err := versioned.NewForConfig(s.as(se))
 	if err != nil {
 		return nil, err.Error()
 	}

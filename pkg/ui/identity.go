@@ -26,14 +26,14 @@ import (
 // prefixes them.
 var userPrefixes = []string{"ichor:", "oidc:"}
 
-// RoleGroups are the groups ichor-ui impersonates, the Ichor roles; its
-// RBAC names exactly these.
+// RoleGroups are the Ichor roles, the groups a page names a person by.
 var RoleGroups = []string{"ichor:viewer", "ichor:operator", "ichor:admin"}
 
-// servable is who as ichor-ui acts for them: a person of Ichor or of the
-// OpenID provider, never a system: name, with the Ichor role groups only
-// (impersonation adds system:authenticated by itself). The RBAC cannot
-// express the name's prefix, so this check is what holds it.
+// servable is who ichor-ui serves: a person of Ichor or of the OpenID
+// provider, never a system: name. kube-apiserver's authentication
+// configuration already refuses such tokens; this keeps the console from
+// serving any other token kube-apiserver might accept (a ServiceAccount's
+// pasted as a password, say). Groups keep the Ichor roles, for the pages.
 func servable(who authenticationv1.UserInfo) (identity, error) {
 	name := who.Username
 	if strings.HasPrefix(name, "system:") || !slices.ContainsFunc(userPrefixes, func(p string) bool { return strings.HasPrefix(name, p) && len(name) > len(p) }) {
@@ -94,12 +94,46 @@ func (s *Server) grant(ctx context.Context, form url.Values) (*tokens, error) {
 	return &t, nil
 }
 
-// whoIs asks kube-apiserver who token is, once: ichor-ui then acts as
-// exactly that person, and forgets the token.
+// signedInAs is what a sign-in, or a renewal of one, yields.
+type signedInAs struct {
+	who identity
+	// token is the person's ID token: the credential ichor-ui presents to
+	// kube-apiserver for them, until renewAt.
+	token string
+	// refresh is the refresh token of the sign-in, ichor-auth's or the
+	// OpenID provider's.
+	refresh string
+	// renewAt is when the sign-in is looked at again, a little before the
+	// ID token expires.
+	renewAt time.Time
+}
+
+// Renewal is due a little before an ID token expires, so that no request
+// runs on a token whose issuer's clock has just ended it: renewMargin
+// before, or a fifth of the token's remaining life when that is shorter
+// (short lifetimes in tests), and never sooner than minRenewal from now
+// when the token lives that long.
+const (
+	renewMargin = time.Minute
+	minRenewal  = 30 * time.Second
+)
+
+// renewAt is when to renew a sign-in whose ID token expires at expiry.
+func (s *Server) renewAt(expiry time.Time) time.Time {
+	now := s.now()
+	left := expiry.Sub(now)
+	margin := min(renewMargin, left/5)
+	at := expiry.Add(-margin)
+	if soonest := now.Add(minRenewal); at.Before(soonest) && soonest.Before(expiry) {
+		return soonest
+	}
+	return at
+}
+
+// whoIs asks kube-apiserver who token is, with the token alone: ichor-ui
+// then acts as exactly that person, with that token.
 func (s *Server) whoIs(ctx context.Context, token string) (identity, error) {
-	cfg := rest.AnonymousClientConfig(s.kube)
-	cfg.BearerToken = token
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(s.withToken(token))
 	if err != nil {
 		return identity{}, err
 	}
@@ -111,21 +145,21 @@ func (s *Server) whoIs(ctx context.Context, token string) (identity, error) {
 	if err != nil {
 		return identity{}, &errSignIn{msg: err.Error()}
 	}
-	who.ManagesUsers = s.mayIn(ctx, who, "", "list", "ichorusers", "")
+	who.ManagesUsers = s.mayWith(ctx, s.withToken(token), "", "list", "ichorusers", "")
 	return who, nil
 }
 
 // signIn checks an Ichor user's password with ichor-auth, and returns who
-// they are to kube-apiserver, the refresh token and when to look again.
-func (s *Server) signIn(ctx context.Context, user, password string) (identity, string, time.Time, error) {
+// they are to kube-apiserver with their tokens.
+func (s *Server) signIn(ctx context.Context, user, password string) (signedInAs, error) {
 	return s.signInWith(ctx, url.Values{"grant_type": {"password"}, "username": {user}, "password": {password}})
 }
 
 // renew looks at a session's person again with its refresh token, as
 // kubectl's exec plugin does when the ID token expires.
-func (s *Server) renew(ctx context.Context, se *session) (identity, string, time.Time, error) {
+func (s *Server) renew(ctx context.Context, se *session) (signedInAs, error) {
 	if se.refresh == "" {
-		return identity{}, "", time.Time{}, &errSignIn{msg: "your sign-in ended"}
+		return signedInAs{}, &errSignIn{msg: "your sign-in ended"}
 	}
 	if se.viaOIDC && s.oidc != nil {
 		return s.oidcRenew(ctx, se)
@@ -135,23 +169,31 @@ func (s *Server) renew(ctx context.Context, se *session) (identity, string, time
 
 // signInWith asks ichor-auth for tokens with a grant, and kube-apiserver
 // who the ID token is.
-func (s *Server) signInWith(ctx context.Context, grant url.Values) (identity, string, time.Time, error) {
+func (s *Server) signInWith(ctx context.Context, grant url.Values) (signedInAs, error) {
 	t, err := s.grant(ctx, grant)
 	if err != nil {
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
 	who, err := s.whoIs(ctx, t.IDToken)
 	if err != nil {
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
-	return who, t.RefreshToken, s.now().Add(time.Duration(t.ExpiresIn) * time.Second), nil
+	return signedInAs{who: who, token: t.IDToken, refresh: t.RefreshToken, renewAt: s.renewAt(s.now().Add(time.Duration(t.ExpiresIn) * time.Second))}, nil
 }
 
-// as is a client config acting as who, by impersonation.
-func (s *Server) as(who identity) *rest.Config {
+// withToken is a client config that presents token and nothing else:
+// ichor-ui holds no credential of its own (s.kube has none), so every
+// request it sends is the person's, authenticated and authorized as them.
+func (s *Server) withToken(token string) *rest.Config {
 	cfg := rest.CopyConfig(s.kube)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: who.User, Groups: who.Groups}
+	cfg.BearerToken = token
 	return cfg
+}
+
+// as is a client config acting as the session's person, with their own
+// ID token.
+func (s *Server) as(se *session) *rest.Config {
+	return s.withToken(se.token)
 }
 
 // ichorClient is Ichor's API with cfg (as or streamingAs a person); false
@@ -169,8 +211,8 @@ func (s *Server) ichorClient(w http.ResponseWriter, cfg *rest.Config) (versioned
 // streamingAs is as for a watch or a download: without the client's
 // timeout, which would cut a stream that takes longer, and bounded by the
 // request's context instead.
-func (s *Server) streamingAs(who identity) *rest.Config {
-	cfg := s.as(who)
+func (s *Server) streamingAs(se *session) *rest.Config {
+	cfg := s.as(se)
 	cfg.Timeout = 0
 	return cfg
 }

@@ -34,7 +34,7 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	out := newStream(w)
-	cs, ok := s.ichorClient(w, s.streamingAs(se.who))
+	cs, ok := s.ichorClient(w, s.streamingAs(se))
 	if !ok {
 		return
 	}
@@ -124,7 +124,7 @@ func (s *Server) liveOperation(w http.ResponseWriter, r *http.Request, se *sessi
 			}
 			if !asked { // once: the fragments offer a start to whoever may, as the page does
 				asked = true
-				if s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type)) {
+				if s.may(r, se, ns, "start", "talosoperations", string(op.Spec.Type)) {
 					startPath = operationPath(ns, name, opName) + "/start"
 				}
 			}

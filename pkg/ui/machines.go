@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
@@ -43,14 +44,16 @@ func machineRowOf(m *v1alpha1.TalosMachine) machineRow {
 	return row
 }
 
-// may asks kube-apiserver whether who may verb resource/subresource in
-// namespace, so that the page offers only what the person may do.
-func (s *Server) may(r *http.Request, who identity, namespace, verb, resource, subresource string) bool {
-	return s.mayIn(r.Context(), who, namespace, verb, resource, subresource)
+// may asks kube-apiserver whether the session's person may verb
+// resource/subresource in namespace, so that the page offers only what
+// they may do.
+func (s *Server) may(r *http.Request, se *session, namespace, verb, resource, subresource string) bool {
+	return s.mayWith(r.Context(), s.as(se), namespace, verb, resource, subresource)
 }
 
-func (s *Server) mayIn(ctx context.Context, who identity, namespace, verb, resource, subresource string) bool {
-	cs, err := kubernetes.NewForConfig(s.as(who))
+// mayWith asks it with a person's client config.
+func (s *Server) mayWith(ctx context.Context, cfg *rest.Config, namespace, verb, resource, subresource string) bool {
+	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return false
 	}
@@ -86,7 +89,7 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -102,11 +105,11 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data["Machines"] = rows
-	data["Events"], data["EventsRefused"] = s.clusterEvents(r.Context(), se.who, ns, name, rows)
-	data["MayApprove"] = s.may(r, se.who, ns, "approve", "talosmachines", "approval")
+	data["Events"], data["EventsRefused"] = s.clusterEvents(r.Context(), se, ns, name, rows)
+	data["MayApprove"] = s.may(r, se, ns, "approve", "talosmachines", "approval")
 	var downloads []machineDownload
 	for _, d := range machineDownloads {
-		if s.may(r, se.who, ns, "download", "talosmachines", string(d.Purpose)) {
+		if s.may(r, se, ns, "download", "talosmachines", string(d.Purpose)) {
 			downloads = append(downloads, d)
 		}
 	}
@@ -131,7 +134,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, se *session) {
 		s.renderCluster(w, r, se, http.StatusBadRequest, "a rejection needs a reason")
 		return
 	}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}

@@ -56,14 +56,6 @@ const oidcLoginTimeout = 10 * time.Minute
 // one needs no session, so a flood of them must not grow without end.
 const maxPendingLogins = 10000
 
-// oidcRenewMargin is how long before its ID token expires a session is
-// renewed, so that no request runs on a token the provider's clock has
-// just ended; minOIDCRenewal is the soonest a renewal comes.
-const (
-	oidcRenewMargin = time.Minute
-	minOIDCRenewal  = 30 * time.Second
-)
-
 // errTooManyLogins refuses a sign-in while too many are unfinished.
 var errTooManyLogins = errors.New("too many sign-ins are in progress")
 
@@ -252,7 +244,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, msg)
 		return
 	}
-	who, refresh, renewAt, err := s.oidcSignIn(r.Context(), r, q.Get("code"), pending)
+	as, err := s.oidcSignIn(r.Context(), r, q.Get("code"), pending)
 	if err != nil {
 		var refused *errSignIn
 		msg := "the sign-in at the OpenID provider could not be finished; try again"
@@ -264,9 +256,9 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, msg)
 		return
 	}
-	se := s.sessions.start(who, refresh, true, renewAt, s.now().Add(s.opts.SessionLifetime))
+	se := s.sessions.start(as, true, s.now().Add(s.opts.SessionLifetime))
 	http.SetCookie(w, cookie(sessionCookie, se.id, se.expires))
-	klog.InfoS("signed in", "user", who.User, "groups", who.Groups, "at", "the OpenID provider")
+	klog.InfoS("signed in", "user", as.who.User, "groups", as.who.Groups, "at", "the OpenID provider")
 	// A page, not a redirect: the browser came from another site, and a
 	// redirect would still be that site's navigation, without the
 	// SameSite=Strict session cookie.
@@ -274,79 +266,70 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 // oidcSignIn exchanges a code and asks kube-apiserver who its ID token is.
-func (s *Server) oidcSignIn(ctx context.Context, r *http.Request, code string, pending pendingLogin) (identity, string, time.Time, error) {
+func (s *Server) oidcSignIn(ctx context.Context, r *http.Request, code string, pending pendingLogin) (signedInAs, error) {
 	d, err := s.oidc.discover(ctx)
 	if err != nil {
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
 	tok, err := s.oidc.config(d, s.oidc.callbackURL(r)).Exchange(s.oidc.context(ctx), code, oauth2.VerifierOption(pending.verifier))
 	if err != nil {
-		return identity{}, "", time.Time{}, fmt.Errorf("exchange the code: %w", err)
+		return signedInAs{}, fmt.Errorf("exchange the code: %w", err)
 	}
 	return s.oidcIdentity(ctx, d, tok, pending.nonce)
 }
 
 // oidcIdentity verifies tok's ID token and asks kube-apiserver who it is.
-func (s *Server) oidcIdentity(ctx context.Context, d *oidc.Provider, tok *oauth2.Token, nonce string) (identity, string, time.Time, error) {
+func (s *Server) oidcIdentity(ctx context.Context, d *oidc.Provider, tok *oauth2.Token, nonce string) (signedInAs, error) {
 	raw, _ := tok.Extra("id_token").(string)
 	if raw == "" {
-		return identity{}, "", time.Time{}, errors.New("the provider's answer holds no ID token")
+		return signedInAs{}, errors.New("the provider's answer holds no ID token")
 	}
 	id, err := d.Verifier(&oidc.Config{ClientID: s.oidc.opts.ClientID}).Verify(s.oidc.context(ctx), raw)
 	if err != nil {
-		return identity{}, "", time.Time{}, fmt.Errorf("the provider's ID token: %w", err)
+		return signedInAs{}, fmt.Errorf("the provider's ID token: %w", err)
 	}
 	if nonce != "" && id.Nonce != nonce {
-		return identity{}, "", time.Time{}, errors.New("the provider's ID token is not for this sign-in (nonce)")
+		return signedInAs{}, errors.New("the provider's ID token is not for this sign-in (nonce)")
 	}
 	who, err := s.whoIs(ctx, raw)
 	var refused *errSignIn
 	switch {
 	case errors.As(err, &refused):
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	case apierrors.IsUnauthorized(err):
 		// kube-apiserver tells a client no reason: say where to look.
-		return identity{}, "", time.Time{}, &errSignIn{msg: "kube-apiserver did not accept the sign-in: its authentication configuration refuses this account " +
+		return signedInAs{}, &errSignIn{msg: "kube-apiserver did not accept the sign-in: its authentication configuration refuses this account " +
 			"(an email the provider has not verified, a claim rule); kube-apiserver's log says which"}
 	case err != nil:
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
-	return who, tok.RefreshToken, s.oidcRenewAt(id.Expiry), nil
-}
-
-// oidcRenewAt is when to renew a sign-in whose ID token expires at expiry.
-func (s *Server) oidcRenewAt(expiry time.Time) time.Time {
-	at, soonest := expiry.Add(-oidcRenewMargin), s.now().Add(minOIDCRenewal)
-	if at.Before(soonest) {
-		return soonest
-	}
-	return at
+	return signedInAs{who: who, token: raw, refresh: tok.RefreshToken, renewAt: s.renewAt(id.Expiry)}, nil
 }
 
 // oidcRenew looks at a person signed in at the provider again, with the
-// refresh token, as kubectl's exec plugin does.
-func (s *Server) oidcRenew(ctx context.Context, se *session) (identity, string, time.Time, error) {
+// refresh token, as kubectl's exec plugin does. A provider need not send a
+// new ID token with a refresh (OpenID Connect Core 12.2), but the console
+// has no other credential for the person: without one the session ends,
+// and with it the groups it was signed in with.
+func (s *Server) oidcRenew(ctx context.Context, se *session) (signedInAs, error) {
 	d, err := s.oidc.discover(ctx)
 	if err != nil {
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
 	tok, err := s.oidc.config(d, "").TokenSource(s.oidc.context(ctx), &oauth2.Token{RefreshToken: se.refresh}).Token()
 	if err != nil {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) {
-			return identity{}, "", time.Time{}, &errSignIn{msg: "the OpenID provider ended your sign-in"}
+			return signedInAs{}, &errSignIn{msg: "the OpenID provider ended your sign-in"}
 		}
-		return identity{}, "", time.Time{}, err
+		return signedInAs{}, err
 	}
-	refresh := cmp.Or(tok.RefreshToken, se.refresh)
 	if raw, _ := tok.Extra("id_token").(string); raw == "" {
-		// A provider need not send a new ID token with a refresh (OpenID
-		// Connect Core 12.2): it still accepts the person, who stays who
-		// kube-apiserver said, until the access token it sent expires.
-		return se.who, refresh, s.oidcRenewAt(tok.Expiry), nil
+		return signedInAs{}, &errSignIn{msg: "the OpenID provider renewed your sign-in without a new ID token, which kube-apiserver needs; sign in again"}
 	}
-	who, _, renewAt, err := s.oidcIdentity(ctx, d, tok, "")
-	return who, refresh, renewAt, err
+	as, err := s.oidcIdentity(ctx, d, tok, "")
+	as.refresh = cmp.Or(as.refresh, se.refresh)
+	return as, err
 }
 
 // oidcRevoke ends the provider's session of a refresh token, best effort:

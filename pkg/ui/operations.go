@@ -168,7 +168,7 @@ func (s *Server) startable(r *http.Request, se *session, ns string) []v1alpha1.O
 	allowed := make([]bool, len(v1alpha1.OperationTypes))
 	var wg sync.WaitGroup
 	for i, t := range v1alpha1.OperationTypes {
-		wg.Go(func() { allowed[i] = s.may(r, se.who, ns, "start", "talosoperations", string(t)) })
+		wg.Go(func() { allowed[i] = s.may(r, se, ns, "start", "talosoperations", string(t)) })
 	}
 	wg.Wait()
 	var types []v1alpha1.OperationType
@@ -193,7 +193,7 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Refused": refused}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -216,7 +216,7 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 	}
 	slices.SortFunc(rows, func(a, b operationRow) int { return b.Created.Compare(a.Created) })
 	data["Operations"] = rows
-	if s.may(r, se.who, ns, "create", "talosoperations", "") {
+	if s.may(r, se, ns, "create", "talosoperations", "") {
 		data["Types"] = s.startable(r, se, ns)
 		data["WipeModes"] = []v1alpha1.WipeMode{v1alpha1.WipeModeAll, v1alpha1.WipeModeSystemDisk, v1alpha1.WipeModeUserDisks}
 	}
@@ -302,7 +302,7 @@ func (s *Server) createOperation(w http.ResponseWriter, r *http.Request, se *ses
 		s.renderOperations(w, r, se, http.StatusBadRequest, err.Error())
 		return
 	}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -336,7 +336,7 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name, "Operation": opName, "Refused": refused}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -358,7 +358,7 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 	data["Does"] = describe(op, machines)
 	data["Destructive"] = operationKinds[op.Spec.Type].destructive
 	startPath := ""
-	if s.may(r, se.who, ns, "start", "talosoperations", string(op.Spec.Type)) {
+	if s.may(r, se, ns, "start", "talosoperations", string(op.Spec.Type)) {
 		startPath = operationPath(ns, name, opName) + "/start"
 	}
 	p := progressOf(op, startPath)
@@ -377,7 +377,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
 		http.NotFound(w, r)
 		return
 	}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}

@@ -52,7 +52,7 @@ func rowOf(c *v1alpha1.TalosCluster) clusterRow {
 // clusters lists the clusters the person may see, as that person.
 func (s *Server) clusters(w http.ResponseWriter, r *http.Request, se *session) {
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}

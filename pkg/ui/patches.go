@@ -58,7 +58,7 @@ func (s *Server) patches(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Namespace": ns, "Name": name}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}

@@ -30,9 +30,9 @@ type Options struct {
 	IssuerURL string
 	// IssuerClient reaches ichor-auth, trusting its serving CA.
 	IssuerClient *http.Client
-	// Kube is ichor-ui's own client config (its ServiceAccount): used to
-	// impersonate the signed-in person, and to ask kube-apiserver who a
-	// token is, without its credentials.
+	// Kube says where kube-apiserver is and which CA its serving
+	// certificate is from. Any credential in it is dropped: ichor-ui
+	// sends every request with the person's own ID token.
 	Kube *rest.Config
 	// OIDC is the OpenID provider people may also sign in at; nil: none.
 	OIDC *OIDCOptions
@@ -67,7 +67,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, kube: opts.Kube, issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
+	s := &Server{opts: opts, kube: rest.AnonymousClientConfig(opts.Kube), issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
 	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused", "patches", "users", "continue"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
@@ -207,8 +207,8 @@ func (s *Server) renewed(w http.ResponseWriter, r *http.Request, se *session) *s
 	if s.now().Before(se.renewAt) {
 		return se
 	}
-	who, refresh, renewAt, err := s.renew(r.Context(), se)
-	if err == nil && who.User != se.who.User {
+	as, err := s.renew(r.Context(), se)
+	if err == nil && as.who.User != se.who.User {
 		err = &errSignIn{msg: "the renewed sign-in names someone else"}
 	}
 	if err != nil {
@@ -223,8 +223,8 @@ func (s *Server) renewed(w http.ResponseWriter, r *http.Request, se *session) *s
 		s.toLogin(w, r, msg)
 		return nil
 	}
-	s.sessions.update(se.id, who, refresh, renewAt)
-	se.who, se.refresh, se.renewAt = who, refresh, renewAt
+	s.sessions.update(se.id, as)
+	se.signedInAs = as
 	return se
 }
 
@@ -266,7 +266,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user, password := strings.TrimSpace(r.PostFormValue("username")), r.PostFormValue("password")
-	who, refresh, renewAt, err := s.signIn(r.Context(), user, password)
+	as, err := s.signIn(r.Context(), user, password)
 	if err != nil {
 		var refused *errSignIn
 		msg := "sign-in is unavailable right now; try again"
@@ -278,10 +278,10 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, msg)
 		return
 	}
-	se := s.sessions.start(who, refresh, false, renewAt, s.now().Add(s.opts.SessionLifetime))
+	se := s.sessions.start(as, false, s.now().Add(s.opts.SessionLifetime))
 	http.SetCookie(w, cookie(loginCookie, "", time.Time{}))
 	http.SetCookie(w, cookie(sessionCookie, se.id, se.expires))
-	klog.InfoS("signed in", "user", who.User, "groups", who.Groups)
+	klog.InfoS("signed in", "user", as.who.User, "groups", as.who.Groups)
 	http.Redirect(w, r, "/clusters", http.StatusSeeOther)
 }
 

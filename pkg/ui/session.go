@@ -31,16 +31,12 @@ type identity struct {
 // session is one sign-in. Only its id leaves the server.
 type session struct {
 	id   string
-	who  identity
 	csrf string
-	// refresh is the refresh token of the sign-in, ichor-auth's or the
-	// OpenID provider's.
-	refresh string
+	// signedInAs holds the person, their ID token (the credential every
+	// request for them carries), the refresh token and when to renew.
+	signedInAs
 	// viaOIDC says the person signed in at the OpenID provider.
 	viaOIDC bool
-	// renewAt is when the sign-in is looked at again: when the ID token it
-	// started with would have expired.
-	renewAt time.Time
 	// expires is when the session ends whatever happens.
 	expires time.Time
 	// ended is closed when the session ends (sign-out, expiry): the
@@ -82,8 +78,8 @@ func randomToken() string {
 }
 
 // start records a new session for who.
-func (s *sessions) start(who identity, refresh string, viaOIDC bool, renewAt, expires time.Time) *session {
-	se := &session{id: randomToken(), who: who, csrf: randomToken(), refresh: refresh, viaOIDC: viaOIDC, renewAt: renewAt, expires: expires, ended: make(chan struct{})}
+func (s *sessions) start(as signedInAs, viaOIDC bool, expires time.Time) *session {
+	se := &session{id: randomToken(), signedInAs: as, csrf: randomToken(), viaOIDC: viaOIDC, expires: expires, ended: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.byID[se.id] = se
@@ -111,12 +107,12 @@ func (s *sessions) get(r *http.Request, now time.Time) *session {
 	return &copied
 }
 
-// update replaces a session's identity and renewal after it was renewed.
-func (s *sessions) update(id string, who identity, refresh string, renewAt time.Time) {
+// update replaces a session's person and tokens after it was renewed.
+func (s *sessions) update(id string, as signedInAs) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if se := s.byID[id]; se != nil {
-		se.who, se.refresh, se.renewAt = who, refresh, renewAt
+		se.signedInAs = as
 	}
 }
 

@@ -80,7 +80,7 @@ func TestSameOrigin(t *testing.T) {
 func TestSessionsEnd(t *testing.T) {
 	s := newSessions()
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	se := s.start(identity{User: "ichor:dana"}, "", false, now.Add(time.Minute), now.Add(time.Hour))
+	se := s.start(signedInAs{who: identity{User: "ichor:dana"}, renewAt: now.Add(time.Minute)}, false, now.Add(time.Hour))
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.AddCookie(&http.Cookie{Name: sessionCookie, Value: se.id})
 	if got := s.get(r, now.Add(59*time.Minute)); got == nil || got.who.User != "ichor:dana" {
@@ -92,7 +92,7 @@ func TestSessionsEnd(t *testing.T) {
 	if got := s.get(r, now); got != nil {
 		t.Fatal("an expired session came back")
 	}
-	other := s.start(identity{User: "ichor:vic"}, "", false, now, now.Add(time.Hour))
+	other := s.start(signedInAs{who: identity{User: "ichor:vic"}, renewAt: now}, false, now.Add(time.Hour))
 	s.end(other.id)
 	r2 := httptest.NewRequest(http.MethodGet, "/", nil)
 	r2.AddCookie(&http.Cookie{Name: sessionCookie, Value: other.id})
@@ -211,5 +211,30 @@ func TestPendingLoginsAreBounded(t *testing.T) {
 	}
 	if err := p.remember("later", pendingLogin{expires: now.Add(oidcLoginTimeout)}); err != nil {
 		t.Fatalf("a sign-in once the others expired: %v", err)
+	}
+}
+
+// TestRenewBeforeTheTokenExpires: every request carries the person's own
+// ID token, so a session is renewed before the token expires, whatever its
+// lifetime: a minute before a long one, a fifth of a short one's life before.
+func TestRenewBeforeTheTokenExpires(t *testing.T) {
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	s := &Server{opts: Options{Now: func() time.Time { return now }}}
+	for _, c := range []struct {
+		life, want time.Duration
+	}{
+		{time.Hour, 59 * time.Minute},
+		{10 * time.Minute, 9 * time.Minute},
+		{2 * time.Minute, 96 * time.Second},
+		{40 * time.Second, 32 * time.Second},
+		{10 * time.Second, 8 * time.Second},
+	} {
+		at := s.renewAt(now.Add(c.life))
+		if got := at.Sub(now); got != c.want {
+			t.Errorf("a token living %s: renewed after %s, want %s", c.life, got, c.want)
+		}
+		if !at.Before(now.Add(c.life)) {
+			t.Errorf("a token living %s is renewed only after it expired", c.life)
+		}
 	}
 }

@@ -43,7 +43,7 @@ func (s *Server) users(w http.ResponseWriter, r *http.Request, se *session) {
 
 func (s *Server) renderUsers(w http.ResponseWriter, r *http.Request, se *session, status int, refused string) {
 	data := map[string]any{"Who": se.who, "CSRF": se.csrf, "Refused": refused}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -57,8 +57,8 @@ func (s *Server) renderUsers(w http.ResponseWriter, r *http.Request, se *session
 		rows = append(rows, userRowOf(&list.Items[i]))
 	}
 	data["Users"] = rows
-	data["MayCreate"] = s.may(r, se.who, "", "create", "ichorusers", "")
-	data["MayChange"] = s.may(r, se.who, "", "patch", "ichorusers", "")
+	data["MayCreate"] = s.may(r, se, "", "create", "ichorusers", "")
+	data["MayChange"] = s.may(r, se, "", "patch", "ichorusers", "")
 	data["Roles"] = []v1alpha1.UserRole{v1alpha1.UserRoleViewer, v1alpha1.UserRoleOperator, v1alpha1.UserRoleAdmin}
 	s.render(w, status, "users", data)
 }
@@ -73,7 +73,7 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request, se *session)
 		return
 	}
 	password := r.PostFormValue("password")
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}
@@ -118,7 +118,7 @@ func (s *Server) setDisabled(w http.ResponseWriter, r *http.Request, se *session
 		s.renderUsers(w, r, se, http.StatusBadRequest, "disabled: true or false")
 		return
 	}
-	cs, ok := s.ichorClient(w, s.as(se.who))
+	cs, ok := s.ichorClient(w, s.as(se))
 	if !ok {
 		return
 	}

@@ -32,7 +32,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/ui"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -518,26 +517,6 @@ func splitAuthStateRules(rules []rbacv1.PolicyRule) (own, rest []rbacv1.PolicyRu
 	return own, rest
 }
 
-// uiImpersonator is ichor-ui's role, the one that may impersonate: the
-// Ichor role groups by name, and users (RBAC cannot name "ichor:… and
-// oidc:… only"; pkg/ui refuses any other name); nothing else.
-const uiImpersonator = "ichor-ui"
-
-// splitUIRules separates uiImpersonator's two allowed rules from the rest.
-func splitUIRules(rules []rbacv1.PolicyRule) (own, rest []rbacv1.PolicyRule) {
-	for _, r := range rules {
-		core := slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Verbs, []string{"impersonate"})
-		groups := core && slices.Equal(r.Resources, []string{"groups"}) && slices.Equal(r.ResourceNames, ui.RoleGroups)
-		users := core && slices.Equal(r.Resources, []string{"users"}) && len(r.ResourceNames) == 0
-		if groups || users {
-			own = append(own, r)
-		} else {
-			rest = append(rest, r)
-		}
-	}
-	return own, rest
-}
-
 // bindingViolations lists what is wrong with a binding's roleRef.
 func bindingViolations(binding string, ref rbacv1.RoleRef) []string {
 	if ref.Name == "cluster-admin" {
@@ -705,12 +684,6 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 					t.Errorf("%s: grants no Secret access, yet reads and generates bundles", where)
 				}
 			}
-			if r.Name == uiImpersonator {
-				var own []rbacv1.PolicyRule
-				if own, rules = splitUIRules(rules); len(own) != 2 {
-					t.Errorf("%s: want its two impersonation rules (the role groups by name, users), found %d", where, len(own))
-				}
-			}
 			if r.Name == metricsReader {
 				if !slices.ContainsFunc(rules, isMetricsRule) {
 					t.Errorf("%s: does not grant get on /metrics", where)
@@ -808,9 +781,6 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		}
 		if ref.kind == "Role" && ref.name == authState {
 			_, rules = splitAuthStateRules(rules)
-		}
-		if ref.kind == "ClusterRole" && ref.name == uiImpersonator {
-			_, rules = splitUIRules(rules)
 		}
 		for _, v := range leastPrivilegeViolations("live "+ref.kind+" "+ref.name, rules) {
 			t.Error(v)
@@ -978,17 +948,20 @@ func TestArtifactsLeastPrivilege(t *testing.T) {
 		}
 	}
 
-	// ichor-ui: impersonation of the role groups and of users, nothing as itself.
+	// ichor-ui: nothing at all; it sends each person's own token.
 	for _, c := range []struct {
 		a         access
 		namespace string
 		want      bool
 	}{
-		{access{resource: "groups", verb: "impersonate", name: "ichor:admin"}, "", true},
-		{access{resource: "groups", verb: "impersonate", name: "ichor:viewer"}, "", true},
+		{access{resource: "groups", verb: "impersonate", name: "ichor:admin"}, "", false},
+		{access{resource: "groups", verb: "impersonate", name: "ichor:viewer"}, "", false},
 		{access{resource: "groups", verb: "impersonate", name: "system:masters"}, "", false},
 		{access{resource: "groups", verb: "impersonate", name: "system:authenticated"}, "", false},
-		{access{resource: "users", verb: "impersonate", name: "ichor:dana"}, "", true},
+		{access{resource: "users", verb: "impersonate", name: "ichor:dana"}, "", false},
+		{access{resource: "users", verb: "impersonate", name: "oidc:ada@example.net"}, "", false},
+		{access{resource: "users", verb: "impersonate", name: controllerUser}, "", false},
+		{access{resource: "users", verb: "impersonate", name: authUser}, "", false},
 		{access{resource: "serviceaccounts", verb: "impersonate"}, "", false},
 		{access{resource: "uids", verb: "impersonate"}, "", false},
 		{access{group: "authentication.k8s.io", resource: "userextras", verb: "impersonate"}, "", false},

@@ -23,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	authcmd "ichor.dev/ichor/pkg/cmd/auth"
@@ -31,16 +33,16 @@ import (
 	"ichor.dev/ichor/test/harness"
 )
 
-// ichor-ui's ServiceAccount, as artifacts/ui-rbac.yaml names it.
+// ichor-ui's ServiceAccount, as artifacts/ui-serviceaccount.yaml names it.
 var (
 	uiUser   = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-ui"
 	uiGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + harness.IchorNamespace}
 )
 
-// installUI applies artifacts/ui-rbac.yaml, as an installation does.
+// installUI applies artifacts/ui-serviceaccount.yaml, as an installation does.
 func installUI(ctx context.Context, t testing.TB) {
 	t.Helper()
-	installArtifacts(ctx, t, "ui-rbac.yaml")
+	installArtifacts(ctx, t, "ui-serviceaccount.yaml")
 }
 
 // browser is what a person's browser is to ichor-ui: cookies, and the
@@ -60,8 +62,9 @@ type console struct {
 	spki string
 }
 
-// runUI starts ichor-ui in this process as its ServiceAccount, with its
-// artifacts' RBAC, and tune's changes to its options.
+// runUI starts ichor-ui in this process with its artifacts and tune's
+// changes to its options, and with no credential of its own: it knows
+// where kube-apiserver is and its CA, nothing else.
 func runUI(t *testing.T, tune ...func(*uicmd.Options)) *console {
 	t.Helper()
 	installUI(t.Context(), t)
@@ -100,7 +103,7 @@ func runUI(t *testing.T, tune ...func(*uicmd.Options)) *console {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- o.RunOn(ctx, cp.ConfigFor(uiUser, uiGroups...), ln) }()
+	go func() { done <- o.RunOn(ctx, rest.AnonymousClientConfig(cp.AdminConfig), ln) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -255,8 +258,8 @@ func waitIssuerTrusted(t *testing.T, user, password string) {
 var jwtLike = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{10,}`)
 
 // TestConsole: ichor-ui over HTTPS with its security headers; a person signs
-// in with an Ichor user's password and the console acts as them, by
-// impersonation (ichor-apiserver's audit names the person, never ichor-ui);
+// in with an Ichor user's password and the console acts as them, with their
+// own token (ichor-apiserver's audit names the person, never ichor-ui);
 // what it refuses (another origin, a missing CSRF token, a forged session,
 // a wrong password); sign-out; a disabled user locked out within a token
 // lifetime. No answer carries a token or the password.
@@ -560,6 +563,56 @@ func TestConsole(t *testing.T) {
 			if strings.Contains(all, pw) {
 				t.Error("an answer carries a password")
 			}
+		}
+	}
+}
+
+// TestConsoleServiceAccountActsAsNoOne: what an attacker holding a token of
+// ichor-ui's ServiceAccount (a stolen pod, a token requested for it) would
+// try against kube-apiserver directly: act as the controller (every secrets
+// bundle), as ichor-auth (its signing keys), as an admin person or group,
+// or as itself. ichor-ui has no right of its own, so each is refused.
+func TestConsoleServiceAccountActsAsNoOne(t *testing.T) {
+	ctx := t.Context()
+	installUI(ctx, t)
+	installControllerRBAC(ctx, t)
+	installAuth(ctx, t)
+	ns := cp.Namespace(t)
+	for _, c := range []struct {
+		name string
+		as   rest.ImpersonationConfig
+		try  func(kubernetes.Interface) error
+	}{
+		{"as the controller, read a namespace's Secrets", rest.ImpersonationConfig{UserName: controllerUser, Groups: controllerGroups},
+			func(k kubernetes.Interface) error {
+				_, err := k.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+				return err
+			}},
+		{"as ichor-auth, read its signing keys", rest.ImpersonationConfig{UserName: authUser, Groups: authGroups},
+			func(k kubernetes.Interface) error {
+				_, err := k.CoreV1().Secrets(harness.IchorNamespace).Get(ctx, "ichor-auth-keys", metav1.GetOptions{})
+				return err
+			}},
+		{"as an Ichor admin", rest.ImpersonationConfig{UserName: "ichor:carol", Groups: []string{"ichor:admin"}},
+			func(k kubernetes.Interface) error {
+				_, err := k.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+				return err
+			}},
+		{"as the admin group alone", rest.ImpersonationConfig{UserName: "oidc:ada@example.net", Groups: []string{"ichor:admin"}},
+			func(k kubernetes.Interface) error {
+				_, err := k.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+				return err
+			}},
+		{"as itself, list namespaces", rest.ImpersonationConfig{},
+			func(k kubernetes.Interface) error {
+				_, err := k.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+				return err
+			}},
+	} {
+		cfg := cp.ConfigFor(uiUser, uiGroups...)
+		cfg.Impersonate = c.as
+		if err := c.try(kubernetes.NewForConfigOrDie(cfg)); !apierrors.IsForbidden(err) {
+			t.Errorf("ichor-ui's ServiceAccount %s: want Forbidden, got %v", c.name, err)
 		}
 	}
 }

@@ -33,6 +33,9 @@ type Options struct {
 	IssuerURL       string
 	IssuerCAFile    string
 	SessionLifetime time.Duration
+	// KubeCAFile is the CA of kube-apiserver's serving certificate, in a
+	// pod (without --kubeconfig).
+	KubeCAFile string
 
 	// The OpenID provider people may also sign in at (off when
 	// OIDCIssuerURL is empty).
@@ -46,11 +49,12 @@ type Options struct {
 
 // NewOptions returns ichor-ui's defaults.
 func NewOptions() *Options {
-	return &Options{HTTPS: serving.HTTPS{BindAddress: ":8443"}, SessionLifetime: 12 * time.Hour}
+	return &Options{HTTPS: serving.HTTPS{BindAddress: ":8443"}, SessionLifetime: 12 * time.Hour, KubeCAFile: "/var/run/ichor/kube-ca/ca.crt"}
 }
 
 // AddFlags registers the flags, and controller-runtime's --kubeconfig
-// (then $KUBECONFIG, then the in-cluster ServiceAccount).
+// (then $KUBECONFIG, then the pod's kube-apiserver Service and
+// --kube-ca-file), of which ichor-ui uses the server and its CA only.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
 		fs.AddGoFlag(f)
@@ -64,6 +68,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.OIDCCAFile, "oidc-ca-file", o.OIDCCAFile, "The CA that signed the provider's serving certificate (PEM); the system's roots when empty.")
 	fs.StringVar(&o.OIDCRedirectURL, "oidc-redirect-url", o.OIDCRedirectURL, "Where the provider sends people back, https://<the console's name>/oidc/callback, as registered there; empty: the host each request names.")
 	fs.StringVar(&o.OIDCName, "oidc-name", o.OIDCName, `What the sign-in page calls the provider ("Sign in with <name>").`)
+	fs.StringVar(&o.KubeCAFile, "kube-ca-file", o.KubeCAFile, "In a pod without --kubeconfig: the CA of kube-apiserver's serving certificate (the kube-root-ca.crt ConfigMap).")
 	fs.DurationVar(&o.SessionLifetime, "session-lifetime", o.SessionLifetime, "How long a console session lasts at most (1m to 30 days); it is renewed with ichor-auth as often as a token expires.")
 }
 
@@ -102,19 +107,21 @@ func NewCommand() *cobra.Command {
 	o := NewOptions()
 	cmd := &cobra.Command{
 		Use:   "ichor-ui",
-		Short: "Serve Ichor's web console, acting for each signed-in person by impersonation",
+		Short: "Serve Ichor's web console, acting for each signed-in person with their own token",
 		Long: `ichor-ui is Ichor's web console. People sign in (Ichor users with their
-password at ichor-auth, or people of your OpenID provider there); the browser holds an ichor-ui session and nothing else,
-and ichor-ui acts for the person by impersonating them (an ichor: or oidc: user,
-with the Ichor role groups; never a system: name). Its ServiceAccount may
-impersonate and nothing else.`,
+password at ichor-auth, or people of your OpenID provider there); the browser
+holds an ichor-ui session and nothing else, and ichor-ui sends kube-apiserver
+each request for the person with the person's own short-lived ID token,
+renewed with their refresh token (an ichor: or oidc: user; never a system:
+name). ichor-ui holds no credential of its own: it needs no ServiceAccount
+token and no RBAC.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
 				return err
 			}
 			ctrllog.SetLogger(klog.NewKlogr())
-			cfg, err := config.GetConfig()
+			cfg, err := o.kubeAPIServer()
 			if err != nil {
 				return err
 			}
@@ -125,8 +132,22 @@ impersonate and nothing else.`,
 	return cmd
 }
 
-// RunOn serves the console on ln (nil: BindAddress) as the user of cfg
-// until ctx ends.
+// kubeAPIServer is where kube-apiserver is: from --kubeconfig or
+// $KUBECONFIG, or in a pod from the Service's environment and
+// --kube-ca-file. RunOn drops any credential.
+func (o *Options) kubeAPIServer() (*rest.Config, error) {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); (f != nil && f.Value.String() != "") || os.Getenv("KUBECONFIG") != "" || host == "" || port == "" {
+		return config.GetConfig()
+	}
+	if _, err := os.Stat(o.KubeCAFile); err != nil {
+		return nil, fmt.Errorf("--kube-ca-file: %w", err)
+	}
+	return &rest.Config{Host: "https://" + net.JoinHostPort(host, port), TLSClientConfig: rest.TLSClientConfig{CAFile: o.KubeCAFile}}, nil
+}
+
+// RunOn serves the console on ln (nil: BindAddress) until ctx ends. cfg
+// says where kube-apiserver is; its credentials are never used.
 func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) error {
 	issuerTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.IssuerCAFile != "" {
@@ -143,7 +164,7 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 	if err != nil {
 		return err
 	}
-	cfg = rest.CopyConfig(cfg)
+	cfg = rest.AnonymousClientConfig(cfg)
 	cfg.Timeout = 30 * time.Second
 	srv, err := ui.New(ui.Options{
 		IssuerURL:       o.IssuerURL,

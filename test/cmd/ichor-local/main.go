@@ -247,21 +247,22 @@ func startAuth(ctx context.Context, cp *harness.ControlPlane, dir, binary string
 	)
 }
 
-// The identity of ichor-ui, as artifacts/ui-rbac.yaml names it.
-const uiUser = "system:serviceaccount:" + harness.IchorNamespace + ":ichor-ui"
-
 // runningUI is the started web console.
 type runningUI struct {
 	proc        *proc.Process
 	url, caFile string
 }
 
-// startUI installs ichor-ui's RBAC from artifacts/ and runs the binary as
-// its ServiceAccount on a loopback port, with a serving certificate of a CA
-// of its own (written beside it, for a browser to trust).
+// startUI runs the binary on a loopback port, with a serving certificate of
+// a CA of its own (written beside it, for a browser to trust), and a
+// kubeconfig that holds no credential: ichor-ui has none of its own.
 func startUI(ctx context.Context, cp *harness.ControlPlane, dir, binary string) (*runningUI, error) {
-	binary, kubeconfig, err := installAs(ctx, cp, dir, binary, "ichor-ui", uiUser, "ui-rbac.yaml")
+	binary, err := filepath.Abs(binary)
 	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "ichor-ui.kubeconfig")
+	if err := writeServerOnlyKubeconfig(cp, kubeconfig); err != nil {
 		return nil, err
 	}
 	ca, err := pki.NewCA("ichor-ui-local-ca")
@@ -365,13 +366,19 @@ func firstAdmin(ctx context.Context, cp *harness.ControlPlane, dir string) (loca
 		metav1.UpdateOptions{}); err != nil {
 		return s, fmt.Errorf("set the password of the IchorUser admin: %w", err)
 	}
+	return s, writeServerOnlyKubeconfig(cp, s.kubeconfig)
+}
+
+// writeServerOnlyKubeconfig writes a kubeconfig that knows the management
+// cluster (its URL and CA) and holds no credential.
+func writeServerOnlyKubeconfig(cp *harness.ControlPlane, path string) error {
 	admin, err := clientcmd.LoadFromFile(cp.AdminKubeconfig)
 	if err != nil {
-		return s, err
+		return err
 	}
-	people := clientcmdapi.NewConfig()
-	people.Clusters["local"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
-	people.Contexts["local"] = &clientcmdapi.Context{Cluster: "local"}
-	people.CurrentContext = "local"
-	return s, clientcmd.WriteToFile(*people, s.kubeconfig)
+	only := clientcmdapi.NewConfig()
+	only.Clusters["local"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
+	only.Contexts["local"] = &clientcmdapi.Context{Cluster: "local"}
+	only.CurrentContext = "local"
+	return clientcmd.WriteToFile(*only, path)
 }
