@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -58,7 +60,7 @@ func ClassifyPatch(patch string) ([]ClassifiedField, error) {
 			return nil, err
 		}
 		for _, key := range unionKeys(ref.docs, after) {
-			changed := diff(ref.docs[key].body, after[key].body, nil)
+			changed := fieldDiff(ref.docs[key].body, after[key].body, nil)
 			if len(changed) == 0 {
 				continue
 			}
@@ -193,25 +195,76 @@ func namedPaths(patch string) ([][]string, map[string][][]string, error) {
 	}
 }
 
-// leaves returns the path of every non-mapping value below m (the mapping at
-// prefix), and prefix itself when m carries a $patch directive. Decoding
-// into maps resolves anchors, aliases and merge keys, so they hide no field;
-// an empty mapping merges nothing and names nothing.
+// leaves returns the path of every scalar below m (the mapping at prefix),
+// an item of a list being the path element "*", and prefix itself when m
+// carries a $patch directive, or an empty list's path. Decoding into maps
+// resolves anchors, aliases and merge keys, so they hide no field; an empty
+// mapping merges nothing and names nothing.
 func leaves(m map[string]any, prefix []string) [][]string {
 	var out [][]string
 	if _, ok := m[patchDirective]; ok {
-		out = append(out, append([]string(nil), prefix...))
+		out = append(out, slices.Clone(prefix))
 	}
 	for key, value := range m {
 		if key == patchDirective {
 			continue
 		}
-		path := append(append([]string(nil), prefix...), key)
-		if child, ok := value.(map[string]any); ok {
-			out = append(out, leaves(child, path)...)
-			continue
-		}
-		out = append(out, path)
+		out = append(out, valueLeaves(value, append(slices.Clone(prefix), key))...)
 	}
 	return out
+}
+
+// valueLeaves is leaves for any value at path.
+func valueLeaves(value any, path []string) [][]string {
+	switch v := value.(type) {
+	case map[string]any:
+		return leaves(v, path)
+	case []any:
+		if len(v) == 0 {
+			return [][]string{path}
+		}
+		var out [][]string
+		for _, item := range v {
+			out = append(out, valueLeaves(item, append(slices.Clone(path), "*"))...)
+		}
+		return out
+	default:
+		return [][]string{path}
+	}
+}
+
+// fieldDiff is diff (which compares lists whole, as effects are decided)
+// descending into lists too, item by item at the same index, each item
+// being the path element "*": a field inside a list item is classed on its
+// own, as a WireGuard key among machine.network.interfaces. An item moved
+// to another index counts as changed in all its fields.
+func fieldDiff(a, b any, path []string) [][]string {
+	al, aIsList := a.([]any)
+	bl, bIsList := b.([]any)
+	if (aIsList || a == nil) && (bIsList || b == nil) && (aIsList || bIsList) {
+		var out [][]string
+		item := func(l []any, i int) any {
+			if i < len(l) {
+				return l[i]
+			}
+			return nil
+		}
+		for i := range max(len(al), len(bl)) {
+			out = append(out, fieldDiff(item(al, i), item(bl, i), append(slices.Clone(path), "*"))...)
+		}
+		return out
+	}
+	am, aIsMap := a.(map[string]any)
+	bm, bIsMap := b.(map[string]any)
+	if (aIsMap || a == nil) && (bIsMap || b == nil) && (aIsMap || bIsMap) {
+		var out [][]string
+		for _, key := range unionKeys(am, bm) {
+			out = append(out, fieldDiff(am[key], bm[key], append(slices.Clone(path), key))...)
+		}
+		return out
+	}
+	if reflect.DeepEqual(a, b) {
+		return nil
+	}
+	return [][]string{path}
 }

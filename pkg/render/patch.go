@@ -3,6 +3,7 @@ package render
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	jsonpatch "github.com/evanphx/json-patch"
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -24,7 +25,9 @@ func applyPatch(cfg config.Provider, sp scopedPatch) (config.Provider, error) {
 	var out config.Provider
 	switch p := loaded.(type) {
 	case configpatcher.StrategicMergePatch:
-		out, err = configpatcher.StrategicMerge(cfg, p)
+		if out, err = configpatcher.StrategicMerge(cfg, p); err == nil {
+			out, err = dropUnmatchedDeletes(out)
+		}
 	case jsonpatch.Patch:
 		out, err = applyJSON6902(cfg, p)
 	default:
@@ -34,6 +37,21 @@ func applyPatch(cfg config.Provider, sp scopedPatch) (config.Provider, error) {
 		return nil, &PatchError{Patch: nameOf(sp.patch), Reason: PatchApplyFailed, Err: err}
 	}
 	return out, nil
+}
+
+// dropUnmatchedDeletes removes the "$patch: delete" documents that matched
+// no document of the config: machinery appends them as they are, and
+// encoding one panics. Deleting a document that is not there changes nothing.
+func dropUnmatchedDeletes(cfg config.Provider) (config.Provider, error) {
+	docs := cfg.Documents()
+	kept := slices.DeleteFunc(slices.Clone(docs), func(d cfgconfig.Document) bool {
+		_, unmatched := d.(configloader.Selector)
+		return unmatched
+	})
+	if len(kept) == len(docs) {
+		return cfg, nil
+	}
+	return container.New(kept...)
 }
 
 // applyJSON6902 applies a JSON6902 patch to the v1alpha1 document and keeps

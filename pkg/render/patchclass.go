@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // PatchClass says who may write a machine-config field through a
@@ -31,7 +33,8 @@ const (
 var classRank = map[PatchClass]int{ClassSettings: 0, ClassPrivileged: 1, ClassBundle: 2}
 
 // classRule is one row of the class table: a field path (elements joined by
-// dots; no rule names a dotted key) and its class, with why.
+// dots; no rule names a dotted key; "*" is any item of a list) and its
+// class, with why.
 type classRule struct {
 	path  string
 	class PatchClass
@@ -47,6 +50,7 @@ var v1alpha1Classes = []classRule{
 	{"machine.network.nameservers", ClassPrivileged, "resolvers decide where registries and endpoints resolve"},
 	{"machine.network.extraHostEntries", ClassPrivileged, "host entries decide where registries and endpoints resolve"},
 	{"machine.network.kubespan", ClassPrivileged, "KubeSpan peers join the node's network"},
+	{"machine.network.interfaces.*.wireguard", ClassPrivileged, "WireGuard keys and peers join the node's network"},
 	{"machine.nodeLabels", ClassSettings, "Node labels"},
 	{"machine.nodeAnnotations", ClassSettings, "Node annotations"},
 	{"machine.nodeTaints", ClassSettings, "Node taints"},
@@ -106,16 +110,81 @@ var v1alpha1Classes = []classRule{
 // keys reach the kernel's program hooks (kernel.core_pattern, kernel.modprobe).
 var settingSysctls = []string{"net.", "vm.", "fs.inotify.", "fs.file-max", "fs.nr_open"}
 
-// documentClasses is the class of each config document kind other than
-// v1alpha1; a kind not listed is Privileged.
-var documentClasses = map[string]PatchClass{
-	"HostnameConfig": ClassSettings, "LinkConfig": ClassSettings, "LinkAliasConfig": ClassSettings,
-	"DummyLinkConfig": ClassSettings, "BondConfig": ClassSettings, "BridgeConfig": ClassSettings,
-	"VLANConfig": ClassSettings, "DHCPv4Config": ClassSettings, "DHCPv6Config": ClassSettings,
-	"EthernetConfig": ClassSettings, "Layer2VIPConfig": ClassSettings, "TimeSyncConfig": ClassSettings,
-	"VolumeConfig": ClassSettings, "UserVolumeConfig": ClassSettings, "RawVolumeConfig": ClassSettings,
-	"ExistingVolumeConfig": ClassSettings, "SwapVolumeConfig": ClassSettings, "ZswapConfig": ClassSettings,
-	"NetworkDefaultActionConfig": ClassSettings, "NetworkRuleConfig": ClassSettings,
+// docClass is the class of a document kind, with why.
+type docClass struct {
+	class PatchClass
+	why   string
+}
+
+// documentClasses is the class of every config document kind other than
+// v1alpha1 that Talos machinery knows, and of talosdocs' kinds: each decided
+// here, none left to a default. A kind not listed (a later Talos's) is
+// Privileged. Ichor itself renders VolumeConfig (disk encryption) and
+// TrustedRootsConfig (an OIDC issuer's CA): both are Privileged, and
+// TestRenderedSecurityIsPrivileged keeps every kind Ichor renders listed.
+var documentClasses = map[string]docClass{
+	"HostnameConfig":       {ClassSettings, "the hostname"},
+	"LinkConfig":           {ClassSettings, "links, addresses, routes"},
+	"LinkAliasConfig":      {ClassSettings, "link names"},
+	"DummyLinkConfig":      {ClassSettings, "dummy links"},
+	"BondConfig":           {ClassSettings, "bonds"},
+	"BridgeConfig":         {ClassSettings, "bridges"},
+	"VLANConfig":           {ClassSettings, "VLANs"},
+	"VRFConfig":            {ClassSettings, "VRFs"},
+	"DHCPv4Config":         {ClassSettings, "DHCP"},
+	"DHCPv6Config":         {ClassSettings, "DHCP"},
+	"EthernetConfig":       {ClassSettings, "Ethernet settings"},
+	"RoutingRuleConfig":    {ClassSettings, "routing rules"},
+	"BlackholeRouteConfig": {ClassSettings, "blackhole routes"},
+	"TCPProbeConfig":       {ClassSettings, "connectivity probes"},
+	// A node holding the endpoint's address receives connections it cannot
+	// answer without the cluster's keys: an outage at worst, as with routes.
+	"Layer2VIPConfig": {ClassSettings, "a shared address"},
+	"HCloudVIPConfig": {ClassSettings, "a shared address"},
+	"TimeSyncConfig":  {ClassSettings, "time servers"},
+	// A volume of its own, mounted under /var/mnt, made in free space or on
+	// an unused disk (or, external, from the hypervisor): never a system volume.
+	"UserVolumeConfig":     {ClassSettings, "a user volume"},
+	"ExternalVolumeConfig": {ClassSettings, "an external volume"},
+	"ZswapConfig":          {ClassSettings, "compressed memory, which stays in memory"},
+	"WatchdogTimerConfig":  {ClassSettings, "the hardware watchdog"},
+	"OOMConfig":            {ClassSettings, "which workloads the out-of-memory handler stops"},
+
+	// STATE holds the machine config, every CA key of a control plane among
+	// them: a key slot added to it, or its encryption removed, reads them
+	// from a disk image.
+	"VolumeConfig":               {ClassPrivileged, "system volumes: STATE and EPHEMERAL, their encryption keys and disks"},
+	"ExistingVolumeConfig":       {ClassPrivileged, "mounts any existing partition, STATE among them, where workloads reach it"},
+	"RawVolumeConfig":            {ClassPrivileged, "raw partitions on any disk, the system disk among them"},
+	"SwapVolumeConfig":           {ClassPrivileged, "swap writes memory, keys among it, to disk"},
+	"NetworkDefaultActionConfig": {ClassPrivileged, "the firewall keeps the Talos API, etcd and the kubelet from other networks"},
+	"NetworkRuleConfig":          {ClassPrivileged, "the firewall keeps the Talos API, etcd and the kubelet from other networks"},
+	"WireguardConfig":            {ClassPrivileged, "WireGuard keys and peers join the node's network"},
+	"KubeSpanConfig":             {ClassPrivileged, "KubeSpan peers join the node's network"},
+	"KubeSpanEndpointsConfig":    {ClassPrivileged, "KubeSpan peers join the node's network"},
+	"SideroLinkConfig":           {ClassPrivileged, "SideroLink hands the node's API, logs and events to another party"},
+	"ResolverConfig":             {ClassPrivileged, "resolvers decide where registries and endpoints resolve"},
+	"StaticHostConfig":           {ClassPrivileged, "host entries decide where registries and endpoints resolve"},
+	"RegistryMirrorConfig":       {ClassPrivileged, "registry mirrors choose the images nodes run"},
+	"RegistryAuthConfig":         {ClassPrivileged, "registry credentials"},
+	"RegistryTLSConfig":          {ClassPrivileged, "whom the node trusts for registries"},
+	"ImageVerificationConfig":    {ClassPrivileged, "which image signatures the node accepts"},
+	"TrustedRootsConfig":         {ClassPrivileged, "the certificate authorities the node trusts"},
+	"EnvironmentConfig":          {ClassPrivileged, "environment of Talos's own services (proxies, TLS settings)"},
+	"ExtensionServiceConfig":     {ClassPrivileged, "extension services run as root"},
+	"EventSinkConfig":            {ClassPrivileged, "events leave the node"},
+	"KmsgLogConfig":              {ClassPrivileged, "kernel logs leave the node"},
+	"PCIDriverRebindConfig":      {ClassPrivileged, "hands PCI devices, which reach memory, to other drivers"},
+	talosdocs.KubeletConfigKind:  {ClassPrivileged, "the kubelet's image, flags and config"},
+}
+
+// documentClass is the class of a document kind, with why.
+func documentClass(kind string) (PatchClass, string) {
+	d, ok := documentClasses[kind]
+	if !ok {
+		return ClassPrivileged, "the " + kind + " document is not one Ichor knows to hold plain settings"
+	}
+	return d.class, "the " + kind + " document: " + d.why
 }
 
 // ClassifiedField is one field a patch changes, with its class and why.
@@ -143,17 +212,17 @@ func classOf(path []string) (PatchClass, string) {
 	class, why, best := ClassPrivileged, "not a field Ichor knows to be a plain setting", -1
 	for _, r := range v1alpha1Classes {
 		rp := strings.Split(r.path, ".")
-		if len(rp) > best && hasPrefix(path, rp) {
+		if len(rp) > best && underRule(path, rp) {
 			class, why, best = r.class, r.why, len(rp)
 		}
 	}
 	if best < 0 {
 		return class, why
 	}
-	// Rules below path: writing the section writes them too.
+	// Rules below path: writing the section (or a whole list) writes them too.
 	for _, r := range v1alpha1Classes {
 		rp := strings.Split(r.path, ".")
-		if len(rp) > len(path) && hasPrefix(rp, path) && classRank[r.class] > classRank[class] {
+		if len(rp) > len(path) && underRule(path, rp[:len(path)]) && classRank[r.class] > classRank[class] {
 			class, why = r.class, r.why+" (below "+strings.Join(path, ".")+")"
 		}
 	}
@@ -162,6 +231,20 @@ func classOf(path []string) (PatchClass, string) {
 		class = ClassPrivileged
 	}
 	return class, why
+}
+
+// underRule reports whether path is rule or lies below it; a "*" of the
+// rule matches any list item (an index, JSON6902's "-", or "*").
+func underRule(path, rule []string) bool {
+	if len(path) < len(rule) {
+		return false
+	}
+	for i, r := range rule {
+		if r != "*" && r != path[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // classifyPaths classifies changed or named paths: v1alpha1 ones as
@@ -173,11 +256,7 @@ func classifyPaths(v1 [][]string, docs map[string][][]string) []ClassifiedField 
 		out = append(out, ClassifiedField{Path: strings.Join(p, "."), Class: c, Why: why})
 	}
 	for kind, paths := range docs {
-		c, ok := documentClasses[kind]
-		why := "the " + kind + " document"
-		if !ok {
-			c, why = ClassPrivileged, "the "+kind+" document is not one Ichor knows to hold plain settings"
-		}
+		c, why := documentClass(kind)
 		if len(paths) == 0 {
 			paths = [][]string{nil}
 		}
