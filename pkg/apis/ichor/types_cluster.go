@@ -177,6 +177,8 @@ type TalosClusterStatus struct {
 	DiskKeyRotation *DiskKeyRotationStatus
 	// diskKeySlot is the LUKS2 key slot of the disk-encryption key.
 	DiskKeySlot int32
+	// secretsDigest is the SHA-256 of the bundle the controller generated.
+	SecretsDigest string
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has moved
@@ -224,6 +226,8 @@ type CARotationStatus struct {
 	Since      *metav1.Time
 	Talos      bool
 	Kubernetes bool
+	// SecretDigest is the SHA-256 of the new CAs the controller generated.
+	SecretDigest string
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

@@ -49,6 +49,20 @@ type InstallationSettings struct {
 	CredentialLifetimes CredentialLifetimes
 	// usersEnabled turns on sign-in with IchorUser passwords.
 	UsersEnabled bool
+	// managementAudiences are the audiences the management cluster's
+	// kube-apiserver accepts in people's tokens; no managed cluster may trust one.
+	ManagementAudiences []string
+	// namespaceProvisioningNetworks give namespaces networks of their own.
+	NamespaceProvisioningNetworks []NamespaceProvisioningNetworks
+	// ambientCredentialBuckets are the buckets a backup may reach with the
+	// controller's own cloud identity.
+	AmbientCredentialBuckets []string
+}
+
+// NamespaceProvisioningNetworks are the provisioning networks of one namespace.
+type NamespaceProvisioningNetworks struct {
+	Namespace string
+	Networks  []string
 }
 
 // CredentialLifetimes bound the credentials Ichor issues.

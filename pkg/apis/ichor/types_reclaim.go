@@ -34,6 +34,8 @@ type MachineReclaimSpec struct {
 	Wipe WipeMode
 	// graceful has an unmanaged node leave etcd and drain first; defaults to true.
 	Graceful *bool
+	// expectedFingerprint is the maintenance certificate the reset node will present.
+	ExpectedFingerprint string
 }
 
 // MachineReference names a TalosMachine in any namespace.
@@ -86,6 +88,8 @@ type MachineReclaimStatus struct {
 	ResetAt *metav1.Time
 	// sourceUID is the UID of the TalosMachine of machineRef when the reclaim began.
 	SourceUID types.UID
+	// systemUUID is the node's system UUID, read before its reset.
+	SystemUUID string
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -130,6 +130,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.MachineSecurityStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceStatus"):
 		return &ichorv1alpha1.MaintenanceStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NamespaceProvisioningNetworks"):
+		return &ichorv1alpha1.NamespaceProvisioningNetworksApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeResetParameters"):
 		return &ichorv1alpha1.NodeResetParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodeShutdownParameters"):

@@ -88,6 +88,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.MachineReference{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_MachineReference(ref),
 		v1alpha1.MachineSecurityStatus{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_MachineSecurityStatus(ref),
 		v1alpha1.MaintenanceStatus{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref),
+		v1alpha1.NamespaceProvisioningNetworks{}.OpenAPIModelName():   schema_pkg_apis_ichor_v1alpha1_NamespaceProvisioningNetworks(ref),
 		v1alpha1.NodeResetParameters{}.OpenAPIModelName():             schema_pkg_apis_ichor_v1alpha1_NodeResetParameters(ref),
 		v1alpha1.NodeShutdownParameters{}.OpenAPIModelName():          schema_pkg_apis_ichor_v1alpha1_NodeShutdownParameters(ref),
 		v1alpha1.OperationStep{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_OperationStep(ref),
@@ -572,6 +573,13 @@ func schema_pkg_apis_ichor_v1alpha1_CARotationStatus(ref common.ReferenceCallbac
 						SchemaProps: spec.SchemaProps{
 							Description: "kubernetes: the rotation replaces the Kubernetes CA.",
 							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"secretDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secretDigest is the SHA-256 of the new CAs ichor-controller generated for the rotation, recorded before their Secret is written: a Secret of that name holding other CAs is never used.",
+							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
@@ -1928,11 +1936,70 @@ func schema_pkg_apis_ichor_v1alpha1_InstallationSettings(ref common.ReferenceCal
 							Format:      "",
 						},
 					},
+					"managementAudiences": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "managementAudiences are the audiences the management cluster's kube-apiserver accepts in people's tokens (the audiences of its authentication configuration's JWT issuers), besides Ichor's own issuer's, \"ichor\", which always counts. A token for one of them signs in to the management plane, so no managed cluster may trust one: a TalosCluster's spec.authentication.clientID is refused when it is among them, since whoever controls that cluster's kube-apiserver sees the tokens its users send it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"namespaceProvisioningNetworks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"namespace",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "namespaceProvisioningNetworks give namespaces networks of their own, for installations whose namespaces are tenants: a namespace listed here places machines only in its own networks (without the override verb), and provisioningNetworks no longer count for it.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.NamespaceProvisioningNetworks{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"ambientCredentialBuckets": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "ambientCredentialBuckets are the buckets a TalosBackup may write to with ichor-controller's own cloud identity (a target without credentialsRef): s3:<bucket>, gcs:<bucket> or azure:<storageAccount>/<container>. A target without credentialsRef elsewhere is refused, so that no namespace's admin can send backups, or read them back, wherever the controller's identity reaches.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CredentialLifetimes{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName()},
+			v1alpha1.CredentialLifetimes{}.OpenAPIModelName(), v1alpha1.NamespaceProvisioningNetworks{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -2323,6 +2390,13 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimSpec(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"expectedFingerprint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expectedFingerprint is the SPKI SHA-256 fingerprint of the maintenance certificate the node will present once reset (its console shows it), as talosctl --cert-fingerprint takes it. The new TalosMachine carries it, so that only that certificate is ever pinned. Without it, the node is recognised by its system UUID, read before the reset.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"clusterName"},
 			},
@@ -2417,6 +2491,13 @@ func schema_pkg_apis_ichor_v1alpha1_MachineReclaimStatus(ref common.ReferenceCal
 					"sourceUID": {
 						SchemaProps: spec.SchemaProps{
 							Description: "sourceUID is the UID of the TalosMachine of machineRef when the reclaim began: only that machine is deleted, and one of that name with another UID is a new machine, not the one reclaimed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"systemUUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "systemUUID is the node's system UUID, read before its reset (from the old TalosMachine, or over the unmanaged node's Talos API). The node that answers after the reset must report it before it is approved.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -2527,6 +2608,47 @@ func schema_pkg_apis_ichor_v1alpha1_MaintenanceStatus(ref common.ReferenceCallba
 		},
 		Dependencies: []string{
 			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_NamespaceProvisioningNetworks(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NamespaceProvisioningNetworks are the provisioning networks of one namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "namespace the networks are for.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"networks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "networks are CIDRs.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"namespace", "networks"},
+			},
+		},
 	}
 }
 
@@ -3591,6 +3713,13 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Description: "diskKeySlot is the LUKS2 key slot whose key unlocks the machines' STATE and EPHEMERAL since the last disk-encryption key rotation completed: 0 before any, then 1, 0, … in turn.",
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"secretsDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secretsDigest is the SHA-256 of the secrets bundle ichor-controller generated for this cluster (no spec.secretsRef), recorded before the Secret is written and again whenever the controller changes it: a Secret of that name holding anything else, whoever created it and whatever it claims of itself, is never used.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

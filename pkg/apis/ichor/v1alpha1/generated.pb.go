@@ -143,6 +143,8 @@ func (m *MachineSecurityStatus) Reset() { *m = MachineSecurityStatus{} }
 
 func (m *MaintenanceStatus) Reset() { *m = MaintenanceStatus{} }
 
+func (m *NamespaceProvisioningNetworks) Reset() { *m = NamespaceProvisioningNetworks{} }
+
 func (m *NodeResetParameters) Reset() { *m = NodeResetParameters{} }
 
 func (m *NodeShutdownParameters) Reset() { *m = NodeShutdownParameters{} }
@@ -651,6 +653,11 @@ func (m *CARotationStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.SecretDigest)
+	copy(dAtA[i:], m.SecretDigest)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.SecretDigest)))
+	i--
+	dAtA[i] = 0x32
 	i--
 	if m.Kubernetes {
 		dAtA[i] = 1
@@ -2089,6 +2096,38 @@ func (m *InstallationSettings) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if len(m.AmbientCredentialBuckets) > 0 {
+		for iNdEx := len(m.AmbientCredentialBuckets) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.AmbientCredentialBuckets[iNdEx])
+			copy(dAtA[i:], m.AmbientCredentialBuckets[iNdEx])
+			i = encodeVarintGenerated(dAtA, i, uint64(len(m.AmbientCredentialBuckets[iNdEx])))
+			i--
+			dAtA[i] = 0x3a
+		}
+	}
+	if len(m.NamespaceProvisioningNetworks) > 0 {
+		for iNdEx := len(m.NamespaceProvisioningNetworks) - 1; iNdEx >= 0; iNdEx-- {
+			{
+				size, err := m.NamespaceProvisioningNetworks[iNdEx].MarshalToSizedBuffer(dAtA[:i])
+				if err != nil {
+					return 0, err
+				}
+				i -= size
+				i = encodeVarintGenerated(dAtA, i, uint64(size))
+			}
+			i--
+			dAtA[i] = 0x32
+		}
+	}
+	if len(m.ManagementAudiences) > 0 {
+		for iNdEx := len(m.ManagementAudiences) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.ManagementAudiences[iNdEx])
+			copy(dAtA[i:], m.ManagementAudiences[iNdEx])
+			i = encodeVarintGenerated(dAtA, i, uint64(len(m.ManagementAudiences[iNdEx])))
+			i--
+			dAtA[i] = 0x2a
+		}
+	}
 	i--
 	if m.UsersEnabled {
 		dAtA[i] = 1
@@ -2521,6 +2560,11 @@ func (m *MachineReclaimSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ExpectedFingerprint)
+	copy(dAtA[i:], m.ExpectedFingerprint)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ExpectedFingerprint)))
+	i--
+	dAtA[i] = 0x3a
 	if m.Graceful != nil {
 		i--
 		if *m.Graceful {
@@ -2593,6 +2637,11 @@ func (m *MachineReclaimStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.SystemUUID)
+	copy(dAtA[i:], m.SystemUUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.SystemUUID)))
+	i--
+	dAtA[i] = 0x5a
 	i -= len(m.SourceUID)
 	copy(dAtA[i:], m.SourceUID)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.SourceUID)))
@@ -2792,6 +2841,43 @@ func (m *MaintenanceStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	i -= len(m.CertificateFingerprint)
 	copy(dAtA[i:], m.CertificateFingerprint)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.CertificateFingerprint)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
+
+func (m *NamespaceProvisioningNetworks) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *NamespaceProvisioningNetworks) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *NamespaceProvisioningNetworks) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if len(m.Networks) > 0 {
+		for iNdEx := len(m.Networks) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Networks[iNdEx])
+			copy(dAtA[i:], m.Networks[iNdEx])
+			i = encodeVarintGenerated(dAtA, i, uint64(len(m.Networks[iNdEx])))
+			i--
+			dAtA[i] = 0x12
+		}
+	}
+	i -= len(m.Namespace)
+	copy(dAtA[i:], m.Namespace)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Namespace)))
 	i--
 	dAtA[i] = 0xa
 	return len(dAtA) - i, nil
@@ -3816,6 +3902,13 @@ func (m *TalosClusterStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.SecretsDigest)
+	copy(dAtA[i:], m.SecretsDigest)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.SecretsDigest)))
+	i--
+	dAtA[i] = 0x1
+	i--
+	dAtA[i] = 0x82
 	i = encodeVarintGenerated(dAtA, i, uint64(m.DiskKeySlot))
 	i--
 	dAtA[i] = 0x78
@@ -5330,6 +5423,8 @@ func (m *CARotationStatus) Size() (n int) {
 	}
 	n += 2
 	n += 2
+	l = len(m.SecretDigest)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5856,6 +5951,24 @@ func (m *InstallationSettings) Size() (n int) {
 	l = m.CredentialLifetimes.Size()
 	n += 1 + l + sovGenerated(uint64(l))
 	n += 2
+	if len(m.ManagementAudiences) > 0 {
+		for _, s := range m.ManagementAudiences {
+			l = len(s)
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
+	if len(m.NamespaceProvisioningNetworks) > 0 {
+		for _, e := range m.NamespaceProvisioningNetworks {
+			l = e.Size()
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
+	if len(m.AmbientCredentialBuckets) > 0 {
+		for _, s := range m.AmbientCredentialBuckets {
+			l = len(s)
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
 	return n
 }
 
@@ -6014,6 +6127,8 @@ func (m *MachineReclaimSpec) Size() (n int) {
 	if m.Graceful != nil {
 		n += 2
 	}
+	l = len(m.ExpectedFingerprint)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -6051,6 +6166,8 @@ func (m *MachineReclaimStatus) Size() (n int) {
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	l = len(m.SourceUID)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.SystemUUID)
 	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
@@ -6092,6 +6209,23 @@ func (m *MaintenanceStatus) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = m.SeenAt.Size()
 	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
+func (m *NamespaceProvisioningNetworks) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Namespace)
+	n += 1 + l + sovGenerated(uint64(l))
+	if len(m.Networks) > 0 {
+		for _, s := range m.Networks {
+			l = len(s)
+			n += 1 + l + sovGenerated(uint64(l))
+		}
+	}
 	return n
 }
 
@@ -6503,6 +6637,8 @@ func (m *TalosClusterStatus) Size() (n int) {
 		n += 1 + l + sovGenerated(uint64(l))
 	}
 	n += 1 + sovGenerated(uint64(m.DiskKeySlot))
+	l = len(m.SecretsDigest)
+	n += 2 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -7061,6 +7197,7 @@ func (this *CARotationStatus) String() string {
 		`Since:` + strings.Replace(fmt.Sprintf("%v", this.Since), "Time", "v1.Time", 1) + `,`,
 		`Talos:` + fmt.Sprintf("%v", this.Talos) + `,`,
 		`Kubernetes:` + fmt.Sprintf("%v", this.Kubernetes) + `,`,
+		`SecretDigest:` + fmt.Sprintf("%v", this.SecretDigest) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7462,11 +7599,19 @@ func (this *InstallationSettings) String() string {
 	if this == nil {
 		return "nil"
 	}
+	repeatedStringForNamespaceProvisioningNetworks := "[]NamespaceProvisioningNetworks{"
+	for _, f := range this.NamespaceProvisioningNetworks {
+		repeatedStringForNamespaceProvisioningNetworks += strings.Replace(strings.Replace(f.String(), "NamespaceProvisioningNetworks", "NamespaceProvisioningNetworks", 1), `&`, ``, 1) + ","
+	}
+	repeatedStringForNamespaceProvisioningNetworks += "}"
 	s := strings.Join([]string{`&InstallationSettings{`,
 		`ProvisioningNetworks:` + fmt.Sprintf("%v", this.ProvisioningNetworks) + `,`,
 		`ScanInterval:` + strings.Replace(fmt.Sprintf("%v", this.ScanInterval), "Duration", "v1.Duration", 1) + `,`,
 		`CredentialLifetimes:` + strings.Replace(strings.Replace(this.CredentialLifetimes.String(), "CredentialLifetimes", "CredentialLifetimes", 1), `&`, ``, 1) + `,`,
 		`UsersEnabled:` + fmt.Sprintf("%v", this.UsersEnabled) + `,`,
+		`ManagementAudiences:` + fmt.Sprintf("%v", this.ManagementAudiences) + `,`,
+		`NamespaceProvisioningNetworks:` + repeatedStringForNamespaceProvisioningNetworks + `,`,
+		`AmbientCredentialBuckets:` + fmt.Sprintf("%v", this.AmbientCredentialBuckets) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7591,6 +7736,7 @@ func (this *MachineReclaimSpec) String() string {
 		`Role:` + fmt.Sprintf("%v", this.Role) + `,`,
 		`Wipe:` + fmt.Sprintf("%v", this.Wipe) + `,`,
 		`Graceful:` + valueToStringGenerated(this.Graceful) + `,`,
+		`ExpectedFingerprint:` + fmt.Sprintf("%v", this.ExpectedFingerprint) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7615,6 +7761,7 @@ func (this *MachineReclaimStatus) String() string {
 		`MachineName:` + fmt.Sprintf("%v", this.MachineName) + `,`,
 		`ResetAt:` + strings.Replace(fmt.Sprintf("%v", this.ResetAt), "Time", "v1.Time", 1) + `,`,
 		`SourceUID:` + fmt.Sprintf("%v", this.SourceUID) + `,`,
+		`SystemUUID:` + fmt.Sprintf("%v", this.SystemUUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7650,6 +7797,17 @@ func (this *MaintenanceStatus) String() string {
 	s := strings.Join([]string{`&MaintenanceStatus{`,
 		`CertificateFingerprint:` + fmt.Sprintf("%v", this.CertificateFingerprint) + `,`,
 		`SeenAt:` + strings.Replace(strings.Replace(fmt.Sprintf("%v", this.SeenAt), "Time", "v1.Time", 1), `&`, ``, 1) + `,`,
+		`}`,
+	}, "")
+	return s
+}
+func (this *NamespaceProvisioningNetworks) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&NamespaceProvisioningNetworks{`,
+		`Namespace:` + fmt.Sprintf("%v", this.Namespace) + `,`,
+		`Networks:` + fmt.Sprintf("%v", this.Networks) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7933,6 +8091,7 @@ func (this *TalosClusterStatus) String() string {
 		`Credentials:` + strings.Replace(this.Credentials.String(), "ClusterCredentialsStatus", "ClusterCredentialsStatus", 1) + `,`,
 		`DiskKeyRotation:` + strings.Replace(this.DiskKeyRotation.String(), "DiskKeyRotationStatus", "DiskKeyRotationStatus", 1) + `,`,
 		`DiskKeySlot:` + fmt.Sprintf("%v", this.DiskKeySlot) + `,`,
+		`SecretsDigest:` + fmt.Sprintf("%v", this.SecretsDigest) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -9716,6 +9875,38 @@ func (m *CARotationStatus) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.Kubernetes = bool(v != 0)
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SecretDigest", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.SecretDigest = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -14201,6 +14392,104 @@ func (m *InstallationSettings) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.UsersEnabled = bool(v != 0)
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ManagementAudiences", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ManagementAudiences = append(m.ManagementAudiences, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field NamespaceProvisioningNetworks", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.NamespaceProvisioningNetworks = append(m.NamespaceProvisioningNetworks, NamespaceProvisioningNetworks{})
+			if err := m.NamespaceProvisioningNetworks[len(m.NamespaceProvisioningNetworks)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AmbientCredentialBuckets", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.AmbientCredentialBuckets = append(m.AmbientCredentialBuckets, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -15552,6 +15841,38 @@ func (m *MachineReclaimSpec) Unmarshal(dAtA []byte) error {
 			}
 			b := bool(v != 0)
 			m.Graceful = &b
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExpectedFingerprint", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ExpectedFingerprint = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -15923,6 +16244,38 @@ func (m *MachineReclaimStatus) Unmarshal(dAtA []byte) error {
 			}
 			m.SourceUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SystemUUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.SystemUUID = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -16293,6 +16646,120 @@ func (m *MaintenanceStatus) Unmarshal(dAtA []byte) error {
 			if err := m.SeenAt.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *NamespaceProvisioningNetworks) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: NamespaceProvisioningNetworks: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: NamespaceProvisioningNetworks: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Namespace", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Namespace = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Networks", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Networks = append(m.Networks, string(dAtA[iNdEx:postIndex]))
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
@@ -19984,6 +20451,38 @@ func (m *TalosClusterStatus) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		case 16:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SecretsDigest", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.SecretsDigest = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -276,6 +276,13 @@ type TalosClusterStatus struct {
 	// completed: 0 before any, then 1, 0, … in turn.
 	// +optional
 	DiskKeySlot int32 `json:"diskKeySlot,omitempty" protobuf:"varint,15,opt,name=diskKeySlot"`
+	// secretsDigest is the SHA-256 of the secrets bundle ichor-controller
+	// generated for this cluster (no spec.secretsRef), recorded before the
+	// Secret is written and again whenever the controller changes it: a
+	// Secret of that name holding anything else, whoever created it and
+	// whatever it claims of itself, is never used.
+	// +optional
+	SecretsDigest string `json:"secretsDigest,omitempty" protobuf:"bytes,16,opt,name=secretsDigest"`
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has
@@ -363,6 +370,11 @@ type CARotationStatus struct {
 	// kubernetes: the rotation replaces the Kubernetes CA.
 	// +optional
 	Kubernetes bool `json:"kubernetes,omitempty" protobuf:"varint,5,opt,name=kubernetes"`
+	// secretDigest is the SHA-256 of the new CAs ichor-controller generated
+	// for the rotation, recorded before their Secret is written: a Secret of
+	// that name holding other CAs is never used.
+	// +optional
+	SecretDigest string `json:"secretDigest,omitempty" protobuf:"bytes,6,opt,name=secretDigest"`
 }
 
 // DisruptionAction is what takes a node, or an etcd member, away.

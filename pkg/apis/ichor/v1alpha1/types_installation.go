@@ -46,6 +46,43 @@ type InstallationSettings struct {
 	// usersEnabled turns on sign-in with IchorUser passwords.
 	// +optional
 	UsersEnabled bool `json:"usersEnabled,omitempty" protobuf:"varint,4,opt,name=usersEnabled"`
+	// managementAudiences are the audiences the management cluster's
+	// kube-apiserver accepts in people's tokens (the audiences of its
+	// authentication configuration's JWT issuers), besides Ichor's own
+	// issuer's, "ichor", which always counts. A token for one of them signs
+	// in to the management plane, so no managed cluster may trust one: a
+	// TalosCluster's spec.authentication.clientID is refused when it is
+	// among them, since whoever controls that cluster's kube-apiserver sees
+	// the tokens its users send it.
+	// +optional
+	// +listType=set
+	ManagementAudiences []string `json:"managementAudiences,omitempty" protobuf:"bytes,5,rep,name=managementAudiences"`
+	// namespaceProvisioningNetworks give namespaces networks of their own,
+	// for installations whose namespaces are tenants: a namespace listed
+	// here places machines only in its own networks (without the override
+	// verb), and provisioningNetworks no longer count for it.
+	// +optional
+	// +listType=map
+	// +listMapKey=namespace
+	NamespaceProvisioningNetworks []NamespaceProvisioningNetworks `json:"namespaceProvisioningNetworks,omitempty" protobuf:"bytes,6,rep,name=namespaceProvisioningNetworks"`
+	// ambientCredentialBuckets are the buckets a TalosBackup may write to
+	// with ichor-controller's own cloud identity (a target without
+	// credentialsRef): s3:<bucket>, gcs:<bucket> or
+	// azure:<storageAccount>/<container>. A target without credentialsRef
+	// elsewhere is refused, so that no namespace's admin can send backups,
+	// or read them back, wherever the controller's identity reaches.
+	// +optional
+	// +listType=set
+	AmbientCredentialBuckets []string `json:"ambientCredentialBuckets,omitempty" protobuf:"bytes,7,rep,name=ambientCredentialBuckets"`
+}
+
+// NamespaceProvisioningNetworks are the provisioning networks of one namespace.
+type NamespaceProvisioningNetworks struct {
+	// namespace the networks are for.
+	Namespace string `json:"namespace" protobuf:"bytes,1,opt,name=namespace"`
+	// networks are CIDRs.
+	// +listType=atomic
+	Networks []string `json:"networks" protobuf:"bytes,2,rep,name=networks"`
 }
 
 // CredentialLifetimes bound the credentials Ichor issues.

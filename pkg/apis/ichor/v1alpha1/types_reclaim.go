@@ -55,6 +55,13 @@ type MachineReclaimSpec struct {
 	// itself before it is wiped; defaults to true. Not set for machineRef.
 	// +optional
 	Graceful *bool `json:"graceful,omitempty" protobuf:"varint,6,opt,name=graceful"`
+	// expectedFingerprint is the SPKI SHA-256 fingerprint of the maintenance
+	// certificate the node will present once reset (its console shows it),
+	// as talosctl --cert-fingerprint takes it. The new TalosMachine carries
+	// it, so that only that certificate is ever pinned. Without it, the node
+	// is recognised by its system UUID, read before the reset.
+	// +optional
+	ExpectedFingerprint string `json:"expectedFingerprint,omitempty" protobuf:"bytes,7,opt,name=expectedFingerprint"`
 }
 
 // MachineReference names a TalosMachine in any namespace.
@@ -151,6 +158,11 @@ type MachineReclaimStatus struct {
 	// UID is a new machine, not the one reclaimed.
 	// +optional
 	SourceUID types.UID `json:"sourceUID,omitempty" protobuf:"bytes,10,opt,name=sourceUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// systemUUID is the node's system UUID, read before its reset (from the
+	// old TalosMachine, or over the unmanaged node's Talos API). The node
+	// that answers after the reset must report it before it is approved.
+	// +optional
+	SystemUUID string `json:"systemUUID,omitempty" protobuf:"bytes,11,opt,name=systemUUID"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

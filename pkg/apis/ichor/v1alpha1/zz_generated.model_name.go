@@ -297,6 +297,11 @@ func (in MaintenanceStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NamespaceProvisioningNetworks) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NamespaceProvisioningNetworks"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeResetParameters) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters"
 }

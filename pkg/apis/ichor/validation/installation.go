@@ -1,10 +1,12 @@
 package validation
 
 import (
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
@@ -80,6 +82,9 @@ func validateInstallationSpec(s *ichor.IchorInstallationSpec, fldPath *field.Pat
 			errs = append(errs, field.Invalid(nets.Index(i), c, "IPv6 networks to scan must be /112 or smaller"))
 		}
 	}
+	errs = append(errs, validateNamespaceNetworks(s.Settings.NamespaceProvisioningNetworks, settings.Child("namespaceProvisioningNetworks"))...)
+	errs = append(errs, validateAudiences(s.Settings.ManagementAudiences, settings.Child("managementAudiences"))...)
+	errs = append(errs, validateAmbientBuckets(s.Settings.AmbientCredentialBuckets, settings.Child("ambientCredentialBuckets"))...)
 	errs = append(errs, validateDuration(s.Settings.ScanInterval, settings.Child("scanInterval"), minScanInterval, 0)...)
 	lifetimes := settings.Child("credentialLifetimes")
 	errs = append(errs, validateDuration(s.Settings.CredentialLifetimes.TalosCredential, lifetimes.Child("talosCredential"), time.Minute, maxTalosCredentialLife)...)
@@ -98,4 +103,67 @@ func validateDuration(d *metav1.Duration, fldPath *field.Path, minimum, maximum 
 		return field.ErrorList{field.Invalid(fldPath, d.Duration.String(), "must be at most "+maximum.String())}
 	}
 	return nil
+}
+
+// validateNamespaceNetworks checks each namespace's networks: a namespace
+// once, with at least one canonical CIDR. They are not scanned, so any
+// size is allowed.
+func validateNamespaceNetworks(list []ichor.NamespaceProvisioningNetworks, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, n := range list {
+		p := fldPath.Index(i)
+		if n.Namespace == "" {
+			errs = append(errs, field.Required(p.Child("namespace"), ""))
+		} else {
+			for _, msg := range validation.IsDNS1123Label(n.Namespace) {
+				errs = append(errs, field.Invalid(p.Child("namespace"), n.Namespace, msg))
+			}
+			if seen.Has(n.Namespace) {
+				errs = append(errs, field.Duplicate(p.Child("namespace"), n.Namespace))
+			}
+			seen.Insert(n.Namespace)
+		}
+		if len(n.Networks) == 0 {
+			errs = append(errs, field.Required(p.Child("networks"), "at least one CIDR; remove the entry to use provisioningNetworks"))
+		}
+		errs = append(errs, validateCIDRs(n.Networks, p.Child("networks"))...)
+	}
+	return errs
+}
+
+// validateAudiences checks management audiences: each a non-empty
+// OAuth client ID without spaces, once.
+func validateAudiences(list []string, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, a := range list {
+		switch {
+		case a == "":
+			errs = append(errs, field.Required(fldPath.Index(i), "an audience (an OAuth client ID)"))
+		case strings.ContainsAny(a, " \t\n"):
+			errs = append(errs, field.Invalid(fldPath.Index(i), a, "an audience has no whitespace"))
+		case seen.Has(a):
+			errs = append(errs, field.Duplicate(fldPath.Index(i), a))
+		}
+		seen.Insert(a)
+	}
+	return errs
+}
+
+// validateAmbientBuckets checks the buckets backups may reach with the
+// controller's own identity, in the form ichor.AmbientBucket gives them.
+func validateAmbientBuckets(list []string, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, b := range list {
+		if err := ichor.ValidAmbientBucket(b); err != nil {
+			errs = append(errs, field.Invalid(fldPath.Index(i), b, err.Error()))
+		}
+		if seen.Has(b) {
+			errs = append(errs, field.Duplicate(fldPath.Index(i), b))
+		}
+		seen.Insert(b)
+	}
+	return errs
 }

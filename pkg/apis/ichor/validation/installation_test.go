@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -47,6 +48,47 @@ func TestValidateIchorInstallation(t *testing.T) {
 				s.CredentialLifetimes.TalosCredential = dur(time.Minute)
 				s.CredentialLifetimes.ReaderTalosconfig = dur(time.Minute)
 				s.UsersEnabled = true
+			},
+		},
+		{
+			name: "valid tenants, audiences and ambient buckets",
+			mutate: func(in *ichor.IchorInstallation) {
+				s := &in.Spec.Settings
+				s.NamespaceProvisioningNetworks = []ichor.NamespaceProvisioningNetworks{
+					{Namespace: "team-a", Networks: []string{"10.6.0.0/24"}}, {Namespace: "team-b", Networks: []string{"10.0.0.0/8"}}}
+				s.ManagementAudiences = []string{"ichor", "ichor-ui"}
+				s.AmbientCredentialBuckets = []string{"s3:backups", "s3:minio.example.net:9000/backups", "gcs:backups", "azure:acct/backups"}
+			},
+		},
+		{
+			name: "tenants' networks: a namespace once, with canonical CIDRs",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.NamespaceProvisioningNetworks = []ichor.NamespaceProvisioningNetworks{
+					{Namespace: "team-a", Networks: []string{"10.6.0.1/24"}}, {Namespace: "team-a", Networks: []string{"10.7.0.0/24"}},
+					{Namespace: "Team_B"}, {Networks: []string{"10.8.0.0/24"}}}
+			},
+			want: []fe{
+				invalid(settings + ".namespaceProvisioningNetworks[0].networks[0]"),
+				{field.ErrorTypeDuplicate, settings + ".namespaceProvisioningNetworks[1].namespace"},
+				invalid(settings + ".namespaceProvisioningNetworks[2].namespace"),
+				required(settings + ".namespaceProvisioningNetworks[2].networks"),
+				required(settings + ".namespaceProvisioningNetworks[3].namespace"),
+			},
+		},
+		{
+			name: "audiences and buckets: well formed, once",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.ManagementAudiences = []string{"ichor", "", "two words", "ichor"}
+				in.Spec.Settings.AmbientCredentialBuckets = []string{"backups", "azure:acct", "gcs:a/b", "s3:b", "s3:b"}
+			},
+			want: []fe{
+				required(settings + ".managementAudiences[1]"),
+				invalid(settings + ".managementAudiences[2]"),
+				{field.ErrorTypeDuplicate, settings + ".managementAudiences[3]"},
+				invalid(settings + ".ambientCredentialBuckets[0]"),
+				invalid(settings + ".ambientCredentialBuckets[1]"),
+				invalid(settings + ".ambientCredentialBuckets[2]"),
+				{field.ErrorTypeDuplicate, settings + ".ambientCredentialBuckets[4]"},
 			},
 		},
 		{

@@ -36,6 +36,9 @@ func ValidateMachineReclaim(r *ichor.MachineReclaim) field.ErrorList {
 	}
 	errs = append(errs, validateRequiredName(s.ClusterName, spec.Child("clusterName"))...)
 	errs = append(errs, validateEnum(s.Role, spec.Child("role"), ichor.MachineRoleControlPlane, ichor.MachineRoleWorker)...)
+	if s.ExpectedFingerprint != "" {
+		errs = append(errs, validateSPKIFingerprint(s.ExpectedFingerprint, spec.Child("expectedFingerprint"))...)
+	}
 	if s.MachineRef != nil && s.Unmanaged == nil {
 		const how = "a managed machine is reset as deleting its TalosMachine resets it (gracefully, wiping Talos's STATE and EPHEMERAL partitions)"
 		if s.Wipe != "" {

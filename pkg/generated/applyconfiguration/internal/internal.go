@@ -178,6 +178,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: secretDigest
+      type:
+        scalar: string
     - name: since
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -579,10 +582,30 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallationSettings
   map:
     fields:
+    - name: ambientCredentialBuckets
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
     - name: credentialLifetimes
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CredentialLifetimes
       default: {}
+    - name: managementAudiences
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: namespaceProvisioningNetworks
+      type:
+        list:
+          elementType:
+            namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NamespaceProvisioningNetworks
+          elementRelationship: associative
+          keys:
+          - namespace
     - name: provisioningNetworks
       type:
         list:
@@ -708,6 +731,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+    - name: expectedFingerprint
+      type:
+        scalar: string
     - name: graceful
       type:
         scalar: boolean
@@ -761,6 +787,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: startedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: systemUUID
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.MachineReference
   map:
     fields:
@@ -797,6 +826,19 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: seenAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NamespaceProvisioningNetworks
+  map:
+    fields:
+    - name: namespace
+      type:
+        scalar: string
+      default: ""
+    - name: networks
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.NodeResetParameters
   map:
     fields:
@@ -1118,6 +1160,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.OverrideStatus
     - name: phase
+      type:
+        scalar: string
+    - name: secretsDigest
       type:
         scalar: string
     - name: talosVersion

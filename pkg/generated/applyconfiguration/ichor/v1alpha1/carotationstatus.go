@@ -38,6 +38,10 @@ type CARotationStatusApplyConfiguration struct {
 	Talos *bool `json:"talos,omitempty"`
 	// kubernetes: the rotation replaces the Kubernetes CA.
 	Kubernetes *bool `json:"kubernetes,omitempty"`
+	// secretDigest is the SHA-256 of the new CAs ichor-controller generated
+	// for the rotation, recorded before their Secret is written: a Secret of
+	// that name holding other CAs is never used.
+	SecretDigest *string `json:"secretDigest,omitempty"`
 }
 
 // CARotationStatusApplyConfiguration constructs a declarative configuration of the CARotationStatus type for use with
@@ -83,5 +87,13 @@ func (b *CARotationStatusApplyConfiguration) WithTalos(value bool) *CARotationSt
 // If called multiple times, the Kubernetes field is set to the value of the last call.
 func (b *CARotationStatusApplyConfiguration) WithKubernetes(value bool) *CARotationStatusApplyConfiguration {
 	b.Kubernetes = &value
+	return b
+}
+
+// WithSecretDigest sets the SecretDigest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SecretDigest field is set to the value of the last call.
+func (b *CARotationStatusApplyConfiguration) WithSecretDigest(value string) *CARotationStatusApplyConfiguration {
+	b.SecretDigest = &value
 	return b
 }

@@ -35,6 +35,27 @@ type InstallationSettingsApplyConfiguration struct {
 	CredentialLifetimes *CredentialLifetimesApplyConfiguration `json:"credentialLifetimes,omitempty"`
 	// usersEnabled turns on sign-in with IchorUser passwords.
 	UsersEnabled *bool `json:"usersEnabled,omitempty"`
+	// managementAudiences are the audiences the management cluster's
+	// kube-apiserver accepts in people's tokens (the audiences of its
+	// authentication configuration's JWT issuers), besides Ichor's own
+	// issuer's, "ichor", which always counts. A token for one of them signs
+	// in to the management plane, so no managed cluster may trust one: a
+	// TalosCluster's spec.authentication.clientID is refused when it is
+	// among them, since whoever controls that cluster's kube-apiserver sees
+	// the tokens its users send it.
+	ManagementAudiences []string `json:"managementAudiences,omitempty"`
+	// namespaceProvisioningNetworks give namespaces networks of their own,
+	// for installations whose namespaces are tenants: a namespace listed
+	// here places machines only in its own networks (without the override
+	// verb), and provisioningNetworks no longer count for it.
+	NamespaceProvisioningNetworks []NamespaceProvisioningNetworksApplyConfiguration `json:"namespaceProvisioningNetworks,omitempty"`
+	// ambientCredentialBuckets are the buckets a TalosBackup may write to
+	// with ichor-controller's own cloud identity (a target without
+	// credentialsRef): s3:<bucket>, gcs:<bucket> or
+	// azure:<storageAccount>/<container>. A target without credentialsRef
+	// elsewhere is refused, so that no namespace's admin can send backups,
+	// or read them back, wherever the controller's identity reaches.
+	AmbientCredentialBuckets []string `json:"ambientCredentialBuckets,omitempty"`
 }
 
 // InstallationSettingsApplyConfiguration constructs a declarative configuration of the InstallationSettings type for use with
@@ -74,5 +95,38 @@ func (b *InstallationSettingsApplyConfiguration) WithCredentialLifetimes(value *
 // If called multiple times, the UsersEnabled field is set to the value of the last call.
 func (b *InstallationSettingsApplyConfiguration) WithUsersEnabled(value bool) *InstallationSettingsApplyConfiguration {
 	b.UsersEnabled = &value
+	return b
+}
+
+// WithManagementAudiences adds the given value to the ManagementAudiences field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ManagementAudiences field.
+func (b *InstallationSettingsApplyConfiguration) WithManagementAudiences(values ...string) *InstallationSettingsApplyConfiguration {
+	for i := range values {
+		b.ManagementAudiences = append(b.ManagementAudiences, values[i])
+	}
+	return b
+}
+
+// WithNamespaceProvisioningNetworks adds the given value to the NamespaceProvisioningNetworks field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the NamespaceProvisioningNetworks field.
+func (b *InstallationSettingsApplyConfiguration) WithNamespaceProvisioningNetworks(values ...*NamespaceProvisioningNetworksApplyConfiguration) *InstallationSettingsApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithNamespaceProvisioningNetworks")
+		}
+		b.NamespaceProvisioningNetworks = append(b.NamespaceProvisioningNetworks, *values[i])
+	}
+	return b
+}
+
+// WithAmbientCredentialBuckets adds the given value to the AmbientCredentialBuckets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AmbientCredentialBuckets field.
+func (b *InstallationSettingsApplyConfiguration) WithAmbientCredentialBuckets(values ...string) *InstallationSettingsApplyConfiguration {
+	for i := range values {
+		b.AmbientCredentialBuckets = append(b.AmbientCredentialBuckets, values[i])
+	}
 	return b
 }

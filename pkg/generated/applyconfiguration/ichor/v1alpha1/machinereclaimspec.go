@@ -53,6 +53,12 @@ type MachineReclaimSpecApplyConfiguration struct {
 	// graceful has an unmanaged node leave its cluster's etcd and drain
 	// itself before it is wiped; defaults to true. Not set for machineRef.
 	Graceful *bool `json:"graceful,omitempty"`
+	// expectedFingerprint is the SPKI SHA-256 fingerprint of the maintenance
+	// certificate the node will present once reset (its console shows it),
+	// as talosctl --cert-fingerprint takes it. The new TalosMachine carries
+	// it, so that only that certificate is ever pinned. Without it, the node
+	// is recognised by its system UUID, read before the reset.
+	ExpectedFingerprint *string `json:"expectedFingerprint,omitempty"`
 }
 
 // MachineReclaimSpecApplyConfiguration constructs a declarative configuration of the MachineReclaimSpec type for use with
@@ -106,5 +112,13 @@ func (b *MachineReclaimSpecApplyConfiguration) WithWipe(value ichorv1alpha1.Wipe
 // If called multiple times, the Graceful field is set to the value of the last call.
 func (b *MachineReclaimSpecApplyConfiguration) WithGraceful(value bool) *MachineReclaimSpecApplyConfiguration {
 	b.Graceful = &value
+	return b
+}
+
+// WithExpectedFingerprint sets the ExpectedFingerprint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExpectedFingerprint field is set to the value of the last call.
+func (b *MachineReclaimSpecApplyConfiguration) WithExpectedFingerprint(value string) *MachineReclaimSpecApplyConfiguration {
+	b.ExpectedFingerprint = &value
 	return b
 }

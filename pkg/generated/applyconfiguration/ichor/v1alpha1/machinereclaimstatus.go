@@ -54,6 +54,10 @@ type MachineReclaimStatusApplyConfiguration struct {
 	// began: only that machine is deleted, and one of that name with another
 	// UID is a new machine, not the one reclaimed.
 	SourceUID *types.UID `json:"sourceUID,omitempty"`
+	// systemUUID is the node's system UUID, read before its reset (from the
+	// old TalosMachine, or over the unmanaged node's Talos API). The node
+	// that answers after the reset must report it before it is approved.
+	SystemUUID *string `json:"systemUUID,omitempty"`
 }
 
 // MachineReclaimStatusApplyConfiguration constructs a declarative configuration of the MachineReclaimStatus type for use with
@@ -144,5 +148,13 @@ func (b *MachineReclaimStatusApplyConfiguration) WithResetAt(value v1.Time) *Mac
 // If called multiple times, the SourceUID field is set to the value of the last call.
 func (b *MachineReclaimStatusApplyConfiguration) WithSourceUID(value types.UID) *MachineReclaimStatusApplyConfiguration {
 	b.SourceUID = &value
+	return b
+}
+
+// WithSystemUUID sets the SystemUUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SystemUUID field is set to the value of the last call.
+func (b *MachineReclaimStatusApplyConfiguration) WithSystemUUID(value string) *MachineReclaimStatusApplyConfiguration {
+	b.SystemUUID = &value
 	return b
 }

@@ -74,6 +74,12 @@ type TalosClusterStatusApplyConfiguration struct {
 	// STATE and EPHEMERAL since the last disk-encryption key rotation
 	// completed: 0 before any, then 1, 0, … in turn.
 	DiskKeySlot *int32 `json:"diskKeySlot,omitempty"`
+	// secretsDigest is the SHA-256 of the secrets bundle ichor-controller
+	// generated for this cluster (no spec.secretsRef), recorded before the
+	// Secret is written and again whenever the controller changes it: a
+	// Secret of that name holding anything else, whoever created it and
+	// whatever it claims of itself, is never used.
+	SecretsDigest *string `json:"secretsDigest,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -204,5 +210,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithDiskKeyRotation(value *DiskKe
 // If called multiple times, the DiskKeySlot field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithDiskKeySlot(value int32) *TalosClusterStatusApplyConfiguration {
 	b.DiskKeySlot = &value
+	return b
+}
+
+// WithSecretsDigest sets the SecretsDigest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SecretsDigest field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithSecretsDigest(value string) *TalosClusterStatusApplyConfiguration {
+	b.SecretsDigest = &value
 	return b
 }
