@@ -104,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: retry}, err
 	}
 	cond.ObservedGeneration, cond.LastTransitionTime = cr.Generation, metav1.NewTime(now)
+	if cond.Type == v1alpha1.CredentialRequestDenied {
+		meta.RemoveStatusCondition(&cr.Status.Conditions, v1alpha1.CredentialRequestIssued) // a mark of taking
+	}
 	meta.SetStatusCondition(&cr.Status.Conditions, cond)
 	if err := r.Client.Status().Update(ctx, &cr); err != nil {
 		if apierrors.IsConflict(err) {
@@ -197,23 +200,47 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 			talosRole, spec.Purpose, spec.Username, notAfter.UTC().Format(time.RFC3339))}, 0, nil
 }
 
+// reasonTaking is the reason of the Issued condition, status Unknown, that
+// marks a credentials request about to take its cluster's new admin
+// credentials. The cluster records only the request's name, so this mark,
+// written on the request object itself before the take (no person may
+// write a request's status), is what tells the request that took them,
+// whose answer may be written again, from one re-created under its name.
+const reasonTaking = "TakingCredentials"
+
 // takeCredentials marks the new admin credentials of the cluster's last
 // CA rotation as served by cr, on the version of the cluster just read, or
 // says why not (a Denied reason and message): there are none before a
-// rotation completed, and they are served once. A request that took them
-// already may be answered again (its answer was not written).
+// rotation completed, and they are served once. The request that took them
+// already (the one the cluster names and that carries the mark, not another
+// of its name) may be answered again: its answer was not written.
 func (r *Reconciler) takeCredentials(ctx context.Context, cr *v1alpha1.TalosCredentialRequest, cluster *v1alpha1.TalosCluster, now time.Time) (string, string, time.Duration, error) {
 	c := cluster.Status.Credentials
+	taking := meta.FindStatusCondition(cr.Status.Conditions, v1alpha1.CredentialRequestIssued)
+	marked := taking != nil && taking.Status == metav1.ConditionUnknown && taking.Reason == reasonTaking
 	switch {
 	case c == nil:
 		return v1alpha1.CredentialRequestReasonNoNewCredentials, fmt.Sprintf(
 			"no CA rotation of TalosCluster %s has completed: there are no new admin credentials to hand out", cluster.Name), 0, nil
-	case c.Request == cr.Name && c.ServedTo == cr.Spec.Username:
+	case c.ServedAt != nil && marked && c.Request == cr.Name && c.ServedTo == cr.Spec.Username:
 		return "", "", 0, nil
 	case c.ServedAt != nil:
 		return v1alpha1.CredentialRequestReasonAlreadyServed, fmt.Sprintf(
 			"the new admin credentials of TalosOperation %s (completed %s) were downloaded by %s at %s; they are served once",
 			c.Rotation, c.RotatedAt.UTC().Format(time.RFC3339), c.ServedTo, c.ServedAt.UTC().Format(time.RFC3339)), 0, nil
+	}
+	if !marked {
+		meta.SetStatusCondition(&cr.Status.Conditions, metav1.Condition{
+			Type: v1alpha1.CredentialRequestIssued, Status: metav1.ConditionUnknown, Reason: reasonTaking,
+			Message:            fmt.Sprintf("taking the new admin credentials of TalosOperation %s for %s", c.Rotation, cr.Spec.Username),
+			ObservedGeneration: cr.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+		if err := r.Client.Status().Update(ctx, cr); err != nil {
+			if apierrors.IsConflict(err) {
+				return "", "", time.Second, nil
+			}
+			return "", "", 0, fmt.Errorf("mark TalosCredentialRequest %s/%s as taking the new admin credentials: %w", cr.Namespace, cr.Name, err)
+		}
 	}
 	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	at := metav1.NewTime(now)
