@@ -195,9 +195,10 @@ func namedPaths(patch string) ([][]string, map[string][][]string, error) {
 	}
 }
 
-// leaves returns the path of every scalar below m (the mapping at prefix),
-// an item of a list being the path element "*", and prefix itself when m
-// carries a $patch directive, or an empty list's path. Decoding into maps
+// leaves returns the path of every non-mapping value below m (the mapping
+// at prefix), looking into the items of lists whose items the class table
+// tells apart (itemsClassed; an item is the path element "*"), and prefix
+// itself when m carries a $patch directive. Decoding into maps
 // resolves anchors, aliases and merge keys, so they hide no field; an empty
 // mapping merges nothing and names nothing.
 func leaves(m map[string]any, prefix []string) [][]string {
@@ -220,7 +221,7 @@ func valueLeaves(value any, path []string) [][]string {
 	case map[string]any:
 		return leaves(v, path)
 	case []any:
-		if len(v) == 0 {
+		if len(v) == 0 || !itemsClassed(path) {
 			return [][]string{path}
 		}
 		var out [][]string
@@ -234,14 +235,15 @@ func valueLeaves(value any, path []string) [][]string {
 }
 
 // fieldDiff is diff (which compares lists whole, as effects are decided)
-// descending into lists too, item by item at the same index, each item
-// being the path element "*": a field inside a list item is classed on its
-// own, as a WireGuard key among machine.network.interfaces. An item moved
-// to another index counts as changed in all its fields.
+// descending into the lists whose items the class table tells apart
+// (itemsClassed), item by item at the same index, each item being the path
+// element "*": a WireGuard key among machine.network.interfaces is classed
+// apart from an interface's addresses. An item moved to another index
+// counts as changed in all its fields.
 func fieldDiff(a, b any, path []string) [][]string {
 	al, aIsList := a.([]any)
 	bl, bIsList := b.([]any)
-	if (aIsList || a == nil) && (bIsList || b == nil) && (aIsList || bIsList) {
+	if (aIsList || a == nil) && (bIsList || b == nil) && (aIsList || bIsList) && itemsClassed(path) {
 		var out [][]string
 		item := func(l []any, i int) any {
 			if i < len(l) {

@@ -247,6 +247,18 @@ func underRule(path, rule []string) bool {
 	return true
 }
 
+// itemsClassed reports whether a rule names fields inside the items of the
+// list at path; elsewhere a list is one field.
+func itemsClassed(path []string) bool {
+	for _, r := range v1alpha1Classes {
+		rp := strings.Split(r.path, ".")
+		if len(rp) > len(path) && rp[len(path)] == "*" && underRule(path, rp[:len(path)]) {
+			return true
+		}
+	}
+	return false
+}
+
 // classifyPaths classifies changed or named paths: v1alpha1 ones as
 // []string, other documents' as "Kind" + path.
 func classifyPaths(v1 [][]string, docs map[string][][]string) []ClassifiedField {
