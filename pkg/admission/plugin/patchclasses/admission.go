@@ -11,7 +11,9 @@
 // talosconfigpatches/privileged, which only admins hold: whoever can run code
 // on a control plane holds the cluster's root of trust. That verb is needed
 // for every write of such a patch — creating it, changing any of its spec
-// (retargeting or enabling it) and deleting it (which reverts those fields).
+// (retargeting or enabling it) and deleting it (which reverts those fields) —
+// and for every write of a TalosMachine whose name or labels change which
+// privileged patches select it (see validateMachine).
 package patchclasses
 
 import (
@@ -29,8 +31,10 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/warning"
 
+	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/authz"
+	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/render"
 )
 
@@ -46,15 +50,17 @@ func Register(plugins *admission.Plugins) {
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.Authorizer
+	client     versioned.Interface
 }
 
 var (
 	_ admission.ValidationInterface        = &Plugin{}
 	_ admission.InitializationValidator    = &Plugin{}
 	_ genericadmissioninit.WantsAuthorizer = &Plugin{}
+	_ initializer.WantsIchorClient         = &Plugin{}
 )
 
-// New returns the plugin; it needs an authorizer before use.
+// New returns the plugin; it needs an authorizer and the Ichor client before use.
 func New() *Plugin {
 	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete)}
 }
@@ -62,10 +68,14 @@ func New() *Plugin {
 // SetAuthorizer receives the server's (delegated) authorizer.
 func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authorizer = a }
 
-// ValidateInitialization refuses to run without an authorizer.
+// SetIchorClient implements initializer.WantsIchorClient; the machine check
+// reads the patches fresh from storage.
+func (p *Plugin) SetIchorClient(c versioned.Interface) { p.client = c }
+
+// ValidateInitialization refuses to run without an authorizer and the Ichor client.
 func (p *Plugin) ValidateInitialization() error {
-	if p.authorizer == nil {
-		return errors.New(PluginName + " needs an authorizer")
+	if p.authorizer == nil || p.client == nil {
+		return errors.New(PluginName + " needs an authorizer and an Ichor client")
 	}
 	return nil
 }
@@ -74,7 +84,17 @@ func (p *Plugin) ValidateInitialization() error {
 // patch needs the privileged verb, and a patch that sets, removes or copies a
 // field of the secrets bundle is refused, naming the fields.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != ichor.Resource("talosconfigpatches") || a.GetSubresource() != "" {
+	if a.GetSubresource() != "" {
+		return nil // subresources keep labels and patches as stored
+	}
+	switch a.GetResource().GroupResource() {
+	case ichor.Resource("talosconfigpatches"):
+	case ichor.Resource("talosmachines"):
+		if a.GetOperation() == admission.Delete {
+			return nil // deleting a machine is an admin's already
+		}
+		return p.validateMachine(ctx, a)
+	default:
 		return nil
 	}
 	if a.GetOperation() == admission.Delete {
@@ -139,11 +159,7 @@ func (p *Plugin) checkPrivileged(ctx context.Context, a admission.Attributes, pa
 	if len(privileged) == 0 {
 		return nil
 	}
-	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
-		User: a.GetUserInfo(), Verb: ichor.VerbUpdate, Namespace: a.GetNamespace(), APIGroup: ichor.GroupName,
-		APIVersion: a.GetResource().Version, Resource: "talosconfigpatches", Subresource: ichor.PrivilegedPatchSubresource,
-		Name: a.GetName(), ResourceRequest: true,
-	})
+	decision, reason, err := p.authorizePrivileged(ctx, a, a.GetName())
 	if decision == authorizer.DecisionAllow {
 		return nil
 	}
@@ -151,4 +167,14 @@ func (p *Plugin) checkPrivileged(ctx context.Context, a admission.Attributes, pa
 		a.GetUserInfo().GetName(), what, a.GetName(), strings.Join(privileged, ", "), ichor.VerbUpdate, ichor.PrivilegedPatchSubresource)
 	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
+}
+
+// authorizePrivileged asks whether the requester holds the privileged verb
+// on the named patch.
+func (p *Plugin) authorizePrivileged(ctx context.Context, a admission.Attributes, patch string) (authorizer.Decision, string, error) {
+	return p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+		User: a.GetUserInfo(), Verb: ichor.VerbUpdate, Namespace: a.GetNamespace(), APIGroup: ichor.GroupName,
+		APIVersion: a.GetResource().Version, Resource: "talosconfigpatches", Subresource: ichor.PrivilegedPatchSubresource,
+		Name: patch, ResourceRequest: true,
+	})
 }
