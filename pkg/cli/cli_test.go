@@ -75,6 +75,8 @@ func TestHolderHint(t *testing.T) {
 			`The ichor:viewer group (ClusterRole ichor-viewer) holds "get" on talosmachines`},
 		{`it needs the "download" verb on resource "talosclusters", subresource "talosconfig-reader"`,
 			`The ichor:operator group (ClusterRole ichor-operator) holds "download" on talosclusters/talosconfig-reader`},
+		{`it needs the "update" verb on resource "talosclusters", subresource "security-downgrade" (admins hold it; operators may only turn hardening on)`,
+			`The ichor:admin group (ClusterRole ichor-admin) holds "update" on talosclusters/security-downgrade`},
 		{`it needs the "escalate" verb on resource "talosclusters"`, `No Ichor role holds "escalate" on talosclusters`},
 		{`something else entirely`, ``},
 	} {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
 )
@@ -44,6 +45,8 @@ var beyondDesign = []verbRow{
 	// Checking a password (ichorusers/NAME/login): only ichor-auth's
 	// ServiceAccount, no role, not even admin.
 	{"authenticate", []string{"ichorusers"}, nil},
+	// Weakening a cluster's spec.security (customverbs.Hardening).
+	{"update", []string{"talosclusters/" + customverbs.SecurityDowngradeSubresource}, []string{"ichor:admin"}},
 }
 
 // TestVerbsTable walks every row of the verbs table for every group: the
@@ -101,7 +104,7 @@ func TestVerbsTable(t *testing.T) {
 			}
 		}
 	}
-	if want := (29 + 1 + 3 + 1) * len(allGroups); rows != want {
+	if want := (29 + 1 + 3 + 1 + 1) * len(allGroups); rows != want {
 		t.Fatalf("walked %d cells, want %d: DESIGN.md's table has changed, or a row was not read", rows, want)
 	}
 }
@@ -208,6 +211,16 @@ func (o *tableObjects) request(ctx context.Context, t *testing.T, user, group, v
 		p := apiTalosConfigPatch(fmt.Sprintf("privileged-%d", groupIndex), o.ns)
 		p.Spec.Patch = "machine:\n  pods:\n    - {apiVersion: v1, kind: Pod, metadata: {name: p}}\n"
 		return as.Post().Namespace(o.ns).Resource(resource).Body(p).Do(ctx).Error()
+	case verb == "update" && on == "talosclusters/"+customverbs.SecurityDowngradeSubresource:
+		// Not an endpoint: the verb is asked of a write that turns hardening
+		// off, here of hardened-<group>, which SecureBoot protects.
+		c := apiTalosCluster(fmt.Sprintf("hardened-%d", groupIndex), o.ns)
+		c.Spec.Security.SecureBoot.Required = true
+		if err := admin.Post().Namespace(o.ns).Resource(resource).Body(c).Do(ctx).Error(); err != nil {
+			t.Fatalf("create TalosCluster %s: %v", c.Name, err)
+		}
+		return as.Patch(types.MergePatchType).Namespace(o.ns).Resource(resource).Name(c.Name).
+			Body([]byte(`{"spec":{"security":{"secureBoot":{"required":false}}}}`)).Do(ctx).Error()
 	}
 	switch verb {
 	case "grant":

@@ -12,7 +12,10 @@
 // (talosclusters/secret-references, …) needs that subresource's update verb.
 // A TalosCredentialRequest likewise needs the `download` verb its purpose
 // stands for: nobody gets a Talos certificate for more than they could
-// download through Ichor.
+// download through Ichor. Two writes need an admin's verb only when they
+// undo an admin's decision: weakening a cluster's spec.security (update on
+// talosclusters/security-downgrade), and deleting an operation someone
+// started that has not ended (start on talosoperations/<type>).
 package customverbs
 
 import (
@@ -24,6 +27,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
@@ -77,7 +81,7 @@ var (
 
 // New returns the plugin; it needs an authorizer before use.
 func New() *Plugin {
-	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
+	return &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete)}
 }
 
 // SetAuthorizer receives the server's (delegated) authorizer.
@@ -100,6 +104,12 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	gvr := a.GetResource()
 	if gvr.Group != ichor.GroupName {
 		return nil
+	}
+	if a.GetOperation() == admission.Delete {
+		return p.validateOperationDelete(ctx, a)
+	}
+	if err := p.validateSecurityDowngrade(ctx, a, o); err != nil {
+		return err
 	}
 	if gvr.Resource == "taloscredentialrequests" && a.GetSubresource() == "" && a.GetOperation() == admission.Create {
 		return p.validatePurpose(ctx, a)
@@ -167,7 +177,20 @@ func (p *Plugin) validatePrivilegedApproval(ctx context.Context, a admission.Att
 // authorize asks verb on the request's resource (and subresource on) for the
 // object the request names, and refuses with what needs saying.
 func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on, what string) error {
+	return p.authorizeHeld(ctx, a, verb, on, what, "")
+}
+
+// authorizeHeld is authorize, its refusal ending with who holds the verb in
+// Ichor's roles (artifacts/roles.yaml) when held is not "".
+func (p *Plugin) authorizeHeld(ctx context.Context, a admission.Attributes, verb, on, what, held string) error {
 	gvr := a.GetResource()
+	name := a.GetName()
+	if name == "" && a.GetOldObject() != nil {
+		// A collection delete admits each object under the collection's name, "".
+		if m, err := meta.Accessor(a.GetOldObject()); err == nil {
+			name = m.GetName()
+		}
+	}
 	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 		User:            a.GetUserInfo(),
 		Verb:            verb,
@@ -176,7 +199,7 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 		APIVersion:      gvr.Version,
 		Resource:        gvr.Resource,
 		Subresource:     on,
-		Name:            a.GetName(),
+		Name:            name,
 		ResourceRequest: true,
 	})
 	if decision == authorizer.DecisionAllow {
@@ -187,6 +210,9 @@ func (p *Plugin) authorize(ctx context.Context, a admission.Attributes, verb, on
 		target += fmt.Sprintf(", subresource %q", on)
 	}
 	msg := fmt.Sprintf("user %q cannot %s: it needs the %q verb on %s", a.GetUserInfo().GetName(), what, verb, target)
+	if held != "" {
+		msg += " (" + held + ")"
+	}
 	msg = authz.Denied(msg, reason, err)
 	return admission.NewForbidden(a, errors.New(msg))
 }
