@@ -19,3 +19,15 @@ var AuditPolicy []byte
 //
 //go:embed kube-apiserver/audit-policy.yaml
 var KubeAPIServerAuditPolicy []byte
+
+// Installation is installation/ichor.yaml: the IchorInstallation singleton
+// as an installation starts it.
+//
+//go:embed installation/ichor.yaml
+var Installation []byte
+
+// AuthenticationConfig is kube-apiserver/authentication-config.yaml: the
+// management cluster's kube-apiserver's JWT issuers.
+//
+//go:embed kube-apiserver/authentication-config.yaml
+var AuthenticationConfig []byte

@@ -8,6 +8,7 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
+	"ichor.dev/ichor/pkg/admission/plugin/managementaudiences"
 	"ichor.dev/ichor/pkg/admission/plugin/patchclasses"
 	"ichor.dev/ichor/pkg/admission/plugin/provisioningnetworks"
 	"ichor.dev/ichor/pkg/admission/plugin/userroles"
@@ -28,6 +29,8 @@ var plugins = []plugin{
 	{provisioningnetworks.PluginName, provisioningnetworks.Register},
 	// TalosConfigPatches never touch the secrets bundle; privileged ones are admins'.
 	{patchclasses.PluginName, patchclasses.Register},
+	// No managed cluster trusts an audience the management plane accepts.
+	{managementaudiences.PluginName, managementaudiences.Register},
 	// A control plane is not deleted when its cluster's etcd would lose quorum.
 	{controlplanequorum.PluginName, controlplanequorum.Register},
 	// IchorUsers grant only roles below the requester's; an admin always remains.

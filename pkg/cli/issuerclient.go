@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"golang.org/x/oauth2"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // cliClientID is the OAuth client the ichor CLI is at Ichor's issuer: a
 // public client, without a secret.
-const cliClientID = "ichor"
+const cliClientID = ichor.DefaultTokenAudience
 
 // issuerClient talks to Ichor's token issuer (ichor-auth).
 type issuerClient struct {

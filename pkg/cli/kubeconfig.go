@@ -26,9 +26,10 @@ func newKubeconfig(o *Options) *cobra.Command {
 endpoint and Kubernetes CA certificate from its TalosCluster, and a user that runs ichor auth token
 with the sign-in at the OpenID provider the cluster trusts (its spec.authentication), so that you
 act there as oidc:<your name>, in groups oidc:<your groups>, as RBAC of that cluster allows. It
-holds no secret. Sign in first with ichor login --oidc at that provider, with the client the
-cluster trusts.`,
-		Example: `  ichor login --oidc --issuer https://login.example.com --client-id kubernetes
+holds no secret. Sign in first with ichor login --oidc --no-kubeconfig at that provider, with the
+client the cluster trusts: a cluster's own client, never the one you sign in to Ichor with, since
+whoever runs that cluster's kube-apiserver sees the tokens you send it.`,
+		Example: `  ichor login --oidc --issuer https://login.example.com --client-id kubernetes --no-kubeconfig
   ichor -n demo kubeconfig demo --username olga@example.com
   kubectl --context oidc:olga@example.com@demo/demo auth whoami`,
 		GroupID: "access",
@@ -60,7 +61,7 @@ cluster trusts.`,
 		}
 		if _, err := readSignIn(path); err != nil {
 			if errors.Is(err, errNotSignedIn) {
-				return fmt.Errorf("%s is not signed in at %s with client %s, which %s/%s trusts: run %s",
+				return fmt.Errorf("%s is not signed in at %s with client %s, which %s/%s trusts: run %s --no-kubeconfig",
 					username, auth.IssuerURL, auth.ClientID, ns, tc.Name, f.loginHint())
 			}
 			return err

@@ -37,14 +37,22 @@ func (d *demoCluster) oidcTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, rebootsBefore, since := d.appliedHashes(t), d.reboots(), time.Now().Truncate(time.Second)
-	body, err := json.Marshal(map[string]any{"spec": map[string]any{"authentication": v1alpha1.ClusterAuthentication{
-		IssuerURL: cp.OIDC.URL, ClientID: oidcprovider.ClientID, CABundle: string(ca)}}})
-	if err != nil {
-		t.Fatal(err)
+	trust := func(clientID string) []string {
+		body, err := json.Marshal(map[string]any{"spec": map[string]any{"authentication": v1alpha1.ClusterAuthentication{
+			IssuerURL: cp.OIDC.URL, ClientID: clientID, CABundle: string(ca)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []string{"-n", d.ns, "patch", "taloscluster", "demo", "--subresource=authentication", "--type=merge", "-p", string(body)}
 	}
-	set := []string{"-n", d.ns, "patch", "taloscluster", "demo", "--subresource=authentication", "--type=merge", "-p", string(body)}
+	set := trust(oidcprovider.ClusterClientID)
 	if out, err := cp.Kubectl(ctx, append(operator, set...)...); err == nil || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("an operator set the cluster's OIDC trust: %v\n%s", err, out)
+	}
+	// The CLI's client is an audience the management plane accepts: demo
+	// would see tokens that sign in to Ichor.
+	if out, err := cp.Kubectl(ctx, append(admin, trust(oidcprovider.ClientID)...)...); err == nil || !strings.Contains(out+err.Error(), "managementAudiences") {
+		t.Fatalf("an admin had demo trust the management plane's audience: %v\n%s", err, out)
 	}
 	mustKubectl(ctx, t, append(admin, set...)...)
 
@@ -93,9 +101,13 @@ func (d *demoCluster) oidcTrust(t *testing.T) {
 	// olga signs in at the provider and reaches demo with plain kubectl.
 	p := newPerson(t, d.ns)
 	olga := oidcPerson(t, "olga")
-	login := p.startIchor(ctx, t, "login", "--oidc", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile, "--no-browser")
-	signInAtProvider(ctx, t, login.await(t, regexp.MustCompile(`https://\S+/auth\?\S+`)), olga)
-	login.wait(t).ok(t, "ichor login --oidc")
+	// Once with the CLI's client, to Ichor; once with the client demo
+	// trusts, leaving the kubeconfig as it is.
+	for _, args := range [][]string{{"--client-id", oidcprovider.ClientID}, {"--client-id", oidcprovider.ClusterClientID, "--no-kubeconfig"}} {
+		login := p.startIchor(ctx, t, append([]string{"login", "--oidc", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile, "--no-browser"}, args...)...)
+		signInAtProvider(ctx, t, login.await(t, regexp.MustCompile(`https://\S+/auth\?\S+`)), olga)
+		login.wait(t).ok(t, "ichor login --oidc "+strings.Join(args, " "))
+	}
 	if r := p.ichor(ctx, t, nil, "-n", d.ns, "kubeconfig", "demo", "--username", "nobody@example.com"); r.code == 0 ||
 		!strings.Contains(r.stderr, "is not signed in") || !strings.Contains(r.stderr, "ichor login --oidc --issuer "+cp.OIDC.URL) {
 		t.Errorf("ichor kubeconfig for someone not signed in: %+v", r)
@@ -141,9 +153,13 @@ func (d *demoCluster) oidcTrust(t *testing.T) {
 	// pat's provider says system:masters: in demo that is oidc:system:masters, which nothing binds.
 	q := newPerson(t, d.ns)
 	pat := oidcPerson(t, "pat")
-	device := q.startIchor(ctx, t, "login", "--oidc", "--device", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile)
-	confirmDevice(ctx, t, strings.TrimSpace(device.await(t, regexp.MustCompile(`(?m)^\s+([A-Z0-9]{4}-[A-Z0-9]{4})\s*$`))), pat)
-	device.wait(t).ok(t, "ichor login --oidc --device")
+	// Once with the CLI's client, for the management plane; once with the
+	// client demo trusts.
+	for _, args := range [][]string{{"--client-id", oidcprovider.ClientID}, {"--client-id", oidcprovider.ClusterClientID, "--no-kubeconfig"}} {
+		device := q.startIchor(ctx, t, append([]string{"login", "--oidc", "--device", "--issuer", cp.OIDC.URL, "--issuer-certificate-authority", cp.OIDC.CAFile}, args...)...)
+		confirmDevice(ctx, t, strings.TrimSpace(device.await(t, regexp.MustCompile(`(?m)^\s+([A-Z0-9]{4}-[A-Z0-9]{4})\s*$`))), pat)
+		device.wait(t).ok(t, "ichor login --oidc --device "+strings.Join(args, " "))
+	}
 	// pat holds no Ichor role, so cannot read demo's TalosCluster: olga's
 	// kubeconfig entry for demo, which holds no secret, serves with pat's user.
 	cfg, err := clientcmd.LoadFromFile(p.kubeconfig)
@@ -151,7 +167,7 @@ func (d *demoCluster) oidcTrust(t *testing.T) {
 		t.Fatal(err)
 	}
 	user := cfg.AuthInfos[cfg.Contexts[demo[1]].AuthInfo].DeepCopy()
-	user.Exec.Args = []string{"auth", "token", "--oidc", "--issuer", cp.OIDC.URL, "--client-id", oidcprovider.ClientID, "--username", pat.Email}
+	user.Exec.Args = []string{"auth", "token", "--oidc", "--issuer", cp.OIDC.URL, "--client-id", oidcprovider.ClusterClientID, "--username", pat.Email}
 	patCfg, err := clientcmd.LoadFromFile(q.kubeconfig)
 	if err != nil {
 		t.Fatal(err)

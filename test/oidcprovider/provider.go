@@ -34,6 +34,11 @@ const ClientID = "ichor"
 // artifacts/kube-apiserver/authentication-config.yaml).
 const ConsoleClientID = "ichor-ui"
 
+// ClusterClientID is the client a managed cluster's kube-apiserver trusts
+// (its TalosCluster's spec.authentication.clientID), registered like the
+// CLI's: a managed cluster may not trust the management plane's audiences.
+const ClusterClientID = "kubernetes"
+
 // Person is someone the provider knows.
 type Person struct {
 	// Username is what they type in the login form; it is also their
@@ -75,6 +80,7 @@ func Start(issuer, address, certFile, keyFile string, log io.Writer) (*Server, e
 		Storage: storage.NewStorageWithClients(users, map[string]*storage.Client{
 			ClientID:        storage.NativeClient(ClientID, "http://127.0.0.1/callback"),
 			ConsoleClientID: storage.NativeClient(ConsoleClientID, "https://127.0.0.1/oidc/callback"),
+			ClusterClientID: storage.NativeClient(ClusterClientID, "http://127.0.0.1/callback"),
 		}),
 		groups: groups,
 	}

@@ -100,3 +100,8 @@ type IchorInstallationList struct {
 
 	Items []IchorInstallation
 }
+
+// DefaultTokenAudience is the audience of ichor-auth's tokens and the ichor
+// CLI's client at an OpenID provider, unless configured otherwise: the
+// management plane accepts it, so no managed cluster may trust it.
+const DefaultTokenAudience = "ichor"

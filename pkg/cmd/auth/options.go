@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/cmd/serving"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/issuer"
@@ -41,7 +42,7 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		HTTPS:           serving.HTTPS{BindAddress: ":8443"},
-		Audience:        "ichor",
+		Audience:        ichor.DefaultTokenAudience,
 		TokenLifetime:   5 * time.Minute,
 		SessionLifetime: 12 * time.Hour,
 		KeyRotation:     7 * 24 * time.Hour,

@@ -26,7 +26,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
+	"ichor.dev/ichor/artifacts"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/pki"
@@ -351,10 +353,13 @@ func firstAdmin(ctx context.Context, cp *harness.ControlPlane, dir string) (loca
 	if err != nil {
 		return s, err
 	}
-	if _, err := ichor.IchorV1alpha1().IchorInstallations().Create(ctx, &v1alpha1.IchorInstallation{
-		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
-		Spec:       v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{UsersEnabled: true}},
-	}, metav1.CreateOptions{}); err != nil {
+	// The installation as artifacts/ starts it, with Ichor users on.
+	var in v1alpha1.IchorInstallation
+	if err := yaml.UnmarshalStrict(artifacts.Installation, &in); err != nil {
+		return s, fmt.Errorf("artifacts/installation/ichor.yaml: %w", err)
+	}
+	in.Spec.Settings.UsersEnabled = true
+	if _, err := ichor.IchorV1alpha1().IchorInstallations().Create(ctx, &in, metav1.CreateOptions{}); err != nil {
 		return s, fmt.Errorf("create the IchorInstallation: %w", err)
 	}
 	users := ichor.IchorV1alpha1().IchorUsers()
