@@ -47,7 +47,7 @@ type kind struct {
 // kinds are the operation types this controller runs.
 var kinds = map[v1alpha1.OperationType]kind{
 	v1alpha1.OperationReboot:       {targets: everyMachine, start: startReboot, follow: followReboot},
-	v1alpha1.OperationTalosUpgrade: {targets: everyMachine, start: startTalosUpgrade, follow: followTalosUpgrade},
+	v1alpha1.OperationTalosUpgrade: {targets: everyMachine, start: startTalosUpgrade, follow: followTalosUpgrade, check: (*Reconciler).checkTalosUpgrade},
 	v1alpha1.OperationEtcdDefrag:   {targets: controlPlanes, start: startEtcdDefrag, follow: followEtcdDefrag},
 	v1alpha1.OperationKubernetesUpgrade: {targets: everyMachine, start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},

@@ -195,10 +195,33 @@ func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target 
 	return imageref.WithTag(image, target), nil
 }
 
-// upgradePath refuses what the target's installer refuses: machinery's
-// table of the versions each release upgrades from (and downgrades to) for
-// the releases it knows; for a newer release, Talos's rule of upgrading
-// through every minor, and no downgrade.
+// checkTalosUpgrade refuses, before any node is touched, an upgrade to a
+// version older than one a target machine runs (its status.talosVersion):
+// machinery's table allows some downgrades, Ichor none. Each step checks
+// its node's own version again (upgradePath), for a status that lags.
+func (r *Reconciler) checkTalosUpgrade(_ context.Context, op *v1alpha1.TalosOperation, _ *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
+	target := op.Spec.TalosUpgrade.Version
+	var newer []string
+	newest := ""
+	for _, m := range targets {
+		if running := m.Status.TalosVersion; running != "" && olderVersion(target, running) {
+			newer = append(newer, m.Name)
+			if newest == "" || olderVersion(newest, running) {
+				newest = running
+			}
+		}
+	}
+	if len(newer) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("spec.talosUpgrade.version: Talos %s is older than what TalosMachine %s runs (up to %s), and Ichor does not downgrade Talos: "+
+		"choose %s or later", target, strings.Join(newer, ", "), newest, newest), nil
+}
+
+// upgradePath refuses a downgrade, and what the target's installer
+// refuses: machinery's table of the versions each release upgrades from
+// for the releases it knows; for a newer release, Talos's rule of
+// upgrading through every minor.
 func upgradePath(running, target string) error {
 	t, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: target})
 	if err != nil {
@@ -208,6 +231,9 @@ func upgradePath(running, target string) error {
 	if err != nil {
 		return fmt.Errorf("the node's version %s: %w", running, err)
 	}
+	if olderVersion(target, running) {
+		return fmt.Errorf("Talos %s is older than the %s the node runs, and Ichor does not downgrade Talos", target, running)
+	}
 	err = t.UpgradeableFrom(h)
 	if err == nil {
 		return nil
@@ -216,10 +242,7 @@ func upgradePath(running, target string) error {
 		return fmt.Errorf("Talos's installer refuses this path: %w", err)
 	}
 	tv, hv := semver.MustParse(strings.TrimPrefix(t.String(), "v")), semver.MustParse(strings.TrimPrefix(h.String(), "v"))
-	switch {
-	case tv.LT(hv):
-		return fmt.Errorf("Talos %s is older than the %s the node runs; a downgrade is not supported", target, running)
-	case tv.Major != hv.Major || tv.Minor > hv.Minor+1:
+	if tv.Major != hv.Major || tv.Minor > hv.Minor+1 {
 		return fmt.Errorf("Talos upgrades go through every minor release: upgrade from %s to the latest v%d.%d first", running, hv.Major, hv.Minor+1)
 	}
 	return nil
@@ -229,6 +252,12 @@ func upgradePath(running, target string) error {
 func olderThan(v string, min semver.Version) bool {
 	parsed, err := semver.ParseTolerant(v)
 	return err == nil && parsed.LT(min)
+}
+
+// olderVersion reports whether version v is older than version than.
+func olderVersion(v, than string) bool {
+	t, err := semver.ParseTolerant(than)
+	return err == nil && olderThan(v, t)
 }
 
 // installFailure words an installer that refused or failed.
