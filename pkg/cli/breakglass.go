@@ -1,8 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
-	"os"
+	"io"
 	"os/user"
 	"time"
 
@@ -33,7 +34,10 @@ and signs, from the bundle's CAs, a short-lived credential: a kubeconfig for the
 Kubernetes API as a member of system:masters, or a talosconfig with the os:admin role. It needs
 no Ichor component, no login and no network to the management cluster: only the sealed file and
 the passphrase. The certificate names you (ichor:break-glass:<your login>), so the managed
-cluster's audit log does, and lives --ttl (one hour by default): nothing long-lived is written.`,
+cluster's audit log does, and lives --ttl (one hour by default): nothing long-lived is written.
+The passphrase is prompted for without echo; without a terminal, it is read from
+--passphrase-file or ` + PassphraseEnv + `. -O writes a new file, readable by you only (0600), in
+place of any file of that name.`,
 		Example: `  ichor break-glass kubeconfig demo -O demo.kubeconfig
   ichor break-glass talosconfig demo --endpoints 10.0.0.11,10.0.0.12 -O talosconfig`,
 		GroupID:   "access",
@@ -41,7 +45,7 @@ cluster's audit log does, and lives --ttl (one hour by default): nothing long-li
 		ValidArgs: []string{"kubeconfig", "talosconfig"},
 	}
 	cmd.Flags().StringVar(&passphraseFile, "passphrase-file", "", "read the passphrase from this file (its first line)")
-	cmd.Flags().StringVarP(&output, "output-file", "O", "-", `where to write it, 0600; "-" for standard output`)
+	cmd.Flags().StringVarP(&output, "output-file", "O", "-", `where to write it, a new 0600 file in place of any there; "-" for standard output`)
 	cmd.Flags().StringSliceVar(&endpoints, "endpoints", nil, "talosconfig: the nodes' Talos API addresses to talk through")
 	cmd.Flags().StringSliceVar(&nodes, "nodes", nil, "talosconfig: the nodes to act on by default")
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the credential lives")
@@ -111,7 +115,9 @@ cluster's audit log does, and lives --ttl (one hour by default): nothing long-li
 			_, err := o.Out.Write(out)
 			return err
 		}
-		if err := os.WriteFile(output, out, 0o600); err != nil {
+		// A new 0600 file renamed over the path: writing into an existing
+		// file would keep its mode, and a credential must not.
+		if _, err := saveFile(bytes.NewReader(out), output, io.Discard); err != nil {
 			return err
 		}
 		fmt.Fprintf(o.ErrOut, "wrote a %s valid until %s to %s\n", kind, now.Add(ttl).Format(time.RFC3339), output)

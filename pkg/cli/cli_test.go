@@ -88,8 +88,10 @@ func TestHolderHint(t *testing.T) {
 
 // TestSealRoundTrip: what init seals opens with its passphrase only; a
 // wrong one says so; an uncommitted seal leaves nothing, and a committed
-// one is not replaced without overwrite.
+// one is not replaced without overwrite. It seals at age's default work
+// factor, as init did before it was raised: such bundles still open.
 func TestSealRoundTrip(t *testing.T) {
+	sealAtOldWorkFactor(t)
 	dir := filepath.Join(t.TempDir(), "clusters", "demo")
 	want := &sealed{Cluster: "demo", Namespace: "ns", Endpoint: "https://127.0.0.1:6443", Bundle: "cluster:\n  id: x\n"}
 	_, abort, err := seal(dir, want, "correct horse battery", false)

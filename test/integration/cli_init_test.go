@@ -54,6 +54,11 @@ func TestCLIInitAndBreakGlass(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 || !strings.HasPrefix(string(sealedBytes), "age-encryption.org/v1") || strings.Contains(string(sealedBytes), "BEGIN") {
 		t.Fatalf("sealed file (%v, mode %v) is not an age file, or holds PEM in clear", err, fi.Mode())
 	}
+	// One scrypt stanza, "-> scrypt <salt> <log2 N>", above age's default 18.
+	if _, rest, _ := strings.Cut(string(sealedBytes), "\n"); !strings.HasPrefix(rest, "-> scrypt ") ||
+		!strings.HasSuffix(strings.SplitN(rest, "\n", 2)[0], " 20") {
+		t.Errorf("the sealed file's recipient stanza is not scrypt at work factor 20: %.40q", rest)
+	}
 	secret, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, "demo-secrets", metav1.GetOptions{})
 	if err != nil || len(secret.Data["secrets.yaml"]) == 0 {
 		t.Fatalf("the bundle's Secret: %v", err)
