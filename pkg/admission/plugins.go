@@ -8,6 +8,7 @@ import (
 
 	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
+	"ichor.dev/ichor/pkg/admission/plugin/machineaddresses"
 	"ichor.dev/ichor/pkg/admission/plugin/managementaudiences"
 	"ichor.dev/ichor/pkg/admission/plugin/patchclasses"
 	"ichor.dev/ichor/pkg/admission/plugin/provisioningnetworks"
@@ -27,6 +28,8 @@ var plugins = []plugin{
 	{customverbs.PluginName, customverbs.Register},
 	// TalosMachine addresses stay inside the provisioning networks, but by an admin's decision.
 	{provisioningnetworks.PluginName, provisioningnetworks.Register},
+	// One TalosMachine per node address, across namespaces.
+	{machineaddresses.PluginName, machineaddresses.Register},
 	// TalosConfigPatches never touch the secrets bundle; privileged ones are admins'.
 	{patchclasses.PluginName, patchclasses.Register},
 	// No managed cluster trusts an audience the management plane accepts.

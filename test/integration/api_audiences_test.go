@@ -63,3 +63,75 @@ func TestManagedClustersTrustNoManagementAudience(t *testing.T) {
 		t.Errorf("the refused settings were stored: %v %v", in.Spec.Settings.ManagementAudiences, err)
 	}
 }
+
+// TestOneMachinePerNodeAddress: an operator of one namespace, a tenant,
+// would create a TalosMachine at the address of another tenant's node, to
+// pin it the next time it enters maintenance mode. Once a machine holds an
+// address (it was approved, or pinned the certificate there), a second
+// machine there is refused in any namespace, whatever the address's
+// spelling, to admins too, and the refusal does not name the other
+// tenant's machine. Tenants' own networks keep each to its addresses.
+func TestOneMachinePerNodeAddress(t *testing.T) {
+	ctx := apiContext(t)
+	victim, tenant := cp.Namespace(t), cp.Namespace(t)
+	useSettings(ctx, t, func(s *v1alpha1.InstallationSettings) {
+		s.ProvisioningNetworks = []string{"10.6.0.0/24"}
+		s.NamespaceProvisioningNetworks = []v1alpha1.NamespaceProvisioningNetworks{{Namespace: tenant, Networks: []string{"10.6.0.0/24", "10.7.0.0/24"}}}
+	})
+	admin := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1()
+	held := apiTalosMachine("held", victim, "alpha")
+	held.Spec.Address = "10.6.0.200:50000"
+	m, err := admin.TalosMachines(victim).Create(ctx, held, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.TalosMachines(victim).UpdateApproval(ctx, m.Name, withDecision(m, v1alpha1.ApprovalApproved, ""), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	operator := apiClientFor(t, operatorClient(t)).IchorV1alpha1()
+	for _, c := range []struct {
+		who, ns, address string
+	}{
+		{"an operator of another namespace", tenant, "10.6.0.200:50000"},
+		{"the same, spelt as an IPv4-mapped IPv6 address", tenant, "[::ffff:10.6.0.200]:50000"},
+		{"the same, without the default port", tenant, "10.6.0.200"},
+	} {
+		claim := apiTalosMachine("claim", c.ns, "alpha")
+		claim.Spec.Address = c.address
+		_, err := operator.TalosMachines(c.ns).Create(ctx, claim, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "a TalosMachine in another namespace holds the node") || strings.Contains(err.Error(), "held") {
+			t.Errorf("%s at %s: want Forbidden naming no machine, got %v", c.who, c.address, err)
+		}
+	}
+	// An admin too, and in the holder's own namespace the holder is named.
+	second := apiTalosMachine("second", victim, "alpha")
+	second.Spec.Address = "10.6.0.200:50000"
+	if _, err := admin.TalosMachines(victim).Create(ctx, second, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "TalosMachine held holds the node") {
+		t.Errorf("an admin's second machine at a held address: want Forbidden naming held, got %v", err)
+	}
+	// Moving a machine there is a claim too.
+	free := apiTalosMachine("free", tenant, "alpha")
+	free.Spec.Address = "10.6.0.201:50000"
+	moved, err := operator.TalosMachines(tenant).Create(ctx, free, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Spec.Address = "10.6.0.200:50000"
+	if _, err := operator.TalosMachines(tenant).Update(ctx, moved, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("moving a machine to a held address: want Forbidden, got %v", err)
+	}
+
+	// The tenant's own networks: 10.7.0.0/24 is the tenant's, not the victim's.
+	for _, c := range []struct {
+		ns, address string
+		ok          bool
+	}{{tenant, "10.7.0.9:50000", true}, {victim, "10.7.0.9:50001", false}} {
+		m := apiTalosMachine("net-"+strings.ReplaceAll(strings.ReplaceAll(c.address, ".", "-"), ":", "-"), c.ns, "alpha")
+		m.Spec.Address = c.address
+		_, err := operator.TalosMachines(c.ns).Create(ctx, m, metav1.CreateOptions{})
+		if c.ok != (err == nil) || !c.ok && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "namespaceProvisioningNetworks")) {
+			t.Errorf("an operator's machine at %s in %s: ok %v, got %v", c.address, c.ns, c.ok, err)
+		}
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,8 +123,18 @@ func apiTalosCluster(name, ns string) *v1alpha1.TalosCluster {
 func apiTalosMachine(name, ns, cluster string) *v1alpha1.TalosMachine {
 	return &v1alpha1.TalosMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1alpha1.TalosMachineSpec{ClusterName: cluster, Address: "10.5.0.10:50000"},
+		Spec:       v1alpha1.TalosMachineSpec{ClusterName: cluster, Address: nextAPIAddress()},
 	}
+}
+
+// apiAddresses counts the machines apiTalosMachine made: each gets an
+// address of its own in 10.5.0.0/24, since an approved machine holds its
+// address against every other (IchorMachineAddresses), and test
+// namespaces go away in the background.
+var apiAddresses atomic.Int64
+
+func nextAPIAddress() string {
+	return fmt.Sprintf("10.5.0.%d:50000", 1+apiAddresses.Add(1)%254)
 }
 
 func apiTalosConfigPatch(name, ns string) *v1alpha1.TalosConfigPatch {

@@ -6,4 +6,5 @@ const (
 	EventCertificateMismatch = "CertificateMismatch"
 	EventUnreachable         = "Unreachable"
 	EventReachable           = "Reachable"
+	EventAddressInUse        = "AddressInUse"
 )

@@ -164,6 +164,21 @@ func UnreachableMessage(address string) string {
 	return fmt.Sprintf("the Talos API at %s did not answer; the controller's log says why", address)
 }
 
+// RecordAddressInUse records that the machine's node is not contacted,
+// since holder has its address first.
+func RecordAddressInUse(s *v1alpha1.TalosMachineStatus, generation int64, address, holder string, now metav1.Time) {
+	msg := fmt.Sprintf("%s has the address %s first: nothing is sent to the node there while it does; delete one of the two", holder, address)
+	for _, c := range []metav1.Condition{
+		{Type: v1alpha1.MachineConditionCertificateVerified, Status: metav1.ConditionUnknown, Reason: v1alpha1.MachineReasonAddressInUse, Message: msg},
+		{Type: v1alpha1.MachineConditionReachable, Status: metav1.ConditionUnknown, Reason: v1alpha1.MachineReasonAddressInUse, Message: msg},
+	} {
+		c.ObservedGeneration, c.LastTransitionTime = generation, now
+		meta.SetStatusCondition(&s.Conditions, c)
+	}
+	s.Phase = phase(s)
+	s.ObservedGeneration = generation
+}
+
 // RepinAfterReset records the maintenance certificate of a node that a
 // node-reset sent back to maintenance mode, as contacted in r: its old
 // certificate went with the wipe. The caller checked that r's node is this

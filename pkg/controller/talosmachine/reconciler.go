@@ -9,6 +9,7 @@ package talosmachine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,6 +86,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if err := indexAddresses(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(relevantChange())).
@@ -109,6 +113,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		pinned = m.Status.Maintenance.CertificateFingerprint
 	}
 	logger = logger.WithValues("address", m.Spec.Address, "pinned", pinned != "")
+	if !v1alpha1.HoldsAddress(&m) {
+		holder, err := r.claimedBy(ctx, &m)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if holder != "" {
+			return r.addressInUse(ctx, &m, holder)
+		}
+	}
 	contactCtx, cancel := context.WithTimeout(ctx, r.Options.ContactTimeout)
 	result := intake.Contact(contactCtx, r.Dialer, m.Spec.Address, pinned, m.Spec.ExpectedFingerprint)
 	cancel()
@@ -139,6 +152,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	logger.V(1).Info("Machine contacted", "fingerprint", result.Fingerprint, "phase", m.Status.Phase)
 	// A routine recheck waits behind machines an event woke.
+	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.RecheckInterval, 0.1), Priority: ptr.To(handler.LowPriority)}, nil
+}
+
+// addressInUse records that another machine has m's address, contacts
+// nothing, and looks again later.
+func (r *Reconciler) addressInUse(ctx context.Context, m *v1alpha1.TalosMachine, holder string) (ctrl.Result, error) {
+	before := m.Status.DeepCopy()
+	// Another tenant's machine is not named: its namespace is not this one's to know.
+	if ns, _, _ := strings.Cut(holder, "/"); ns != m.Namespace {
+		holder = "a TalosMachine in another namespace"
+	} else {
+		holder = "TalosMachine " + strings.TrimPrefix(holder, ns+"/")
+	}
+	intake.RecordAddressInUse(&m.Status, m.Generation, m.Spec.Address, holder, metav1.NewTime(r.Now()))
+	if !equality.Semantic.DeepEqual(before, &m.Status) {
+		if err := intake.WriteStatus(ctx, r.Client, m); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
+		}
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, intake.EventAddressInUse, "Contact",
+			"Not contacting the node at %s: %s has that address first", m.Spec.Address, holder)
+	}
 	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.RecheckInterval, 0.1), Priority: ptr.To(handler.LowPriority)}, nil
 }
 

@@ -1,5 +1,7 @@
 // Package provisioningnetworks keeps TalosMachines inside the provisioning
-// networks an admin configured (IchorInstallation spec.settings.provisioningNetworks).
+// networks an admin configured (IchorInstallation spec.settings.provisioningNetworks,
+// or a namespace's own in namespaceProvisioningNetworks, where namespaces
+// are tenants).
 // Approving a machine sends its rendered config, which for a control plane
 // holds every CA key, to the address in its spec, and the first contact
 // trusts whatever certificate answers there: so whoever may write a
@@ -98,7 +100,7 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	// removed may count for the watch's delay, milliseconds).
 	var why string
 	for _, fresh := range []bool{false, true} {
-		networks, err := p.networks(ctx, fresh)
+		networks, err := p.networks(ctx, fresh, a.GetNamespace())
 		if err != nil {
 			return apierrors.NewInternalError(fmt.Errorf("%s: %w", PluginName, err))
 		}
@@ -120,7 +122,8 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 		return nil
 	}
-	detail := why + "; only an admin (the override verb on talosmachines) may place a machine there, or an admin adds its network to the IchorInstallation's spec.settings.provisioningNetworks"
+	detail := why + "; only an admin (the override verb on talosmachines) may place a machine there, or an admin adds its network to the IchorInstallation's " +
+		"spec.settings.provisioningNetworks (or, for this namespace alone, namespaceProvisioningNetworks)"
 	if reason != "" {
 		detail += " (" + reason + ")"
 	}
@@ -131,9 +134,11 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		field.Forbidden(field.NewPath("spec", "address"), detail))
 }
 
-// networks reads the provisioning networks, from the informer or fresh
-// from storage; none when the installation does not exist (yet).
-func (p *Plugin) networks(ctx context.Context, fresh bool) ([]netip.Prefix, error) {
+// networks reads the provisioning networks of namespace, from the informer
+// or fresh from storage: its own when the installation gives it some
+// (namespaceProvisioningNetworks, for tenants), else the installation's;
+// none when the installation does not exist (yet).
+func (p *Plugin) networks(ctx context.Context, fresh bool, namespace string) ([]netip.Prefix, error) {
 	var in *v1alpha1.IchorInstallation
 	var err error
 	if fresh {
@@ -147,8 +152,14 @@ func (p *Plugin) networks(ctx context.Context, fresh bool) ([]netip.Prefix, erro
 	if err != nil {
 		return nil, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
 	}
+	cidrs := in.Spec.Settings.ProvisioningNetworks
+	for _, n := range in.Spec.Settings.NamespaceProvisioningNetworks {
+		if n.Namespace == namespace {
+			cidrs = n.Networks
+		}
+	}
 	var out []netip.Prefix
-	for _, c := range in.Spec.Settings.ProvisioningNetworks {
+	for _, c := range cidrs {
 		prefix, err := netip.ParsePrefix(c)
 		if err != nil {
 			return nil, fmt.Errorf("IchorInstallation %s: provisioning network %q: %w", v1alpha1.InstallationName, c, err)

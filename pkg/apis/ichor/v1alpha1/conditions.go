@@ -43,16 +43,19 @@ const (
 	// expected (spec.expectedFingerprint), not trust on first use.
 	MachineReasonMatchesExpectedFingerprint = "MatchesExpectedFingerprint"
 	MachineReasonNotContacted               = "NotContacted"
-	MachineReasonAwaitingApproval           = "AwaitingApproval"
-	MachineReasonApproved                   = "Approved"
-	MachineReasonRejected                   = "Rejected"
-	MachineReasonInstalled                  = "Installed"
-	MachineReasonApplied                    = "Applied"
-	MachineReasonUpToDate                   = "UpToDate"
-	MachineReasonClusterNotFound            = "ClusterNotFound"
-	MachineReasonSecretsNotReady            = "SecretsNotReady"
-	MachineReasonRenderFailed               = "RenderFailed"
-	MachineReasonApplyFailed                = "ApplyFailed"
+	// MachineReasonAddressInUse: another TalosMachine, in any namespace, has
+	// the machine's address first; the node is not contacted.
+	MachineReasonAddressInUse     = "AddressInUse"
+	MachineReasonAwaitingApproval = "AwaitingApproval"
+	MachineReasonApproved         = "Approved"
+	MachineReasonRejected         = "Rejected"
+	MachineReasonInstalled        = "Installed"
+	MachineReasonApplied          = "Applied"
+	MachineReasonUpToDate         = "UpToDate"
+	MachineReasonClusterNotFound  = "ClusterNotFound"
+	MachineReasonSecretsNotReady  = "SecretsNotReady"
+	MachineReasonRenderFailed     = "RenderFailed"
+	MachineReasonApplyFailed      = "ApplyFailed"
 	// MachineReasonResetRequired: the new config changes what Talos sets
 	// only at install (a system volume's encryption); the node keeps its
 	// config until a node-reset wipes it and installs the new one.
@@ -287,6 +290,18 @@ const (
 	// ReclaimReasonRejected: someone rejected the new TalosMachine.
 	ReclaimReasonRejected = "Rejected"
 	ReclaimReasonJoined   = "Joined"
+	// ReclaimReasonNoSystemUUID: the node has no system UUID to recognise
+	// it by after its reset, and no expectedFingerprint is given; nothing is
+	// reset.
+	ReclaimReasonNoSystemUUID = "NoSystemUUID"
+	// ReclaimReasonNotThisMachine: the node answering at the address is not
+	// the one reset (another system UUID, or not expectedFingerprint's
+	// certificate); nothing is sent to it and it is never approved.
+	ReclaimReasonNotThisMachine = "NotThisMachine"
+	// ReclaimReasonWaitingForApproval: the new TalosMachine is the node
+	// reset, but is not approved on the reclaim's behalf (a control plane):
+	// it waits for an admin's approval.
+	ReclaimReasonWaitingForApproval = "WaitingForApproval"
 )
 
 // The condition the start and reclaim actions set on a TalosOperation or a
