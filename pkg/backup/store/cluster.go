@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,13 +15,18 @@ import (
 )
 
 // OpenForCluster opens t for the backups of cluster in namespace: it reads
-// the target's credentials Secret there (with secrets, uncached), opens the
-// cluster's folder below the target's prefix, and checks, within timeout,
-// that the bucket is there and the credentials open it. On failure it
-// returns the BackupReason of the condition to set.
+// the target's credentials Secret there (with secrets, uncached), or, for
+// a target without one, checks that the installation lets backups reach
+// its bucket with the controller's own identity; it opens the cluster's
+// folder below the target's prefix, and checks, within timeout, that the
+// bucket is there and the credentials open it. On failure it returns the
+// BackupReason of the condition to set.
 func OpenForCluster(ctx context.Context, secrets client.Reader, namespace, cluster string, t *v1alpha1.BackupTarget,
 	volumeDir string, timeout time.Duration,
 ) (*Target, string, error) {
+	if err := checkAmbient(ctx, secrets, t); err != nil {
+		return nil, v1alpha1.BackupReasonAmbientCredentialsRefused, err
+	}
 	opts := Options{VolumeDir: volumeDir, Folder: namespace + "/" + cluster + "/"}
 	if ref := CredentialsRef(t); ref != nil {
 		var s corev1.Secret
@@ -51,6 +57,29 @@ func OpenForCluster(ctx context.Context, secrets client.Reader, namespace, clust
 		return nil, Reason(err), errors.Join(err, target.Close())
 	}
 	return target, "", nil
+}
+
+// checkAmbient refuses a target that would use ichor-controller's own
+// cloud identity (no credentialsRef) for a bucket the installation does
+// not list in spec.settings.ambientCredentialBuckets: that identity is the
+// installation's, and an admin of one namespace must not send backups, or
+// read them back, wherever it reaches.
+func checkAmbient(ctx context.Context, reader client.Reader, t *v1alpha1.BackupTarget) error {
+	bucket, ambient := v1alpha1.AmbientBucket(t)
+	if !ambient {
+		return nil
+	}
+	var in v1alpha1.IchorInstallation
+	err := reader.Get(ctx, client.ObjectKey{Name: v1alpha1.InstallationName}, &in)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
+	}
+	if slices.Contains(in.Spec.Settings.AmbientCredentialBuckets, bucket) {
+		return nil
+	}
+	return fmt.Errorf("the backup target names no credentialsRef, so it would use ichor-controller's own cloud identity, "+
+		"and the installation does not let backups reach %s with it: name a credentials Secret, or an admin of the installation adds %q "+
+		"to the IchorInstallation's spec.settings.ambientCredentialBuckets", bucket, bucket)
 }
 
 // Explain words a target's error for people: what it means here, then the

@@ -13,6 +13,10 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/gcerrors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
@@ -146,5 +150,44 @@ func TestRedact(t *testing.T) {
 	}
 	if !strings.Contains(msg, "https://acct.blob.core.windows.net/c/k?<redacted>") {
 		t.Fatalf("the message lost what it says: %q", msg)
+	}
+}
+
+// TestAmbientCredentialsOnlyForListedBuckets: a target without a
+// credentials Secret would use ichor-controller's own cloud identity; an
+// admin of a namespace may point it only at a bucket the installation lists.
+func TestAmbientCredentialsOnlyForListedBuckets(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	installation := &v1alpha1.IchorInstallation{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
+		Spec: v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{
+			AmbientCredentialBuckets: []string{"s3:backups", "s3:minio.example.net:9000/backups", "gcs:backups"}}}}
+	listed := fake.NewClientBuilder().WithScheme(scheme).WithObjects(installation).Build()
+	none := fake.NewClientBuilder().WithScheme(scheme).Build()
+	creds := &v1alpha1.LocalSecretReference{Name: "s3"}
+	for _, c := range []struct {
+		name   string
+		target v1alpha1.BackupTarget
+		reader client.Reader
+		refuse string
+	}{
+		{"a listed AWS bucket", v1alpha1.BackupTarget{S3: &v1alpha1.S3Target{Bucket: "backups", Region: "eu-west-1"}}, listed, ""},
+		{"a listed bucket of an S3-compatible server", v1alpha1.BackupTarget{S3: &v1alpha1.S3Target{Bucket: "backups", Endpoint: "https://minio.example.net:9000"}}, listed, ""},
+		{"the same bucket name at another server", v1alpha1.BackupTarget{S3: &v1alpha1.S3Target{Bucket: "backups", Endpoint: "https://evil.example:9000"}}, listed, "s3:evil.example:9000/backups"},
+		{"an AWS bucket not listed", v1alpha1.BackupTarget{S3: &v1alpha1.S3Target{Bucket: "someone-elses", Region: "eu-west-1"}}, listed, "s3:someone-elses"},
+		{"an Azure container not listed", v1alpha1.BackupTarget{AzureBlob: &v1alpha1.AzureBlobTarget{StorageAccount: "acct", Container: "c"}}, listed, "azure:acct/c"},
+		{"no installation", v1alpha1.BackupTarget{GCS: &v1alpha1.GCSTarget{Bucket: "backups"}}, none, "gcs:backups"},
+		{"a target with its own credentials", v1alpha1.BackupTarget{S3: &v1alpha1.S3Target{Bucket: "anything", CredentialsRef: creds}}, none, ""},
+		{"a volume", v1alpha1.BackupTarget{Volume: &v1alpha1.VolumeTarget{Path: "p"}}, none, ""},
+	} {
+		err := checkAmbient(context.Background(), c.reader, &c.target)
+		switch {
+		case c.refuse == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.refuse != "" && (err == nil || !strings.Contains(err.Error(), c.refuse) || !strings.Contains(err.Error(), "ambientCredentialBuckets")):
+			t.Errorf("%s: want a refusal naming %s and the setting, got %v", c.name, c.refuse, err)
+		}
 	}
 }

@@ -344,9 +344,13 @@ const (
 	BackupReasonSnapshotFailed      = "SnapshotFailed"
 	BackupReasonMachineConfigFailed = "MachineConfigFailed"
 	BackupReasonInvalidSetting      = "InvalidSetting"
-	BackupReasonNoBackupYet         = "NoBackupYet"
-	BackupReasonDeleting            = "Deleting"
-	BackupReasonDeleteFailed        = "DeleteFailed"
+	// BackupReasonAmbientCredentialsRefused: the target names no
+	// credentials, and the installation does not let backups reach its
+	// bucket with ichor-controller's own cloud identity.
+	BackupReasonAmbientCredentialsRefused = "AmbientCredentialsRefused"
+	BackupReasonNoBackupYet               = "NoBackupYet"
+	BackupReasonDeleting                  = "Deleting"
+	BackupReasonDeleteFailed              = "DeleteFailed"
 	// BackupReasonAwaitingUpload: an upload backup waits for its snapshot
 	// (Succeeded is Unknown).
 	BackupReasonAwaitingUpload = "AwaitingUpload"

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 // Bounds on installation settings. Scans are bounded so one setting cannot make
@@ -152,12 +153,12 @@ func validateAudiences(list []string, fldPath *field.Path) field.ErrorList {
 }
 
 // validateAmbientBuckets checks the buckets backups may reach with the
-// controller's own identity, in the form ichor.AmbientBucket gives them.
+// controller's own identity, in the form v1alpha1.AmbientBucket gives them.
 func validateAmbientBuckets(list []string, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := sets.New[string]()
 	for i, b := range list {
-		if err := ichor.ValidAmbientBucket(b); err != nil {
+		if err := v1alpha1.ValidAmbientBucket(b); err != nil {
 			errs = append(errs, field.Invalid(fldPath.Index(i), b, err.Error()))
 		}
 		if seen.Has(b) {

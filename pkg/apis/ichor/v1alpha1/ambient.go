@@ -1,4 +1,4 @@
-package ichor
+package v1alpha1
 
 import (
 	"errors"
