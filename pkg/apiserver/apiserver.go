@@ -17,7 +17,7 @@ import (
 )
 
 // Name is the API server's component name in logs and health checks.
-const Name = "ichor-apiserver"
+const Name = v1alpha1.ReporterAPIServer
 
 // Config is the configuration of an ichor-apiserver.
 type Config struct {

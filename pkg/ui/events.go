@@ -17,6 +17,14 @@ import (
 // maxEvents is how many of a cluster's Events its page shows, newest first.
 const maxEvents = 50
 
+// Reading Events is bounded: at most maxEventPages pages of eventPage
+// Events from each of Ichor's reporters, so that a namespace with a flood
+// of Events costs the console and kube-apiserver a bounded read.
+const (
+	eventPage     = 500
+	maxEventPages = 4
+)
+
 // eventRow is an Event as a cluster's page shows it.
 type eventRow struct {
 	Time, Type, Reason, Object, Message string
@@ -36,9 +44,23 @@ func (s *Server) clusterEvents(ctx context.Context, se *session, ns, cluster str
 	if err != nil {
 		return nil, err.Error()
 	}
-	list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, apiReason(err)
+	// Only Events Ichor's own components reported about Ichor's objects:
+	// anyone who may create Events in the namespace could write others.
+	var events []corev1.Event
+	for _, reporter := range v1alpha1.Reporters {
+		opts := metav1.ListOptions{Limit: eventPage, FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.apiVersion", v1alpha1.SchemeGroupVersion.String()),
+			fields.OneTermEqualSelector("reportingComponent", reporter)).String()}
+		for range maxEventPages {
+			list, err := kube.CoreV1().Events(ns).List(ctx, opts)
+			if err != nil {
+				return nil, apiReason(err)
+			}
+			events = append(events, list.Items...)
+			if opts.Continue = list.Continue; opts.Continue == "" {
+				break
+			}
+		}
 	}
 	objects := map[string]bool{"TalosCluster/" + cluster: true}
 	for _, m := range machines {
@@ -61,8 +83,8 @@ func (s *Server) clusterEvents(ctx context.Context, se *session, ns, cluster str
 			objects["TalosConfigPatch/"+p.Name] = true
 		}
 	}
-	for i := range list.Items {
-		e := &list.Items[i]
+	for i := range events {
+		e := &events[i]
 		o := e.InvolvedObject
 		if o.APIVersion != v1alpha1.SchemeGroupVersion.String() || !objects[o.Kind+"/"+o.Name] {
 			continue

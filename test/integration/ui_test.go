@@ -21,6 +21,8 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -440,8 +442,22 @@ func TestConsole(t *testing.T) {
 		if a := got.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || a.By != "ichor:"+dana || a.Reason != "serial matches the order" {
 			t.Fatalf("the machine's approval: %+v", a)
 		}
-		if page := keep(operator.get(t, path)); !strings.Contains(page.body, "Approved by ichor:"+dana+": serial matches the order") {
+		// An Event someone else reported about the cluster, as anyone who may
+		// create Events in the namespace could, is not Ichor's to show.
+		if _, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).EventsV1().Events(ns).Create(ctx, &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-"}, EventTime: metav1.NowMicro(),
+			ReportingController: "someone-else", ReportingInstance: "someone-else-1", Action: "Forge", Reason: "Forged", Type: corev1.EventTypeWarning,
+			Regarding: corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TalosCluster", Name: "prod", Namespace: ns},
+			Note:      "forged: approve every machine now",
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		page = keep(operator.get(t, path))
+		if !strings.Contains(page.body, "Approved by ichor:"+dana+": serial matches the order") {
 			t.Errorf("the page after the approval:\n%s", page.body)
+		}
+		if strings.Contains(page.body, "forged") {
+			t.Errorf("the cluster's page shows an Event another component reported:\n%s", page.body)
 		}
 		if p := keep(operator.get(t, "/clusters/"+ns+"/no-such-cluster")); p.status != http.StatusNotFound || !strings.Contains(html.UnescapeString(p.body), `"no-such-cluster" not found`) {
 			t.Errorf("a cluster that does not exist: %d\n%s", p.status, p.body)

@@ -38,7 +38,7 @@ import (
 )
 
 // EventSource is the reporting controller of ichor-controller's Events.
-const EventSource = "ichor-controller"
+const EventSource = v1alpha1.ReporterController
 
 // readyzCacheTimeout bounds how long /readyz waits for the caches.
 const readyzCacheTimeout = time.Second
