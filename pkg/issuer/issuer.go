@@ -52,7 +52,12 @@ type Issuer struct {
 	prefix   string // the issuer URL's path, which every endpoint is under
 	keys     *secretFile
 	sessions *secretFile
-	limits   *limiter
+	// copied is this replica's copy of the sessions, read again only as
+	// sessionsCopy says.
+	copied *sessionsCopy
+	limits *limiter
+	// now is the clock of sign-ins, refreshes and revocations.
+	now func() time.Time
 
 	mu  sync.RWMutex
 	set *keySet // nil until the first sync
@@ -82,13 +87,16 @@ func New(cfg Config) (*Issuer, error) {
 	case cfg.KeyRotation <= cfg.KeyLead || cfg.KeyLead <= 0:
 		return nil, fmt.Errorf("the key rotation period (%s) must be longer than the key publish lead (%s), which must be positive", cfg.KeyRotation, cfg.KeyLead)
 	}
-	return &Issuer{
+	i := &Issuer{
 		cfg:      cfg,
 		prefix:   strings.TrimSuffix(u.Path, "/"),
 		keys:     &secretFile{client: cfg.Kube, namespace: cfg.Namespace, name: cfg.KeysSecret, key: keysDataKey},
 		sessions: &secretFile{client: cfg.Kube, namespace: cfg.Namespace, name: cfg.SessionsSecret, key: sessionsDataKey},
 		limits:   newLimiter(),
-	}, nil
+		now:      time.Now,
+	}
+	i.copied = &sessionsCopy{file: i.sessions, now: func() time.Time { return i.now() }}
+	return i, nil
 }
 
 // policy is the key rotation policy of cfg.

@@ -13,7 +13,9 @@ import (
 // refills one every userEvery; a source's holds sourceBurst, one every
 // sourceEvery. A limited attempt is answered 429 with Retry-After. (An
 // attacker can so slow a user's own sign-ins; that is the price of
-// slowing the guessing of their password.)
+// slowing the guessing of their password.) Refreshes and revocations are
+// limited per source address too, in a bucket of their own of the same
+// size (renewalKey).
 const (
 	userBurst   = 5
 	userEvery   = 12 * time.Second
@@ -49,7 +51,11 @@ func sourceKey(addr string) string {
 	}
 	return "source/" + addr
 }
-func isUserKey(key string) bool { return len(key) > 5 && key[:5] == "user/" }
+
+// renewalKey is a source's bucket of refreshes and revocations, apart
+// from its sign-ins and with the same limits.
+func renewalKey(addr string) string { return "renewal/" + sourceKey(addr) }
+func isUserKey(key string) bool     { return len(key) > 5 && key[:5] == "user/" }
 func limitOf(key string) (rate.Limit, int) {
 	if isUserKey(key) {
 		return rate.Every(userEvery), userBurst

@@ -115,7 +115,7 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	case "password":
 		resp, err = i.passwordGrant(r.Context(), source(r), r.PostForm.Get("username"), r.PostForm.Get("password"))
 	case "refresh_token":
-		resp, err = i.refreshGrant(r.Context(), r.PostForm.Get("refresh_token"))
+		resp, err = i.refreshGrant(r.Context(), source(r), r.PostForm.Get("refresh_token"))
 	default:
 		err = &oauthError{status: http.StatusBadRequest, Code: "unsupported_grant_type",
 			Description: fmt.Sprintf("grant_type %q: the issuer takes password and refresh_token", grant)}
@@ -140,10 +140,11 @@ func source(r *http.Request) string {
 	return host
 }
 
-// limited is the answer to an attempt over its rate limit.
-func limited(wait time.Duration) *oauthError {
+// limited is the answer to an attempt over its rate limit; what names
+// the attempts.
+func limited(wait time.Duration, what string) *oauthError {
 	return &oauthError{status: http.StatusTooManyRequests, Code: "slow_down", retryAfter: wait,
-		Description: fmt.Sprintf("too many sign-in attempts; try again in %s", wait.Round(time.Second))}
+		Description: fmt.Sprintf("too many %s; try again in %s", what, wait.Round(time.Second))}
 }
 
 // passwordGrant signs user in with password.
@@ -151,8 +152,8 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 	if user == "" || password == "" {
 		return nil, &oauthError{status: http.StatusBadRequest, Code: "invalid_request", Description: "username and password are required"}
 	}
-	if wait := i.limits.take(time.Now(), userKey(user), sourceKey(from)); wait > 0 {
-		return nil, limited(wait)
+	if wait := i.limits.take(i.now(), userKey(user), sourceKey(from)); wait > 0 {
+		return nil, limited(wait, "sign-in attempts")
 	}
 	if err := i.usersEnabled(ctx); err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 	case err != nil:
 		return nil, unavailable(err, "check passwords")
 	}
-	now := time.Now()
+	now := i.now()
 	var refresh string
 	if err := i.changeSessions(ctx, now, func(s sessions) (bool, error) {
 		var err error
@@ -255,25 +256,20 @@ func (i *Issuer) usersEnabled(ctx context.Context) error {
 }
 
 // refreshGrant renews a session: the user must still exist, be enabled and
-// have the password the session began with.
-func (i *Issuer) refreshGrant(ctx context.Context, token string) (*tokenResponse, error) {
+// have the password the session began with. Refreshes and revocations are
+// limited per source address, before anything: a refresh token is never
+// guessed, but each one that renews a session costs reads and a write.
+func (i *Issuer) refreshGrant(ctx context.Context, from, token string) (*tokenResponse, error) {
 	if token == "" {
 		return nil, &oauthError{status: http.StatusBadRequest, Code: "invalid_request", Description: "refresh_token is required"}
 	}
-	// A refresh token is 256 random bits, never guessed: no rate limit.
-	id, _, ok := splitRefreshToken(token)
-	if !ok {
-		return nil, grantError("%s", errUnknownSession)
+	if wait := i.limits.take(i.now(), renewalKey(from)); wait > 0 {
+		return nil, limited(wait, "session renewals")
 	}
-	data, err := i.sessions.read(ctx)
+	sess, err := i.copied.known(ctx, token)
 	if err != nil {
 		return nil, unavailable(err, "read the sessions")
 	}
-	s, err := parseSessions(data)
-	if err != nil {
-		return nil, unavailable(err, "read the sessions")
-	}
-	sess := s[id]
 	if sess == nil {
 		return nil, grantError("%s", errUnknownSession)
 	}
@@ -299,7 +295,7 @@ func (i *Issuer) refreshGrant(ctx context.Context, token string) (*tokenResponse
 			why = "sign-in with Ichor users was turned off"
 		}
 	}
-	now := time.Now()
+	now := i.now()
 	var renewed *session
 	var next string
 	var renewErr error
@@ -334,7 +330,7 @@ func (i *Issuer) respond(user string, u *v1alpha1.IchorUser, refresh string, now
 }
 
 // revoke ends the session of a refresh token (RFC 7009): the answer is 200
-// whether or not there was one.
+// whether or not there was one. It shares the refreshes' limit.
 func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
@@ -342,10 +338,19 @@ func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &oauthError{status: http.StatusBadRequest, Code: "invalid_request", Description: "token is required"})
 		return
 	}
+	now := i.now()
+	if wait := i.limits.take(now, renewalKey(source(r))); wait > 0 {
+		writeError(w, limited(wait, "session renewals"))
+		return
+	}
 	token := r.PostForm.Get("token")
-	if err := i.changeSessions(r.Context(), time.Now(), func(s sessions) (bool, error) {
-		return s.end(token), nil
-	}); err != nil {
+	sess, err := i.copied.known(r.Context(), token)
+	if err == nil && sess != nil {
+		err = i.changeSessions(r.Context(), now, func(s sessions) (bool, error) {
+			return s.end(token), nil
+		})
+	}
+	if err != nil {
 		writeError(w, unavailable(err, "end the session"))
 		return
 	}
@@ -354,19 +359,27 @@ func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 
 // changeSessions reads the sessions, drops those expired at now, and has
 // change change them; they are written back, under the Secret's
-// resourceVersion, only when change reports a change.
+// resourceVersion, only when change reports a change. This replica's copy
+// takes what was read, and written.
 func (i *Issuer) changeSessions(ctx context.Context, now time.Time, change func(sessions) (bool, error)) error {
-	return i.sessions.update(ctx, func(data []byte) ([]byte, error) {
+	at := i.now()
+	var seen sessions
+	err := i.sessions.update(ctx, func(data []byte) ([]byte, error) {
 		s, err := parseSessions(data)
 		if err != nil {
 			return nil, err
 		}
 		s.prune(now)
+		seen = s
 		if changed, err := change(s); err != nil || !changed {
 			return nil, err
 		}
 		return json.Marshal(s)
 	})
+	if err == nil && seen != nil {
+		i.copied.store(seen, at)
+	}
+	return err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,6 +1,7 @@
 package issuer
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -11,6 +12,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -144,6 +146,92 @@ func (s sessions) end(token string) bool {
 // prune drops the sessions that have expired.
 func (s sessions) prune(now time.Time) {
 	maps.DeleteFunc(s, func(_ string, sess *session) bool { return !now.Before(sess.Expires) })
+}
+
+// rereadEvery bounds how often a replica reads the sessions Secret for
+// tokens its copy does not know: a flood of made-up tokens costs it one
+// read a second at most.
+const rereadEvery = time.Second
+
+// sessionsCopy is a replica's copy of the sessions Secret, so that a
+// refresh or revoke with a token that renews no session costs no read. The
+// issuer is the Secret's only writer, but every replica of it writes, so
+// the copy is a filter and never the decision: a token it knows goes on to
+// a fresh read and a write under the Secret's resourceVersion
+// (Issuer.changeSessions); one it does not know is refused, after one read
+// of the Secret if the copy is rereadEvery old, since another replica may
+// have started or renewed that session since.
+type sessionsCopy struct {
+	file *secretFile
+	now  func() time.Time
+
+	reading sync.Mutex // one read of the Secret at a time
+	mu      sync.Mutex
+	s       sessions
+	at      time.Time // when the read that s reflects began; zero: never read
+}
+
+// known returns the session token renews (the copy's, which the caller
+// must check again against the Secret before it changes it), or nil.
+func (c *sessionsCopy) known(ctx context.Context, token string) (*session, error) {
+	id, hash, ok := splitRefreshToken(token)
+	if !ok {
+		return nil, nil
+	}
+	if sess, stale := c.lookup(id, hash); sess != nil || !stale {
+		return sess, nil
+	}
+	c.reading.Lock()
+	defer c.reading.Unlock()
+	// A request that waited here finds what the one before it read.
+	if sess, stale := c.lookup(id, hash); sess != nil || !stale {
+		return sess, nil
+	}
+	at := c.now()
+	data, err := c.file.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := parseSessions(data)
+	if err != nil {
+		return nil, err
+	}
+	c.store(s, at)
+	sess, _ := c.lookup(id, hash)
+	return sess, nil
+}
+
+// lookup finds the session of id whose current or previous token hashes to
+// hash. stale says the copy is old enough to be read again: a session it
+// lacks may exist. A session the copy shows expired stays so (a session's
+// end never moves), and so does a token that is neither of its two.
+func (c *sessionsCopy) lookup(id string, hash []byte) (_ *session, stale bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	sess := c.s[id]
+	switch {
+	case sess == nil:
+		return nil, c.at.IsZero() || now.Sub(c.at) >= rereadEvery
+	case !now.Before(sess.Expires):
+		return nil, false
+	case subtle.ConstantTimeCompare(hash, sess.Current) == 1 || subtle.ConstantTimeCompare(hash, sess.Previous) == 1:
+		cp := *sess
+		return &cp, false
+	}
+	// Another replica may have renewed it since: its new token is not here.
+	return nil, c.at.IsZero() || now.Sub(c.at) >= rereadEvery
+}
+
+// store replaces the copy with s, read (and maybe written) from a read
+// that began at; an older read than the copy's is dropped.
+func (c *sessionsCopy) store(s sessions, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at.Before(c.at) {
+		return
+	}
+	c.s, c.at = s, at
 }
 
 // parseSessions reads stored sessions; empty data is none.
