@@ -1,7 +1,12 @@
 // Package reclaim runs MachineReclaims: once an admin (or a holder of
 // ichor-machine-reclaimer) posted the reclaim subresource, it resets the node
 // to maintenance mode and brings it into the reclaim's cluster through a new
-// TalosMachine, which it approves on the reclaim's behalf.
+// TalosMachine. It approves a worker on the reclaim's behalf once the node
+// that answers after the reset proves to be the one reset: it reports the
+// system UUID read before the reset, and presents spec.expectedFingerprint
+// when that is set. A control plane, which receives every CA key of its
+// cluster, waits for an admin's approval; a node that is another machine is
+// rejected and the reclaim fails.
 //
 // A managed machine is reset by deleting its TalosMachine, so the reset is
 // the one every deletion gets (its finalizer: graceful, the old cluster's
@@ -21,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,7 +50,8 @@ import (
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "machinereclaim"
 
-// Events of a reclaim.
+// Events of a reclaim; the condition reasons DeleteRefused, NotThisMachine
+// and WaitingForApproval are Events too when the reclaim comes to them.
 const (
 	EventResetting   = "Resetting"
 	EventNodeReset   = "NodeReset"
@@ -208,7 +215,8 @@ func (s *state) newMachine() *v1alpha1.TalosMachine {
 			Namespace: s.rc.Namespace, Name: s.rc.Name,
 			Labels: map[string]string{v1alpha1.LabelMachineReclaim: s.rc.Name},
 		},
-		Spec: v1alpha1.TalosMachineSpec{ClusterName: s.rc.Spec.ClusterName, Role: s.rc.Spec.Role, Address: s.rc.Status.Address},
+		Spec: v1alpha1.TalosMachineSpec{ClusterName: s.rc.Spec.ClusterName, Role: s.rc.Spec.Role, Address: s.rc.Status.Address,
+			ExpectedFingerprint: s.rc.Spec.ExpectedFingerprint},
 	}
 }
 
@@ -238,6 +246,9 @@ func (s *state) begin(ctx context.Context) (ctrl.Result, error) {
 				ref.Namespace, ref.Name, rc.Spec.ClusterName)
 		}
 		rc.Status.Address, rc.Status.SourceUID = old.Spec.Address, old.UID
+		if old.Status.Hardware != nil {
+			rc.Status.SystemUUID = old.Status.Hardware.UUID
+		}
 	default:
 		creds, err := s.r.talosconfig(ctx, rc)
 		if errors.Is(err, errBadTalosconfig) {
@@ -248,11 +259,22 @@ func (s *state) begin(ctx context.Context) (ctrl.Result, error) {
 		}
 		// The node answers with the talosconfig now; later, one that does
 		// not answer is taken for one that is resetting.
-		if err := s.r.reach(ctx, rc.Spec.Unmanaged.Address, creds); err != nil {
+		facts, err := s.r.reach(ctx, rc.Spec.Unmanaged.Address, creds)
+		if err != nil {
 			return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s does not answer with the talosconfig: %v; nothing was reset",
 				rc.Spec.Unmanaged.Address, err)
 		}
-		rc.Status.Address = rc.Spec.Unmanaged.Address
+		rc.Status.Address, rc.Status.SystemUUID = rc.Spec.Unmanaged.Address, facts.UUID
+	}
+	// The node that answers after the reset is recognised by what it reports
+	// now (or by the certificate its console shows).
+	switch n := len(rc.Status.SystemUUID); {
+	case n > maxUUID:
+		rc.Status.SystemUUID = ""
+		return s.fail(v1alpha1.ReclaimReasonNoSystemUUID, "the node at %s reports a system UUID of %d bytes, which is not one; nothing was reset", rc.Status.Address, n)
+	case n == 0 && rc.Spec.ExpectedFingerprint == "":
+		return s.fail(v1alpha1.ReclaimReasonNoSystemUUID, "the node at %s has no system UUID on record: after its reset Ichor could not tell it from another "+
+			"(create the reclaim again with spec.expectedFingerprint, the certificate its console will show); nothing was reset", rc.Status.Address)
 	}
 	// The API server decides now, as it would after the reset, whether the
 	// new machine may be created: its name, its address, its cluster.
@@ -324,14 +346,17 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 	rc := s.rc
 	if rc.Status.ResetAt == nil {
-		if s.r.inMaintenance(ctx, rc.Status.Address) {
+		if ours, _ := s.r.maintenance(ctx, rc); ours {
 			// Reset already (the answer was lost with a restart).
 			rc.Status.ResetAt = &s.now
 		} else {
 			err := s.r.resetNode(ctx, rc)
+			var notThis *notThisNodeError
 			switch {
 			case errors.Is(err, errBadTalosconfig):
 				return s.fail(v1alpha1.ReclaimReasonBadTalosconfig, "%v; nothing was reset", err)
+			case errors.As(err, &notThis):
+				return s.fail(v1alpha1.ReclaimReasonNotThisMachine, "%v; nothing was reset", err)
 			case errors.Is(err, errReadingSecret):
 				return ctrl.Result{}, err
 			case talos.NotAnswering(err) && s.now.Sub(rc.Status.StartedAt.Time) <= s.r.Options.ResetTimeout:
@@ -357,7 +382,8 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, err
 		}
 	}
-	if s.r.inMaintenance(ctx, rc.Status.Address) {
+	ours, other := s.r.maintenance(ctx, rc)
+	if ours {
 		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
 			"The node at %s is in maintenance mode", rc.Status.Address)
 		rc.Status.Phase = v1alpha1.ReclaimJoining
@@ -365,8 +391,16 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{Requeue: true}, nil
 	}
 	if s.now.Sub(rc.Status.ResetAt.Time) > s.r.Options.ResetTimeout {
+		if other != "" {
+			return s.fail(v1alpha1.ReclaimReasonNotThisMachine, "%s; the node reset did not answer in its place within %s, and nothing was sent to the other",
+				other, s.r.Options.ResetTimeout)
+		}
 		return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s did not come back in maintenance mode within %s of its reset",
 			rc.Status.Address, s.r.Options.ResetTimeout)
+	}
+	if other != "" {
+		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine, corev1.EventTypeWarning, "%s; nothing is sent to it, and the reclaim waits for the node reset", other)
+		return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
 	}
 	s.progress(v1alpha1.ReclaimReasonResetting, "the node at %s accepted the reset; waiting for it to answer in maintenance mode", rc.Status.Address)
 	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
@@ -403,11 +437,38 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 		return s.fail(v1alpha1.ReclaimReasonCannotAdd, "TalosMachine %s is not the one this reclaim creates for the node at %s (someone else made or deleted it)",
 			m.Name, rc.Status.Address)
 	}
+	known, mismatch := s.identify(&m)
+	if mismatch != "" {
+		// Not the node reset: never approved on the reclaim's behalf, and
+		// rejected so that no one approves it for the node reclaimed.
+		if m.Status.Approval == nil {
+			if err := s.r.decide(ctx, &m, v1alpha1.ApprovalRejected, fmt.Sprintf("not the node MachineReclaim %s reset: %s", rc.Name, mismatch)); err != nil {
+				if apierrors.IsConflict(err) {
+					return ctrl.Result{Requeue: true}, nil
+				}
+				if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+					return ctrl.Result{}, err
+				}
+				return s.fail(v1alpha1.ReclaimReasonNotThisMachine, "%s; rejecting TalosMachine %s is refused (%s): do not approve it", mismatch, m.Name, apiMessage(err))
+			}
+		}
+		if a := m.Status.Approval; a.Decision == v1alpha1.ApprovalApproved {
+			return s.fail(v1alpha1.ReclaimReasonNotThisMachine, "%s; %s approved TalosMachine %s all the same", mismatch, a.By, m.Name)
+		}
+		return s.fail(v1alpha1.ReclaimReasonNotThisMachine, "%s; TalosMachine %s is rejected, so nothing is sent to it", mismatch, m.Name)
+	}
 	switch a := m.Status.Approval; {
 	case a != nil && a.Decision == v1alpha1.ApprovalRejected:
 		return s.fail(v1alpha1.ReclaimReasonRejected, "%s rejected TalosMachine %s: %s", a.By, m.Name, a.Reason)
-	case a == nil && m.Status.Phase == v1alpha1.MachinePhasePendingApproval:
-		if err := s.r.approve(ctx, rc, &m); err != nil {
+	case a == nil && known && m.Status.Phase == v1alpha1.MachinePhasePendingApproval:
+		if why := s.needsAPerson(); why != "" {
+			s.progressOnce(v1alpha1.ReclaimReasonWaitingForApproval, corev1.EventTypeNormal,
+				"the node at %s is the one reset (%s), but %s: TalosMachine %s waits for an admin's approval (ichor -n %s approve %s)",
+				rc.Status.Address, s.proof(&m), why, m.Name, m.Namespace, m.Name)
+			return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+		}
+		reason := fmt.Sprintf("reclaimed by MachineReclaim %s, started by %s: the node reset (%s)", rc.Name, rc.Status.ReclaimedBy, s.proof(&m))
+		if err := s.r.decide(ctx, &m, v1alpha1.ApprovalApproved, reason); err != nil {
 			if apierrors.IsConflict(err) {
 				return ctrl.Result{Requeue: true}, nil
 			}
@@ -417,8 +478,19 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, err
 		}
 		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventApproved, "Approve",
-			"Approved TalosMachine %s (the certificate pinned at %s after the reset) into TalosCluster %s, as %s's reclaim",
-			m.Name, m.Spec.Address, rc.Spec.ClusterName, rc.Status.ReclaimedBy)
+			"Approved TalosMachine %s into TalosCluster %s, as %s's reclaim: the node at %s is the one reset (%s)",
+			m.Name, rc.Spec.ClusterName, rc.Status.ReclaimedBy, m.Spec.Address, s.proof(&m))
+	case a == nil && meta.IsStatusConditionFalse(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified) &&
+		rc.Spec.ExpectedFingerprint != "":
+		// Intake pins only the expected certificate; another answers.
+		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine, corev1.EventTypeWarning,
+			"the node at %s does not present spec.expectedFingerprint %s; nothing is sent to it, and TalosMachine %s waits for the node reset",
+			rc.Status.Address, rc.Spec.ExpectedFingerprint, m.Name)
+		return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
+	case a != nil && m.Status.Phase != v1alpha1.MachinePhaseReady:
+		if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c != nil && c.Reason == v1alpha1.ReclaimReasonWaitingForApproval {
+			s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventApproved, "Approve", "%s approved TalosMachine %s", a.By, m.Name)
+		}
 	case m.Status.Phase == v1alpha1.MachinePhaseReady:
 		rc.Status.Phase = v1alpha1.ReclaimSucceeded
 		rc.Status.CompletedAt = &s.now
@@ -436,14 +508,90 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
 }
 
-// approve writes the approval of m through talosmachines/approval, as every
-// approval is written; its reason names the reclaim and who started it.
-func (r *Reconciler) approve(ctx context.Context, rc *v1alpha1.MachineReclaim, m *v1alpha1.TalosMachine) error {
-	m.Status.Approval = &v1alpha1.ApprovalStatus{
-		Decision: v1alpha1.ApprovalApproved,
-		Reason:   fmt.Sprintf("reclaimed by MachineReclaim %s, started by %s", rc.Name, rc.Status.ReclaimedBy),
+// identify checks that the node intake pinned for m is the one reset: it
+// presents spec.expectedFingerprint when that is set, and reports the
+// system UUID read before the reset when there is one. known is false until
+// intake pinned a certificate and read the node's facts; mismatch says how
+// the node is another.
+func (s *state) identify(m *v1alpha1.TalosMachine) (known bool, mismatch string) {
+	p, hw := m.Status.Maintenance, m.Status.Hardware
+	if p == nil || p.CertificateFingerprint == "" || hw == nil {
+		return false, ""
 	}
+	if want := s.rc.Spec.ExpectedFingerprint; want != "" && p.CertificateFingerprint != want {
+		return true, fmt.Sprintf("TalosMachine %s pinned SPKI fingerprint %s, not spec.expectedFingerprint %s", m.Name, p.CertificateFingerprint, want)
+	}
+	if want := s.rc.Status.SystemUUID; want != "" && hw.UUID != want {
+		return true, fmt.Sprintf("the node that answered at %s after the reset reports system UUID %s, not %s, the one read before the reset: it is another machine",
+			m.Spec.Address, quoted(hw.UUID), want)
+	}
+	return true, ""
+}
+
+// proof says how the pinned node of m was recognised as the one reset.
+func (s *state) proof(m *v1alpha1.TalosMachine) string {
+	var by []string
+	if s.rc.Status.SystemUUID != "" {
+		by = append(by, "system UUID "+s.rc.Status.SystemUUID)
+	}
+	if s.rc.Spec.ExpectedFingerprint != "" {
+		by = append(by, "the expected certificate "+s.rc.Spec.ExpectedFingerprint)
+	} else {
+		by = append(by, "certificate "+m.Status.Maintenance.CertificateFingerprint+" pinned")
+	}
+	return strings.Join(by, ", ")
+}
+
+// needsAPerson says why the new machine is not approved on the reclaim's
+// behalf, or "" when it may be: a control plane receives every CA key of
+// its cluster, and a reclaim begun without a system UUID on record (before
+// this check existed) cannot tell its node from another.
+func (s *state) needsAPerson() string {
+	switch {
+	case s.rc.Spec.Role == v1alpha1.MachineRoleControlPlane:
+		return fmt.Sprintf("a control plane receives every CA key of TalosCluster %s", s.rc.Spec.ClusterName)
+	case s.rc.Status.SystemUUID == "" && s.rc.Spec.ExpectedFingerprint == "":
+		return "the reclaim recorded no system UUID before the reset to recognise the node by"
+	}
+	return ""
+}
+
+// progressOnce records what the reclaim waits on, as an Event of type too
+// when it comes to it (not on every pass).
+func (s *state) progressOnce(reason, eventType, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c == nil || c.Reason != reason {
+		s.r.Recorder.Eventf(s.rc, nil, eventType, reason, "Reclaim", "%s", msg)
+	}
+	s.progress(reason, "%s", msg)
+}
+
+// decide writes a decision about m through talosmachines/approval, as every
+// decision is written, conditional on the machine as read (its pin and
+// facts); the API server records who decided.
+func (r *Reconciler) decide(ctx context.Context, m *v1alpha1.TalosMachine, decision v1alpha1.ApprovalDecision, reason string) error {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	m.Status.Approval = &v1alpha1.ApprovalStatus{Decision: decision, Reason: reason}
 	return r.Client.SubResource("approval").Update(ctx, m)
+}
+
+// maxReason keeps a decision's reason within what the API accepts;
+// maxUUID is longer than any system UUID.
+const (
+	maxReason = 1024
+	maxUUID   = 128
+)
+
+// quoted is a value a node reported, quoted and cut short: whatever it
+// says, it cannot swell a message past what the API accepts.
+func quoted(v string) string {
+	const max = 64
+	if len(v) > max {
+		v = v[:max] + "..."
+	}
+	return fmt.Sprintf("%q", v)
 }
 
 // apiMessage is the message of an API error, without the client's wrapping.

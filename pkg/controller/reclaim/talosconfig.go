@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -52,7 +51,9 @@ func (r *Reconciler) talosconfig(ctx context.Context, rc *v1alpha1.MachineReclai
 	return creds, nil
 }
 
-// resetNode asks the unmanaged node to reset as the reclaim says.
+// resetNode asks the unmanaged node to reset as the reclaim says, once it
+// reports the system UUID read when the reclaim began: every node of its
+// cluster accepts the talosconfig, and the address may have moved to another.
 func (r *Reconciler) resetNode(ctx context.Context, rc *v1alpha1.MachineReclaim) error {
 	creds, err := r.talosconfig(ctx, rc)
 	if err != nil {
@@ -65,6 +66,16 @@ func (r *Reconciler) resetNode(ctx context.Context, rc *v1alpha1.MachineReclaim)
 		return err
 	}
 	defer func() { _ = node.Close() }()
+	if want := rc.Status.SystemUUID; want != "" {
+		facts, err := node.Facts(ctx)
+		if err != nil {
+			return err
+		}
+		if facts.UUID != want {
+			return &notThisNodeError{msg: fmt.Sprintf("the node answering at %s with the talosconfig reports system UUID %s, not %s, the one read when the reclaim began",
+				rc.Status.Address, quoted(facts.UUID), want)}
+		}
+	}
 	req := talos.ResetRequest{Graceful: graceful(rc), Mode: talos.WipeAll}
 	if rc.Spec.Wipe == v1alpha1.WipeModeSystemDisk {
 		req.Mode = talos.WipeSystemDisk
@@ -72,17 +83,17 @@ func (r *Reconciler) resetNode(ctx context.Context, rc *v1alpha1.MachineReclaim)
 	return node.Reset(ctx, req)
 }
 
-// reach checks that the node at address answers over mutual TLS with creds.
-func (r *Reconciler) reach(ctx context.Context, address string, creds talos.Credentials) error {
+// reach checks that the node at address answers over mutual TLS with creds,
+// and returns what it reports.
+func (r *Reconciler) reach(ctx context.Context, address string, creds talos.Credentials) (*talos.Facts, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
 	node, err := r.Dialer.Configured(ctx, address, creds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = node.Close() }()
-	_, err = node.Facts(ctx)
-	return err
+	return node.Facts(ctx)
 }
 
 // deleteTalosconfig deletes the talosconfig Secret of an unmanaged reclaim,
@@ -113,9 +124,40 @@ func (r *Reconciler) deleteTalosconfig(ctx context.Context, rc *v1alpha1.Machine
 	return nil
 }
 
-// inMaintenance reports whether a node in maintenance mode answers at address.
-func (r *Reconciler) inMaintenance(ctx context.Context, address string) bool {
+// notThisNodeError says the node answering is not the one the reclaim
+// resets; nothing was sent to it.
+type notThisNodeError struct{ msg string }
+
+func (e *notThisNodeError) Error() string { return e.msg }
+
+// maintenance says whether the reclaim's node answers in maintenance mode at
+// its address: ours when it presents spec.expectedFingerprint (if set) and
+// reports the system UUID read before the reset (if one was); other says why
+// a node in maintenance mode that answers is another. A certificate other
+// than the expected one says nothing yet: the node may still serve its
+// cluster's, before its reset ends.
+func (r *Reconciler) maintenance(ctx context.Context, rc *v1alpha1.MachineReclaim) (ours bool, other string) {
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
-	return intake.InMaintenance(ctx, r.Dialer, address)
+	pin := talos.Observe()
+	if fp := rc.Spec.ExpectedFingerprint; fp != "" {
+		var err error
+		if pin, err = talos.Pinned(fp); err != nil {
+			return false, ""
+		}
+	}
+	node, err := r.Dialer.Maintenance(ctx, rc.Status.Address, pin)
+	if err != nil {
+		return false, ""
+	}
+	defer func() { _ = node.Close() }()
+	facts, err := node.Facts(ctx)
+	if err != nil {
+		return false, ""
+	}
+	if want := rc.Status.SystemUUID; want != "" && facts.UUID != want {
+		return false, fmt.Sprintf("the node in maintenance mode at %s reports system UUID %s, not %s, the one read before the reset",
+			rc.Status.Address, quoted(facts.UUID), want)
+	}
+	return true, ""
 }
