@@ -109,8 +109,9 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	// once it joins demo.
 	foreign := newForeignCluster(t, "https://127.0.3.102:6443")
 	// Its smallest disk is the USB stick it once booted from.
+	const nodeUUID = "5f0e8d6a-1c2b-4a3d-8e9f-0000000003a0"
 	node := simNode(t, talossim.Options{
-		ListenAddress: "127.0.3.30:0", Kubernetes: d.kube, Trustd: d.trustd, OSCA: foreign.bundle.Certs.OS,
+		ListenAddress: "127.0.3.30:0", SystemUUID: nodeUUID, Kubernetes: d.kube, Trustd: d.trustd, OSCA: foreign.bundle.Certs.OS,
 		InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: d.registry,
 		Disks: []talossim.Disk{{Path: "/dev/sda", Size: 64 << 30, Transport: "sata"}, {Path: "/dev/sdc", Size: 16 << 30, Transport: "usb"}},
 	})
@@ -234,9 +235,11 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Read over the node's Talos API with the talosconfig before the reset,
+	// and reported by the node pinned after it.
 	if a := m.Status.Approval; a == nil || a.Decision != v1alpha1.ApprovalApproved || a.By != controllerUser ||
-		!strings.Contains(a.Reason, "MachineReclaim worker-3, started by carol") {
-		t.Errorf("worker-3's approval: %+v", a)
+		!strings.Contains(a.Reason, "MachineReclaim worker-3, started by carol: the node reset (system UUID "+nodeUUID) || r.Status.SystemUUID != nodeUUID {
+		t.Errorf("worker-3's approval: %+v; the reclaim's system UUID %q", a, r.Status.SystemUUID)
 	}
 	if m.Labels[v1alpha1.LabelMachineReclaim] != "worker-3" || m.Status.Phase != v1alpha1.MachinePhaseReady ||
 		m.Status.Maintenance == nil || m.Status.Maintenance.CertificateFingerprint != node.MaintenanceFingerprint() {
@@ -294,7 +297,7 @@ func (d *demoCluster) reclaims(t *testing.T) {
 	runIchor(waitCtx, t, nil, "carol", "ichor:admin", "-n", spareNS, "reclaim", "spare-worker", "--wait").ok(t, "ichor reclaim --wait",
 		"machinereclaim.ichor.dev/spare-worker reclaim started", "machinereclaim.ichor.dev/spare-worker Succeeded: TalosMachine spare-worker")
 	r = waitReclaimFor(ctx, t, spareReclaims, "spare-worker", v1alpha1.ReclaimSucceeded, 3*time.Minute)
-	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "spare-worker" {
+	if r.Status.ResetAt == nil || r.Status.Address != node.Addr() || r.Status.MachineName != "spare-worker" || r.Status.SystemUUID != nodeUUID {
 		t.Errorf("status of the managed reclaim: %+v", r.Status)
 	}
 	if _, err := d.machines.Get(ctx, "worker-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
