@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
@@ -160,6 +161,23 @@ func describe(op *v1alpha1.TalosOperation, machines []machineRow) string {
 		at = ", one machine at a time"
 	}
 	return fmt.Sprintf("%s %s of cluster %s%s", does, what, op.Spec.ClusterName, at)
+}
+
+// restoredFrom says, for an etcd-restore, when the backup it restores was
+// taken, as the person reads it, so that the confirmation names what the
+// cluster goes back to.
+func (s *Server) restoredFrom(ctx context.Context, cs versioned.Interface, op *v1alpha1.TalosOperation) string {
+	if op.Spec.Type != v1alpha1.OperationEtcdRestore || op.Spec.EtcdRestore == nil {
+		return ""
+	}
+	b, err := cs.IchorV1alpha1().TalosBackups(op.Namespace).Get(ctx, op.Spec.EtcdRestore.Backup, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		return fmt.Sprintf(" (backup %s cannot be read: %s)", op.Spec.EtcdRestore.Backup, apiReason(err))
+	case b.Status.StartedAt == nil:
+		return fmt.Sprintf(" (backup %s has not been taken)", b.Name)
+	}
+	return fmt.Sprintf(" (backup %s, taken at %s UTC: everything written to the cluster since is lost)", b.Name, b.Status.StartedAt.UTC().Format(time.DateTime))
 }
 
 // startable are the operation types who may start in ns, asked of
@@ -355,7 +373,7 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 	}
 	data["UID"] = op.UID
 	data["Type"] = op.Spec.Type
-	data["Does"] = describe(op, machines)
+	data["Does"] = describe(op, machines) + s.restoredFrom(r.Context(), cs, op)
 	data["Destructive"] = operationKinds[op.Spec.Type].destructive
 	startPath := ""
 	if s.may(r, se, ns, "start", "talosoperations", string(op.Spec.Type)) {
@@ -400,7 +418,11 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
 		s.renderOperation(w, r, se, "start", http.StatusBadRequest, fmt.Sprintf("type the cluster's name, %s, to confirm", name))
 		return
 	}
-	if _, err := ops.Start(r.Context(), opName, &v1alpha1.TalosOperation{}, metav1.CreateOptions{}); err != nil {
+	// The confirmed object's UID goes with the start, which ichor-apiserver
+	// holds as a precondition: a delete and re-create after the check above
+	// is refused too.
+	confirmed := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: opName, UID: types.UID(r.PostFormValue("uid"))}}
+	if _, err := ops.Start(r.Context(), opName, confirmed, metav1.CreateOptions{}); err != nil {
 		s.renderOperation(w, r, se, "start", apiStatus(err), apiReason(err))
 		return
 	}

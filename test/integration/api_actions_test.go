@@ -49,7 +49,17 @@ func TestStartNeedsTheStartVerbOnTheOperationsType(t *testing.T) {
 		t.Fatal("a dry-run start was stored")
 	}
 
-	started, err := operator.Start(ctx, "reboot-all", &v1alpha1.TalosOperation{}, metav1.CreateOptions{})
+	// A uid in the body is a precondition: an operation deleted and made
+	// again under its name since the start was confirmed is not started.
+	confirmed, err := operator.Get(ctx, "reboot-all", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = operator.Start(ctx, "reboot-all", &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "reboot-all", UID: "5b6f2a0e-0000-4000-8000-000000000000"}}, metav1.CreateOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "deleted and made again") {
+		t.Errorf("start with another object's uid: %v, want Conflict", err)
+	}
+	started, err := operator.Start(ctx, "reboot-all", &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "reboot-all", UID: confirmed.UID}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("operator starts a reboot: %v", err)
 	}

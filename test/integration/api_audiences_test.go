@@ -67,7 +67,7 @@ func TestManagedClustersTrustNoManagementAudience(t *testing.T) {
 // TestOneMachinePerNodeAddress: an operator of one namespace, a tenant,
 // would create a TalosMachine at the address of another tenant's node, to
 // pin it the next time it enters maintenance mode. Once a machine holds an
-// address (it was approved, or pinned the certificate there), a second
+// address (it pinned the certificate there, or was approved), a second
 // machine there is refused in any namespace, whatever the address's
 // spelling, to admins too, and the refusal does not name the other
 // tenant's machine. Tenants' own networks keep each to its addresses.
@@ -85,7 +85,9 @@ func TestOneMachinePerNodeAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.TalosMachines(victim).UpdateApproval(ctx, m.Name, withDecision(m, v1alpha1.ApprovalApproved, ""), metav1.UpdateOptions{}); err != nil {
+	// ichor-controller pinned the certificate the node presented there.
+	m.Status.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", SeenAt: metav1.Now()}
+	if _, err := apiClient(t).IchorV1alpha1().TalosMachines(victim).UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

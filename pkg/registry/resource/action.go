@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -93,6 +94,13 @@ func (r *ActionREST[T]) Create(ctx context.Context, name string, body runtime.Ob
 	return r.run(ctx, name, body, options.DryRun, options.FieldManager)
 }
 
+// PreserveRequestObjectMetaSystemFieldsOnSubresourceCreate keeps the
+// body's metadata.uid, which the create handler would otherwise wipe: run
+// holds it as a precondition.
+func (r *ActionREST[T]) PreserveRequestObjectMetaSystemFieldsOnSubresourceCreate() bool { return true }
+
+var _ rest.SubresourceObjectMetaPreserver = &ActionREST[Object]{}
+
 // checkBodyName refuses a body that names another object than the URL.
 func checkBodyName(body runtime.Object, name string) error {
 	if m, err := meta.Accessor(body); err == nil && m.GetName() != "" && m.GetName() != name {
@@ -101,10 +109,20 @@ func checkBodyName(body runtime.Object, name string) error {
 	return nil
 }
 
-// run applies the action to the stored object.
+// run applies the action to the stored object. A body's metadata.uid is a
+// precondition, as a delete's is: whoever confirmed the action on one
+// object must not act on another made since under its name.
 func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Object, dryRun []string, fieldManager string) (runtime.Object, error) {
+	var uid types.UID
+	if m, err := meta.Accessor(body); err == nil {
+		uid = m.GetUID()
+	}
 	apply := func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject().(T)
+		if uid != "" && obj.GetUID() != uid {
+			return nil, apierrors.NewConflict(r.store.DefaultQualifiedResource, name,
+				fmt.Errorf("metadata.uid %s in the body is not the stored object's, %s: it was deleted and made again since; look at it again", uid, obj.GetUID()))
+		}
 		if err := r.authorize(ctx, obj); err != nil {
 			return nil, err
 		}
