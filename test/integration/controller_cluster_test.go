@@ -390,7 +390,7 @@ func (d *demoCluster) reboots() map[string]int {
 // bootstrap token, for the bootstrap token steps.
 // The bootstrap token is in every worker config; whoever holds one must
 // not get a kubelet certificate for another node's name once the machines
-// joined (README, "Trust model").
+// joined (docs/trust-model.md).
 func (d *demoCluster) bootstrapAccess(t *testing.T) (*rest.Config, string) {
 	t.Helper()
 	rc, err := d.kube.WaitReady(d.ctx, d.endpoint)

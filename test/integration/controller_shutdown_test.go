@@ -287,7 +287,7 @@ spec: {clusterName: demo, type: node-reset, machines: [worker-2], nodeReset: {wi
 		o.OperationStepTimeout = clusterWait
 	}
 	// Stopped once the node accepted its reset: stopped before that, the
-	// step fails safe without pinning anything (README, "Resetting a node").
+	// step fails safe without pinning anything (docs/operations.md, "Resetting a node").
 	inFlight := d.startWatching(t, admin, "rebuild", "cp-2's reset accepted", func(op *v1alpha1.TalosOperation) bool {
 		return len(op.Status.Steps) > 0 && op.Status.Steps[0].Phase == v1alpha1.OperationRunning && op.Status.Steps[0].AcceptedAt != nil
 	})
