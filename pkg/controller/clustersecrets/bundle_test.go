@@ -61,9 +61,9 @@ func TestParseErrorsDoNotQuoteTheData(t *testing.T) {
 }
 
 // TestLoadParsesOnceAVersion: Load reads the Secret each time, parses a
-// version of it once, and a changed Secret (a new resourceVersion) is
-// parsed anew; a Secret whose new version is broken is refused, never
-// answered from the cache.
+// content once, and a changed Secret is parsed anew; a Secret whose new
+// content is broken is refused, never answered from the cache, and so is
+// one whose content is not what status.secretsDigest records.
 func TestLoadParsesOnceAVersion(t *testing.T) {
 	ctx := context.Background()
 	data, err := Generate("v1.13.0", time.Now())
@@ -72,7 +72,8 @@ func TestLoadParsesOnceAVersion(t *testing.T) {
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets", Namespace: "ns", UID: "u1"}, Data: map[string][]byte{BundleKey: data}}
 	c := fake.NewClientBuilder().WithObjects(secret).Build()
-	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"}}
+	cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"},
+		Status: v1alpha1.TalosClusterStatus{SecretsDigest: Digest(data)}}
 	first, err := Load(ctx, c, cluster)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +90,10 @@ func TestLoadParsesOnceAVersion(t *testing.T) {
 	if err := c.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := Load(ctx, c, cluster); err == nil {
+		t.Fatal("a Secret changed behind the recorded digest was used")
+	}
+	cluster.Status.SecretsDigest = Digest(other)
 	changed, err := Load(ctx, c, cluster)
 	if err != nil || changed == first || string(changed.Certs.OS.Crt) == string(first.Certs.OS.Crt) {
 		t.Fatalf("a changed Secret gave the old bundle (%v)", err)
@@ -97,6 +102,7 @@ func TestLoadParsesOnceAVersion(t *testing.T) {
 	if err := c.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
+	cluster.Status.SecretsDigest = Digest(secret.Data[BundleKey])
 	if _, err := Load(ctx, c, cluster); err == nil {
 		t.Fatal("a broken new version was answered from the cache")
 	}

@@ -1,9 +1,14 @@
 // Package clustersecrets makes sure every TalosCluster has its secrets
 // bundle (the Talos, Kubernetes and etcd CAs, keys and tokens the cluster's
 // configs are rendered from). A cluster that names a Secret in
-// spec.secretsRef uses that one; a cluster that names none gets a bundle
-// generated with machinery's secrets package into <cluster>-secrets, owned by
-// the cluster. Its SecretsReady condition says which, or what is wrong.
+// spec.secretsRef uses that one, an admin's choice; a cluster that names
+// none gets a bundle generated with machinery's secrets package into
+// <cluster>-secrets, owned by the cluster. The SHA-256 of a generated
+// bundle is recorded in status.secretsDigest, which only ichor-controller
+// writes, before the Secret is: a Secret of that name holding anything
+// else — planted before, or in between — is never used, whatever its
+// owners or annotations say. Its SecretsReady condition says which, or
+// what is wrong.
 //
 // The bundle is read and written here and nowhere else. It never appears in
 // a log line, an Event, a status or an error message: those name the Secret
@@ -14,6 +19,7 @@ package clustersecrets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -45,9 +52,14 @@ const ControllerName = "taloscluster-secrets"
 // each namespace that holds TalosClusters, and nowhere else.
 const SecretsClusterRole = "ichor-controller-secrets"
 
-// EventSecretsGenerated is the Normal Event of a new bundle; the failures
-// are Warning Events with the condition's reason.
-const EventSecretsGenerated = "SecretsGenerated"
+// EventSecretsGenerated is the Normal Event of a new bundle, and
+// EventSecretsDigestRecorded that of a bundle generated before digests
+// were recorded, whose digest is recorded once; the failures are Warning
+// Events with the condition's reason.
+const (
+	EventSecretsGenerated      = "SecretsGenerated"
+	EventSecretsDigestRecorded = "SecretsDigestRecorded"
+)
 
 // SecretType marks the Secrets Ichor generates.
 const SecretType corev1.SecretType = "ichor.dev/talos-secrets-bundle"
@@ -68,9 +80,10 @@ func SecretName(cluster *v1alpha1.TalosCluster) string {
 
 // Reconciler gives each TalosCluster its secrets bundle.
 type Reconciler struct {
-	// Client reads TalosClusters (cached) and writes Secrets and status.
+	// Client writes Secrets and status.
 	Client client.Client
-	// Secrets reads Secrets without a cache.
+	// Secrets reads Secrets, and the TalosCluster whose digests they are
+	// checked against, without a cache.
 	Secrets  client.Reader
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
@@ -82,8 +95,8 @@ type Reconciler struct {
 	Now func() time.Time
 }
 
-// SetupWithManager registers the reconciler; it wakes on spec changes, not
-// on the status it writes.
+// SetupWithManager registers the reconciler; it wakes on spec changes and
+// on a new digest or CA rotation phase, not on the conditions it writes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.ResyncInterval <= 0 {
 		r.ResyncInterval = DefaultResyncInterval
@@ -96,14 +109,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
-		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, digestsChanged()))).
 		Complete(r)
+}
+
+// digestsChanged passes an update that records another digest or moves a
+// CA rotation: what the Secrets are checked against changed.
+func digestsChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosCluster)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosCluster)
+			return ok1 && ok2 && (o.Status.SecretsDigest != n.Status.SecretsDigest || !equality.Semantic.DeepEqual(o.Status.CARotation, n.Status.CARotation))
+		},
+	}
 }
 
 // Reconcile checks, or generates, one cluster's bundle.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// Read fresh: the Secrets are checked against the digests it records.
 	var cluster v1alpha1.TalosCluster
-	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+	if err := r.Secrets.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
@@ -131,11 +157,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: r.ResyncInterval}, nil
 }
 
-// ensureBundle finds, checks or generates the bundle and says how it went.
+// ensureBundle finds, checks or generates the bundle, and checks the new
+// CAs of a CA rotation, and says how it went.
 func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) (metav1.Condition, error) {
 	generated := cluster.Spec.SecretsRef == nil
 	cond := func(status metav1.ConditionStatus, reason, format string, args ...any) (metav1.Condition, error) {
 		return metav1.Condition{Type: v1alpha1.ClusterConditionSecretsReady, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
+	}
+	refused := func(err error) (metav1.Condition, error) {
+		var refusal *Refusal
+		if errors.As(err, &refusal) {
+			return cond(metav1.ConditionFalse, refusal.Reason, "%s", refusal.Message)
+		}
+		return metav1.Condition{}, err
 	}
 
 	var secret corev1.Secret
@@ -143,11 +177,11 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 	switch {
 	case apierrors.IsNotFound(err) && generated:
 		if err := r.generate(ctx, cluster, name); err != nil {
-			return metav1.Condition{}, err
+			return refused(err)
 		}
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsGenerated, "GenerateSecretsBundle",
 			"Generated a secrets bundle for Talos %s into Secret %s", cluster.Spec.TalosVersion, name)
-		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, its SHA-256 recorded in status.secretsDigest", name)
 	case apierrors.IsNotFound(err):
 		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretNotFound,
 			"Secret %s named by spec.secretsRef does not exist; create it with the bundle in key %s (talosctl gen secrets), or clear spec.secretsRef to have one generated",
@@ -159,26 +193,41 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 			cluster.Namespace, cluster.Namespace, SecretsClusterRole)
 	case err != nil:
 		return metav1.Condition{}, fmt.Errorf("read Secret %s/%s: %w", cluster.Namespace, name, err)
-	case generated && !metav1.IsControlledBy(&secret, cluster):
-		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretConflict,
-			"Secret %s exists but was not generated for this cluster; it is neither used nor overwritten. Delete it, or name it in spec.secretsRef to use it",
-			name)
 	}
-	if _, err := parse(secret.Data[BundleKey]); err != nil {
-		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonInvalidBundle, "Secret %s: %v", name, err)
+	if adoptable(cluster, &secret) {
+		if _, err := parse(secret.Data[BundleKey]); err == nil {
+			if err := recordDigest(ctx, r.Client, cluster, Digest(secret.Data[BundleKey])); err != nil {
+				return metav1.Condition{}, err
+			}
+			r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsDigestRecorded, "RecordSecretsDigest",
+				"Recorded the SHA-256 of the bundle generated into Secret %s before digests were recorded: from now on only that bundle is used", name)
+		}
+	}
+	next, err := LoadRotationCAs(ctx, r.Secrets, cluster)
+	if err != nil {
+		return refused(err)
+	}
+	if _, err := bundleOf(cluster, &secret, next); err != nil {
+		return refused(err)
 	}
 	if generated {
-		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, owned by this cluster", name)
+		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, its SHA-256 recorded in status.secretsDigest", name)
 	}
 	return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonProvided, "the bundle is read from Secret %s", name)
 }
 
-// generate writes a new bundle into Secret name, controlled by cluster so
-// that it goes when the cluster goes.
+// generate records the digest of a new bundle, then writes the bundle
+// into Secret name, controlled by cluster so that it goes when the
+// cluster goes. A Secret of that name that appeared in between is refused,
+// and left as it is. Stopped between the two, the next reconcile
+// generates another bundle and records its digest instead.
 func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) error {
 	data, err := Generate(cluster.Spec.TalosVersion, r.Now())
 	if err != nil {
 		return fmt.Errorf("TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	if err := recordDigest(ctx, r.Client, cluster, Digest(data)); err != nil {
+		return err
 	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -195,7 +244,11 @@ func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluste
 	if err := controllerutil.SetControllerReference(cluster, secret, r.Scheme); err != nil {
 		return fmt.Errorf("own Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
-	if err := r.Client.Create(ctx, secret); err != nil {
+	err = r.Client.Create(ctx, secret)
+	if apierrors.IsAlreadyExists(err) {
+		return digestMismatch(cluster)
+	}
+	if err != nil {
 		return fmt.Errorf("create Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	return nil

@@ -3,6 +3,8 @@ package clustersecrets
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -30,7 +32,9 @@ import (
 // Secret changes only when the rotation completes, when the new CAs are
 // written into it (StoreCAs) and the rotation's Secret is deleted. In
 // between, TalosCluster status.caRotation says which phase the cluster is
-// in, and Load gives everyone the secrets in force in it.
+// in and the digest of the new CAs, recorded before their Secret is
+// written, and Load gives everyone the secrets in force in it. A Secret of
+// that name holding other CAs is never used, nor deleted.
 
 // Keys of the rotation's Secret: each new CA's PEM certificate and key.
 const (
@@ -39,10 +43,6 @@ const (
 	kubernetesCertKey = "kubernetes.crt"
 	kubernetesKeyKey  = "kubernetes.key"
 )
-
-// AnnotationRotationOperation names the UID of the ca-rotation that
-// generated a rotation's Secret.
-const AnnotationRotationOperation = "ichor.dev/ca-rotation"
 
 // RotationSecretName is the Secret of the new CAs while cluster's CAs
 // rotate.
@@ -54,6 +54,34 @@ func RotationSecretName(cluster *v1alpha1.TalosCluster) string {
 // replace.
 type RotationCAs struct {
 	Talos, Kubernetes *x509.PEMEncodedCertificateAndKey
+	// Digest is their SHA-256 (rotationDigest), as
+	// status.caRotation.secretDigest records it.
+	Digest string
+}
+
+// data is the content of cas's Secret.
+func (cas *RotationCAs) data() map[string][]byte {
+	data := map[string][]byte{}
+	if cas.Talos != nil {
+		data[talosCertKey], data[talosKeyKey] = cas.Talos.Crt, cas.Talos.Key
+	}
+	if cas.Kubernetes != nil {
+		data[kubernetesCertKey], data[kubernetesKeyKey] = cas.Kubernetes.Crt, cas.Kubernetes.Key
+	}
+	return data
+}
+
+// rotationDigest is the SHA-256 of the CAs in a rotation's Secret data:
+// of each key it reads, in a fixed order, its name and length, then its
+// bytes, so that no two contents share a digest. Other keys are never
+// read, and do not count.
+func rotationDigest(data map[string][]byte) string {
+	h := sha256.New()
+	for _, k := range []string{talosCertKey, talosKeyKey, kubernetesCertKey, kubernetesKeyKey} {
+		fmt.Fprintf(h, "%s %d\n", k, len(data[k]))
+		h.Write(data[k])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Secrets are a cluster's secrets as they are in force: the bundle of its
@@ -199,22 +227,55 @@ func phaseCAs(phase v1alpha1.CARotationPhase, old, next *x509.PEMEncodedCertific
 	}
 }
 
-// LoadRotationCAs reads the new CAs of cluster's rotation, nil if it has
-// no Secret.
-func LoadRotationCAs(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*RotationCAs, *corev1.Secret, error) {
-	name := RotationSecretName(cluster)
+// LoadRotationCAs reads the new CAs of cluster's rotation: nil when it has
+// none, or their Secret is not there. A Secret whose CAs are not those
+// status.caRotation.secretDigest records is refused. A rotation started
+// before digests were recorded has none: its Secret is taken as it is, as
+// it was then, and the operation records its digest at its next step.
+func LoadRotationCAs(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*RotationCAs, error) {
+	rotation := cluster.Status.CARotation
+	if rotation == nil {
+		return nil, nil
+	}
+	s, err := getRotationSecret(ctx, reader, cluster)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	if rotation.SecretDigest != "" && rotationDigest(s.Data) != rotation.SecretDigest {
+		return nil, rotationMismatch(cluster)
+	}
+	return rotationCAsOf(s)
+}
+
+// rotationMismatch refuses the Secret of cluster's rotation.
+func rotationMismatch(cluster *v1alpha1.TalosCluster) *Refusal {
+	return refuse(v1alpha1.ClusterReasonSecretDigestMismatch,
+		"Secret %s/%s does not hold the new CAs ichor-controller generated for this rotation (their SHA-256 is not status.caRotation.secretDigest); "+
+			"it is neither used nor deleted. Restore it from a copy, or, in phase %s, delete it: a ca-rotation then generates new CAs",
+		cluster.Namespace, RotationSecretName(cluster), v1alpha1.CARotationAcceptNew)
+}
+
+// getRotationSecret reads the Secret of cluster's rotation, nil if there is
+// none.
+func getRotationSecret(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*corev1.Secret, error) {
 	var s corev1.Secret
-	err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: RotationSecretName(cluster)}, &s)
 	if apierrors.IsNotFound(err) {
-		return nil, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the new CAs of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+		return nil, fmt.Errorf("read the new CAs of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
+	return &s, nil
+}
+
+// rotationCAsOf reads the CAs of a rotation's Secret.
+func rotationCAsOf(s *corev1.Secret) (*RotationCAs, error) {
 	if s.Type != v1alpha1.SecretTypeCARotation {
-		return nil, nil, fmt.Errorf("Secret %s/%s is not of type %s: it is not a rotation's CAs, and is neither used nor overwritten", cluster.Namespace, name, v1alpha1.SecretTypeCARotation)
+		return nil, refuse(v1alpha1.ClusterReasonSecretConflict, "Secret %s/%s is not of type %s: it is not a rotation's CAs, and is neither used nor deleted",
+			s.Namespace, s.Name, v1alpha1.SecretTypeCARotation)
 	}
-	out := &RotationCAs{}
+	out := &RotationCAs{Digest: rotationDigest(s.Data)}
 	for _, ca := range []struct {
 		dst      **x509.PEMEncodedCertificateAndKey
 		crt, key string
@@ -226,45 +287,28 @@ func LoadRotationCAs(ctx context.Context, reader client.Reader, cluster *v1alpha
 		pair := &x509.PEMEncodedCertificateAndKey{Crt: s.Data[ca.crt], Key: s.Data[ca.key]}
 		if _, err := x509.NewCertificateAuthorityFromCertificateAndKey(pair); err != nil {
 			// Its errors name no key material.
-			return nil, nil, fmt.Errorf("Secret %s/%s does not hold a %s CA certificate and its key: %w", cluster.Namespace, name, ca.which, err)
+			return nil, refuse(v1alpha1.ClusterReasonInvalidBundle, "Secret %s/%s does not hold a %s CA certificate and its key: %v", s.Namespace, s.Name, ca.which, err)
 		}
 		*ca.dst = pair
 	}
 	if out.Talos == nil && out.Kubernetes == nil {
-		return nil, nil, fmt.Errorf("Secret %s/%s holds no CA", cluster.Namespace, name)
+		return nil, refuse(v1alpha1.ClusterReasonInvalidBundle, "Secret %s/%s holds no CA", s.Namespace, s.Name)
 	}
-	return out, &s, nil
+	return out, nil
 }
 
-// EnsureRotationCAs returns the new CAs of the ca-rotation op on cluster
-// (of the Talos API if talos, of Kubernetes if kubernetes), generating
-// them (with machinery, as talosctl gen secrets does) and storing them
-// first if it has none. A Secret left by a rotation that never started (no
-// status.caRotation names one) is replaced; one of a rotation under way is
-// taken over by op, which the caller has recorded in status.caRotation.
-func EnsureRotationCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, op *v1alpha1.TalosOperation,
-	talosCA, kubernetesCA bool, now time.Time,
-) (*RotationCAs, error) {
-	cas, s, err := LoadRotationCAs(ctx, reader, cluster)
-	if err != nil {
-		return nil, err
-	}
-	if cas != nil && (s.Annotations[AnnotationRotationOperation] == string(op.UID) || cluster.Status.CARotation != nil) {
-		return cas, nil
-	}
-	if s != nil {
-		if err := deleteRotationSecret(ctx, c, s); err != nil {
-			return nil, err
-		}
-	}
-	data := map[string][]byte{}
+// NewRotationCAs generates the new CAs of a rotation of cluster's Talos API
+// CA if talosCA, and of its Kubernetes CA if kubernetesCA, with machinery
+// as talosctl gen secrets does. They are only in memory: the caller
+// records their Digest in status.caRotation, then stores them
+// (StoreRotationCAs).
+func NewRotationCAs(cluster *v1alpha1.TalosCluster, talosCA, kubernetesCA bool, now time.Time) (*RotationCAs, error) {
 	out := &RotationCAs{}
 	if talosCA {
 		next, err := secrets.NewTalosCA(now)
 		if err != nil {
 			return nil, fmt.Errorf("generate a Talos API CA: %w", err)
 		}
-		data[talosCertKey], data[talosKeyKey] = next.CrtPEM, next.KeyPEM
 		out.Talos = &x509.PEMEncodedCertificateAndKey{Crt: next.CrtPEM, Key: next.KeyPEM}
 	}
 	if kubernetesCA {
@@ -276,36 +320,63 @@ func EnsureRotationCAs(ctx context.Context, c client.Client, reader client.Reade
 		if err != nil {
 			return nil, fmt.Errorf("generate a Kubernetes CA: %w", err)
 		}
-		data[kubernetesCertKey], data[kubernetesKeyKey] = next.CrtPEM, next.KeyPEM
 		out.Kubernetes = &x509.PEMEncodedCertificateAndKey{Crt: next.CrtPEM, Key: next.KeyPEM}
 	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   cluster.Namespace,
-			Name:        RotationSecretName(cluster),
-			Labels:      map[string]string{"app.kubernetes.io/managed-by": "ichor-controller", "ichor.dev/cluster": cluster.Name},
-			Annotations: map[string]string{AnnotationRotationOperation: string(op.UID)},
-		},
-		Type: v1alpha1.SecretTypeCARotation,
-		Data: data,
-	}
-	if err := c.Create(ctx, secret); err != nil {
-		return nil, fmt.Errorf("store the new CAs in Secret %s/%s: %w", cluster.Namespace, secret.Name, err)
-	}
+	out.Digest = rotationDigest(out.data())
 	return out, nil
 }
 
-// DeleteRotationCAs deletes the Secret of cluster's rotation, if any.
+// StoreRotationCAs creates the Secret of cas, the new CAs of cluster's
+// rotation, once status.caRotation.secretDigest records their digest. A
+// Secret of that name that appeared meanwhile is refused, and left as it
+// is.
+func StoreRotationCAs(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCluster, cas *RotationCAs) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: cluster.Namespace,
+			Name:      RotationSecretName(cluster),
+			Labels:    map[string]string{"app.kubernetes.io/managed-by": "ichor-controller", "ichor.dev/cluster": cluster.Name},
+		},
+		Type: v1alpha1.SecretTypeCARotation,
+		Data: cas.data(),
+	}
+	err := c.Create(ctx, secret)
+	if apierrors.IsAlreadyExists(err) {
+		return rotationMismatch(cluster)
+	}
+	if err != nil {
+		return fmt.Errorf("store the new CAs in Secret %s/%s: %w", cluster.Namespace, secret.Name, err)
+	}
+	return nil
+}
+
+// DeleteRotationCAs deletes the Secret of cluster's rotation once the
+// bundle holds its CAs: what a rotation leaves if it stops between its end
+// and the deletion. A Secret holding anything else is refused, and left as
+// it is: it is not the rotation's.
 func DeleteRotationCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster) error {
-	_, s, err := LoadRotationCAs(ctx, reader, cluster)
+	s, err := getRotationSecret(ctx, reader, cluster)
 	if err != nil || s == nil {
 		return err
 	}
-	return deleteRotationSecret(ctx, c, s)
-}
-
-func deleteRotationSecret(ctx context.Context, c client.Client, s *corev1.Secret) error {
-	err := c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+	foreign := refuse(v1alpha1.ClusterReasonSecretConflict,
+		"Secret %s/%s exists but does not hold new CAs of a rotation of this cluster; it is neither used nor deleted. Delete it, then start a ca-rotation again",
+		s.Namespace, s.Name)
+	cas, err := rotationCAsOf(s)
+	if err != nil {
+		return foreign
+	}
+	bundle, err := loadBundle(ctx, reader, cluster, nil)
+	if err != nil {
+		return err
+	}
+	same := func(a, b *x509.PEMEncodedCertificateAndKey) bool {
+		return a == nil || (bytes.Equal(a.Crt, b.Crt) && bytes.Equal(a.Key, b.Key))
+	}
+	if !same(cas.Talos, bundle.Certs.OS) || !same(cas.Kubernetes, bundle.Certs.K8s) {
+		return foreign
+	}
+	err = c.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
@@ -313,39 +384,58 @@ func deleteRotationSecret(ctx context.Context, c client.Client, s *corev1.Secret
 }
 
 // StoreCAs writes the new CAs into the bundle of cluster's Secret, keeping
-// the rest of the bundle; the Secret's type and keys stay. A bundle that
-// has them already is left alone.
+// the rest of the bundle; the Secret's type and keys stay. A generated
+// bundle's new digest is recorded first. A bundle that has them already is
+// left alone.
 func StoreCAs(ctx context.Context, c client.Client, reader client.Reader, cluster *v1alpha1.TalosCluster, cas *RotationCAs) error {
 	name := SecretName(cluster)
 	var s corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {
 		return fmt.Errorf("read the secrets bundle of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	bundle, err := parse(s.Data[BundleKey])
+	bundle, err := bundleOf(cluster, &s, cas)
 	if err != nil {
-		return fmt.Errorf("Secret %s/%s: %w", cluster.Namespace, name, err)
+		return err
 	}
-	changed := false
-	if cas.Talos != nil && !bytes.Equal(bundle.Certs.OS.Crt, cas.Talos.Crt) {
-		bundle.Certs.OS, changed = cas.Talos, true
+	data, changed, err := withCAs(bundle, cas)
+	if err != nil || !changed {
+		return err
 	}
-	if cas.Kubernetes != nil && !bytes.Equal(bundle.Certs.K8s.Crt, cas.Kubernetes.Crt) {
-		bundle.Certs.K8s, changed = cas.Kubernetes, true
+	if cluster.Spec.SecretsRef == nil {
+		if err := recordDigest(ctx, c, cluster, Digest(data)); err != nil {
+			return err
+		}
 	}
-	if !changed {
-		return nil
-	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	if err := enc.Encode(bundle); err != nil {
-		return errors.New("encode the secrets bundle") // its error could quote a value
-	}
-	if err := enc.Close(); err != nil {
-		return errors.New("encode the secrets bundle")
-	}
-	s.Data[BundleKey] = buf.Bytes()
+	s.Data[BundleKey] = data
 	if err := c.Update(ctx, &s); err != nil {
 		return fmt.Errorf("write the new CAs into Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	return nil
+}
+
+// withCAs is bundle, encoded as StoreCAs stores it, with cas in place of
+// its CAs; changed is false when it has them already. bundle is not
+// changed.
+func withCAs(bundle *secrets.Bundle, cas *RotationCAs) (data []byte, changed bool, _ error) {
+	b := *bundle
+	certs := *bundle.Certs
+	b.Certs = &certs
+	if cas.Talos != nil && !bytes.Equal(certs.OS.Crt, cas.Talos.Crt) {
+		certs.OS, changed = cas.Talos, true
+	}
+	if cas.Kubernetes != nil && !bytes.Equal(certs.K8s.Crt, cas.Kubernetes.Crt) {
+		certs.K8s, changed = cas.Kubernetes, true
+	}
+	if !changed {
+		return nil, false, nil
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	if err := enc.Encode(&b); err != nil {
+		return nil, false, errors.New("encode the secrets bundle") // its error could quote a value
+	}
+	if err := enc.Close(); err != nil {
+		return nil, false, errors.New("encode the secrets bundle")
+	}
+	return buf.Bytes(), true, nil
 }

@@ -44,7 +44,7 @@ func TestCredentialsServedOnceByRequestNotName(t *testing.T) {
 	cluster := &v1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"},
 		Spec:       v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"}},
-		Status: v1alpha1.TalosClusterStatus{Credentials: &v1alpha1.ClusterCredentialsStatus{
+		Status: v1alpha1.TalosClusterStatus{SecretsDigest: clustersecrets.Digest(bundle), Credentials: &v1alpha1.ClusterCredentialsStatus{
 			Rotation: "rotate", RotatedAt: metav1.NewTime(now.Add(-time.Hour)),
 		}},
 	}

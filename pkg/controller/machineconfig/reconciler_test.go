@@ -67,6 +67,7 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
 		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
@@ -488,13 +489,15 @@ func TestWorkerTakesANewTalosCAAfterTheControlPlanes(t *testing.T) {
 	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &cluster); err != nil {
 		t.Fatal(err)
 	}
-	op := &v1alpha1.TalosOperation{ObjectMeta: metav1.ObjectMeta{Name: "rotate", Namespace: ns, UID: "uid-rotate"}}
-	next, err := clustersecrets.EnsureRotationCAs(ctx, f.client, f.client, &cluster, op, true, false, f.now)
+	next, err := clustersecrets.NewRotationCAs(&cluster, true, false, f.now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster.Status.CARotation = &v1alpha1.CARotationStatus{Operation: "rotate", Phase: v1alpha1.CARotationIssueNew, Talos: true}
+	cluster.Status.CARotation = &v1alpha1.CARotationStatus{Operation: "rotate", Phase: v1alpha1.CARotationIssueNew, Talos: true, SecretDigest: next.Digest}
 	if err := f.client.Status().Update(ctx, &cluster); err != nil {
+		t.Fatal(err)
+	}
+	if err := clustersecrets.StoreRotationCAs(ctx, f.client, &cluster, next); err != nil {
 		t.Fatal(err)
 	}
 	f.now = f.now.Add(time.Minute)

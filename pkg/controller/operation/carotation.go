@@ -5,6 +5,7 @@ import (
 	"context"
 	stdx509 "crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
@@ -131,7 +133,8 @@ func (r *Reconciler) checkCARotation(ctx context.Context, op *v1alpha1.TalosOper
 
 // startCARotationStep moves the cluster into the step's phase, if it is
 // not there or further yet, and follows the machine's node into it. A dry
-// run says what the phase would change and touches nothing.
+// run says what the phase would change and touches nothing. A Secret in
+// the place of the new CAs that is not theirs fails the step.
 func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 	phase := caPhaseActions[s.record().Action]
 	talosCA, kubernetesCA := rotatesCAs(s.x.op)
@@ -140,6 +143,10 @@ func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.done(ctx, "dry run: %s", what)
 	}
 	if err := s.r.enterCAPhase(ctx, s.x, phase); err != nil {
+		var refusal *clustersecrets.Refusal
+		if errors.As(err, &refusal) {
+			return s.failed(ctx, "%s", refusal.Message)
+		}
 		return ctrl.Result{}, err
 	}
 	if err := s.begin(ctx, "", "waiting for the node to take the config of phase %s: %s", phase, what); err != nil {
@@ -187,28 +194,64 @@ func describeCAPhase(phase v1alpha1.CARotationPhase, controlPlane, talosCA, kube
 
 // enterCAPhase records phase as the cluster's, for x's operation, unless
 // the cluster is there or further already: a rotation never moves back.
-// The first phase stores the new CAs first, so that the secrets in force
-// can be read as soon as the phase is.
+// The new CAs are recorded with it: those of the rotation's Secret when it
+// holds what the cluster records (a rotation taken over keeps its CAs),
+// or, entering the first phase without them, new ones, whose digest is
+// recorded before their Secret is written. Stopped in between, the
+// rotation is in its first phase without its Secret, and the next step
+// generates others. A Secret that is not the rotation's is refused, with
+// a Warning Event on the cluster, and left as it is.
 func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CARotationPhase) error {
 	cluster, err := r.cluster(ctx, x.op)
 	if err != nil {
 		return err
 	}
+	err = r.enterCAPhaseOf(ctx, x, cluster, phase)
+	var refusal *clustersecrets.Refusal
+	if errors.As(err, &refusal) {
+		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeWarning, refusal.Reason, "RotateCA", "%s", refusal.Message)
+	}
+	return err
+}
+
+func (r *Reconciler) enterCAPhaseOf(ctx context.Context, x *run, cluster *v1alpha1.TalosCluster, phase v1alpha1.CARotationPhase) error {
 	cur := cluster.Status.CARotation
-	if cur != nil && cur.Operation == x.op.Name && slices.Index(v1alpha1.CARotationPhases, cur.Phase) >= slices.Index(v1alpha1.CARotationPhases, phase) {
-		return nil
-	}
-	talosCA, kubernetesCA := rotatesCAs(x.op)
-	if _, err := clustersecrets.EnsureRotationCAs(ctx, r.Client, r.Secrets, cluster, x.op, talosCA, kubernetesCA, r.Now()); err != nil {
-		return err
-	}
 	if cur != nil && slices.Index(v1alpha1.CARotationPhases, cur.Phase) > slices.Index(v1alpha1.CARotationPhases, phase) {
 		phase = cur.Phase // taken over where it is
+	}
+	talosCA, kubernetesCA := rotatesCAs(x.op)
+	var next, fresh *clustersecrets.RotationCAs
+	if cur == nil {
+		// Nothing may stand in the new CAs' place but what an ended
+		// rotation left.
+		if err := clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if next, err = clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster); err != nil {
+			return err
+		}
+	}
+	if next == nil {
+		if phase != v1alpha1.CARotationAcceptNew {
+			return fmt.Errorf("TalosCluster %s is in phase %s of a CA rotation, but Secret %s with the new CAs is gone: "+
+				"recreate it from a copy, or restore the CAs by hand", cluster.Name, phase, clustersecrets.RotationSecretName(cluster))
+		}
+		var err error
+		if fresh, err = clustersecrets.NewRotationCAs(cluster, talosCA, kubernetesCA, r.Now()); err != nil {
+			return err
+		}
+		next = fresh
+	}
+	if cur != nil && cur.Operation == x.op.Name && cur.Phase == phase && cur.SecretDigest == next.Digest {
+		return nil // there already
 	}
 	since := metav1.NewTime(r.Now())
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithResourceVersion(cluster.ResourceVersion).
 		WithStatus(ichorac.TalosClusterStatus().WithCARotation(ichorac.CARotationStatus().
-			WithOperation(x.op.Name).WithPhase(phase).WithSince(since).WithTalos(talosCA).WithKubernetes(kubernetesCA)))
+			WithOperation(x.op.Name).WithPhase(phase).WithSince(since).WithTalos(talosCA).WithKubernetes(kubernetesCA).
+			WithSecretDigest(next.Digest)))
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("move TalosCluster %s into phase %s of its CA rotation: %w", cluster.Name, phase, err)
 	}
@@ -216,6 +259,9 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 		"TalosOperation %s moved the rotation of the %s into phase %s", x.op.Name, rotatedCAs(talosCA, kubernetesCA), phase)
 	// The secrets in force changed: read them again.
 	x.cluster, x.bundle = nil, nil
+	if fresh != nil {
+		return clustersecrets.StoreRotationCAs(ctx, r.Client, cluster, fresh)
+	}
 	return nil
 }
 
@@ -269,8 +315,7 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 func (s *step) newCAs(ctx context.Context) (*clustersecrets.RotationCAs, error) {
 	talosCA, kubernetesCA := rotatesCAs(s.x.op)
 	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationAcceptNew {
-		next, _, err := clustersecrets.LoadRotationCAs(ctx, s.r.Secrets, s.cluster)
-		return next, err
+		return clustersecrets.LoadRotationCAs(ctx, s.r.Secrets, s.cluster)
 	}
 	next := &clustersecrets.RotationCAs{}
 	if talosCA {
@@ -498,22 +543,24 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 	if err != nil {
 		return err
 	}
-	next, _, err := clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster)
-	if err != nil {
-		return err
-	}
-	if next != nil {
+	if cur := cluster.Status.CARotation; cur != nil && cur.Operation == x.op.Name {
+		next, err := clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster)
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			return fmt.Errorf("TalosCluster %s is at the end of a CA rotation, but Secret %s with the new CAs is gone: "+
+				"recreate it from a copy, or restore the CAs by hand", cluster.Name, clustersecrets.RotationSecretName(cluster))
+		}
 		if err := clustersecrets.StoreCAs(ctx, r.Client, r.Secrets, cluster, next); err != nil {
 			return err
 		}
-	}
-	if cur := cluster.Status.CARotation; cur != nil && cur.Operation == x.op.Name {
 		// The rotation ends, and its new admin credentials may be
 		// downloaded once (talosclusters/credentials).
 		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		cluster.Status.CARotation = nil
 		cluster.Status.Credentials = &v1alpha1.ClusterCredentialsStatus{Rotation: x.op.Name, RotatedAt: metav1.NewTime(r.Now())}
-		if cur.Kubernetes && next != nil && next.Kubernetes != nil {
+		if cur.Kubernetes && next.Kubernetes != nil {
 			cluster.Status.KubernetesCA = string(next.Kubernetes.Crt)
 		}
 		if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
@@ -530,5 +577,13 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 			"TalosOperation %s rotated the %s: every node trusts the new CAs alone, and the secrets bundle holds them; %s from the old CAs no longer work; an admin downloads the new credentials once (talosclusters/credentials)",
 			x.op.Name, rotatedCAs(cur.Talos, cur.Kubernetes), strings.Join(old, " and "))
 	}
-	return clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
+	// The rotation's Secret goes once the bundle holds its CAs; a Secret
+	// that is not the rotation's is not the rotation's to delete.
+	err = clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
+	var refusal *clustersecrets.Refusal
+	if errors.As(err, &refusal) {
+		log.FromContext(ctx).Info("Left a Secret in the place of the rotation's", "reason", refusal.Reason, "message", refusal.Message)
+		return nil
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	stdx509 "crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,10 +15,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
@@ -91,8 +94,9 @@ func (f *fixture) cluster() *v1alpha1.TalosCluster {
 // bundleCA is the Talos API CA certificate of the bundle's Secret.
 func (f *fixture) bundleCA() []byte {
 	f.t.Helper()
+	c := f.cluster()
 	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
-		ObjectMeta: f.cluster().ObjectMeta, Spec: f.cluster().Spec,
+		ObjectMeta: c.ObjectMeta, Spec: c.Spec, Status: v1alpha1.TalosClusterStatus{SecretsDigest: c.Status.SecretsDigest},
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -250,8 +254,9 @@ func TestCARotationDryRun(t *testing.T) {
 // bundleKubernetesCA is the Kubernetes CA certificate of the bundle's Secret.
 func (f *fixture) bundleKubernetesCA() []byte {
 	f.t.Helper()
+	c := f.cluster()
 	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
-		ObjectMeta: f.cluster().ObjectMeta, Spec: f.cluster().Spec,
+		ObjectMeta: c.ObjectMeta, Spec: c.Spec, Status: v1alpha1.TalosClusterStatus{SecretsDigest: c.Status.SecretsDigest},
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -421,5 +426,193 @@ func (f *fixture) rebootstrapKubelets() {
 		if _, err := f.kube.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr, metav1.CreateOptions{}); err != nil {
 			f.t.Fatal(err)
 		}
+	}
+}
+
+// TestCARotationSurvivesACrashAtEverySecretWrite rotates the Talos API CA
+// with the controller stopping before each write of a Secret or of the
+// cluster's status in turn — recording the new CAs' digest, storing them,
+// recording the bundle's new digest, writing the bundle, ending the
+// rotation, deleting the new CAs' Secret: each is resumed, none repeated
+// with other CAs once they were stored, and the bundle ends holding the
+// new CA under its recorded digest.
+func TestCARotationSurvivesACrashAtEverySecretWrite(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			f := newFixture(t, caRotation("rotate", false))
+			f.followTrust()
+			old := f.bundleCA()
+			writes := 0
+			var lost string
+			f.beforeWrite = func(what string) error {
+				if writes++; writes == fail {
+					lost = what
+					return errors.New("injected: the controller stopped before it could " + what)
+				}
+				return nil
+			}
+			stored := map[string]bool{}
+			follow := f.react
+			f.react = func() {
+				follow()
+				if s := f.rotationSecret(); s != nil {
+					stored[string(s.Data["talos.crt"])] = true
+				}
+			}
+			op := f.run("rotate")
+			if fail == 0 {
+				total = writes
+			}
+			if op.Status.Phase != v1alpha1.OperationSucceeded {
+				t.Fatalf("lost %q: ended %s: %+v", lost, op.Status.Phase, op.Status)
+			}
+			now := f.bundleCA()
+			if bytes.Equal(now, old) || !stored[string(now)] || len(stored) != 1 {
+				t.Errorf("lost %q: the bundle's CA is new %v, was stored %v; %d new CAs were stored", lost, !bytes.Equal(now, old), stored[string(now)], len(stored))
+			}
+			c := f.cluster()
+			var s corev1.Secret
+			if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo-secrets"}, &s); err != nil {
+				t.Fatal(err)
+			}
+			if c.Status.SecretsDigest != clustersecrets.Digest(s.Data[clustersecrets.BundleKey]) {
+				t.Errorf("lost %q: status.secretsDigest is not the stored bundle's", lost)
+			}
+			if c.Status.CARotation != nil || f.rotationSecret() != nil {
+				t.Errorf("lost %q: the rotation is left behind: %+v, Secret %v", lost, c.Status.CARotation, f.rotationSecret() != nil)
+			}
+		})
+	}
+	if total < 6 {
+		t.Fatalf("%d writes: the crash points were not all exercised", total)
+	}
+}
+
+// plantedCAs is a Secret of new CAs someone who may create Secrets makes
+// in the place of a rotation's, as the controller makes its own, and with
+// the operation's UID, which anyone who may read operations knows.
+func plantedCAs(t *testing.T) *corev1.Secret {
+	t.Helper()
+	ca, err := secrets.NewTalosCA(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets-ca-next", Namespace: ns,
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "ichor-controller", "ichor.dev/cluster": "demo"},
+			Annotations: map[string]string{"ichor.dev/ca-rotation": "uid-rotate"}},
+		Type: v1alpha1.SecretTypeCARotation,
+		Data: map[string][]byte{"talos.crt": ca.CrtPEM, "talos.key": ca.KeyPEM},
+	}
+}
+
+// followTrustWhileItLoads is followTrust for a cluster whose secrets may
+// be refused: nodes keep their config then. It fails the test if a node is
+// ever given the CA of bad.
+func (f *fixture) followTrustWhileItLoads(bad *corev1.Secret) {
+	planted := base64.StdEncoding.EncodeToString(bad.Data["talos.crt"])
+	f.react = func() {
+		if in, err := clustersecrets.Load(context.Background(), f.client, f.cluster()); err == nil {
+			for _, name := range f.names {
+				f.node(name).Config = trustConfig(in, strings.HasPrefix(name, "cp-"))
+			}
+		}
+		for _, name := range f.names {
+			if strings.Contains(string(f.node(name).Config), planted) {
+				f.t.Fatalf("%s was given the planted CA", name)
+			}
+		}
+	}
+	f.react()
+}
+
+// warnedCluster reports whether a Warning Event with reason was recorded.
+func (f *fixture) warnedCluster(reason string) bool {
+	for {
+		select {
+		case e := <-f.r.Recorder.(*events.FakeRecorder).Events:
+			if strings.HasPrefix(e, corev1.EventTypeWarning+" "+reason+" ") {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// TestCARotationRefusesPlantedCAs: new CAs planted before a rotation
+// starts, looking as the controller's own, are neither used nor deleted:
+// the rotation stops before any phase, saying why, and the bundle and
+// every node keep their CA.
+func TestCARotationRefusesPlantedCAs(t *testing.T) {
+	f := newFixture(t, caRotation("rotate", false))
+	bad := plantedCAs(t)
+	if err := f.client.Create(context.Background(), bad.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	f.followTrustWhileItLoads(bad)
+	old := f.bundleCA()
+	op := f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationFailed || !strings.Contains(fmt.Sprint(op.Status.Conditions), "Secret ns/demo-secrets-ca-next exists but does not hold new CAs of a rotation of this cluster") {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status.Conditions)
+	}
+	if !f.warnedCluster(v1alpha1.ClusterReasonSecretConflict) {
+		t.Error("no Warning Event says why")
+	}
+	if c := f.cluster(); c.Status.CARotation != nil || !bytes.Equal(f.bundleCA(), old) {
+		t.Errorf("the cluster moved: %+v", c.Status.CARotation)
+	}
+	if s := f.rotationSecret(); s == nil || !bytes.Equal(s.Data["talos.crt"], bad.Data["talos.crt"]) {
+		t.Error("the planted Secret was deleted or changed")
+	}
+}
+
+// TestCARotationRefusesCAsPlantedAsItStarts: new CAs planted between the
+// rotation recording its CAs' digest and storing them are never used: the
+// rotation stops, the cluster's secrets are refused rather than read with
+// them, and a ca-rotation taking it over once they are deleted rotates to
+// CAs of its own.
+func TestCARotationRefusesCAsPlantedAsItStarts(t *testing.T) {
+	f := newFixture(t, caRotation("rotate", false))
+	bad := plantedCAs(t)
+	f.beforeWrite = func(what string) error {
+		if what == "create Secret demo-secrets-ca-next" {
+			f.beforeWrite = nil
+			return f.client.Create(context.Background(), bad.DeepCopy())
+		}
+		return nil
+	}
+	f.followTrustWhileItLoads(bad)
+	old := f.bundleCA()
+	op := f.run("rotate")
+	if op.Status.Phase != v1alpha1.OperationFailed || !strings.Contains(fmt.Sprint(op.Status.Conditions), "does not hold the new CAs ichor-controller generated for this rotation") {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status.Conditions)
+	}
+	if !f.warnedCluster(v1alpha1.ClusterReasonSecretDigestMismatch) {
+		t.Error("no Warning Event says why")
+	}
+	_, err := clustersecrets.Load(context.Background(), f.client, f.cluster())
+	var refusal *clustersecrets.Refusal
+	if !errors.As(err, &refusal) || refusal.Reason != v1alpha1.ClusterReasonSecretDigestMismatch {
+		t.Fatalf("the secrets in force with the planted CAs: %v", err)
+	}
+	if s := f.rotationSecret(); s == nil || !bytes.Equal(s.Data["talos.crt"], bad.Data["talos.crt"]) || !bytes.Equal(f.bundleCA(), old) {
+		t.Fatal("the planted Secret was deleted or changed, or the bundle was")
+	}
+
+	// An admin deletes it; a new ca-rotation takes the rotation over.
+	if err := f.client.Delete(context.Background(), f.rotationSecret()); err != nil {
+		t.Fatal(err)
+	}
+	again := caRotation("rotate-again", false)
+	if err := f.client.Create(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	if op := f.run("rotate-again"); op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("the takeover ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	if got := f.bundleCA(); bytes.Equal(got, old) || bytes.Equal(got, bad.Data["talos.crt"]) {
+		t.Error("the bundle does not hold a CA of the rotation's own")
 	}
 }

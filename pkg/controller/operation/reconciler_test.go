@@ -31,6 +31,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/disruption"
+	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/talos/talostest"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -66,6 +67,10 @@ type fixture struct {
 	names []string
 	// failMachinePatches fails that many TalosMachine status patches.
 	failMachinePatches int
+	// beforeWrite, when set, is called before each write of a Secret and
+	// of the cluster's status, with what it is ("create Secret NAME",
+	// "apply TalosCluster status", …); its error is the write's.
+	beforeWrite func(what string) error
 	// clock is the reconciler's, moved on by PollInterval after each
 	// reconcile, as the waits the reconciler asks for pass.
 	clock time.Time
@@ -111,6 +116,7 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 	if bundleErr != nil {
 		t.Fatal(bundleErr)
 	}
+	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
 	objs := []client.Object{cluster, op, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
 		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
@@ -140,6 +146,32 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 		WithStatusSubresource(&v1alpha1.TalosCluster{}, &v1alpha1.TalosMachine{}, &v1alpha1.TalosOperation{}).
 		WithIndex(&v1alpha1.TalosMachine{}, clusterindex.Field, func(o client.Object) []string { return []string{clusterindex.ClusterOf(o)} }).
 		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if err := f.secretWrite("create", obj); err != nil {
+					return err
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if err := f.secretWrite("update", obj); err != nil {
+					return err
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if err := f.secretWrite("delete", obj); err != nil {
+					return err
+				}
+				return c.Delete(ctx, obj, opts...)
+			},
+			SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				if _, ok := obj.(*ichorac.TalosClusterApplyConfiguration); ok && sub == "status" && f.beforeWrite != nil {
+					if err := f.beforeWrite("apply TalosCluster status"); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Apply(ctx, obj, opts...)
+			},
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 				if sub == "kubernetes-version" {
 					// The fake serves no field subresources: write the object.
@@ -157,6 +189,11 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				if sub == "finalizers" {
 					return c.Patch(ctx, obj, patch)
+				}
+				if _, ok := obj.(*v1alpha1.TalosCluster); ok && sub == "status" && f.beforeWrite != nil {
+					if err := f.beforeWrite("patch TalosCluster status"); err != nil {
+						return err
+					}
 				}
 				if _, ok := obj.(*v1alpha1.TalosMachine); ok && sub == "status" && f.failMachinePatches > 0 {
 					f.failMachinePatches--
@@ -182,6 +219,14 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 	f.kube = kubefake.NewClientset(nodes...)
 	f.r.Workload = func(*secrets.Bundle, string) (kubernetes.Interface, error) { return f.kube, nil }
 	return f
+}
+
+// secretWrite calls beforeWrite before the write (verb) of a Secret.
+func (f *fixture) secretWrite(verb string, obj client.Object) error {
+	if _, ok := obj.(*corev1.Secret); !ok || f.beforeWrite == nil {
+		return nil
+	}
+	return f.beforeWrite(verb + " Secret " + obj.GetName())
 }
 
 func started(name string, spec v1alpha1.TalosOperationSpec) *v1alpha1.TalosOperation {

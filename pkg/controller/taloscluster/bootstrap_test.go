@@ -58,6 +58,7 @@ func newFixture(t *testing.T, override *v1alpha1.OverrideStatus) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
 	objs := []client.Object{cluster, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
 		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},

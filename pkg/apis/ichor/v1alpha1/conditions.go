@@ -145,7 +145,11 @@ const (
 	ClusterReasonProvided                = "Provided"
 	ClusterReasonSecretNotFound          = "SecretNotFound"
 	ClusterReasonSecretConflict          = "SecretConflict"
-	ClusterReasonInvalidBundle           = "InvalidBundle"
+	// ClusterReasonSecretDigestMismatch: a Secret that ichor-controller
+	// generated (the bundle, or a rotation's new CAs) no longer holds what
+	// it recorded the SHA-256 of; it is neither used nor overwritten.
+	ClusterReasonSecretDigestMismatch = "SecretDigestMismatch"
+	ClusterReasonInvalidBundle        = "InvalidBundle"
 	// ClusterReasonSecretsForbidden: ichor-controller may not read Secrets in the
 	// cluster's namespace; an admin grants that per namespace.
 	ClusterReasonSecretsForbidden       = "SecretsForbidden"
