@@ -35,7 +35,8 @@ func TestCredentialsNotServedAgainToARecreatedRequest(t *testing.T) {
 apiVersion: ichor.dev/v1alpha1
 kind: TalosCluster
 metadata: {name: demo, namespace: `+ns+`}
-spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "https://127.0.7.1:6443"}, paused: true}
+spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "https://127.0.7.1:6443"}, paused: true,
+  secretsRef: {name: demo-secrets}}
 `)
 	bundle, err := clustersecrets.Generate("v1.13.0", time.Now())
 	if err != nil {
