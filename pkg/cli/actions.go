@@ -137,7 +137,7 @@ BootstrapWaitsForControlPlanes and ClusterHealth (taloscluster).`,
 	_ = cmd.MarkFlagRequired("reason")
 	_ = cmd.RegisterFlagCompletionFunc("check", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return []string{string(v1alpha1.CheckControlPlaneQuorum), string(v1alpha1.CheckPatchSecrets),
-			string(v1alpha1.CheckBootstrapWaitsForControlPlanes), string(v1alpha1.CheckClusterHealth)}, cobra.ShellCompDirectiveNoFileComp
+			string(v1alpha1.CheckBootstrapWaitsForControlPlanes), string(v1alpha1.CheckClusterHealth), string(v1alpha1.CheckTalosDowngrade)}, cobra.ShellCompDirectiveNoFileComp
 	})
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		kind, name, ok := strings.Cut(args[0], "/")

@@ -10,6 +10,7 @@ const (
 	CheckPatchSecrets                   SafetyCheck = "PatchSecrets"
 	CheckBootstrapWaitsForControlPlanes SafetyCheck = "BootstrapWaitsForControlPlanes"
 	CheckClusterHealth                  SafetyCheck = "ClusterHealth"
+	CheckTalosDowngrade                 SafetyCheck = "TalosDowngrade"
 	// CheckProvisioningNetwork keeps a TalosMachine's address inside the
 	// installation's provisioning networks. It is passed by holding the
 	// override verb when the machine is created or moved, not through the

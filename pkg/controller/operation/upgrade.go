@@ -10,6 +10,9 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,7 +49,7 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	if running == target {
 		return s.done(ctx, "runs Talos %s already", target)
 	}
-	if err := upgradePath(running, target); err != nil {
+	if err := upgradePath(running, target, meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionDowngradeOverridden)); err != nil {
 		return s.failed(ctx, "%v", err)
 	}
 	image, err := s.installerImage(cctx, target)
@@ -197,9 +200,11 @@ func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target 
 
 // checkTalosUpgrade refuses, before any node is touched, an upgrade to a
 // version older than one a target machine runs (its status.talosVersion):
-// machinery's table allows some downgrades, Ichor none. Each step checks
-// its node's own version again (upgradePath), for a status that lags.
-func (r *Reconciler) checkTalosUpgrade(_ context.Context, op *v1alpha1.TalosOperation, _ *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
+// machinery's table allows some downgrades, Ichor none unless an admin
+// let this cluster's next operation past the TalosDowngrade check, which
+// the operation then uses up and records. Each step checks its node's own
+// version again (upgradePath), for a status that lags.
+func (r *Reconciler) checkTalosUpgrade(ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
 	target := op.Spec.TalosUpgrade.Version
 	var newer []string
 	newest := ""
@@ -214,15 +219,28 @@ func (r *Reconciler) checkTalosUpgrade(_ context.Context, op *v1alpha1.TalosOper
 	if len(newer) == 0 {
 		return "", nil
 	}
+	if granted := cluster.Status.Override; granted != nil && granted.Check == v1alpha1.CheckTalosDowngrade {
+		if err := useOverride(ctx, r.Client, cluster, granted); err != nil {
+			return "", err
+		}
+		meta.SetStatusCondition(&op.Status.Conditions, metav1.Condition{Type: v1alpha1.OperationConditionDowngradeOverridden,
+			Status: metav1.ConditionTrue, Reason: v1alpha1.OperationReasonOverridden, ObservedGeneration: op.Generation, LastTransitionTime: metav1.NewTime(r.Now()),
+			Message: fmt.Sprintf("takes %s from %s down to Talos %s, past the %s check, as %s allowed: %s",
+				strings.Join(newer, ", "), newest, target, granted.Check, granted.By, granted.Reason)})
+		r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventOverrideUsed, "Start",
+			"Downgrading %s from %s to Talos %s, past the %s check, as %s allowed: %s", strings.Join(newer, ", "), newest, target, granted.Check, granted.By, granted.Reason)
+		return "", nil
+	}
 	return fmt.Sprintf("spec.talosUpgrade.version: Talos %s is older than what TalosMachine %s runs (up to %s), and Ichor does not downgrade Talos: "+
-		"choose %s or later", target, strings.Join(newer, ", "), newest, newest), nil
+		"choose %s or later, or an admin lets this cluster's next operation past the %s check (talosclusters/override)",
+		target, strings.Join(newer, ", "), newest, newest, v1alpha1.CheckTalosDowngrade), nil
 }
 
-// upgradePath refuses a downgrade, and what the target's installer
-// refuses: machinery's table of the versions each release upgrades from
-// for the releases it knows; for a newer release, Talos's rule of
-// upgrading through every minor.
-func upgradePath(running, target string) error {
+// upgradePath refuses a downgrade (unless downgrade, an admin's override),
+// and what the target's installer refuses: machinery's table of the
+// versions each release upgrades from for the releases it knows; for a
+// newer release, Talos's rule of upgrading through every minor.
+func upgradePath(running, target string, downgrade bool) error {
 	t, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: target})
 	if err != nil {
 		return fmt.Errorf("spec.talosUpgrade.version %s: %w", target, err)
@@ -231,8 +249,9 @@ func upgradePath(running, target string) error {
 	if err != nil {
 		return fmt.Errorf("the node's version %s: %w", running, err)
 	}
-	if olderVersion(target, running) {
-		return fmt.Errorf("Talos %s is older than the %s the node runs, and Ichor does not downgrade Talos", target, running)
+	if olderVersion(target, running) && !downgrade {
+		return fmt.Errorf("Talos %s is older than the %s the node runs, and Ichor does not downgrade Talos without an admin's override of the %s check",
+			target, running, v1alpha1.CheckTalosDowngrade)
 	}
 	err = t.UpgradeableFrom(h)
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -17,7 +18,7 @@ import (
 // table allows the path; a machine whose status lags (the node runs newer
 // than it shows) fails its own step before anything is pulled.
 func TestUpgradeRefusesADowngrade(t *testing.T) {
-	if err := upgradePath("v1.13.2", "v1.13.1"); err == nil || !strings.Contains(err.Error(), "does not downgrade") {
+	if err := upgradePath("v1.13.2", "v1.13.1", false); err == nil || !strings.Contains(err.Error(), "does not downgrade") {
 		t.Errorf("upgradePath from v1.13.2 to v1.13.1: %v", err)
 	}
 	downgrade := func() *v1alpha1.TalosOperation {
@@ -46,6 +47,38 @@ func TestUpgradeRefusesADowngrade(t *testing.T) {
 			if n := f.node(name); n.Boots != 0 || n.TalosVersion == "v1.13.1" {
 				t.Errorf("%s booted %d times, runs %q", name, n.Boots, n.TalosVersion)
 			}
+		}
+	})
+
+	t.Run("an admin's override", func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t, downgrade())
+		var m v1alpha1.TalosMachine
+		if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "worker-1"}, &m); err != nil {
+			t.Fatal(err)
+		}
+		m.Status.TalosVersion = "v1.13.2"
+		if err := f.client.Status().Update(ctx, &m); err != nil {
+			t.Fatal(err)
+		}
+		f.node("worker-1").TalosVersion = "v1.13.2"
+		var c v1alpha1.TalosCluster
+		if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
+			t.Fatal(err)
+		}
+		c.Status.Override = &v1alpha1.OverrideStatus{Check: v1alpha1.CheckTalosDowngrade, Reason: "v1.13.2 breaks our NICs", By: "carol", At: metav1.Now()}
+		if err := f.client.Status().Update(ctx, &c); err != nil {
+			t.Fatal(err)
+		}
+		op := f.run("downgrade")
+		if op.Status.Phase != v1alpha1.OperationSucceeded || f.node("worker-1").TalosVersion != "v1.13.1" {
+			t.Fatalf("phase %s, worker-1 runs %s, steps %+v", op.Status.Phase, f.node("worker-1").TalosVersion, op.Status.Steps)
+		}
+		if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionDowngradeOverridden); c == nil || !strings.Contains(c.Message, "carol") {
+			t.Errorf("TalosDowngradeOverridden %+v", c)
+		}
+		if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil || c.Status.Override != nil {
+			t.Errorf("the override after use: %+v, %v", c.Status.Override, err)
 		}
 	})
 

@@ -2830,11 +2830,11 @@ func schema_pkg_apis_ichor_v1alpha1_Override(ref common.ReferenceCallback) commo
 					},
 					"check": {
 						SchemaProps: spec.SchemaProps{
-							Description: "check is the safety check to go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Description: "check is the safety check to go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).\n - `\"TalosDowngrade\"` keeps a talos-upgrade from taking a machine to an older Talos than it runs (TalosCluster). The operation that goes past it uses the override up; Talos's installer may still refuse the path.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets"},
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets", "TalosDowngrade"},
 						},
 					},
 					"reason": {
@@ -2863,11 +2863,11 @@ func schema_pkg_apis_ichor_v1alpha1_OverrideStatus(ref common.ReferenceCallback)
 				Properties: map[string]spec.Schema{
 					"check": {
 						SchemaProps: spec.SchemaProps{
-							Description: "check is the safety check the next change may go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).",
+							Description: "check is the safety check the next change may go past.\n\nPossible enum values:\n - `\"BootstrapWaitsForControlPlanes\"` keeps etcd from being bootstrapped until every configured control plane runs (TalosCluster).\n - `\"ClusterHealth\"` keeps an operation from starting, and each of its steps from taking a node away, while the cluster is not healthy: a machine not Ready, an etcd member down (TalosCluster). The operation that goes past it uses the override up.\n - `\"ControlPlaneQuorum\"` refuses deleting a control plane that would leave etcd short of quorum, or the last one of a cluster (TalosMachine).\n - `\"PatchSecrets\"` refuses a TalosConfigPatch that touches the secrets bundle's fields (TalosConfigPatch).\n - `\"TalosDowngrade\"` keeps a talos-upgrade from taking a machine to an older Talos than it runs (TalosCluster). The operation that goes past it uses the override up; Talos's installer may still refuse the path.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets"},
+							Enum:        []interface{}{"BootstrapWaitsForControlPlanes", "ClusterHealth", "ControlPlaneQuorum", "PatchSecrets", "TalosDowngrade"},
 						},
 					},
 					"reason": {

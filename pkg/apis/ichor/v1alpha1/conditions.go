@@ -235,6 +235,10 @@ const (
 	// talosclusters/override): its steps do not wait for other machines to be
 	// Ready. etcd's quorum is still checked before each control plane.
 	OperationConditionHealthOverridden = "ClusterHealthOverridden"
+	// OperationConditionDowngradeOverridden is True on a talos-upgrade an
+	// admin let take machines to an older Talos than they run (the
+	// TalosDowngrade check of talosclusters/override).
+	OperationConditionDowngradeOverridden = "TalosDowngradeOverridden"
 )
 
 // Reasons of the conditions of a TalosOperation.

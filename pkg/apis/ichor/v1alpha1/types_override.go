@@ -21,6 +21,10 @@ const (
 	// machine not Ready, an etcd member down (TalosCluster). The operation
 	// that goes past it uses the override up.
 	CheckClusterHealth SafetyCheck = "ClusterHealth"
+	// CheckTalosDowngrade keeps a talos-upgrade from taking a machine to an
+	// older Talos than it runs (TalosCluster). The operation that goes past
+	// it uses the override up; Talos's installer may still refuse the path.
+	CheckTalosDowngrade SafetyCheck = "TalosDowngrade"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -36,7 +36,7 @@ var Definition = &resource.Definition[*ichor.TalosCluster]{
 	},
 	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "override")},
 	Actions: []resource.Action[*ichor.TalosCluster]{
-		override.Action("TalosCluster", []ichor.SafetyCheck{ichor.CheckBootstrapWaitsForControlPlanes, ichor.CheckClusterHealth},
+		override.Action("TalosCluster", []ichor.SafetyCheck{ichor.CheckBootstrapWaitsForControlPlanes, ichor.CheckClusterHealth, ichor.CheckTalosDowngrade},
 			func(c *ichor.TalosCluster) **ichor.OverrideStatus { return &c.Status.Override }),
 	},
 
