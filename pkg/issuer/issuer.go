@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
+	"ichor.dev/ichor/pkg/ratelimit"
 )
 
 // Config is what an Issuer needs.
@@ -55,7 +56,7 @@ type Issuer struct {
 	// copied is this replica's copy of the sessions, read again only as
 	// sessionsCopy says.
 	copied *sessionsCopy
-	limits *limiter
+	limits *ratelimit.Limiter
 	// now is the clock of sign-ins, refreshes and revocations.
 	now func() time.Time
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -131,8 +132,22 @@ func (i *Issuer) token(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// source is the address a request came from, for its rate limit.
+// ClientAddressHeader carries the address of the browser a console's
+// request is for. Every console sign-in and renewal comes from the
+// console's own address, so its browsers would otherwise share one limit,
+// which anyone could use up. The header counts only on a connection whose
+// client certificate the trusted-proxy CA issued (Config.TrustedProxies's
+// pool, verified in the TLS handshake): no one else can name an address.
+const ClientAddressHeader = "Ichor-Client-Address"
+
+// source is the address a request came from, for its rate limit: the
+// connection's, or the one a trusted proxy names.
 func source(r *http.Request) string {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		if ip, err := netip.ParseAddr(r.Header.Get(ClientAddressHeader)); err == nil {
+			return ip.Unmap().String()
+		}
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
@@ -152,7 +167,8 @@ func (i *Issuer) passwordGrant(ctx context.Context, from, user, password string)
 	if user == "" || password == "" {
 		return nil, &oauthError{status: http.StatusBadRequest, Code: "invalid_request", Description: "username and password are required"}
 	}
-	if wait := i.limits.take(i.now(), userKey(user), sourceKey(from)); wait > 0 {
+	if wait := i.limits.Take(i.now(), userKey(user), sourceKey(from)); wait > 0 {
+		klog.InfoS("Sign-in attempt refused over its rate limit", "user", user, "source", from, "retryAfter", wait)
 		return nil, limited(wait, "sign-in attempts")
 	}
 	if err := i.usersEnabled(ctx); err != nil {
@@ -263,7 +279,8 @@ func (i *Issuer) refreshGrant(ctx context.Context, from, token string) (*tokenRe
 	if token == "" {
 		return nil, &oauthError{status: http.StatusBadRequest, Code: "invalid_request", Description: "refresh_token is required"}
 	}
-	if wait := i.limits.take(i.now(), renewalKey(from)); wait > 0 {
+	if wait := i.limits.Take(i.now(), renewalKey(from)); wait > 0 {
+		klog.InfoS("Session renewal refused over its rate limit", "source", from, "retryAfter", wait)
 		return nil, limited(wait, "session renewals")
 	}
 	sess, err := i.copied.known(ctx, token)
@@ -339,7 +356,8 @@ func (i *Issuer) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := i.now()
-	if wait := i.limits.take(now, renewalKey(source(r))); wait > 0 {
+	if wait := i.limits.Take(now, renewalKey(source(r))); wait > 0 {
+		klog.InfoS("Revocation refused over its rate limit", "source", source(r), "retryAfter", wait)
 		writeError(w, limited(wait, "session renewals"))
 		return
 	}

@@ -68,6 +68,7 @@ func (s *Server) grant(ctx context.Context, form url.Values) (*tokens, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	forBrowser(req)
 	resp, err := s.issuerClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("reach ichor-auth: %w", err)

@@ -5,10 +5,12 @@ import (
 	"crypto/subtle"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/issuer"
+	"ichor.dev/ichor/pkg/ratelimit"
 )
 
 //go:embed templates/*.html
@@ -48,6 +51,7 @@ type Server struct {
 	kube         *rest.Config
 	issuerClient *http.Client
 	sessions     *sessions
+	signIns      *ratelimit.Limiter
 	oidc         *provider
 	pages        map[string]*template.Template
 	mux          *http.ServeMux
@@ -67,7 +71,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Server{opts: opts, kube: rest.AnonymousClientConfig(opts.Kube), issuerClient: opts.IssuerClient, sessions: newSessions(), pages: map[string]*template.Template{}}
+	s := &Server{opts: opts, kube: rest.AnonymousClientConfig(opts.Kube), issuerClient: opts.IssuerClient, sessions: newSessions(), signIns: newSignInLimiter(), pages: map[string]*template.Template{}}
 	for _, page := range []string{"login", "clusters", "cluster", "operations", "operation", "start", "refused", "patches", "users", "continue"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
@@ -146,7 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "refused: a state-changing request must come from this console's own pages", http.StatusForbidden)
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, withBrowser(r))
 }
 
 // sameOrigin reports whether a request was sent by a page of this host:
@@ -266,6 +270,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user, password := strings.TrimSpace(r.PostFormValue("username")), r.PostFormValue("password")
+	if wait := s.signIns.Take(s.now(), browserOf(r.Context())); wait > 0 {
+		klog.InfoS("A sign-in refused over this browser's rate limit", "user", user, "browser", browserOf(r.Context()), "retryAfter", wait)
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Round(time.Second).Seconds())+1))
+		s.renderLogin(w, r, http.StatusTooManyRequests, fmt.Sprintf("too many sign-in attempts from your address; try again in %s", wait.Round(time.Second)))
+		return
+	}
 	as, err := s.signIn(r.Context(), user, password)
 	if err != nil {
 		var refused *errSignIn
@@ -306,6 +316,7 @@ func (s *Server) revoke(ctx context.Context, refresh string) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	forBrowser(req)
 	if resp, err := s.issuerClient.Do(req); err == nil {
 		_ = resp.Body.Close()
 	}

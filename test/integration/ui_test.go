@@ -9,14 +9,19 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"html"
 	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +37,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	authcmd "ichor.dev/ichor/pkg/cmd/auth"
 	uicmd "ichor.dev/ichor/pkg/cmd/ui"
+	"ichor.dev/ichor/pkg/issuer"
 	"ichor.dev/ichor/pkg/pki"
 	"ichor.dev/ichor/test/harness"
 )
@@ -637,3 +643,117 @@ func TestConsoleServiceAccountActsAsNoOne(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleSignInLimitsArePerBrowser: every console sign-in reaches
+// ichor-auth from the console's one address, so an unauthenticated client
+// guessing passwords through the console, from a few addresses, would use
+// up ichor-auth's limit of that address and lock everyone out of console
+// sign-in. The console limits each browser itself, and names the browser
+// to ichor-auth over a connection only it can make (its trusted-proxy
+// client certificate), so ichor-auth counts browsers apart; a client that
+// names an address without that certificate is counted as itself.
+func TestConsoleSignInLimitsArePerBrowser(t *testing.T) {
+	ctx := t.Context()
+	useUsersEnabled(ctx, t, true)
+	name := "lim-" + cp.Namespace(t)
+	createUser(ctx, t, name, v1alpha1.IchorUserSpec{Role: v1alpha1.UserRoleViewer}, "a long enough passphrase")
+	ca, err := pki.NewCA("ichor-ui-proxy-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "proxy-ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.Issue(pki.Leaf{CommonName: "ichor-ui", Usage: pki.ClientAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := kp.WriteFiles(dir, "ichor-ui-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAuth(t, func(o *authcmd.Options) { o.TokenLifetime = tokenLifetime; o.TrustedProxyCAFile = caFile })
+	waitIssuerTrusted(t, name, "a long enough passphrase")
+	ui := runUI(t, func(o *uicmd.Options) { o.IssuerClientCertFile, o.IssuerClientKeyFile = certFile, keyFile })
+
+	from := func(addr string) *browser {
+		b := ui.newBrowser()
+		b.client.Transport.(*http.Transport).DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(addr)}}).DialContext
+		return b
+	}
+	// Three guessers, 9 wrong guesses each for users that do not exist, all
+	// at once: more than ichor-auth lets one address try (20), fewer than the
+	// console lets one browser (10).
+	type guess struct {
+		b    *browser
+		form url.Values
+	}
+	var guesses []guess
+	for i, addr := range []string{"127.0.0.61", "127.0.0.62", "127.0.0.63"} {
+		for j := range 9 {
+			b := from(addr)
+			login := b.get(t, "/login")
+			guesses = append(guesses, guess{b, url.Values{"csrf": {login.csrf(t)}, "username": {fmt.Sprintf("nobody-%d-%d", i, j)}, "password": {"guess"}}})
+		}
+	}
+	answers := make([]page, len(guesses))
+	var wg sync.WaitGroup
+	for i, g := range guesses {
+		wg.Go(func() { answers[i] = g.b.post(t, "/login", g.form) })
+	}
+	wg.Wait()
+	for i, p := range answers {
+		if p.status != http.StatusUnauthorized || strings.Contains(p.body, "too many") {
+			t.Errorf("guess %d: %d, want 401 for a wrong password, not a limit\n%s", i, p.status, p.body)
+		}
+	}
+	// Someone else signs in at once.
+	from("127.0.0.64").signIn(t, name, "a long enough passphrase")
+
+	// One browser past the console's own limit is told to wait.
+	b := from("127.0.0.61")
+	var last page
+	for range signInBurst + 1 {
+		login := b.get(t, "/login")
+		if last = b.post(t, "/login", url.Values{"csrf": {login.csrf(t)}, "username": {"nobody"}, "password": {"guess"}}); last.status == http.StatusTooManyRequests {
+			break
+		}
+	}
+	if last.status != http.StatusTooManyRequests || last.header.Get("Retry-After") == "" || !strings.Contains(last.body, "too many sign-in attempts") {
+		t.Errorf("a browser past its limit: %d %q\n%s", last.status, last.header.Get("Retry-After"), last.body)
+	}
+
+	// Without the console's certificate, naming another address counts as
+	// the connection's own: 30 guesses at once from one client, each
+	// claiming an address of its own, are limited.
+	client := issuerHTTPClient(t)
+	codes := make([]int, 30)
+	for i := range codes {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, cp.Auth.URL+issuer.TokenPath, strings.NewReader(url.Values{
+				"grant_type": {"password"}, "username": {fmt.Sprintf("forger-%d", i)}, "password": {"guess"}}.Encode()))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set(issuer.ClientAddressHeader, fmt.Sprintf("10.9.9.%d", i+1))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	wg.Wait()
+	if !slices.Contains(codes, http.StatusTooManyRequests) {
+		t.Errorf("a client without the console's certificate named 30 addresses at once and was never limited: %v", codes)
+	}
+}
+
+// signInBurst is the console's own limit of sign-ins per browser.
+const signInBurst = 10

@@ -36,6 +36,9 @@ type Options struct {
 	Namespace            string
 	KeysSecret           string
 	SessionsSecret       string
+	// TrustedProxyCAFile is the CA of the client certificates that may name
+	// the browser a request is for (ichor-ui's), for the rate limits.
+	TrustedProxyCAFile string
 }
 
 // NewOptions returns ichor-auth's defaults.
@@ -68,6 +71,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.KeyLead, "key-publish-lead", o.KeyLead, "How long a new signing key is published before it signs.")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The namespace of the Secrets ichor-auth keeps its state in.")
 	fs.StringVar(&o.KeysSecret, "keys-secret", o.KeysSecret, "The Secret that holds the signing keys.")
+	fs.StringVar(&o.TrustedProxyCAFile, "trusted-proxy-ca-file", o.TrustedProxyCAFile, "The CA (PEM) of the client certificate ichor-ui presents: "+
+		"a request over such a connection names the browser it is for ("+issuer.ClientAddressHeader+"), and the rate limits count that browser's address. Empty: none.")
 	fs.StringVar(&o.SessionsSecret, "sessions-secret", o.SessionsSecret, "The Secret that holds the sessions.")
 }
 
@@ -123,6 +128,11 @@ func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) 
 	})
 	if err != nil {
 		return err
+	}
+	if o.TrustedProxyCAFile != "" {
+		if o.ClientCAs, err = serving.CertPool("--trusted-proxy-ca-file", o.TrustedProxyCAFile); err != nil {
+			return err
+		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", iss.Handler())

@@ -6,10 +6,12 @@ package serving
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -21,6 +23,9 @@ import (
 type HTTPS struct {
 	BindAddress             string
 	TLSCertFile, TLSKeyFile string
+	// ClientCAs, when set, are the CAs whose client certificates a client
+	// may present (it need not): a handler reads r.TLS.VerifiedChains.
+	ClientCAs *x509.CertPool
 }
 
 // AddFlags registers --bind-address, --tls-cert-file and --tls-private-key-file.
@@ -58,6 +63,9 @@ func (o *HTTPS) Serve(ctx context.Context, ln net.Listener, handler http.Handler
 		IdleTimeout:       2 * time.Minute,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate},
 	}
+	if o.ClientCAs != nil {
+		srv.TLSConfig.ClientCAs, srv.TLSConfig.ClientAuth = o.ClientCAs, tls.VerifyClientCertIfGiven
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = certs.Start(ctx) }()
@@ -72,4 +80,17 @@ func (o *HTTPS) Serve(ctx context.Context, ln net.Listener, handler http.Handler
 		return err
 	}
 	return nil
+}
+
+// CertPool reads the PEM certificates of file, named by flag in errors.
+func CertPool(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s holds no PEM certificate", flag, file)
+	}
+	return pool, nil
 }

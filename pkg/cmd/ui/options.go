@@ -5,7 +5,6 @@ package ui
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,9 +29,14 @@ import (
 // Options are ichor-ui's flags.
 type Options struct {
 	serving.HTTPS
-	IssuerURL       string
-	IssuerCAFile    string
-	SessionLifetime time.Duration
+	IssuerURL    string
+	IssuerCAFile string
+	// IssuerClientCertFile and IssuerClientKeyFile are the client
+	// certificate ichor-ui presents to ichor-auth, so that ichor-auth takes
+	// the browser address it names for its rate limits (its
+	// --trusted-proxy-ca-file issued it).
+	IssuerClientCertFile, IssuerClientKeyFile string
+	SessionLifetime                           time.Duration
 	// KubeCAFile is the CA of kube-apiserver's serving certificate, in a
 	// pod (without --kubeconfig).
 	KubeCAFile string
@@ -62,6 +66,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.HTTPS.AddFlags(fs)
 	fs.StringVar(&o.IssuerURL, "issuer-url", o.IssuerURL, "ichor-auth's issuer URL, where Ichor users sign in.")
 	fs.StringVar(&o.IssuerCAFile, "issuer-ca-file", o.IssuerCAFile, "The CA that signed ichor-auth's serving certificate (PEM); the system's roots when empty.")
+	fs.StringVar(&o.IssuerClientCertFile, "issuer-client-cert-file", o.IssuerClientCertFile, "A client certificate (PEM) from ichor-auth's --trusted-proxy-ca-file: "+
+		"with it, ichor-auth limits sign-ins per browser rather than per console. Empty: none.")
+	fs.StringVar(&o.IssuerClientKeyFile, "issuer-client-key-file", o.IssuerClientKeyFile, "The key of --issuer-client-cert-file (PEM).")
 	fs.StringVar(&o.OIDCIssuerURL, "oidc-issuer-url", o.OIDCIssuerURL, "Your OpenID provider's issuer URL, the one kube-apiserver's authentication configuration trusts; people may sign in there too. Empty: Ichor users only.")
 	fs.StringVar(&o.OIDCClientID, "oidc-client-id", o.OIDCClientID, "The console's client at the provider, redirected to https://<this console>/oidc/callback; kube-apiserver must accept it as an audience.")
 	fs.StringVar(&o.OIDCClientSecretFile, "oidc-client-secret-file", o.OIDCClientSecretFile, "A file holding the client's secret; empty for a public client (the code is protected with PKCE either way).")
@@ -80,6 +87,9 @@ func (o *Options) Validate() error {
 	}
 	if o.IssuerURL == "" {
 		errs = append(errs, errors.New("--issuer-url is required"))
+	}
+	if (o.IssuerClientCertFile == "") != (o.IssuerClientKeyFile == "") {
+		errs = append(errs, errors.New("--issuer-client-cert-file and --issuer-client-key-file go together"))
 	}
 	if o.OIDCIssuerURL != "" {
 		if u, err := url.Parse(o.OIDCIssuerURL); err != nil || u.Scheme != "https" || u.Host == "" {
@@ -151,14 +161,18 @@ func (o *Options) kubeAPIServer() (*rest.Config, error) {
 func (o *Options) RunOn(ctx context.Context, cfg *rest.Config, ln net.Listener) error {
 	issuerTLS := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.IssuerCAFile != "" {
-		pem, err := os.ReadFile(o.IssuerCAFile)
+		pool, err := serving.CertPool("--issuer-ca-file", o.IssuerCAFile)
 		if err != nil {
 			return err
 		}
-		issuerTLS.RootCAs = x509.NewCertPool()
-		if !issuerTLS.RootCAs.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("--issuer-ca-file %s holds no PEM certificate", o.IssuerCAFile)
+		issuerTLS.RootCAs = pool
+	}
+	if o.IssuerClientCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.IssuerClientCertFile, o.IssuerClientKeyFile)
+		if err != nil {
+			return fmt.Errorf("--issuer-client-cert-file: %w", err)
 		}
+		issuerTLS.Certificates = []tls.Certificate{cert}
 	}
 	oidc, err := o.oidc()
 	if err != nil {
@@ -200,14 +214,11 @@ func (o *Options) oidc() (*ui.OIDCOptions, error) {
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if o.OIDCCAFile != "" {
-		pem, err := os.ReadFile(o.OIDCCAFile)
+		pool, err := serving.CertPool("--oidc-ca-file", o.OIDCCAFile)
 		if err != nil {
 			return nil, err
 		}
-		tlsConfig.RootCAs = x509.NewCertPool()
-		if !tlsConfig.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", o.OIDCCAFile)
-		}
+		tlsConfig.RootCAs = pool
 	}
 	opts.Client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 	return opts, nil
