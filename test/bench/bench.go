@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,7 +42,7 @@ func Run(ctx context.Context, cp *harness.ControlPlane, cfg Config, logf func(st
 	}
 	// The machines' addresses lie in the provisioning network an admin set,
 	// as in an installation: outside it only admins may place machines.
-	logf("setting the provisioning network %s", provisioningNetwork)
+	logf("setting the provisioning networks %s", strings.Join(provisioningNetworks(), ", "))
 	if err := setProvisioningNetwork(ctx, cp); err != nil {
 		return nil, err
 	}
@@ -458,11 +459,8 @@ func grantMachines(ctx context.Context, kube kubernetes.Interface) error {
 }
 
 // installCRDs applies test/bench/crds and waits until they are served.
-// provisioningNetwork holds every benchmark machine's address (object.go).
-const provisioningNetwork = "10.20.0.0/16"
-
-// setProvisioningNetwork creates the installation with provisioningNetwork,
-// or adds it to the installation's networks.
+// setProvisioningNetwork creates the installation with the benchmark's
+// provisioningNetworks (object.go), or adds them to the installation's networks.
 func setProvisioningNetwork(ctx context.Context, cp *harness.ControlPlane) error {
 	client, err := versioned.NewForConfig(cp.AdminConfig)
 	if err != nil {
@@ -473,14 +471,18 @@ func setProvisioningNetwork(ctx context.Context, cp *harness.ControlPlane) error
 	if apierrors.IsNotFound(err) {
 		_, err = installations.Create(ctx, &v1alpha1.IchorInstallation{
 			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InstallationName},
-			Spec:       v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{ProvisioningNetworks: []string{provisioningNetwork}}},
+			Spec:       v1alpha1.IchorInstallationSpec{Settings: v1alpha1.InstallationSettings{ProvisioningNetworks: provisioningNetworks()}},
 		}, metav1.CreateOptions{})
 		return err
 	}
-	if err != nil || slices.Contains(in.Spec.Settings.ProvisioningNetworks, provisioningNetwork) {
+	if err != nil {
 		return err
 	}
-	in.Spec.Settings.ProvisioningNetworks = append(in.Spec.Settings.ProvisioningNetworks, provisioningNetwork)
+	missing := slices.DeleteFunc(provisioningNetworks(), func(n string) bool { return slices.Contains(in.Spec.Settings.ProvisioningNetworks, n) })
+	if len(missing) == 0 {
+		return nil
+	}
+	in.Spec.Settings.ProvisioningNetworks = append(in.Spec.Settings.ProvisioningNetworks, missing...)
 	_, err = installations.UpdateSettings(ctx, in.Name, in, metav1.UpdateOptions{})
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,42 @@ import (
 
 // epoch keeps generated timestamps fixed, so objects are the same on both paths.
 var epoch = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+// Every machine has an address of its own, in every namespace: Ichor
+// refuses a second TalosMachine at an address another holds (and the JSON
+// and protobuf paths write to one API). Each machine, by namespace and
+// name, takes the next address of 10.20.0.0/16 and the /16s after it;
+// the same machine always gets the same one.
+const maxMachines = 64 * 65536
+
+var (
+	addressesMu sync.Mutex
+	addresses   = map[string]int{}
+)
+
+// machineIP is the address of machine name of ns.
+func machineIP(ns, name string) string {
+	addressesMu.Lock()
+	n, ok := addresses[ns+"/"+name]
+	if !ok {
+		n = len(addresses)
+		addresses[ns+"/"+name] = n
+	}
+	addressesMu.Unlock()
+	if n >= maxMachines {
+		panic(fmt.Sprintf("the benchmark has addresses for %d machines", maxMachines))
+	}
+	return fmt.Sprintf("10.%d.%d.%d", 20+n/65536, n/256%256, n%256)
+}
+
+// provisioningNetworks hold every benchmark machine's address.
+func provisioningNetworks() []string {
+	var nets []string
+	for b := range maxMachines / 65536 {
+		nets = append(nets, fmt.Sprintf("10.%d.0.0/16", 20+b))
+	}
+	return nets
+}
 
 // machine returns TalosMachine number i of a namespace as the controller
 // leaves it once its node is Ready: about 3 KiB of JSON once its status is
@@ -25,7 +62,7 @@ func machine(ns, name string, i int) *v1alpha1.TalosMachine {
 	if i%10 == 0 {
 		role = v1alpha1.MachineRoleControlPlane
 	}
-	ip := fmt.Sprintf("10.%d.%d.%d", 20+i/65536, i/256%256, i%256)
+	ip := machineIP(ns, name)
 	condition := func(typ, reason, message string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, ObservedGeneration: 1,
 			LastTransitionTime: epoch, Reason: reason, Message: message}

@@ -34,3 +34,22 @@ func TestMachineIsRealisticAndValid(t *testing.T) {
 		}
 	}
 }
+
+// TestMachineAddressesAreUnique: Ichor refuses a second TalosMachine at an
+// address another holds, so no two benchmark machines share one, in a
+// namespace or across them, and a machine keeps its address.
+func TestMachineAddressesAreUnique(t *testing.T) {
+	seen := map[string]string{}
+	for _, ns := range []string{"bench-unique-a", "bench-unique-b"} {
+		for _, name := range []string{"machine-0", "protobuf-0", "machine-1"} {
+			a := machine(ns, name, 0).Spec.Address
+			if other, ok := seen[a]; ok {
+				t.Errorf("%s/%s has the address %s of %s", ns, name, a, other)
+			}
+			seen[a] = ns + "/" + name
+		}
+	}
+	if a, b := machine("bench-unique-a", "machine-0", 0).Spec.Address, machine("bench-unique-a", "machine-0", 3).Spec.Address; a != b {
+		t.Errorf("a machine has two addresses: %s, %s", a, b)
+	}
+}
