@@ -6,6 +6,7 @@ package admission
 import (
 	"k8s.io/apiserver/pkg/admission"
 
+	"ichor.dev/ichor/pkg/admission/plugin/backupbounds"
 	"ichor.dev/ichor/pkg/admission/plugin/controlplanequorum"
 	"ichor.dev/ichor/pkg/admission/plugin/customverbs"
 	"ichor.dev/ichor/pkg/admission/plugin/machineaddresses"
@@ -36,6 +37,8 @@ var plugins = []plugin{
 	{managementaudiences.PluginName, managementaudiences.Register},
 	// A control plane is not deleted when its cluster's etcd would lose quorum.
 	{controlplanequorum.PluginName, controlplanequorum.Register},
+	// A cluster's hand-made backups are bounded, in flight and kept.
+	{backupbounds.PluginName, backupbounds.Register},
 	// IchorUsers grant only roles below the requester's; an admin always remains.
 	{userroles.PluginName, userroles.Register},
 }
