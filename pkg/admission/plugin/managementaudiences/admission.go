@@ -20,14 +20,12 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 
 	"ichor.dev/ichor/pkg/admission/initializer"
 	"ichor.dev/ichor/pkg/apis/ichor"
-	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 	"ichor.dev/ichor/pkg/generated/informers/externalversions"
 	listers "ichor.dev/ichor/pkg/generated/listers/ichor/v1alpha1"
@@ -140,15 +138,16 @@ func (p *Plugin) validateInstallation(name string, in *ichor.IchorInstallation) 
 // audiences are the management audiences, from the informer, or fresh
 // from storage when the informer has no installation (not yet synced).
 func (p *Plugin) audiences(ctx context.Context) ([]string, error) {
-	in, err := p.installations.Get(v1alpha1.InstallationName)
-	if apierrors.IsNotFound(err) {
-		in, err = p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
+	read := initializer.Installation{Lister: p.installations, Client: p.client}
+	in, err := read.Get(ctx, false)
+	if in == nil && err == nil {
+		in, err = read.Get(ctx, true)
 	}
-	switch {
-	case apierrors.IsNotFound(err):
+	if err != nil {
+		return nil, err
+	}
+	if in == nil {
 		return withDefault(nil), nil
-	case err != nil:
-		return nil, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
 	}
 	return withDefault(in.Spec.Settings.ManagementAudiences), nil
 }

@@ -20,7 +20,6 @@ import (
 	"net/netip"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninit "k8s.io/apiserver/pkg/admission/initializer"
@@ -139,18 +138,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 // (namespaceProvisioningNetworks, for tenants), else the installation's;
 // none when the installation does not exist (yet).
 func (p *Plugin) networks(ctx context.Context, fresh bool, namespace string) ([]netip.Prefix, error) {
-	var in *v1alpha1.IchorInstallation
-	var err error
-	if fresh {
-		in, err = p.client.IchorV1alpha1().IchorInstallations().Get(ctx, v1alpha1.InstallationName, metav1.GetOptions{})
-	} else {
-		in, err = p.installations.Get(v1alpha1.InstallationName)
-	}
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
+	in, err := initializer.Installation{Lister: p.installations, Client: p.client}.Get(ctx, fresh)
+	if in == nil || err != nil {
+		return nil, err
 	}
 	cidrs := in.Spec.Settings.ProvisioningNetworks
 	for _, n := range in.Spec.Settings.NamespaceProvisioningNetworks {
