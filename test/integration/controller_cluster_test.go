@@ -580,7 +580,14 @@ func (d *demoCluster) encryptionPatch(t *testing.T) {
 	if got := d.appliedHashes(t); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("applied configs changed: %v -> %v", before, got)
 	}
-	if err := d.patches.Delete(ctx, "encrypt-state", metav1.DeleteOptions{}); err != nil {
+	// A VolumeConfig is a privileged patch: an operator may not take it
+	// back either.
+	if err := d.patches.Delete(ctx, "encrypt-state", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) ||
+		!strings.Contains(err.Error(), "talosconfigpatches/privileged") {
+		t.Errorf("an operator's delete of a VolumeConfig patch: %v, want Forbidden naming talosconfigpatches/privileged", err)
+	}
+	admins := apiClientFor(t, cp.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosConfigPatches(d.ns)
+	if err := admins.Delete(ctx, "encrypt-state", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for name := range d.nodes {

@@ -474,13 +474,21 @@ func (d *demoCluster) kubernetesUpgrade(t *testing.T) {
 	waitBudgetFree(ctx, t, d.ns, "demo")
 }
 
-// upgradeRefusals: a downgrade, an image that cannot be pulled and an
-// unknown version end the operation Failed at its first step, with the
+// upgradeRefusals: a downgrade ends the operation Failed before any step
+// (an operator's, without an admin's override); an image that cannot be
+// pulled and an unknown version end it Failed at its first step, with the
 // reason, and no node is touched.
 func (d *demoCluster) upgradeRefusals(t *testing.T) {
 	before := d.reboots()
+	d.createOperation(t, operator, "downgrade", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.11.0}")
+	d.startOperation(t, operator, "downgrade")
+	if op := d.waitOperationEnds(t, "downgrade", v1alpha1.OperationFailed); len(op.Status.Steps) != 0 {
+		t.Errorf("downgrade: steps %+v, want none", op.Status.Steps)
+	} else if c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded); c == nil ||
+		c.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(c.Message, "does not downgrade Talos") {
+		t.Errorf("downgrade: Succeeded condition %+v", c)
+	}
 	for _, tc := range []struct{ name, version, want string }{
-		{"downgrade", "v1.11.0", "refuses this path"},
 		{"unpullable", "v1.13.9", "pull the installer"},
 		{"skips-minors", "v1.15.0", "upgrades go through every minor release"},
 	} {
