@@ -13,13 +13,18 @@ import (
 // sourceEvery. A limited attempt is answered 429 with Retry-After. (An
 // attacker can so slow a user's own sign-ins; that is the price of
 // slowing the guessing of their password.) Refreshes and revocations are
-// limited per source address too, in a bucket of their own of the same
-// size (renewalKey).
+// limited per source address too, in a bucket of their own (renewalKey),
+// larger: a refresh token is 256 random bits, not a guessable password,
+// and one that renews no session costs no read of the sessions (the
+// issuer's copy filters it), but many people behind one address renew
+// every token lifetime.
 const (
-	userBurst   = 5
-	userEvery   = 12 * time.Second
-	sourceBurst = 20
-	sourceEvery = time.Second
+	userBurst    = 5
+	userEvery    = 12 * time.Second
+	sourceBurst  = 20
+	sourceEvery  = time.Second
+	renewalBurst = 100
+	renewalEvery = 100 * time.Millisecond
 )
 
 // newLimiter returns the buckets of users, sources and renewals.
@@ -44,8 +49,13 @@ func sourceKey(addr string) string {
 func renewalKey(addr string) string { return "renewal/" + sourceKey(addr) }
 func isUserKey(key string) bool     { return len(key) > 5 && key[:5] == "user/" }
 func limitOf(key string) (time.Duration, int) {
-	if isUserKey(key) {
+	switch {
+	case isUserKey(key):
 		return userEvery, userBurst
+	case isRenewalKey(key):
+		return renewalEvery, renewalBurst
 	}
 	return sourceEvery, sourceBurst
 }
+
+func isRenewalKey(key string) bool { return len(key) > 8 && key[:8] == "renewal/" }

@@ -184,11 +184,11 @@ func TestRenewalFloodCostsNoReads(t *testing.T) {
 }
 
 // TestRenewalsAreLimitedPerSource: refreshes and revocations from one
-// address share a bucket of sourceBurst, refilled one every sourceEvery,
+// address share a bucket of renewalBurst, refilled one every renewalEvery,
 // apart from sign-ins; another address is not limited.
 func TestRenewalsAreLimitedPerSource(t *testing.T) {
 	f := newIssuerFixture(t)
-	for n := range sourceBurst {
+	for n := range renewalBurst {
 		send := f.refresh
 		if n%2 == 1 {
 			send = f.revoke
@@ -206,7 +206,7 @@ func TestRenewalsAreLimitedPerSource(t *testing.T) {
 	if code, _ := f.refresh("10.0.0.10", madeUp(0)); code == http.StatusTooManyRequests {
 		t.Error("another address is limited")
 	}
-	f.advance(sourceEvery)
+	f.advance(renewalEvery)
 	if code, _ := f.refresh("10.0.0.9", madeUp(0)); code == http.StatusTooManyRequests {
 		t.Error("limited after a refill")
 	}

@@ -128,13 +128,14 @@ func apiTalosMachine(name, ns, cluster string) *v1alpha1.TalosMachine {
 }
 
 // apiAddresses counts the machines apiTalosMachine made: each gets an
-// address of its own in 10.5.0.0/24, since an approved machine holds its
-// address against every other (IchorMachineAddresses), and test
+// address of its own in 10.5.0.100-249 (tests that name addresses use
+// those below), since a machine that pinned a certificate or was approved
+// holds its address against every other (IchorMachineAddresses), and test
 // namespaces go away in the background.
 var apiAddresses atomic.Int64
 
 func nextAPIAddress() string {
-	return fmt.Sprintf("10.5.0.%d:50000", 1+apiAddresses.Add(1)%254)
+	return fmt.Sprintf("10.5.0.%d:50000", 100+apiAddresses.Add(1)%150)
 }
 
 func apiTalosConfigPatch(name, ns string) *v1alpha1.TalosConfigPatch {
