@@ -22,7 +22,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/backup"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/credentialrequest"

@@ -50,7 +50,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/talos"
 )

@@ -19,8 +19,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/schedule"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
-	"ichor.dev/ichor/pkg/controller/statusapply"
+	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 )
 

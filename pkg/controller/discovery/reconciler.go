@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
 

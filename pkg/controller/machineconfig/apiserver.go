@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )

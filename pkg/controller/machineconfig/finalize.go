@@ -18,8 +18,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/disruption"
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )

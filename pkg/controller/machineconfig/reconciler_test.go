@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talos/talostest"
 )

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/intake"
 )
 
 // A node-reset that wipes a node's system disk sends it back to maintenance

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
-	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )

@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clusterindex"
+	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/disruption"
+	"ichor.dev/ichor/pkg/disruption"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/talos/talostest"
 	"ichor.dev/ichor/pkg/workload"

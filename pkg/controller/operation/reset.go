@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/statusapply"
+	"ichor.dev/ichor/pkg/statusapply"
 )
 
 // The reasons of the Events this controller records on TalosOperations.
