@@ -24,7 +24,7 @@ import (
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/discovery"
-	"ichor.dev/ichor/pkg/controller/intake"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/test/talossim"
 )
 

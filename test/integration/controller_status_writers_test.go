@@ -13,11 +13,11 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/disruption"
-	"ichor.dev/ichor/pkg/controller/intake"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
+	"ichor.dev/ichor/pkg/disruption"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/intake"
 )
 
 // TestStatusWritersInterleave: the machine config reconciler writes its

@@ -21,8 +21,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/configpatch"
 	"ichor.dev/ichor/pkg/controller/credentialrequest"

@@ -20,8 +20,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/schedule"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/statusapply"
 )
 
 // SchedulerName names the scheduler in logs, metrics and Events.

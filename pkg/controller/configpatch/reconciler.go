@@ -27,9 +27,9 @@ import (
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
-	"ichor.dev/ichor/pkg/statusapply"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/statusapply"
 )
 
 // ControllerName names the controller in logs and metrics.
