@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane docs verify-docs test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -46,13 +46,19 @@ bench: ## Measure ichor.dev against the same schema served as CRDs; table on std
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
 	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) run ./test/bench/cmd/ichor-bench -ichor-apiserver $(BIN)/ichor-apiserver $(BENCH_FLAGS)
 
-verify: verify-no-binaries verify-codegen fmt vet ## Check generated code, formatting, vet, and that no binary is tracked.
+verify: verify-no-binaries verify-codegen verify-docs fmt vet ## Check generated code and docs, formatting, vet, and that no binary is tracked.
 
 verify-no-binaries:
 	bash hack/verify-no-binaries.sh
 
 verify-codegen:
 	bash hack/verify-codegen.sh
+
+docs: ## Regenerate the reference pages under docs/reference from the code's tables.
+	$(GO) run ./hack/docgen
+
+verify-docs:
+	$(GO) run ./hack/docgen -check
 
 codegen: ## Regenerate deepcopy, conversions, defaults, protobuf, OpenAPI, clientset, listers, informers and the benchmark's CRDs.
 	bash hack/update-codegen.sh
