@@ -12,7 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // sealAtOldWorkFactor has seal use age's default scrypt work factor, 18,
@@ -31,7 +31,7 @@ func TestBreakGlassReplacesTheFile(t *testing.T) {
 	sealAtOldWorkFactor(t)
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	data, err := clustersecrets.Generate("v1.13.0", time.Now())
+	data, err := secretsbundle.Generate("v1.13.0", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

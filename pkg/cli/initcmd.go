@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 func newInit(o *Options) *cobra.Command {
@@ -93,7 +93,7 @@ sealed copy still holds the old CA, and break-glass talosconfigs from it are ref
 				secretName = cluster.Spec.SecretsRef.Name
 			}
 		}
-		bundle, err := clustersecrets.Generate(talosVersion, time.Now())
+		bundle, err := secretsbundle.Generate(talosVersion, time.Now())
 		if err != nil {
 			return err
 		}
@@ -117,8 +117,8 @@ sealed copy still holds the old CA, and break-glass talosconfigs from it are ref
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: ns,
 				Labels: map[string]string{"ichor.dev/cluster": name, "app.kubernetes.io/managed-by": "ichor-init"}},
-			Type: clustersecrets.SecretType,
-			Data: map[string][]byte{clustersecrets.BundleKey: bundle},
+			Type: secretsbundle.SecretType,
+			Data: map[string][]byte{secretsbundle.BundleKey: bundle},
 		}
 		_, err = kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
@@ -182,7 +182,7 @@ func resealBundle(ctx context.Context, o *Options, name, passphraseFile string) 
 		return fmt.Errorf("TalosOperation %s is rotating TalosCluster %s/%s's Talos API CA (phase %s): its bundle takes the new CA when the rotation completes; reseal then",
 			r.Operation, ns, name, r.Phase)
 	}
-	secretName := clustersecrets.SecretName(cluster)
+	secretName := secretsbundle.SecretName(cluster)
 	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
 	if apierrors.IsForbidden(err) {
 		return fmt.Errorf("reading Secret %s/%s needs get on secrets in namespace %s, which no Ichor role holds: use an identity that may read the bundle", ns, secretName, ns)
@@ -190,8 +190,8 @@ func resealBundle(ctx context.Context, o *Options, name, passphraseFile string) 
 	if err != nil {
 		return fmt.Errorf("read the bundle of TalosCluster %s/%s: %w", ns, name, err)
 	}
-	data := secret.Data[clustersecrets.BundleKey]
-	bundle, err := clustersecrets.Parse(data)
+	data := secret.Data[secretsbundle.BundleKey]
+	bundle, err := secretsbundle.Parse(data)
 	if err != nil {
 		return fmt.Errorf("Secret %s/%s: %w", ns, secretName, err)
 	}

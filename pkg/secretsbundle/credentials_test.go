@@ -1,4 +1,4 @@
-package clustersecrets
+package secretsbundle
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ func generated(t *testing.T) *Secrets {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := parse(data)
+	b, err := Parse(data)
 	if err != nil {
 		t.Fatal(err)
 	}

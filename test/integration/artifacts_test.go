@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/harness"
 )
 
@@ -999,7 +999,7 @@ func TestControllerTouchesOnlyItsSecrets(t *testing.T) {
 		case corev1.SecretTypeBasicAuth:
 			data = map[string][]byte{corev1.BasicAuthUsernameKey: []byte("u")}
 		case corev1.SecretTypeOpaque:
-			data = map[string][]byte{clustersecrets.BundleKey: []byte("cluster: {}")}
+			data = map[string][]byte{secretsbundle.BundleKey: []byte("cluster: {}")}
 		}
 		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ, Data: data}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -1035,7 +1035,7 @@ func TestControllerTouchesOnlyItsSecrets(t *testing.T) {
 		change func(*corev1.Secret)
 		want   bool
 	}{
-		{"write a bundle's CA", "bundle", func(s *corev1.Secret) { s.Data[clustersecrets.BundleKey] = []byte("cluster: {id: x}") }, true},
+		{"write a bundle's CA", "bundle", func(s *corev1.Secret) { s.Data[secretsbundle.BundleKey] = []byte("cluster: {id: x}") }, true},
 		{"add a key to a bundle's Secret", "bundle", func(s *corev1.Secret) { s.Data["stolen"] = []byte("x") }, false},
 		{"drop the bundle's key", "bundle", func(s *corev1.Secret) { s.Data = map[string][]byte{"other": []byte("x")} }, false},
 		{"relabel a bundle's Secret", "bundle", func(s *corev1.Secret) { s.Labels = map[string]string{"ichor.dev/cluster": "other"} }, false},

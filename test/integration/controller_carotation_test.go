@@ -29,8 +29,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/workload"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
@@ -58,7 +58,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.Data[clustersecrets.BundleKey]
+		return s.Data[secretsbundle.BundleKey]
 	}
 	before := bundleCA()
 
@@ -103,7 +103,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	// client certificate comes from the new Kubernetes CA, trusting both
 	// (as status.kubernetesCA has them meanwhile); one from the old CA
 	// works until the old CA is dropped.
-	oldBundle, err := clustersecrets.Parse(before)
+	oldBundle, err := secretsbundle.Parse(before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	}
 	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventCARotated, "rotated the Talos API and Kubernetes CAs")
 	c := getCluster(t, d.ns, "demo")
-	rotated, err := clustersecrets.Parse(bundleCA())
+	rotated, err := secretsbundle.Parse(bundleCA())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func kubectlGetNodes(ctx context.Context, kubeconfig string, want int) (string, 
 // oldBundleCA is the Kubernetes CA certificate of a bundle's YAML.
 func oldBundleCA(t *testing.T, bundle []byte) []byte {
 	t.Helper()
-	b, err := clustersecrets.Parse(bundle)
+	b, err := secretsbundle.Parse(bundle)
 	if err != nil {
 		t.Fatal(err)
 	}

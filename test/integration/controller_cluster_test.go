@@ -35,13 +35,13 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	ksdecide "ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
 	"ichor.dev/ichor/test/talossim"
@@ -1177,12 +1177,12 @@ func bootstrapTokenOf(ctx context.Context, t *testing.T, ns, cluster string) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, clustersecrets.SecretName(c), metav1.GetOptions{})
+	s, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, secretsbundle.SecretName(c), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var bundle secrets.Bundle
-	if err := yaml.Unmarshal(s.Data[clustersecrets.BundleKey], &bundle); err != nil || bundle.Secrets == nil {
+	if err := yaml.Unmarshal(s.Data[secretsbundle.BundleKey], &bundle); err != nil || bundle.Secrets == nil {
 		t.Fatalf("the bundle of %s: %v", cluster, err)
 	}
 	return bundle.Secrets.BootstrapToken

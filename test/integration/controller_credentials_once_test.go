@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/credentialrequest"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // TestCredentialsNotServedAgainToARecreatedRequest: the new admin
@@ -38,7 +38,7 @@ metadata: {name: demo, namespace: `+ns+`}
 spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoint: "https://127.0.7.1:6443"}, paused: true,
   secretsRef: {name: demo-secrets}}
 `)
-	bundle, err := clustersecrets.Generate("v1.13.0", time.Now())
+	bundle, err := secretsbundle.Generate("v1.13.0", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		t.Fatal(err)
 	}
 	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets"},
-		Data: map[string][]byte{clustersecrets.BundleKey: bundle}}, metav1.CreateOptions{}); err != nil {
+		Data: map[string][]byte{secretsbundle.BundleKey: bundle}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A CA rotation completed: its credentials wait to be taken.

@@ -25,6 +25,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/discovery"
 	"ichor.dev/ichor/pkg/intake"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -418,8 +419,8 @@ func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 	secretsClient := kube.CoreV1().Secrets(ns)
 	provided := bundleYAML(t)
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "handmade"}, Data: map[string][]byte{clustersecrets.BundleKey: provided}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "garbled"}, Data: map[string][]byte{clustersecrets.BundleKey: []byte("certs: [not-a-bundle-9f2c")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "handmade"}, Data: map[string][]byte{secretsbundle.BundleKey: provided}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "garbled"}, Data: map[string][]byte{secretsbundle.BundleKey: []byte("certs: [not-a-bundle-9f2c")}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "taken-secrets"}, StringData: map[string]string{"other": "data"}},
 	} {
 		if _, err := secretsClient.Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -446,11 +447,11 @@ func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 	if owner := metav1.GetControllerOf(gen); owner == nil || owner.UID != c.UID || owner.Kind != "TalosCluster" || owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
 		t.Errorf("generated Secret's controller is %+v, want TalosCluster %s", owner, c.UID)
 	}
-	if gen.Type != clustersecrets.SecretType {
+	if gen.Type != secretsbundle.SecretType {
 		t.Errorf("generated Secret has type %q", gen.Type)
 	}
 	var bundle secrets.Bundle
-	if err := yaml.Unmarshal(gen.Data[clustersecrets.BundleKey], &bundle); err != nil {
+	if err := yaml.Unmarshal(gen.Data[secretsbundle.BundleKey], &bundle); err != nil {
 		t.Fatalf("generated Secret does not hold a bundle: %v", err)
 	}
 	bundle.Clock = secrets.NewClock()

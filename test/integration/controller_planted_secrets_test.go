@@ -16,11 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // TestPlantedSecretsAreNeverUsed: mallory may create Secrets in the
@@ -62,7 +64,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	if err != nil {
 		t.Fatal(err)
 	}
-	mine, err := clustersecrets.Generate("v1.13.0", time.Now())
+	mine, err := secretsbundle.Generate("v1.13.0", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +78,8 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	plant(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TalosCluster", Name: "demo", UID: demo.UID, Controller: ptr.To(true)}}},
-		Type: clustersecrets.SecretType,
-		Data: map[string][]byte{clustersecrets.BundleKey: mine},
+		Type: secretsbundle.SecretType,
+		Data: map[string][]byte{secretsbundle.BundleKey: mine},
 	})
 
 	scheme, err := ctrlcmd.NewScheme()
@@ -100,8 +102,8 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		if !hasCondition(c.Status.Conditions, v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, reason) {
 			t.Errorf("%s: SecretsReady %+v, want False %s", c.Name, c.Status.Conditions, reason)
 		}
-		_, err := clustersecrets.Load(ctx, asController, c)
-		var refusal *clustersecrets.Refusal
+		_, err := bundlestore.Load(ctx, asController, c)
+		var refusal *bundlestore.Refusal
 		if !errors.As(err, &refusal) || refusal.Reason != reason {
 			t.Errorf("%s: the secrets in force: %v, want a refusal %s", c.Name, err, reason)
 		}
@@ -122,7 +124,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		t.Error("no Event says why")
 	}
 	s, err := kubernetes.NewForConfigOrDie(cp.AdminConfig).CoreV1().Secrets(ns).Get(ctx, "demo-secrets", metav1.GetOptions{})
-	if err != nil || string(s.Data[clustersecrets.BundleKey]) != string(mine) {
+	if err != nil || string(s.Data[secretsbundle.BundleKey]) != string(mine) {
 		t.Errorf("mallory's Secret was changed: %v", err)
 	}
 
@@ -137,17 +139,17 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := clustersecrets.Digest(s.Data[clustersecrets.BundleKey])
+	digest := secretsbundle.Digest(s.Data[secretsbundle.BundleKey])
 	if got.Status.SecretsDigest != digest ||
 		!hasCondition(got.Status.Conditions, v1alpha1.ClusterConditionSecretsReady, metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated) {
 		t.Fatalf("generated: digest recorded %v, conditions %+v", got.Status.SecretsDigest == digest, got.Status.Conditions)
 	}
 	owned := false
 	for _, f := range got.ManagedFields {
-		owned = owned || (f.Manager == clustersecrets.DigestFieldManager && f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:secretsDigest"`))
+		owned = owned || (f.Manager == bundlestore.DigestFieldManager && f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:secretsDigest"`))
 	}
 	if !owned {
-		t.Errorf("status.secretsDigest is not %s's: %+v", clustersecrets.DigestFieldManager, got.ManagedFields)
+		t.Errorf("status.secretsDigest is not %s's: %+v", bundlestore.DigestFieldManager, got.ManagedFields)
 	}
 	stale.Status.Phase = v1alpha1.ClusterPhasePending
 	if err := taloscluster.WriteStatus(ctx, asController, &stale); err != nil {
@@ -156,7 +158,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 
 	// A CA rotation records its new CAs' digest, as the operation does,
 	// and mallory plants CAs of hers in their place before they are stored.
-	next, err := clustersecrets.NewRotationCAs(got, true, false, time.Now())
+	next, err := secretsbundle.NewRotationCAs(got, true, false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	if err := asController.Status().Apply(ctx, rotation, client.FieldOwner(operation.CARotationFieldManager), client.ForceOwnership); err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := clustersecrets.NewRotationCAs(got, true, false, time.Now())
+	theirs, err := secretsbundle.NewRotationCAs(got, true, false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		Type:       v1alpha1.SecretTypeCARotation,
 		Data:       map[string][]byte{"talos.crt": theirs.Talos.Crt, "talos.key": theirs.Talos.Key},
 	})
-	if err := clustersecrets.StoreRotationCAs(ctx, asController, got, next); err == nil {
+	if err := bundlestore.StoreRotationCAs(ctx, asController, got, next); err == nil {
 		t.Error("the rotation stored its CAs over mallory's")
 	}
 	got = reconcile("other")

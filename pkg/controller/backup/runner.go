@@ -50,8 +50,9 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -329,7 +330,7 @@ func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1al
 		out.reason = v1alpha1.BackupReasonNotBootstrapped
 		return out, fmt.Errorf("TalosCluster %s is not bootstrapped: there is no etcd to back up yet", cluster.Name)
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
 	if err != nil {
 		out.reason = v1alpha1.BackupReasonSecretsNotReady
 		return out, err
@@ -413,7 +414,7 @@ func (r *Runner) members(ctx context.Context, cluster *v1alpha1.TalosCluster) ([
 
 // snapshot writes an etcd snapshot from the first control plane that
 // gives one, Ready ones first, with an os:etcd:backup certificate.
-func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *clustersecrets.Secrets, machines []*v1alpha1.TalosMachine) (string, error) {
+func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secretsbundle.Secrets, machines []*v1alpha1.TalosMachine) (string, error) {
 	creds, err := bundle.TalosCredentials(role.MakeSet(role.EtcdBackup), r.Now(), r.Options.CredentialTTL)
 	if err != nil {
 		return v1alpha1.BackupReasonSecretsNotReady, err
@@ -470,7 +471,7 @@ func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *clustersecrets
 
 // configs writes every machine's running config, read with an os:admin
 // certificate (Talos lets no other role read it).
-func (r *Runner) configs(ctx context.Context, w *writer, bundle *clustersecrets.Secrets, machines []*v1alpha1.TalosMachine) error {
+func (r *Runner) configs(ctx context.Context, w *writer, bundle *secretsbundle.Secrets, machines []*v1alpha1.TalosMachine) error {
 	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
 	if err != nil {
 		return err

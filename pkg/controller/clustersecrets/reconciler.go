@@ -10,11 +10,14 @@
 // owners or annotations say. Its SecretsReady condition says which, or
 // what is wrong.
 //
-// The bundle is read and written here and nowhere else. It never appears in
-// a log line, an Event, a status or an error message: those name the Secret
-// and the fields that are wrong, never values. Secrets are read with a
-// client that does not cache, so the controller needs neither list nor
-// watch on them.
+// What a bundle is — generated, parsed, digested, named — is
+// pkg/secretsbundle's; reading and writing it, with its digest checks, is
+// pkg/bundlestore's, which every reconciler loads the secrets in force
+// with. This reconciler decides when to generate, check or adopt one, and
+// says so. The bundle never appears in a log line, an Event, a status or an
+// error message: those name the Secret and the fields that are wrong, never
+// values. Secrets are read with a client that does not cache, so the
+// controller needs neither list nor watch on them.
 package clustersecrets
 
 import (
@@ -40,7 +43,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/statusapply"
 )
 
@@ -61,22 +66,11 @@ const (
 	EventSecretsDigestRecorded = "SecretsDigestRecorded"
 )
 
-// SecretType marks the Secrets Ichor generates.
-const SecretType corev1.SecretType = "ichor.dev/talos-secrets-bundle"
-
 // Defaults of the Reconciler's intervals.
 const (
 	DefaultResyncInterval = 10 * time.Minute
 	DefaultRetryInterval  = 30 * time.Second
 )
-
-// SecretName is the Secret holding cluster's bundle.
-func SecretName(cluster *v1alpha1.TalosCluster) string {
-	if ref := cluster.Spec.SecretsRef; ref != nil {
-		return ref.Name
-	}
-	return cluster.Name + "-secrets"
-}
 
 // Reconciler gives each TalosCluster its secrets bundle.
 type Reconciler struct {
@@ -135,7 +129,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	name := SecretName(&cluster)
+	name := secretsbundle.SecretName(&cluster)
 	logger := log.FromContext(ctx).WithValues("secret", name)
 
 	cond, err := r.ensureBundle(ctx, &cluster, name)
@@ -165,7 +159,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 		return metav1.Condition{Type: v1alpha1.ClusterConditionSecretsReady, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}, nil
 	}
 	refused := func(err error) (metav1.Condition, error) {
-		var refusal *Refusal
+		var refusal *bundlestore.Refusal
 		if errors.As(err, &refusal) {
 			return cond(metav1.ConditionFalse, refusal.Reason, "%s", refusal.Message)
 		}
@@ -185,7 +179,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 	case apierrors.IsNotFound(err):
 		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretNotFound,
 			"Secret %s named by spec.secretsRef does not exist; create it with the bundle in key %s (talosctl gen secrets), or clear spec.secretsRef to have one generated",
-			name, BundleKey)
+			name, secretsbundle.BundleKey)
 	case apierrors.IsForbidden(err):
 		return cond(metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsForbidden,
 			"ichor-controller may not read Secrets in namespace %s: an admin binds it there with "+
@@ -195,19 +189,19 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 		return metav1.Condition{}, fmt.Errorf("read Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	if adoptable(cluster, &secret) {
-		if _, err := parse(secret.Data[BundleKey]); err == nil {
-			if err := recordDigest(ctx, r.Client, cluster, Digest(secret.Data[BundleKey])); err != nil {
+		if _, err := secretsbundle.Parse(secret.Data[secretsbundle.BundleKey]); err == nil {
+			if err := bundlestore.RecordDigest(ctx, r.Client, cluster, secretsbundle.Digest(secret.Data[secretsbundle.BundleKey])); err != nil {
 				return metav1.Condition{}, err
 			}
 			r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsDigestRecorded, "RecordSecretsDigest",
 				"Recorded the SHA-256 of the bundle generated into Secret %s before digests were recorded: from now on only that bundle is used", name)
 		}
 	}
-	next, err := LoadRotationCAs(ctx, r.Secrets, cluster)
+	next, err := bundlestore.LoadRotationCAs(ctx, r.Secrets, cluster)
 	if err != nil {
 		return refused(err)
 	}
-	if _, err := bundleOf(cluster, &secret, next); err != nil {
+	if _, err := bundlestore.BundleOf(cluster, &secret, next); err != nil {
 		return refused(err)
 	}
 	if generated {
@@ -216,17 +210,31 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 	return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonProvided, "the bundle is read from Secret %s", name)
 }
 
+// adoptable reports whether s is the bundle a cluster generated before
+// ichor-controller recorded digests: none is recorded, the cluster
+// reported SecretsReady True with reason Generated (which, since digests
+// are recorded, it reports only with one), and s names the cluster its
+// controller, as the bundles generated then did. Its digest is recorded
+// once (ensureBundle); a new cluster never adopts a Secret.
+func adoptable(cluster *v1alpha1.TalosCluster, s *corev1.Secret) bool {
+	if cluster.Spec.SecretsRef != nil || cluster.Status.SecretsDigest != "" {
+		return false
+	}
+	c := meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ClusterReasonGenerated && metav1.IsControlledBy(s, cluster)
+}
+
 // generate records the digest of a new bundle, then writes the bundle
 // into Secret name, controlled by cluster so that it goes when the
 // cluster goes. A Secret of that name that appeared in between is refused,
 // and left as it is. Stopped between the two, the next reconcile
 // generates another bundle and records its digest instead.
 func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluster, name string) error {
-	data, err := Generate(cluster.Spec.TalosVersion, r.Now())
+	data, err := secretsbundle.Generate(cluster.Spec.TalosVersion, r.Now())
 	if err != nil {
 		return fmt.Errorf("TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	if err := recordDigest(ctx, r.Client, cluster, Digest(data)); err != nil {
+	if err := bundlestore.RecordDigest(ctx, r.Client, cluster, secretsbundle.Digest(data)); err != nil {
 		return err
 	}
 	secret := &corev1.Secret{
@@ -238,15 +246,15 @@ func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluste
 				"ichor.dev/cluster":            cluster.Name,
 			},
 		},
-		Type: SecretType,
-		Data: map[string][]byte{BundleKey: data},
+		Type: secretsbundle.SecretType,
+		Data: map[string][]byte{secretsbundle.BundleKey: data},
 	}
 	if err := controllerutil.SetControllerReference(cluster, secret, r.Scheme); err != nil {
 		return fmt.Errorf("own Secret %s/%s: %w", cluster.Namespace, name, err)
 	}
 	err = r.Client.Create(ctx, secret)
 	if apierrors.IsAlreadyExists(err) {
-		return digestMismatch(cluster)
+		return bundlestore.DigestMismatch(cluster)
 	}
 	if err != nil {
 		return fmt.Errorf("create Secret %s/%s: %w", cluster.Namespace, name, err)

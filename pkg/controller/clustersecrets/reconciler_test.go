@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // The secrets reconciler against a fake client, and what someone who may
@@ -79,7 +81,7 @@ func demoCluster() *v1alpha1.TalosCluster {
 // naming the cluster its controller (its UID is anyone's to read).
 func planted(t *testing.T, name string) *corev1.Secret {
 	t.Helper()
-	data, err := Generate("v1.13.0", testNow)
+	data, err := secretsbundle.Generate("v1.13.0", testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +90,8 @@ func planted(t *testing.T, name string) *corev1.Secret {
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "ichor-controller", "ichor.dev/cluster": "demo"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "TalosCluster",
 				Name: "demo", UID: "uid-demo", Controller: ptr.To(true)}}},
-		Type: SecretType,
-		Data: map[string][]byte{BundleKey: data},
+		Type: secretsbundle.SecretType,
+		Data: map[string][]byte{secretsbundle.BundleKey: data},
 	}
 }
 
@@ -144,8 +146,8 @@ func (g *rig) warned(reason string) bool {
 // refusedWith checks that Load refuses the cluster's Secret with reason.
 func (g *rig) refusedWith(reason string) {
 	g.t.Helper()
-	_, err := Load(context.Background(), g.client, g.cluster())
-	var refusal *Refusal
+	_, err := bundlestore.Load(context.Background(), g.client, g.cluster())
+	var refusal *bundlestore.Refusal
 	if !errors.As(err, &refusal) || refusal.Reason != reason {
 		g.t.Fatalf("Load: %v, want a refusal with reason %s", err, reason)
 	}
@@ -171,7 +173,7 @@ func TestPlantedBundleIsNeverUsed(t *testing.T) {
 	if d := g.cluster().Status.SecretsDigest; d != "" {
 		t.Errorf("a digest was recorded for a bundle the controller did not generate: %s", d)
 	}
-	if s := g.secret("demo-secrets"); s == nil || string(s.Data[BundleKey]) != string(bad.Data[BundleKey]) {
+	if s := g.secret("demo-secrets"); s == nil || string(s.Data[secretsbundle.BundleKey]) != string(bad.Data[secretsbundle.BundleKey]) {
 		t.Error("the planted Secret was changed")
 	}
 	g.refusedWith(v1alpha1.ClusterReasonSecretConflict)
@@ -199,10 +201,10 @@ func TestBundlePlantedWhileGeneratingIsNeverUsed(t *testing.T) {
 		t.Error("no Warning Event says why")
 	}
 	recorded := g.cluster().Status.SecretsDigest
-	if recorded == "" || recorded == Digest(bad.Data[BundleKey]) {
+	if recorded == "" || recorded == secretsbundle.Digest(bad.Data[secretsbundle.BundleKey]) {
 		t.Fatalf("status.secretsDigest %q", recorded)
 	}
-	if s := g.secret("demo-secrets"); s == nil || string(s.Data[BundleKey]) != string(bad.Data[BundleKey]) {
+	if s := g.secret("demo-secrets"); s == nil || string(s.Data[secretsbundle.BundleKey]) != string(bad.Data[secretsbundle.BundleKey]) {
 		t.Fatal("the planted Secret was changed")
 	}
 	g.refusedWith(v1alpha1.ClusterReasonSecretDigestMismatch)
@@ -217,10 +219,10 @@ func TestBundlePlantedWhileGeneratingIsNeverUsed(t *testing.T) {
 	if c := g.secretsReady(); c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ClusterReasonGenerated {
 		t.Fatalf("after the planted Secret went: SecretsReady %s %s: %s", c.Status, c.Reason, c.Message)
 	}
-	if got := g.cluster().Status.SecretsDigest; got == recorded || got != Digest(g.secret("demo-secrets").Data[BundleKey]) {
+	if got := g.cluster().Status.SecretsDigest; got == recorded || got != secretsbundle.Digest(g.secret("demo-secrets").Data[secretsbundle.BundleKey]) {
 		t.Errorf("status.secretsDigest %q is not the new bundle's", got)
 	}
-	if _, err := Load(context.Background(), g.client, g.cluster()); err != nil {
+	if _, err := bundlestore.Load(context.Background(), g.client, g.cluster()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -248,13 +250,13 @@ func TestGenerateResumesAfterACrash(t *testing.T) {
 	if c := g.secretsReady(); s == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ClusterReasonGenerated {
 		t.Fatalf("SecretsReady %s %s: %s", c.Status, c.Reason, c.Message)
 	}
-	if got := g.cluster().Status.SecretsDigest; got == first || got != Digest(s.Data[BundleKey]) {
+	if got := g.cluster().Status.SecretsDigest; got == first || got != secretsbundle.Digest(s.Data[secretsbundle.BundleKey]) {
 		t.Errorf("status.secretsDigest %q, want the stored bundle's", got)
 	}
-	if !metav1.IsControlledBy(s, g.cluster()) || s.Type != SecretType {
+	if !metav1.IsControlledBy(s, g.cluster()) || s.Type != secretsbundle.SecretType {
 		t.Errorf("the generated Secret: owners %+v, type %s", s.OwnerReferences, s.Type)
 	}
-	if _, err := Load(context.Background(), g.client, g.cluster()); err != nil {
+	if _, err := bundlestore.Load(context.Background(), g.client, g.cluster()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -267,8 +269,8 @@ func TestChangedBundleIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := g.secret("demo-secrets")
-	other := planted(t, "demo-secrets").Data[BundleKey]
-	s.Data[BundleKey] = other
+	other := planted(t, "demo-secrets").Data[secretsbundle.BundleKey]
+	s.Data[secretsbundle.BundleKey] = other
 	if err := g.client.Update(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +281,7 @@ func TestChangedBundleIsRefused(t *testing.T) {
 	if c := g.secretsReady(); c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ClusterReasonSecretDigestMismatch {
 		t.Fatalf("SecretsReady %s %s: %s", c.Status, c.Reason, c.Message)
 	}
-	if string(g.secret("demo-secrets").Data[BundleKey]) != string(other) {
+	if string(g.secret("demo-secrets").Data[secretsbundle.BundleKey]) != string(other) {
 		t.Error("the changed Secret was overwritten")
 	}
 }
@@ -320,82 +322,13 @@ func TestBundleFromBeforeDigestsIsAdoptedOnce(t *testing.T) {
 				}
 				return
 			}
-			if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ClusterReasonGenerated || digest != Digest(tc.secret.Data[BundleKey]) {
+			if c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ClusterReasonGenerated || digest != secretsbundle.Digest(tc.secret.Data[secretsbundle.BundleKey]) {
 				t.Fatalf("SecretsReady %s %s, digest %q: not adopted", c.Status, c.Reason, digest)
 			}
-			if _, err := Load(context.Background(), g.client, g.cluster()); err != nil {
+			if _, err := bundlestore.Load(context.Background(), g.client, g.cluster()); err != nil {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-// TestRotationCAsAreThoseRecorded: during a CA rotation, the new CAs are
-// read only from a Secret holding what status.caRotation.secretDigest
-// records, whatever its type and labels; in the first phase, before they
-// are stored, the bundle alone is in force. A rotation started before
-// digests were recorded reads its Secret as it is.
-func TestRotationCAsAreThoseRecorded(t *testing.T) {
-	ctx := context.Background()
-	data, err := Generate("v1.13.0", testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := demoCluster()
-	cluster.Status.SecretsDigest = Digest(data)
-	bundle := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "demo-secrets", Namespace: testNS}, Data: map[string][]byte{BundleKey: data}}
-	ours, err := NewRotationCAs(cluster, true, false, testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := NewRotationCAs(cluster, true, false, testNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rotating := func(phase v1alpha1.CARotationPhase, digest string) *v1alpha1.TalosCluster {
-		c := cluster.DeepCopy()
-		c.Status.CARotation = &v1alpha1.CARotationStatus{Operation: "rotate", Phase: phase, Talos: true, SecretDigest: digest}
-		return c
-	}
-
-	g := newRig(t, cluster, bundle)
-	// Recorded, not stored yet.
-	in, err := Load(ctx, g.client, rotating(v1alpha1.CARotationAcceptNew, ours.Digest))
-	if err != nil || len(in.TalosAccepted) != 0 {
-		t.Fatalf("the first phase before its CAs are stored: %v, accepted %d", err, len(in.TalosAccepted))
-	}
-	if _, err := Load(ctx, g.client, rotating(v1alpha1.CARotationIssueNew, ours.Digest)); err == nil {
-		t.Fatal("the second phase without its CAs' Secret loaded")
-	}
-	// Someone else's CAs in their place.
-	if err := StoreRotationCAs(ctx, g.client, cluster, theirs); err != nil {
-		t.Fatal(err)
-	}
-	for _, phase := range v1alpha1.CARotationPhases {
-		_, err := Load(ctx, g.client, rotating(phase, ours.Digest))
-		var refusal *Refusal
-		if !errors.As(err, &refusal) || refusal.Reason != v1alpha1.ClusterReasonSecretDigestMismatch {
-			t.Fatalf("phase %s with CAs not recorded: %v", phase, err)
-		}
-	}
-	if err := StoreRotationCAs(ctx, g.client, cluster, ours); err == nil {
-		t.Fatal("stored over a Secret that is not the rotation's")
-	}
-	// A rotation from before digests: as it is.
-	in, err = Load(ctx, g.client, rotating(v1alpha1.CARotationIssueNew, ""))
-	if err != nil || string(in.Certs.OS.Crt) != string(theirs.Talos.Crt) {
-		t.Fatalf("a rotation without a digest: %v", err)
-	}
-	// The rotation's own.
-	if err := g.client.Delete(ctx, g.secret("demo-secrets-ca-next")); err != nil {
-		t.Fatal(err)
-	}
-	if err := StoreRotationCAs(ctx, g.client, cluster, ours); err != nil {
-		t.Fatal(err)
-	}
-	in, err = Load(ctx, g.client, rotating(v1alpha1.CARotationIssueNew, ours.Digest))
-	if err != nil || string(in.Certs.OS.Crt) != string(ours.Talos.Crt) {
-		t.Fatalf("the rotation's own CAs: %v", err)
 	}
 }
 
@@ -403,7 +336,7 @@ func TestRotationCAsAreThoseRecorded(t *testing.T) {
 // of a rotation's new CAs holding others turns SecretsReady False.
 func TestSecretsReadySaysWhenRotationCAsAreNotRecorded(t *testing.T) {
 	cluster := demoCluster()
-	ours, err := NewRotationCAs(cluster, true, false, testNow)
+	ours, err := secretsbundle.NewRotationCAs(cluster, true, false, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,11 +349,11 @@ func TestSecretsReadySaysWhenRotationCAsAreNotRecorded(t *testing.T) {
 	if err := g.client.Status().Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := NewRotationCAs(cluster, true, false, testNow)
+	theirs, err := secretsbundle.NewRotationCAs(cluster, true, false, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := StoreRotationCAs(context.Background(), g.client, cluster, theirs); err != nil {
+	if err := bundlestore.StoreRotationCAs(context.Background(), g.client, cluster, theirs); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.reconcile(); err != nil {

@@ -24,11 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/statusapply"
 )
 
@@ -132,7 +133,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonClusterNotFound, "TalosCluster %s does not exist", p.Spec.ClusterName)
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonSecretsNotReady, "%v", err)
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
@@ -216,7 +217,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *clustersecrets.Secrets) (render.Rendered, error) {
+func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *secretsbundle.Secrets) (render.Rendered, error) {
 	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle.Bundle,
 		TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted, InstallImage: r.InstallImage})
 }

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // The new admin credentials of a CA rotation go once to the request that
@@ -37,22 +37,22 @@ func TestCredentialsServedOnceByRequestNotName(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bundle, err := clustersecrets.Generate("v1.13.0", now)
+	bundle, err := secretsbundle.Generate("v1.13.0", now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cluster := &v1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo", Namespace: "ns"},
 		Spec:       v1alpha1.TalosClusterSpec{TalosVersion: "v1.13.0", ControlPlane: v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"}},
-		Status: v1alpha1.TalosClusterStatus{SecretsDigest: clustersecrets.Digest(bundle), Credentials: &v1alpha1.ClusterCredentialsStatus{
+		Status: v1alpha1.TalosClusterStatus{SecretsDigest: secretsbundle.Digest(bundle), Credentials: &v1alpha1.ClusterCredentialsStatus{
 			Rotation: "rotate", RotatedAt: metav1.NewTime(now.Add(-time.Hour)),
 		}},
 	}
 	failAnswer := true
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(cluster, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: "ns"},
-			Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
+			ObjectMeta: metav1.ObjectMeta{Name: secretsbundle.SecretName(cluster), Namespace: "ns"},
+			Data:       map[string][]byte{secretsbundle.BundleKey: bundle},
 		}).
 		WithStatusSubresource(&v1alpha1.TalosCluster{}, &v1alpha1.TalosCredentialRequest{}).
 		WithInterceptorFuncs(interceptor.Funcs{

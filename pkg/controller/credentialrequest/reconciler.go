@@ -26,8 +26,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -162,7 +162,7 @@ func (r *Reconciler) answer(ctx context.Context, cr *v1alpha1.TalosCredentialReq
 			return metav1.Condition{}, 0, err
 		}
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
 		log.FromContext(ctx).Info("Waiting for the cluster's secrets bundle", "cluster", cluster.Name, "error", err.Error())
 		return metav1.Condition{}, retryInterval, nil

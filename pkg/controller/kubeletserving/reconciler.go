@@ -41,8 +41,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/statusapply"
 	"ichor.dev/ichor/pkg/talos"
@@ -196,7 +196,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonNotBootstrapped, "the cluster is not bootstrapped yet")
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
 		set(v1alpha1.ClusterConditionKubeletServingCertificates, metav1.ConditionFalse, v1alpha1.ClusterReasonKubernetesUnreachable, "%v", err)
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, r.writeClusterStatus(ctx, &cluster, before)

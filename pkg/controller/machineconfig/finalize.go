@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
@@ -137,7 +137,7 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &cluster); err != nil {
 		return fmt.Errorf("read TalosCluster %s: %w", m.Spec.ClusterName, err)
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
@@ -326,7 +326,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 			"the cluster's secrets bundle is not ready; see its SecretsReady condition")
 		return retry, nil
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, &cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, &cluster)
 	if err != nil {
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonSecretsNotReady, err.Error())
 		return retry, nil

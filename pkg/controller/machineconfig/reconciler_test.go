@@ -21,9 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talos/talostest"
 )
@@ -63,14 +64,14 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 			Type: v1alpha1.ClusterConditionSecretsReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ClusterReasonGenerated,
 			LastTransitionTime: metav1.NewTime(now)}}},
 	}
-	bundle, err := clustersecrets.Generate("v1.13.0", now)
+	bundle, err := secretsbundle.Generate("v1.13.0", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
+	cluster.Status.SecretsDigest = secretsbundle.Digest(bundle)
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
-		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
+		ObjectMeta: metav1.ObjectMeta{Name: secretsbundle.SecretName(cluster), Namespace: ns},
+		Data:       map[string][]byte{secretsbundle.BundleKey: bundle},
 	}
 	byCluster := func(o client.Object) []string { return []string{clusterindex.ClusterOf(o)} }
 	c := fake.NewClientBuilder().WithScheme(scheme).
@@ -489,7 +490,7 @@ func TestWorkerTakesANewTalosCAAfterTheControlPlanes(t *testing.T) {
 	if err := f.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "demo"}, &cluster); err != nil {
 		t.Fatal(err)
 	}
-	next, err := clustersecrets.NewRotationCAs(&cluster, true, false, f.now)
+	next, err := secretsbundle.NewRotationCAs(&cluster, true, false, f.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +498,7 @@ func TestWorkerTakesANewTalosCAAfterTheControlPlanes(t *testing.T) {
 	if err := f.client.Status().Update(ctx, &cluster); err != nil {
 		t.Fatal(err)
 	}
-	if err := clustersecrets.StoreRotationCAs(ctx, f.client, &cluster, next); err != nil {
+	if err := bundlestore.StoreRotationCAs(ctx, f.client, &cluster, next); err != nil {
 		t.Fatal(err)
 	}
 	f.now = f.now.Add(time.Minute)

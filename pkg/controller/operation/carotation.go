@@ -19,9 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/bundlestore"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -31,7 +32,7 @@ import (
 // accepted, then alone. The phase is the cluster's (status.caRotation),
 // and every machine's config follows it: machineconfig renders machine.ca
 // and machine.acceptedCAs, cluster.ca and cluster.acceptedCAs from the
-// secrets in force (clustersecrets.Load). The Talos API CA is a no-reboot
+// secrets in force (bundlestore.Load). The Talos API CA is a no-reboot
 // change; the Kubernetes CA restarts kube-apiserver and the controller
 // manager on each control plane (one at a time, under the disruption
 // budget) and the kubelet on every node, which bootstraps a new client
@@ -136,7 +137,7 @@ func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.done(ctx, "dry run: %s", what)
 	}
 	if err := s.r.enterCAPhase(ctx, s.x, phase); err != nil {
-		var refusal *clustersecrets.Refusal
+		var refusal *bundlestore.Refusal
 		if errors.As(err, &refusal) {
 			return s.failed(ctx, "%s", refusal.Message)
 		}
@@ -200,7 +201,7 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 		return err
 	}
 	err = r.enterCAPhaseOf(ctx, x, cluster, phase)
-	var refusal *clustersecrets.Refusal
+	var refusal *bundlestore.Refusal
 	if errors.As(err, &refusal) {
 		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeWarning, refusal.Reason, "RotateCA", "%s", refusal.Message)
 	}
@@ -213,26 +214,26 @@ func (r *Reconciler) enterCAPhaseOf(ctx context.Context, x *run, cluster *v1alph
 		phase = cur.Phase // taken over where it is
 	}
 	talosCA, kubernetesCA := rotatesCAs(x.op)
-	var next, fresh *clustersecrets.RotationCAs
+	var next, fresh *secretsbundle.RotationCAs
 	if cur == nil {
 		// Nothing may stand in the new CAs' place but what an ended
 		// rotation left.
-		if err := clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster); err != nil {
+		if err := bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster); err != nil {
 			return err
 		}
 	} else {
 		var err error
-		if next, err = clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster); err != nil {
+		if next, err = bundlestore.LoadRotationCAs(ctx, r.Secrets, cluster); err != nil {
 			return err
 		}
 	}
 	if next == nil {
 		if phase != v1alpha1.CARotationAcceptNew {
 			return fmt.Errorf("TalosCluster %s is in phase %s of a CA rotation, but Secret %s with the new CAs is gone: "+
-				"recreate it from a copy, or restore the CAs by hand", cluster.Name, phase, clustersecrets.RotationSecretName(cluster))
+				"recreate it from a copy, or restore the CAs by hand", cluster.Name, phase, secretsbundle.RotationSecretName(cluster))
 		}
 		var err error
-		if fresh, err = clustersecrets.NewRotationCAs(cluster, talosCA, kubernetesCA, r.Now()); err != nil {
+		if fresh, err = secretsbundle.NewRotationCAs(cluster, talosCA, kubernetesCA, r.Now()); err != nil {
 			return err
 		}
 		next = fresh
@@ -253,7 +254,7 @@ func (r *Reconciler) enterCAPhaseOf(ctx context.Context, x *run, cluster *v1alph
 	// The secrets in force changed: read them again.
 	x.cluster, x.bundle = nil, nil
 	if fresh != nil {
-		return clustersecrets.StoreRotationCAs(ctx, r.Client, cluster, fresh)
+		return bundlestore.StoreRotationCAs(ctx, r.Client, cluster, fresh)
 	}
 	return nil
 }
@@ -272,7 +273,7 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		return ctrl.Result{}, err
 	}
 	if next == nil {
-		return s.failed(ctx, "the new CAs' Secret %s is gone", clustersecrets.RotationSecretName(s.cluster))
+		return s.failed(ctx, "the new CAs' Secret %s is gone", secretsbundle.RotationSecretName(s.cluster))
 	}
 	var said []string
 	for _, follow := range []struct {
@@ -305,12 +306,12 @@ func followCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 // newCAs are the rotation's new CAs: in its first phase, those waiting in
 // the rotation's Secret; from the second on, and once it ended, those that
 // issue in force.
-func (s *step) newCAs(ctx context.Context) (*clustersecrets.RotationCAs, error) {
+func (s *step) newCAs(ctx context.Context) (*secretsbundle.RotationCAs, error) {
 	talosCA, kubernetesCA := rotatesCAs(s.x.op)
 	if r := s.cluster.Status.CARotation; r != nil && r.Phase == v1alpha1.CARotationAcceptNew {
-		return clustersecrets.LoadRotationCAs(ctx, s.r.Secrets, s.cluster)
+		return bundlestore.LoadRotationCAs(ctx, s.r.Secrets, s.cluster)
 	}
-	next := &clustersecrets.RotationCAs{}
+	next := &secretsbundle.RotationCAs{}
 	if talosCA {
 		next.Talos = s.bundle.Certs.OS
 	}
@@ -349,7 +350,7 @@ func (s *step) followTalosCA(ctx context.Context, next *x509.PEMEncodedCertifica
 // force, or "": it accepts their Talos API CA and the accepted ones,
 // nothing else, and a control plane issues from the former (a worker's
 // certificate comes from a control plane's trustd).
-func trustDiffers(got *talos.TalosCA, in *clustersecrets.Secrets) string {
+func trustDiffers(got *talos.TalosCA, in *secretsbundle.Secrets) string {
 	return casDiffer(got, in.Certs.OS.Crt, in.TalosAccepted)
 }
 
@@ -410,15 +411,15 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 		return err
 	}
 	if cur := cluster.Status.CARotation; cur != nil && cur.Operation == x.op.Name {
-		next, err := clustersecrets.LoadRotationCAs(ctx, r.Secrets, cluster)
+		next, err := bundlestore.LoadRotationCAs(ctx, r.Secrets, cluster)
 		if err != nil {
 			return err
 		}
 		if next == nil {
 			return fmt.Errorf("TalosCluster %s is at the end of a CA rotation, but Secret %s with the new CAs is gone: "+
-				"recreate it from a copy, or restore the CAs by hand", cluster.Name, clustersecrets.RotationSecretName(cluster))
+				"recreate it from a copy, or restore the CAs by hand", cluster.Name, secretsbundle.RotationSecretName(cluster))
 		}
-		if err := clustersecrets.StoreCAs(ctx, r.Client, r.Secrets, cluster, next); err != nil {
+		if err := bundlestore.StoreCAs(ctx, r.Client, r.Secrets, cluster, next); err != nil {
 			return err
 		}
 		// The rotation ends, and its new admin credentials may be
@@ -445,8 +446,8 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 	}
 	// The rotation's Secret goes once the bundle holds its CAs; a Secret
 	// that is not the rotation's is not the rotation's to delete.
-	err = clustersecrets.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
-	var refusal *clustersecrets.Refusal
+	err = bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
+	var refusal *bundlestore.Refusal
 	if errors.As(err, &refusal) {
 		log.FromContext(ctx).Info("Left a Secret in the place of the rotation's", "reason", refusal.Reason, "message", refusal.Message)
 		return nil

@@ -23,7 +23,8 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
 // The Talos API CA rotation against fake nodes whose trust is that of the
@@ -40,7 +41,7 @@ func caRotation(name string, dry bool) *v1alpha1.TalosOperation {
 // would roll it out.
 func (f *fixture) followTrust(lagging ...string) {
 	follow := func(lagging []string) {
-		in, err := clustersecrets.Load(context.Background(), f.client, f.cluster())
+		in, err := bundlestore.Load(context.Background(), f.client, f.cluster())
 		if err != nil {
 			f.t.Fatalf("the secrets in force: %v", err)
 		}
@@ -56,7 +57,7 @@ func (f *fixture) followTrust(lagging ...string) {
 
 // trustConfig is a config carrying in's Talos API trust, machine.ca with
 // its key on a control plane.
-func trustConfig(in *clustersecrets.Secrets, controlPlane bool) []byte {
+func trustConfig(in *secretsbundle.Secrets, controlPlane bool) []byte {
 	b64 := func(p []byte) string { return base64.StdEncoding.EncodeToString(p) }
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "version: v1alpha1\nmachine:\n  type: worker\n  ca:\n    crt: %s\n", b64(in.Certs.OS.Crt))
@@ -95,7 +96,7 @@ func (f *fixture) cluster() *v1alpha1.TalosCluster {
 func (f *fixture) bundleCA() []byte {
 	f.t.Helper()
 	c := f.cluster()
-	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
+	b, err := bundlestore.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
 		ObjectMeta: c.ObjectMeta, Spec: c.Spec, Status: v1alpha1.TalosClusterStatus{SecretsDigest: c.Status.SecretsDigest},
 	})
 	if err != nil {
@@ -106,7 +107,7 @@ func (f *fixture) bundleCA() []byte {
 
 func (f *fixture) rotationSecret() *corev1.Secret {
 	var s corev1.Secret
-	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: clustersecrets.RotationSecretName(f.cluster())}, &s); err != nil {
+	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: secretsbundle.RotationSecretName(f.cluster())}, &s); err != nil {
 		return nil
 	}
 	return &s
@@ -255,7 +256,7 @@ func TestCARotationDryRun(t *testing.T) {
 func (f *fixture) bundleKubernetesCA() []byte {
 	f.t.Helper()
 	c := f.cluster()
-	b, err := clustersecrets.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
+	b, err := bundlestore.Load(context.Background(), f.client, &v1alpha1.TalosCluster{
 		ObjectMeta: c.ObjectMeta, Spec: c.Spec, Status: v1alpha1.TalosClusterStatus{SecretsDigest: c.Status.SecretsDigest},
 	})
 	if err != nil {
@@ -400,7 +401,7 @@ func (f *fixture) rebootstrapKubelets() {
 	if r := c.Status.CARotation; r == nil || r.Phase != v1alpha1.CARotationDropOld {
 		return
 	}
-	in, err := clustersecrets.Load(context.Background(), f.client, c)
+	in, err := bundlestore.Load(context.Background(), f.client, c)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -476,7 +477,7 @@ func TestCARotationSurvivesACrashAtEverySecretWrite(t *testing.T) {
 			if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo-secrets"}, &s); err != nil {
 				t.Fatal(err)
 			}
-			if c.Status.SecretsDigest != clustersecrets.Digest(s.Data[clustersecrets.BundleKey]) {
+			if c.Status.SecretsDigest != secretsbundle.Digest(s.Data[secretsbundle.BundleKey]) {
 				t.Errorf("lost %q: status.secretsDigest is not the stored bundle's", lost)
 			}
 			if c.Status.CARotation != nil || f.rotationSecret() != nil {
@@ -513,7 +514,7 @@ func plantedCAs(t *testing.T) *corev1.Secret {
 func (f *fixture) followTrustWhileItLoads(bad *corev1.Secret) {
 	planted := base64.StdEncoding.EncodeToString(bad.Data["talos.crt"])
 	f.react = func() {
-		if in, err := clustersecrets.Load(context.Background(), f.client, f.cluster()); err == nil {
+		if in, err := bundlestore.Load(context.Background(), f.client, f.cluster()); err == nil {
 			for _, name := range f.names {
 				f.node(name).Config = trustConfig(in, strings.HasPrefix(name, "cp-"))
 			}
@@ -592,8 +593,8 @@ func TestCARotationRefusesCAsPlantedAsItStarts(t *testing.T) {
 	if !f.warnedCluster(v1alpha1.ClusterReasonSecretDigestMismatch) {
 		t.Error("no Warning Event says why")
 	}
-	_, err := clustersecrets.Load(context.Background(), f.client, f.cluster())
-	var refusal *clustersecrets.Refusal
+	_, err := bundlestore.Load(context.Background(), f.client, f.cluster())
+	var refusal *bundlestore.Refusal
 	if !errors.As(err, &refusal) || refusal.Reason != v1alpha1.ClusterReasonSecretDigestMismatch {
 		t.Fatalf("the secrets in force with the planted CAs: %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
@@ -87,7 +87,7 @@ func (r *Reconciler) checkKubernetes(ctx context.Context, op *v1alpha1.TalosOper
 			return fmt.Sprintf("spec.kubernetesUpgrade.version: TalosMachine %s runs Talos %s: %v; upgrade Talos first", m.Name, talosVersion, err), nil
 		}
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
 	if err != nil {
 		return "", fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
 	}

@@ -50,10 +50,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -190,7 +191,7 @@ type run struct {
 	// cluster and bundle are read once per reconcile, for every step it
 	// works on.
 	cluster *v1alpha1.TalosCluster
-	bundle  *clustersecrets.Secrets
+	bundle  *secretsbundle.Secrets
 	// persist writes the operation's status now if it changed: a step is
 	// recorded before its node is called.
 	persist func(context.Context) error
@@ -558,7 +559,7 @@ func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) e
 	if err != nil {
 		return err
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
 	if err != nil {
 		return fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
 	}

@@ -29,9 +29,9 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/disruption"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos/talostest"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -112,14 +112,14 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 			cond(v1alpha1.ClusterConditionEtcdHealthy, v1alpha1.ClusterReasonMembersHealthy),
 		}},
 	}
-	bundleOnce.Do(func() { bundle, bundleErr = clustersecrets.Generate("v1.13.0", now) })
+	bundleOnce.Do(func() { bundle, bundleErr = secretsbundle.Generate("v1.13.0", now) })
 	if bundleErr != nil {
 		t.Fatal(bundleErr)
 	}
-	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
+	cluster.Status.SecretsDigest = secretsbundle.Digest(bundle)
 	objs := []client.Object{cluster, op, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
-		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
+		ObjectMeta: metav1.ObjectMeta{Name: secretsbundle.SecretName(cluster), Namespace: ns},
+		Data:       map[string][]byte{secretsbundle.BundleKey: bundle},
 	}}
 	f := &fixture{t: t, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}, names: names}
 	for _, name := range names {

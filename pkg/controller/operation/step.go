@@ -17,8 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -97,7 +98,7 @@ type step struct {
 	machines []*v1alpha1.TalosMachine
 	node     talos.Node
 	creds    talos.Credentials
-	bundle   *clustersecrets.Secrets
+	bundle   *secretsbundle.Secrets
 }
 
 func (s *step) record() *v1alpha1.OperationStep { return &s.x.op.Status.Steps[s.i] }
@@ -145,7 +146,7 @@ func (r *Reconciler) work(ctx context.Context, x *run, i int, mayStart bool) (ct
 		return s.failed(ctx, "TalosMachine %s is gone from TalosCluster %s, or no longer configured", rec.Machine, cluster.Name)
 	}
 	if x.bundle == nil {
-		if x.bundle, err = clustersecrets.Load(ctx, r.Secrets, cluster); err != nil {
+		if x.bundle, err = bundlestore.Load(ctx, r.Secrets, cluster); err != nil {
 			return ctrl.Result{}, fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos/talostest"
 )
 
@@ -54,14 +54,14 @@ func newFixture(t *testing.T, override *v1alpha1.OverrideStatus) *fixture {
 			Type: v1alpha1.ClusterConditionSecretsReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ClusterReasonGenerated,
 			LastTransitionTime: metav1.NewTime(now)}}},
 	}
-	bundle, err := clustersecrets.Generate("v1.13.0", now)
+	bundle, err := secretsbundle.Generate("v1.13.0", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster.Status.SecretsDigest = clustersecrets.Digest(bundle)
+	cluster.Status.SecretsDigest = secretsbundle.Digest(bundle)
 	objs := []client.Object{cluster, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: clustersecrets.SecretName(cluster), Namespace: ns},
-		Data:       map[string][]byte{clustersecrets.BundleKey: bundle},
+		ObjectMeta: metav1.ObjectMeta{Name: secretsbundle.SecretName(cluster), Namespace: ns},
+		Data:       map[string][]byte{secretsbundle.BundleKey: bundle},
 	}}
 	dialer := &talostest.Dialer{Nodes: map[string]*talostest.Node{}}
 	for i, name := range []string{"cp-1", "cp-2", "cp-3"} {

@@ -32,11 +32,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -183,7 +184,7 @@ func (r *Reconciler) observe(ctx context.Context, v *view) {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "the secrets bundle is not ready")
 		return
 	}
-	bundle, err := clustersecrets.Load(ctx, r.Secrets, cluster)
+	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
 	if err != nil {
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
 		return
@@ -336,7 +337,7 @@ func (r *Reconciler) checkEtcd(ctx context.Context, v *view, creds talos.Credent
 // checkKubernetes reaches the cluster's Kubernetes API as ichor-controller's
 // own identity; when that identity is not authorized yet, it installs its
 // role with a short-lived cluster-admin certificate and tries again.
-func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *clustersecrets.Secrets) {
+func (r *Reconciler) checkKubernetes(ctx context.Context, v *view, bundle *secretsbundle.Secrets) {
 	endpoint := v.cluster.Spec.ControlPlane.Endpoint
 	// One client per cluster, kept between reconciles: a new one each time
 	// was a certificate signed and a TLS connection made per reconcile.
@@ -403,7 +404,7 @@ var errAccessInstall = errors.New("install ichor-controller's access")
 // withAccess calls f, and when the controller's identity is not authorized
 // for it (a new cluster, or roles from an older Ichor), installs its access
 // with a short-lived cluster-admin certificate and calls f again.
-func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *clustersecrets.Secrets, f func() error) error {
+func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *secretsbundle.Secrets, f func() error) error {
 	err := f()
 	if !apierrors.IsForbidden(err) {
 		return err
@@ -419,7 +420,7 @@ func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *clustersec
 // restrictBootstrapToken lets the cluster's bootstrap token authenticate
 // only while one of its machines is joining (see joining). Outside those
 // windows a worker config's token gets nobody a kubelet certificate.
-func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *clustersecrets.Secrets, nodes []corev1.Node) {
+func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kubernetes.Interface, bundle *secretsbundle.Secrets, nodes []corev1.Node) {
 	joining := joiningMachines(v.machines, nodes)
 	rebootstrap := kubeletsRebootstrap(v.cluster)
 	enable := len(joining) > 0 || rebootstrap
