@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned/scheme"
 )
@@ -80,11 +82,15 @@ func newStart(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start OPERATION",
 		Short: "Start a pending TalosOperation (the start verb on talosoperations/<its type>)",
+		Long: `start runs a TalosOperation created Pending. It needs the start verb on
+talosoperations/<its type>. Operators start the routine types; admins start every type:
+` + operationTypesHelp(),
 		Example: `  # create an operation, then start it and follow it to its end
   kubectl -n demo apply -f upgrade.yaml
   ichor -n demo start upgrade-1-13-1 --wait`,
-		GroupID: "operations",
-		Args:    cobra.ExactArgs(1),
+		GroupID:           "operations",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completePendingOperations,
 	}
 	p := newPrinter(cmd, "started")
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the operation to its end, as ichor wait does")
@@ -106,6 +112,43 @@ func newStart(o *Options) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// operationTypesHelp is a line per operation type: who starts it and what
+// it does.
+func operationTypesHelp() string {
+	var b strings.Builder
+	for _, d := range ichor.Operations {
+		fmt.Fprintf(&b, "\n  %-19s %-9s %s", d.Type, d.Role+"s", d.Doc)
+	}
+	return b.String()
+}
+
+// completePendingOperations offers the TalosOperations of the namespace
+// nobody started yet, each with its type.
+func (o *Options) completePendingOperations(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	c, ns, err := o.clientIn()
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	list, err := c.IchorV1alpha1().TalosOperations(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var names []string
+	for _, op := range list.Items {
+		if op.Status.StartedBy == "" && (op.Status.Phase == "" || op.Status.Phase == v1alpha1.OperationPending) {
+			names = append(names, op.Name+"\t"+string(op.Spec.Type))
+		}
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
 }
 
 // overrideKinds are the kinds an override is asked on, by the names

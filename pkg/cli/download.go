@@ -6,25 +6,58 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/bytesize"
 )
 
-// downloads are the download subresources, by the name the command takes:
-// on which resource, and the file a download is saved to by default.
-var downloads = []struct {
-	name, resource, file string
-}{
-	{"support-bundle", "talosmachines", "%s-support-bundle.zip"},
-	{"etcd-snapshot", "talosmachines", "%s-etcd.snapshot"},
-	{"packet-capture", "talosmachines", "%s.pcap"},
-	{"talosconfig-reader", "talosclusters", "%s-talosconfig"},
-	{"credentials", "talosclusters", "%s-credentials.zip"},
+// downloadNames are the downloads the command takes, by subresource name.
+func downloadNames() []string {
+	names := make([]string, len(ichor.Downloads))
+	for i, d := range ichor.Downloads {
+		names[i] = d.Subresource
+	}
+	return names
+}
+
+// downloadUse is the command's use line: the downloads, by the object they are of.
+func downloadUse() string {
+	var parts []string
+	for _, resource := range []string{"talosmachines", "talosclusters"} {
+		var names []string
+		for _, d := range ichor.Downloads {
+			if d.Resource == resource {
+				names = append(names, d.Subresource)
+			}
+		}
+		parts = append(parts, strings.Join(names, "|")+" "+strings.ToUpper(objectOf(resource)))
+	}
+	return "download " + strings.Join(parts, " | ")
+}
+
+// downloadHelp is a line per download: what it streams and who may.
+func downloadHelp() string {
+	var b strings.Builder
+	for _, d := range ichor.Downloads {
+		who := "admins"
+		if d.Role == ichor.UserRoleOperator {
+			who = "operators and admins"
+		}
+		fmt.Fprintf(&b, "\n  %-19s %s\n  %-19s %s; read with %s", d.Subresource, d.Streams, "", who, d.TalosRole)
+	}
+	return b.String()
+}
+
+// objectOf is what a download's object is called on the command line.
+func objectOf(resource string) string {
+	return map[string]string{"talosmachines": "machine", "talosclusters": "cluster"}[resource]
 }
 
 func newDownload(o *Options) *cobra.Command {
@@ -36,19 +69,13 @@ func newDownload(o *Options) *cobra.Command {
 		duration    time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "download support-bundle|etcd-snapshot|packet-capture MACHINE | talosconfig-reader|credentials CLUSTER",
+		Use:   downloadUse(),
 		Short: "Download what a node holds, streamed through ichor-apiserver (the download verb)",
 		Long: `download streams a download subresource to a file (-O, "-" for standard output), with its
 progress on standard error: a bar with bytes, rate and time on a terminal, one line otherwise.
 The file appears only once the whole stream arrived: a stream cut by the node or the network is
 an error, and no partial file is left. Every download is recorded as an Event naming you.
-
-  support-bundle      a node's logs, services and resources, as os:reader reads them (admins)
-  etcd-snapshot       a control plane's etcd database, read with os:etcd:backup (admins)
-  packet-capture      a pcap of one link for --duration (admins)
-  talosconfig-reader  a one-hour os:reader talosconfig for a cluster (operators and admins)
-  credentials         after a CA rotation, once: a zip of a one-hour os:admin talosconfig and
-                      system:masters kubeconfig for a cluster (admins)`,
+` + downloadHelp(),
 		Example: `  ichor -n demo download etcd-snapshot m1
   ichor -n demo download packet-capture m4 --interface eth0 --duration 30s -O m4.pcap
   ichor -n demo download talosconfig-reader demo -O - > talosconfig
@@ -59,11 +86,7 @@ an error, and no partial file is left. Every download is recorded as an Event na
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			var names []string
-			for _, d := range downloads {
-				names = append(names, d.name)
-			}
-			return names, cobra.ShellCompDirectiveNoFileComp
+			return downloadNames(), cobra.ShellCompDirectiveNoFileComp
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output-file", "O", "", `where to save it; "-" for standard output (default: named after the object)`)
@@ -73,16 +96,11 @@ an error, and no partial file is left. Every download is recorded as an Event na
 	cmd.Flags().DurationVar(&duration, "duration", 0, "packet-capture: how long to capture (0: the server's default)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		kind, name := args[0], args[1]
-		i := -1
-		for j, d := range downloads {
-			if d.name == kind {
-				i = j
-			}
-		}
+		i := slices.IndexFunc(ichor.Downloads, func(d ichor.Download) bool { return d.Subresource == kind })
 		if i < 0 {
-			return fmt.Errorf("%q is not a download: one of support-bundle, etcd-snapshot, packet-capture, talosconfig-reader, credentials", kind)
+			return fmt.Errorf("%q is not a download: one of %s", kind, strings.Join(downloadNames(), ", "))
 		}
-		d := downloads[i]
+		d := ichor.Downloads[i]
 		if kind == "packet-capture" && iface == "" {
 			return fmt.Errorf("a packet capture needs --interface")
 		}
@@ -90,7 +108,7 @@ an error, and no partial file is left. Every download is recorded as an Event na
 		if err != nil {
 			return err
 		}
-		req := c.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource(d.resource).Name(name).SubResource(d.name)
+		req := c.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource(d.Resource).Name(name).SubResource(d.Subresource)
 		if kind == "packet-capture" {
 			req = req.Param("interface", iface)
 			if promiscuous {
@@ -109,9 +127,9 @@ an error, and no partial file is left. Every download is recorded as an Event na
 		}
 		defer stream.Close() //nolint:errcheck
 		if output == "" {
-			output = fmt.Sprintf(d.file, name)
+			output = fmt.Sprintf(d.File, name)
 		}
-		return save(cmd.Context(), o, stream, output, d.name+" "+name)
+		return save(cmd.Context(), o, stream, output, d.Subresource+" "+name)
 	}
 	return cmd
 }

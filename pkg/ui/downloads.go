@@ -4,29 +4,27 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
-// machineDownload is a download of a machine's that the console offers:
-// the subresource (a credential purpose: ichor-apiserver gets a Talos
-// certificate of the least role for it, per download, as the person), what
-// the file is called and its media type.
-type machineDownload struct {
-	Purpose     v1alpha1.CredentialPurpose
-	File        string
-	ContentType string
-	// ControlPlaneOnly downloads exist only on control planes.
-	ControlPlaneOnly bool
-}
-
-var machineDownloads = []machineDownload{
-	{Purpose: v1alpha1.PurposeSupportBundle, File: "%s-support-bundle.zip", ContentType: "application/zip"},
-	{Purpose: v1alpha1.PurposeEtcdSnapshot, File: "%s-etcd.snapshot", ContentType: "application/octet-stream", ControlPlaneOnly: true},
-}
+// machineDownloads are the downloads of a machine's that the console
+// offers: those of ichor.Downloads that take no options. Each is a
+// credential purpose: ichor-apiserver gets a Talos certificate of the least
+// role for it, per download, as the person.
+var machineDownloads = func() []ichor.Download {
+	var out []ichor.Download
+	for _, d := range ichor.Downloads {
+		if d.Resource == "talosmachines" && d.Options == "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}()
 
 // download streams a machine's download subresource to the browser,
 // through ichor-apiserver as the person: the console holds no Talos
@@ -35,17 +33,13 @@ var machineDownloads = []machineDownload{
 // instead of saving a short file.
 func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 	ns, name, machine := r.PathValue("namespace"), r.PathValue("name"), r.PathValue("machine")
-	purpose := v1alpha1.CredentialPurpose(r.PathValue("download"))
-	var d *machineDownload
-	for i := range machineDownloads {
-		if machineDownloads[i].Purpose == purpose {
-			d = &machineDownloads[i]
-		}
-	}
-	if d == nil || !validNames(ns, name, machine) {
+	purpose := r.PathValue("download")
+	i := slices.IndexFunc(machineDownloads, func(d ichor.Download) bool { return d.Subresource == purpose })
+	if i < 0 || !validNames(ns, name, machine) {
 		http.NotFound(w, r)
 		return
 	}
+	d := machineDownloads[i]
 	out := newStream(w)
 	cs, ok := s.ichorClient(w, s.streamingAs(se))
 	if !ok {
@@ -66,7 +60,7 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, se *session) {
 		return
 	}
 	body, err := cs.IchorV1alpha1().RESTClient().Get().Namespace(ns).Resource("talosmachines").Name(machine).
-		SubResource(string(purpose)).Stream(r.Context())
+		SubResource(purpose).Stream(r.Context())
 	if err != nil {
 		fail(err)
 		return

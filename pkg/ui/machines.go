@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
@@ -107,9 +108,9 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 	data["Machines"] = rows
 	data["Events"], data["EventsRefused"] = s.clusterEvents(r.Context(), se, ns, name, rows)
 	data["MayApprove"] = s.may(r, se, ns, "approve", "talosmachines", "approval")
-	var downloads []machineDownload
+	var downloads []ichor.Download
 	for _, d := range machineDownloads {
-		if s.may(r, se, ns, "download", "talosmachines", string(d.Purpose)) {
+		if s.may(r, se, ns, "download", "talosmachines", d.Subresource) {
 			downloads = append(downloads, d)
 		}
 	}

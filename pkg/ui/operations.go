@@ -15,58 +15,76 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/generated/clientset/versioned"
 )
 
-// operationKind is what the console says of an operation type: what it
-// does, in words that the machines it acts on follow, and whether starting
-// it takes typing the cluster's name, because it takes nodes or data away
-// for longer than a reboot.
-type operationKind struct {
-	does        func(spec *v1alpha1.TalosOperationSpec) string
-	destructive bool
+// operationOf is the descriptor of op's type (what it does, whether it is
+// destructive, its targets) and op's spec in the form the descriptor reads.
+func operationOf(op *v1alpha1.TalosOperation) (ichor.OperationDescriptor, *ichor.TalosOperationSpec, bool) {
+	d, ok := ichor.OperationFor(ichor.OperationType(op.Spec.Type))
+	var spec ichor.TalosOperationSpec
+	if err := v1alpha1.Convert_v1alpha1_TalosOperationSpec_To_ichor_TalosOperationSpec(&op.Spec, &spec, nil); err != nil {
+		return d, nil, false
+	}
+	return d, &spec, ok
 }
 
-// says is a kind's description that needs nothing of the spec.
-func says(words string) func(*v1alpha1.TalosOperationSpec) string {
-	return func(*v1alpha1.TalosOperationSpec) string { return words }
+// destructive reports whether starting op takes typing the cluster's name:
+// its type takes nodes or data away for longer than a reboot, or the
+// console does not know the type.
+func destructive(op *v1alpha1.TalosOperation) bool {
+	d, ok := ichor.OperationFor(ichor.OperationType(op.Spec.Type))
+	return !ok || d.Destructive
 }
 
-var operationKinds = map[v1alpha1.OperationType]operationKind{
-	v1alpha1.OperationTalosUpgrade: {does: func(s *v1alpha1.TalosOperationSpec) string {
-		if s.TalosUpgrade == nil {
-			return "upgrades Talos on"
-		}
-		return "upgrades Talos to " + s.TalosUpgrade.Version + " on"
-	}},
-	v1alpha1.OperationKubernetesUpgrade: {does: func(s *v1alpha1.TalosOperationSpec) string {
-		if s.KubernetesUpgrade == nil {
-			return "upgrades Kubernetes on"
-		}
-		return "upgrades Kubernetes to " + s.KubernetesUpgrade.Version + " on"
-	}},
-	v1alpha1.OperationReboot:       {does: says("reboots")},
-	v1alpha1.OperationEtcdSnapshot: {does: says("takes an etcd snapshot of")},
-	v1alpha1.OperationEtcdDefrag:   {does: says("defragments etcd on")},
-	v1alpha1.OperationCARotation:   {does: says("rotates the certificate authorities of"), destructive: true},
-	v1alpha1.OperationKeyRotation:  {does: says("rotates the disk encryption keys of"), destructive: true},
-	v1alpha1.OperationEtcdRestore: {does: func(s *v1alpha1.TalosOperationSpec) string {
-		if s.EtcdRestore == nil {
-			return "replaces etcd's data on"
-		}
-		return "replaces etcd's data with backup " + s.EtcdRestore.Backup + " on"
-	}, destructive: true},
-	v1alpha1.OperationNodeReset: {does: func(s *v1alpha1.TalosOperationSpec) string {
-		wipe := v1alpha1.WipeModeAll
-		if s.NodeReset != nil && s.NodeReset.Wipe != "" {
-			wipe = s.NodeReset.Wipe
-		}
-		return fmt.Sprintf("resets, wiping %s,", wipe)
-	}, destructive: true},
-	v1alpha1.OperationNodeShutdown: {does: says("shuts down"), destructive: true},
-	v1alpha1.OperationShutdown:     {does: says("backs up, then shuts down"), destructive: true},
+// parameterForm fills a parameter block of the spec (by its field, as
+// ichor.Operations names it) from inputs of the creation form.
+type parameterForm struct {
+	inputs []string
+	fill   func(form url.Values, s *v1alpha1.TalosOperationSpec)
 }
+
+// parameterForms are the parameter blocks the creation form fills. A type
+// whose required block is not here cannot be created from the console
+// (TestParameterForms); the others take their defaults.
+var parameterForms = map[string]parameterForm{
+	"talosUpgrade": {[]string{"version"}, func(f url.Values, s *v1alpha1.TalosOperationSpec) {
+		s.TalosUpgrade = &v1alpha1.TalosUpgradeParameters{Version: strings.TrimSpace(f.Get("version"))}
+	}},
+	"kubernetesUpgrade": {[]string{"version"}, func(f url.Values, s *v1alpha1.TalosOperationSpec) {
+		s.KubernetesUpgrade = &v1alpha1.KubernetesUpgradeParameters{Version: strings.TrimSpace(f.Get("version"))}
+	}},
+	"etcdRestore": {[]string{"backup", "identitySecret"}, func(f url.Values, s *v1alpha1.TalosOperationSpec) {
+		s.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Backup: strings.TrimSpace(f.Get("backup")),
+			IdentitySecret: strings.TrimSpace(f.Get("identitySecret"))}
+	}},
+	"nodeReset": {[]string{"wipe"}, func(f url.Values, s *v1alpha1.TalosOperationSpec) {
+		s.NodeReset = &v1alpha1.NodeResetParameters{Wipe: v1alpha1.WipeMode(f.Get("wipe"))}
+	}},
+}
+
+// inputTypes are, by input of the creation form, the types it is for,
+// as the form's labels name them.
+var inputTypes = func() map[string]string {
+	byInput := map[string][]string{}
+	for _, d := range ichor.Operations {
+		for _, p := range d.Parameters {
+			for _, in := range parameterForms[p.Field].inputs {
+				byInput[in] = append(byInput[in], string(d.Type))
+			}
+		}
+		if d.Batched {
+			byInput["maxUnavailable"] = append(byInput["maxUnavailable"], string(d.Type))
+		}
+	}
+	out := map[string]string{}
+	for in, types := range byInput {
+		out[in] = strings.Join(types, ", ")
+	}
+	return out
+}()
 
 // operationRow is an operation in its cluster's list.
 type operationRow struct {
@@ -136,16 +154,16 @@ func clock(t *metav1.Time) string {
 // describe says what starting op does, naming the machines of cluster it
 // acts on (all of machines when the operation names none).
 func describe(op *v1alpha1.TalosOperation, machines []machineRow) string {
-	kind, ok := operationKinds[op.Spec.Type]
+	d, spec, ok := operationOf(op)
 	if !ok {
-		return fmt.Sprintf("runs a %s operation on", op.Spec.Type)
+		return fmt.Sprintf("runs a %s operation, which this console does not know, on cluster %s", op.Spec.Type, op.Spec.ClusterName)
 	}
-	does := kind.does(&op.Spec)
+	does := d.Does(spec)
 	targets := op.Spec.Machines
 	if len(targets) == 0 {
-		etcdOnly := op.Spec.Type == v1alpha1.OperationEtcdSnapshot || op.Spec.Type == v1alpha1.OperationEtcdDefrag || op.Spec.Type == v1alpha1.OperationEtcdRestore
+		controlPlanesOnly := d.Targets == ichor.TargetsControlPlanes
 		for _, m := range machines {
-			if !etcdOnly || m.Role == string(v1alpha1.MachineRoleControlPlane) {
+			if !controlPlanesOnly || m.Role == string(v1alpha1.MachineRoleControlPlane) {
 				targets = append(targets, m.Name)
 			}
 		}
@@ -157,7 +175,7 @@ func describe(op *v1alpha1.TalosOperation, machines []machineRow) string {
 	at := ""
 	if n := op.Spec.MaxUnavailable; n != nil && *n > 1 {
 		at = fmt.Sprintf(", at most %d workers at a time, control planes one at a time", *n)
-	} else if op.Spec.Type != v1alpha1.OperationEtcdSnapshot && op.Spec.Type != v1alpha1.OperationKubernetesUpgrade {
+	} else if op.Spec.Type != v1alpha1.OperationKubernetesUpgrade { // one component at a time
 		at = ", one machine at a time"
 	}
 	return fmt.Sprintf("%s %s of cluster %s%s", does, what, op.Spec.ClusterName, at)
@@ -236,6 +254,7 @@ func (s *Server) renderOperations(w http.ResponseWriter, r *http.Request, se *se
 	data["Operations"] = rows
 	if s.may(r, se, ns, "create", "talosoperations", "") {
 		data["Types"] = s.startable(r, se, ns)
+		data["InputTypes"] = inputTypes
 		data["WipeModes"] = []v1alpha1.WipeMode{v1alpha1.WipeModeAll, v1alpha1.WipeModeSystemDisk, v1alpha1.WipeModeUserDisks}
 	}
 	s.render(w, status, "operations", data)
@@ -270,7 +289,8 @@ func machinesIn(ctx context.Context, cs versioned.Interface, ns, cluster string)
 // validates it.
 func operationFrom(r *http.Request, cluster string) (*v1alpha1.TalosOperation, error) {
 	t := v1alpha1.OperationType(r.PostFormValue("type"))
-	if _, ok := operationKinds[t]; !ok {
+	d, ok := ichor.OperationFor(ichor.OperationType(t))
+	if !ok {
 		return nil, fmt.Errorf("type %q: choose one of the operation types", t)
 	}
 	op := &v1alpha1.TalosOperation{Spec: v1alpha1.TalosOperationSpec{ClusterName: cluster, Type: t}}
@@ -292,17 +312,10 @@ func operationFrom(r *http.Request, cluster string) (*v1alpha1.TalosOperation, e
 		}
 		op.Spec.MaxUnavailable = new(int32(n))
 	}
-	version := strings.TrimSpace(r.PostFormValue("version"))
-	switch t {
-	case v1alpha1.OperationTalosUpgrade:
-		op.Spec.TalosUpgrade = &v1alpha1.TalosUpgradeParameters{Version: version}
-	case v1alpha1.OperationKubernetesUpgrade:
-		op.Spec.KubernetesUpgrade = &v1alpha1.KubernetesUpgradeParameters{Version: version}
-	case v1alpha1.OperationEtcdRestore:
-		op.Spec.EtcdRestore = &v1alpha1.EtcdRestoreParameters{Backup: strings.TrimSpace(r.PostFormValue("backup")),
-			IdentitySecret: strings.TrimSpace(r.PostFormValue("identitySecret"))}
-	case v1alpha1.OperationNodeReset:
-		op.Spec.NodeReset = &v1alpha1.NodeResetParameters{Wipe: v1alpha1.WipeMode(r.PostFormValue("wipe"))}
+	for _, p := range d.Parameters {
+		if form, ok := parameterForms[p.Field]; ok {
+			form.fill(r.PostForm, &op.Spec)
+		}
 	}
 	return op, nil
 }
@@ -374,7 +387,7 @@ func (s *Server) renderOperation(w http.ResponseWriter, r *http.Request, se *ses
 	data["UID"] = op.UID
 	data["Type"] = op.Spec.Type
 	data["Does"] = describe(op, machines) + s.restoredFrom(r.Context(), cs, op)
-	data["Destructive"] = operationKinds[op.Spec.Type].destructive
+	data["Destructive"] = destructive(op)
 	startPath := ""
 	if s.may(r, se, ns, "start", "talosoperations", string(op.Spec.Type)) {
 		startPath = operationPath(ns, name, opName) + "/start"
@@ -414,7 +427,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, se *session) {
 		s.renderOperation(w, r, se, "start", http.StatusConflict, "the operation changed since you confirmed it: read what it does again")
 		return
 	}
-	if operationKinds[op.Spec.Type].destructive && r.PostFormValue("confirm") != name {
+	if destructive(op) && r.PostFormValue("confirm") != name {
 		s.renderOperation(w, r, se, "start", http.StatusBadRequest, fmt.Sprintf("type the cluster's name, %s, to confirm", name))
 		return
 	}

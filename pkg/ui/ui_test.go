@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
@@ -139,8 +141,10 @@ func TestDescribe(t *testing.T) {
 			"reboots cp-1, worker-1 of cluster web, at most 2 workers at a time, control planes one at a time"},
 		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationTalosUpgrade, TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.1"}},
 			"upgrades Talos to v1.13.1 on cp-1, worker-1 of cluster web, one machine at a time"},
-		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationEtcdSnapshot},
-			"takes an etcd snapshot of cp-1 of cluster web"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationEtcdDefrag},
+			"defragments etcd on cp-1 of cluster web, one machine at a time"},
+		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationKubernetesUpgrade, KubernetesUpgrade: &v1alpha1.KubernetesUpgradeParameters{Version: "v1.36.1"}},
+			"upgrades Kubernetes to v1.36.1 on cp-1, worker-1 of cluster web"},
 		{v1alpha1.TalosOperationSpec{ClusterName: "web", Type: v1alpha1.OperationNodeReset, Machines: []string{"worker-1"},
 			NodeReset: &v1alpha1.NodeResetParameters{Wipe: v1alpha1.WipeModeUserDisks}},
 			"resets, wiping user-disks, worker-1 of cluster web, one machine at a time"},
@@ -149,9 +153,38 @@ func TestDescribe(t *testing.T) {
 			t.Errorf("%s: %q, want %q", c.spec.Type, got, c.want)
 		}
 	}
-	for _, typ := range v1alpha1.OperationTypes {
-		if _, ok := operationKinds[typ]; !ok {
-			t.Errorf("the console cannot say what a %s does", typ)
+}
+
+// TestParameterForms: the creation form fills every parameter block a type
+// requires, only blocks of ichor.Operations, and its template has every
+// input, labelled with the types it is for.
+func TestParameterForms(t *testing.T) {
+	described := map[string]bool{}
+	for _, d := range ichor.Operations {
+		for _, p := range d.Parameters {
+			described[p.Field] = true
+			if _, ok := parameterForms[p.Field]; !ok && p.Presence == ichor.ParameterRequired {
+				t.Errorf("%s requires %s, which the console's creation form does not fill: add it to parameterForms", d.Type, p.Path())
+			}
+		}
+	}
+	page, err := os.ReadFile("templates/operations.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs := []string{"maxUnavailable"}
+	for field, form := range parameterForms {
+		if !described[field] {
+			t.Errorf("parameterForms fills spec.%s, a parameter of no operation type", field)
+		}
+		inputs = append(inputs, form.inputs...)
+	}
+	for _, in := range inputs {
+		if !strings.Contains(string(page), `name="`+in+`"`) || !strings.Contains(string(page), `index .InputTypes "`+in+`"`) {
+			t.Errorf("operations.html has no input %s labelled with its types", in)
+		}
+		if inputTypes[in] == "" {
+			t.Errorf("input %s is for no type", in)
 		}
 	}
 }

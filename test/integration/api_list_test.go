@@ -70,7 +70,7 @@ func TestAPILabelAndFieldSelectors(t *testing.T) {
 	for _, o := range []struct {
 		name string
 		typ  v1alpha1.OperationType
-	}{{"reboot-1", v1alpha1.OperationReboot}, {"reboot-2", v1alpha1.OperationReboot}, {"snap-1", v1alpha1.OperationEtcdSnapshot}} {
+	}{{"reboot-1", v1alpha1.OperationReboot}, {"reboot-2", v1alpha1.OperationReboot}, {"defrag-1", v1alpha1.OperationEtcdDefrag}} {
 		if _, err := operations.Create(ctx, apiTalosOperation(o.name, ns, o.typ), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create %s: %v", o.name, err)
 		}
@@ -88,11 +88,11 @@ func TestAPILabelAndFieldSelectors(t *testing.T) {
 		want   []string
 	}{
 		{"spec.type=reboot", []string{"reboot-1", "reboot-2"}},
-		{"spec.type=etcd-snapshot", []string{"snap-1"}},
-		{"status.phase=Pending", []string{"reboot-1", "snap-1"}},
+		{"spec.type=etcd-defrag", []string{"defrag-1"}},
+		{"status.phase=Pending", []string{"defrag-1", "reboot-1"}},
 		{"status.phase=Running", []string{"reboot-2"}},
 		{"spec.type=reboot,status.phase=Pending", []string{"reboot-1"}},
-		{"spec.clusterName=alpha", []string{"reboot-1", "reboot-2", "snap-1"}},
+		{"spec.clusterName=alpha", []string{"defrag-1", "reboot-1", "reboot-2"}},
 	} {
 		list, err := operations.List(ctx, metav1.ListOptions{FieldSelector: c.fields})
 		if err != nil {

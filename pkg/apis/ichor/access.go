@@ -5,7 +5,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // The custom RBAC verbs of Ichor's actions. Each is asked of the authorizer
 // beyond the HTTP method's verb, on the subresource the action names, so RBAC
 // rules can grant exactly one action and `kubectl auth can-i` tells the truth
-// (DESIGN.md's verbs table).
+// (CustomVerbs says who holds each, on what).
 const (
 	// VerbApprove on talosmachines/approval decides about a machine.
 	VerbApprove = "approve"
@@ -62,6 +62,12 @@ const PrivilegedApprovalSubresource = "privileged-approval"
 // creating, changing or deleting it. Admins hold it.
 const PrivilegedPatchSubresource = "privileged"
 
+// SecurityDowngradeSubresource is where the update verb is asked for a write
+// of a TalosCluster that weakens its spec.security (customverbs.Hardening).
+// It is no endpoint, as talosconfigpatches/privileged is none: admins hold
+// it, so an operator turns hardening on but cannot turn off what an admin set.
+const SecurityDowngradeSubresource = "security-downgrade"
+
 // The groups whose members hold each Ichor role, as artifacts/roles.yaml binds them.
 const (
 	GroupViewer   = "ichor:viewer"
@@ -97,6 +103,9 @@ type FieldSubresource struct {
 	Copy func(dst, src any)
 	// Shared fields are written by the main endpoint as well.
 	Shared bool
+	// Role is the lowest of the default roles that holds update on the
+	// subresource; NoRole when only ichor-controller writes the field.
+	Role UserRole
 }
 
 // Path is the endpoint as RBAC names it: resource/subresource.
@@ -106,23 +115,23 @@ func (f FieldSubresource) Path() string { return f.Resource + "/" + f.Subresourc
 // serves them, validation refuses their fields on the main endpoint, and
 // admission asks their verb on create: all from this table.
 var FieldSubresources = []FieldSubresource{
-	specField("talosclusters", "cilium-values", "spec.ciliumValues", func(c *TalosCluster) *string { return &c.Spec.CiliumValues }),
-	specField("talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
-	specField("talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
-	specField("talosclusters", "backup", "spec.backup", func(c *TalosCluster) **ClusterBackup { return &c.Spec.Backup }),
+	specField(UserRoleAdmin, "talosclusters", "cilium-values", "spec.ciliumValues", func(c *TalosCluster) *string { return &c.Spec.CiliumValues }),
+	specField(UserRoleAdmin, "talosclusters", "secret-references", "spec.secretsRef", func(c *TalosCluster) **LocalSecretReference { return &c.Spec.SecretsRef }),
+	specField(UserRoleAdmin, "talosclusters", "authentication", "spec.authentication", func(c *TalosCluster) **ClusterAuthentication { return &c.Spec.Authentication }),
+	specField(UserRoleAdmin, "talosclusters", "backup", "spec.backup", func(c *TalosCluster) **ClusterBackup { return &c.Spec.Backup }),
 	// The installer chooses what code every node runs.
-	specField("talosclusters", "installer-image", "spec.security.secureBoot.installerImage", func(c *TalosCluster) *string {
+	specField(UserRoleAdmin, "talosclusters", "installer-image", "spec.security.secureBoot.installerImage", func(c *TalosCluster) *string {
 		return &c.Spec.Security.SecureBoot.InstallerImage
 	}),
 	// Operators set the Kubernetes version as they build a cluster;
 	// ichor-controller, which writes no other spec, moves it at the end of a
 	// kubernetes-upgrade.
-	shared(specField("talosclusters", "kubernetes-version", "spec.kubernetesVersion", func(c *TalosCluster) *string { return &c.Spec.KubernetesVersion })),
+	shared(specField(NoRole, "talosclusters", "kubernetes-version", "spec.kubernetesVersion", func(c *TalosCluster) *string { return &c.Spec.KubernetesVersion })),
 	// The schedule marks the backups it creates; retention prunes only
 	// those, so nobody else may mark one.
-	specField("talosbackups", "schedule", "spec.scheduledAt", func(b *TalosBackup) **metav1.Time { return &b.Spec.ScheduledAt }),
-	specField("ichorinstallations", "version", "spec.version", func(i *IchorInstallation) *string { return &i.Spec.Version }),
-	specField("ichorinstallations", "settings", "spec.settings", func(i *IchorInstallation) *InstallationSettings { return &i.Spec.Settings }),
+	specField(NoRole, "talosbackups", "schedule", "spec.scheduledAt", func(b *TalosBackup) **metav1.Time { return &b.Spec.ScheduledAt }),
+	specField(UserRoleAdmin, "ichorinstallations", "version", "spec.version", func(i *IchorInstallation) *string { return &i.Spec.Version }),
+	specField(UserRoleAdmin, "ichorinstallations", "settings", "spec.settings", func(i *IchorInstallation) *InstallationSettings { return &i.Spec.Settings }),
 }
 
 // FieldSubresourcesOf are the field subresources of resource.
@@ -141,10 +150,11 @@ func shared(f FieldSubresource) FieldSubresource {
 	return f
 }
 
-// specField is a row of FieldSubresources whose field at addresses in an object of type T.
-func specField[T, F any](resource, subresource, path string, at func(*T) *F) FieldSubresource {
+// specField is a row of FieldSubresources whose field at addresses in an
+// object of type T, written through the subresource by role and above.
+func specField[T, F any](role UserRole, resource, subresource, path string, at func(*T) *F) FieldSubresource {
 	return FieldSubresource{
-		Resource: resource, Subresource: subresource, Field: path,
+		Resource: resource, Subresource: subresource, Field: path, Role: role,
 		Value: func(o any) any { return *at(o.(*T)) },
 		Copy:  func(dst, src any) { *at(dst.(*T)) = *at(src.(*T)) },
 	}

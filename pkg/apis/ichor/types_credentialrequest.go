@@ -50,27 +50,21 @@ type PurposeRule struct {
 }
 
 // CredentialPurposes are every purpose a Talos credential can be requested
-// for. Reading configs and logs (talosconfig-reader, support-bundle) needs
-// os:reader, which reads no secret; an etcd snapshot os:etcd:backup, the
-// same data on every member; a packet capture os:operator (machined's table
-// allows PacketCapture to operators and admins only), which also reboots,
-// shuts down and upgrades any node of the cluster and snapshots its etcd,
-// so its requester must hold those too (admins do).
-var CredentialPurposes = map[CredentialPurpose]PurposeRule{
-	PurposeTalosconfigReader: {"os:reader", []PurposeRight{{VerbDownload, "talosclusters", "talosconfig-reader", false}}},
-	PurposeSupportBundle:     {"os:reader", []PurposeRight{{VerbDownload, "talosmachines", "support-bundle", false}}},
-	PurposeEtcdSnapshot:      {"os:etcd:backup", []PurposeRight{{VerbDownload, "talosmachines", "etcd-snapshot", false}}},
-	// The new admin credentials after a CA rotation, served once: an
-	// os:admin talosconfig and a kubeconfig of the cluster's admins.
-	PurposeCredentials: {"os:admin", []PurposeRight{{VerbDownload, "talosclusters", "credentials", false}}},
-	PurposePacketCapture: {"os:operator", []PurposeRight{
-		{VerbDownload, "talosmachines", "packet-capture", false},
-		{VerbDownload, "talosmachines", "etcd-snapshot", true},
-		{VerbStart, "talosoperations", string(OperationReboot), true},
-		{VerbStart, "talosoperations", string(OperationNodeShutdown), true},
-		{VerbStart, "talosoperations", string(OperationTalosUpgrade), true},
-	}},
-}
+// for: one per download of Downloads, whose Talos role it gets (the least
+// that does the download: os:reader reads configs and logs and no secret,
+// os:etcd:backup the same etcd data on every member), for a requester who
+// holds download on it and what else the role allows (a packet capture's
+// os:operator also reboots, shuts down and upgrades any node of the
+// cluster and snapshots its etcd, so its requester must hold those too:
+// admins do).
+var CredentialPurposes = func() map[CredentialPurpose]PurposeRule {
+	purposes := map[CredentialPurpose]PurposeRule{}
+	for _, d := range Downloads {
+		rights := append([]PurposeRight{{VerbDownload, d.Resource, d.Subresource, false}}, d.AlsoRequires...)
+		purposes[d.Purpose()] = PurposeRule{TalosRole: d.TalosRole, Rights: rights}
+	}
+	return purposes
+}()
 
 // TalosCredentialRequestSpec is the request. username, uid and groups are
 // set by the server from the authenticated caller; values sent are ignored.

@@ -15,14 +15,13 @@ type TalosOperation struct {
 	Status TalosOperationStatus
 }
 
-// OperationType names what an operation does.
+// OperationType names what an operation does; Operations describes each.
 type OperationType string
 
 const (
 	OperationTalosUpgrade      OperationType = "talos-upgrade"
 	OperationKubernetesUpgrade OperationType = "kubernetes-upgrade"
 	OperationReboot            OperationType = "reboot"
-	OperationEtcdSnapshot      OperationType = "etcd-snapshot"
 	OperationEtcdDefrag        OperationType = "etcd-defrag"
 	OperationCARotation        OperationType = "ca-rotation"
 	OperationKeyRotation       OperationType = "key-rotation"

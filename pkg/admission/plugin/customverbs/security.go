@@ -12,10 +12,8 @@ import (
 )
 
 // SecurityDowngradeSubresource is where the update verb is asked for a write
-// of a TalosCluster that weakens its spec.security (Hardening). It is no
-// endpoint, as talosconfigpatches/privileged is none: admins hold it, so an
-// operator turns hardening on but cannot turn off what an admin set.
-const SecurityDowngradeSubresource = "security-downgrade"
+// of a TalosCluster that weakens its spec.security (Hardening).
+const SecurityDowngradeSubresource = ichor.SecurityDowngradeSubresource
 
 // HardeningOption is one option of spec.security and how a change weakens it.
 type HardeningOption struct {

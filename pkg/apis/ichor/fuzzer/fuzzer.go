@@ -59,11 +59,7 @@ var Funcs = func(codecs runtimeserializer.CodecFactory) []interface{} {
 			// A random string is almost never a real type: pick a real one half
 			// of the time so that node-reset and its parameters are exercised.
 			if c.Bool() {
-				s.Type = pick(c,
-					ichor.OperationTalosUpgrade, ichor.OperationKubernetesUpgrade, ichor.OperationReboot,
-					ichor.OperationEtcdSnapshot, ichor.OperationEtcdDefrag, ichor.OperationCARotation,
-					ichor.OperationKeyRotation, ichor.OperationEtcdRestore, ichor.OperationNodeReset,
-					ichor.OperationNodeShutdown, ichor.OperationShutdown)
+				s.Type = pick(c, ichor.OperationTypes()...)
 			}
 			if s.Type == ichor.OperationNodeReset && s.NodeReset == nil {
 				r := &ichor.NodeResetParameters{}

@@ -25,7 +25,6 @@ const (
 	OperationTalosUpgrade      OperationType = "talos-upgrade"
 	OperationKubernetesUpgrade OperationType = "kubernetes-upgrade"
 	OperationReboot            OperationType = "reboot"
-	OperationEtcdSnapshot      OperationType = "etcd-snapshot"
 	OperationEtcdDefrag        OperationType = "etcd-defrag"
 	OperationCARotation        OperationType = "ca-rotation"
 	OperationKeyRotation       OperationType = "key-rotation"
@@ -34,12 +33,6 @@ const (
 	OperationNodeShutdown      OperationType = "node-shutdown"
 	OperationShutdown          OperationType = "shutdown"
 )
-
-// OperationTypes are every operation type, in the order the API lists them.
-var OperationTypes = []OperationType{
-	OperationTalosUpgrade, OperationKubernetesUpgrade, OperationReboot, OperationEtcdSnapshot, OperationEtcdDefrag,
-	OperationCARotation, OperationKeyRotation, OperationEtcdRestore, OperationNodeReset, OperationNodeShutdown, OperationShutdown,
-}
 
 // KubernetesComponent is a Kubernetes component a kubernetes-upgrade
 // moves to the new version.

@@ -12,37 +12,6 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
-// OperationTypes lists every operation type, in the order documentation shows them.
-var OperationTypes = []ichor.OperationType{
-	ichor.OperationTalosUpgrade, ichor.OperationKubernetesUpgrade, ichor.OperationReboot,
-	ichor.OperationEtcdSnapshot, ichor.OperationEtcdDefrag, ichor.OperationCARotation,
-	ichor.OperationKeyRotation, ichor.OperationEtcdRestore, ichor.OperationNodeReset,
-	ichor.OperationNodeShutdown, ichor.OperationShutdown,
-}
-
-// machineScope says how an operation type relates to spec.machines.
-type machineScope int
-
-const (
-	machinesOptional  machineScope = iota // empty means every machine the type implies
-	machinesRequired                      // acts on named nodes only
-	machinesForbidden                     // acts on the cluster as a whole
-)
-
-var operationMachineScope = map[ichor.OperationType]machineScope{
-	ichor.OperationTalosUpgrade:      machinesOptional,
-	ichor.OperationKubernetesUpgrade: machinesForbidden,
-	ichor.OperationReboot:            machinesOptional,
-	ichor.OperationEtcdSnapshot:      machinesOptional,
-	ichor.OperationEtcdDefrag:        machinesOptional,
-	ichor.OperationCARotation:        machinesForbidden,
-	ichor.OperationKeyRotation:       machinesForbidden,
-	ichor.OperationEtcdRestore:       machinesForbidden,
-	ichor.OperationNodeReset:         machinesRequired,
-	ichor.OperationNodeShutdown:      machinesRequired,
-	ichor.OperationShutdown:          machinesForbidden,
-}
-
 var operationPhases = []ichor.OperationPhase{ichor.OperationPending, ichor.OperationRunning, ichor.OperationSucceeded, ichor.OperationFailed}
 
 // ValidateTalosOperation checks a TalosOperation on create.
@@ -113,47 +82,37 @@ var KubernetesComponents = []ichor.KubernetesComponent{
 
 func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path) field.ErrorList {
 	errs := validateRequiredName(s.ClusterName, fldPath.Child("clusterName"))
-	typeErrs := validateEnum(s.Type, fldPath.Child("type"), OperationTypes...)
-	if len(typeErrs) > 0 {
-		return append(errs, typeErrs...)
+	d, ok := ichor.OperationFor(s.Type)
+	if !ok {
+		if instead, retired := ichor.RetiredOperationTypes[s.Type]; retired {
+			return append(errs, field.Invalid(fldPath.Child("type"), s.Type, instead))
+		}
+		return append(errs, validateEnum(s.Type, fldPath.Child("type"), ichor.OperationTypes()...)...)
 	}
 
 	machines := fldPath.Child("machines")
 	errs = append(errs, validateNameList(s.Machines, machines)...)
-	switch operationMachineScope[s.Type] {
-	case machinesRequired:
+	switch d.Machines {
+	case ichor.MachinesRequired:
 		if len(s.Machines) == 0 {
 			errs = append(errs, field.Required(machines, string(s.Type)+" acts on named machines only"))
 		}
-	case machinesForbidden:
+	case ichor.MachinesForbidden:
 		if len(s.Machines) > 0 {
 			errs = append(errs, field.Forbidden(machines, string(s.Type)+" acts on the whole cluster"))
 		}
 	}
 
 	// Each parameter block belongs to exactly one type.
-	type block struct {
-		name     string
-		forType  ichor.OperationType
-		set      bool
-		required bool
-	}
-	for _, b := range []block{
-		{"talosUpgrade", ichor.OperationTalosUpgrade, s.TalosUpgrade != nil, true},
-		{"kubernetesUpgrade", ichor.OperationKubernetesUpgrade, s.KubernetesUpgrade != nil, true},
-		{"nodeReset", ichor.OperationNodeReset, s.NodeReset != nil, false},
-		{"etcdRestore", ichor.OperationEtcdRestore, s.EtcdRestore != nil, true},
-		{"reboot", ichor.OperationReboot, s.Reboot != nil, false},
-		{"nodeShutdown", ichor.OperationNodeShutdown, s.NodeShutdown != nil, false},
-		{"caRotation", ichor.OperationCARotation, s.CARotation != nil, true},
-		{"keyRotation", ichor.OperationKeyRotation, s.KeyRotation != nil, true},
-	} {
-		p := fldPath.Child(b.name)
-		switch {
-		case b.set && s.Type != b.forType:
-			errs = append(errs, field.Forbidden(p, "may only be set when type is "+string(b.forType)))
-		case !b.set && s.Type == b.forType && b.required:
-			errs = append(errs, field.Required(p, "required when type is "+string(b.forType)))
+	for _, other := range ichor.Operations {
+		for _, p := range other.Parameters {
+			set := p.IsSet(s)
+			switch {
+			case set && s.Type != other.Type:
+				errs = append(errs, field.Forbidden(fldPath.Child(p.Field), "may only be set when type is "+string(other.Type)))
+			case !set && s.Type == other.Type && p.Presence != ichor.ParameterOptional:
+				errs = append(errs, field.Required(fldPath.Child(p.Field), "required when type is "+string(other.Type)))
+			}
 		}
 	}
 	if s.TalosUpgrade != nil {
@@ -162,7 +121,7 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	if s.MaxUnavailable != nil {
 		p := fldPath.Child("maxUnavailable")
 		switch {
-		case !batchedTypes.Has(s.Type):
+		case !d.Batched:
 			errs = append(errs, field.Forbidden(p, "may only be set when type is one of "+batchedTypeList))
 		case *s.MaxUnavailable < 1:
 			errs = append(errs, field.Invalid(p, *s.MaxUnavailable, "must be at least 1"))
@@ -190,16 +149,11 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 	return errs
 }
 
-// batchedTypes are the operation types whose workers go in batches of
-// spec.maxUnavailable.
-var batchedTypes = sets.New(ichor.OperationTalosUpgrade, ichor.OperationReboot, ichor.OperationNodeShutdown, ichor.OperationShutdown)
-
+// batchedTypeList names the types that take spec.maxUnavailable.
 var batchedTypeList = func() string {
 	var names []string
-	for _, t := range OperationTypes {
-		if batchedTypes.Has(t) {
-			names = append(names, string(t))
-		}
+	for _, t := range ichor.OperationTypesWhere(func(d ichor.OperationDescriptor) bool { return d.Batched }) {
+		names = append(names, string(t))
 	}
 	return strings.Join(names, ", ")
 }()

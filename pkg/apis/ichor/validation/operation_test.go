@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,8 +11,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
-// validOperation is an internal TalosOperation of the given type with what
-// that type needs, and the v1alpha1 defaults filled in by hand.
+// validOperation is an internal TalosOperation of the given type with every
+// parameter block of the type, and the v1alpha1 defaults filled in by hand.
 func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	o := &ichor.TalosOperation{
 		ObjectMeta: metav1.ObjectMeta{Name: "op-1", Namespace: "team-a", ResourceVersion: "1"},
@@ -27,8 +29,11 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	case ichor.OperationNodeReset:
 		s.Machines = []string{"node-3"}
 		s.NodeReset = &ichor.NodeResetParameters{Graceful: ptr(true), Wipe: ichor.WipeModeAll}
+	case ichor.OperationReboot:
+		s.Reboot = &ichor.RebootParameters{}
 	case ichor.OperationNodeShutdown:
 		s.Machines = []string{"node-3", "node-4"}
+		s.NodeShutdown = &ichor.NodeShutdownParameters{}
 	case ichor.OperationCARotation:
 		s.CARotation = &ichor.CARotationParameters{Talos: ptr(true)}
 	case ichor.OperationKeyRotation:
@@ -37,20 +42,103 @@ func validOperation(typ ichor.OperationType) *ichor.TalosOperation {
 	return o
 }
 
+// TestValidateTalosOperationEveryType: every type of ichor.Operations is
+// accepted with what it needs, and refused as its descriptor says: its
+// machines, its parameters and every other type's, maxUnavailable.
 func TestValidateTalosOperationEveryType(t *testing.T) {
-	for _, typ := range OperationTypes {
-		t.Run(string(typ), func(t *testing.T) {
-			expectErrors(t, ValidateTalosOperation(validOperation(typ)))
+	for _, d := range ichor.Operations {
+		t.Run(string(d.Type), func(t *testing.T) {
+			expectErrors(t, ValidateTalosOperation(validOperation(d.Type)))
+
+			o := validOperation(d.Type)
+			switch d.Machines {
+			case ichor.MachinesRequired:
+				o.Spec.Machines = nil
+				expectErrors(t, ValidateTalosOperation(o), required("spec.machines"))
+			case ichor.MachinesForbidden:
+				o.Spec.Machines = []string{"node-1"}
+				expectErrors(t, ValidateTalosOperation(o), forbidden("spec.machines"))
+			case ichor.MachinesOptional:
+				o.Spec.Machines = []string{"node-1"}
+				expectErrors(t, ValidateTalosOperation(o))
+				o.Spec.Machines = nil
+				expectErrors(t, ValidateTalosOperation(o))
+			default:
+				t.Errorf("machine scope %q", d.Machines)
+			}
+
+			o = validOperation(d.Type)
+			o.Spec.MaxUnavailable = ptr[int32](2)
+			if d.Batched {
+				expectErrors(t, ValidateTalosOperation(o))
+			} else {
+				expectErrors(t, ValidateTalosOperation(o), forbidden("spec.maxUnavailable"))
+			}
+
+			for _, p := range d.Parameters {
+				o := validOperation(d.Type)
+				unset(t, &o.Spec, p.Field)
+				if p.Presence == ichor.ParameterOptional {
+					expectErrors(t, ValidateTalosOperation(o))
+				} else {
+					expectErrors(t, ValidateTalosOperation(o), required(p.Path()))
+				}
+			}
+			for _, other := range ichor.Operations {
+				if other.Type == d.Type {
+					continue
+				}
+				for _, p := range other.Parameters {
+					o := validOperation(d.Type)
+					setFrom(t, &o.Spec, &validOperation(other.Type).Spec, p.Field)
+					if !p.IsSet(&o.Spec) {
+						t.Fatalf("validOperation(%s) leaves %s out", other.Type, p.Path())
+					}
+					expectErrors(t, ValidateTalosOperation(o), forbidden(p.Path()))
+				}
+			}
 		})
 	}
-	if len(OperationTypes) != len(operationMachineScope) {
-		t.Errorf("OperationTypes has %d types, operationMachineScope %d", len(OperationTypes), len(operationMachineScope))
-	}
-	for _, typ := range OperationTypes {
-		if _, ok := operationMachineScope[typ]; !ok {
-			t.Errorf("operation type %q has no machine scope", typ)
+}
+
+// TestValidateTalosOperationRetiredType: a type the API no longer takes is
+// refused, saying what to use instead.
+func TestValidateTalosOperationRetiredType(t *testing.T) {
+	for typ := range ichor.RetiredOperationTypes {
+		errs := ValidateTalosOperation(validOperation(typ))
+		expectErrors(t, errs, invalid("spec.type"))
+		if len(errs) == 1 && !strings.Contains(errs[0].Detail, "TalosBackup") {
+			t.Errorf("%s: %q does not say what to use instead", typ, errs[0].Detail)
 		}
 	}
+}
+
+// unset clears the parameter block named field (as the API names it) of s.
+func unset(t *testing.T, s *ichor.TalosOperationSpec, field string) {
+	t.Helper()
+	f := specField(t, reflect.ValueOf(s).Elem(), field)
+	f.SetZero()
+}
+
+// setFrom copies the parameter block named field from src to dst.
+func setFrom(t *testing.T, dst, src *ichor.TalosOperationSpec, field string) {
+	t.Helper()
+	specField(t, reflect.ValueOf(dst).Elem(), field).Set(specField(t, reflect.ValueOf(src).Elem(), field))
+}
+
+// specField is the field of an internal spec whose versioned field is
+// named field: the internal and versioned fields share their Go names.
+func specField(t *testing.T, spec reflect.Value, field string) reflect.Value {
+	t.Helper()
+	versioned := reflect.TypeFor[v1alpha1.TalosOperationSpec]()
+	for i := range versioned.NumField() {
+		f := versioned.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == field {
+			return spec.FieldByName(f.Name)
+		}
+	}
+	t.Fatalf("TalosOperationSpec has no field %s", field)
+	return reflect.Value{}
 }
 
 func TestValidateTalosOperation(t *testing.T) {
@@ -89,8 +177,8 @@ func TestValidateTalosOperation(t *testing.T) {
 			want:   []fe{forbidden("spec.maxUnavailable")},
 		},
 		{
-			name:   "etcd snapshot of one control plane",
-			typ:    ichor.OperationEtcdSnapshot,
+			name:   "etcd defrag of one control plane",
+			typ:    ichor.OperationEtcdDefrag,
 			mutate: func(s *ichor.TalosOperationSpec) { s.Machines = []string{"cp-1"} },
 		},
 		{

@@ -46,14 +46,11 @@ func (r *CredentialsREST) NewGetOptions() (runtime.Object, bool, string) {
 	return &ichor.DownloadOptions{}, false, ""
 }
 
-// ProducesMIMETypes is what the archive is served as.
-func (r *CredentialsREST) ProducesMIMETypes(string) []string { return []string{"application/zip"} }
-
 // Get checks the request and the cluster's state and returns the archive,
 // made when the response reads it: the controller marks the credentials
 // served as it issues them, so two downloads at once get them once.
 func (r *CredentialsREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	const subresource = "credentials"
+	subresource := r.row.Subresource
 	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
 		return nil, err
 	}
@@ -84,7 +81,7 @@ func (r *CredentialsREST) Get(ctx context.Context, name string, options runtime.
 		return nil, err
 	}
 	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: "application/zip",
+		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: r.row.ContentType,
 		what: fmt.Sprintf("the new admin credentials of TalosCluster %s", name),
 		open: func(ctx context.Context) (*opened, error) {
 			issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeCredentials)

@@ -31,17 +31,14 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/authz"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/talos"
 )
-
-// EventReason is the reason of the Event every download leaves.
-const EventReason = "Downloaded"
 
 // Deps are what every download endpoint needs.
 type Deps struct {
@@ -62,20 +59,47 @@ type Deps struct {
 	Recorder events.EventRecorder
 }
 
-// Storage returns every download endpoint, keyed by resource/subresource.
+// endpoints make the endpoint of each download of ichor.Downloads, by its
+// path; TestEveryDownloadIsServed checks they are the same downloads.
+var endpoints = map[string]func(Deps, streamEndpoint) rest.Storage{
+	"talosmachines/etcd-snapshot": func(d Deps, e streamEndpoint) rest.Storage {
+		return &EtcdSnapshotREST{Deps: d, streamEndpoint: e}
+	},
+	"talosmachines/support-bundle": func(d Deps, e streamEndpoint) rest.Storage {
+		return &SupportBundleREST{Deps: d, streamEndpoint: e}
+	},
+	"talosmachines/packet-capture": func(d Deps, e streamEndpoint) rest.Storage {
+		return &PacketCaptureREST{Deps: d, streamEndpoint: e}
+	},
+	"talosclusters/talosconfig-reader": func(d Deps, e streamEndpoint) rest.Storage {
+		return &TalosconfigReaderREST{Deps: d, streamEndpoint: e}
+	},
+	"talosclusters/credentials": func(d Deps, e streamEndpoint) rest.Storage {
+		return &CredentialsREST{Deps: d, streamEndpoint: e}
+	},
+}
+
+// Storage returns the endpoint of every download of ichor.Downloads, keyed
+// by resource/subresource.
 func Storage(deps Deps) map[string]rest.Storage {
-	return map[string]rest.Storage{
-		"talosmachines/etcd-snapshot":      &EtcdSnapshotREST{Deps: deps},
-		"talosmachines/support-bundle":     &SupportBundleREST{Deps: deps},
-		"talosmachines/packet-capture":     &PacketCaptureREST{Deps: deps},
-		"talosclusters/talosconfig-reader": &TalosconfigReaderREST{Deps: deps},
-		"talosclusters/credentials":        &CredentialsREST{Deps: deps},
+	storage := make(map[string]rest.Storage, len(ichor.Downloads))
+	for _, d := range ichor.Downloads {
+		if endpoint, ok := endpoints[d.Path()]; ok {
+			storage[d.Path()] = endpoint(deps, streamEndpoint{d})
+		}
 	}
+	return storage
 }
 
 // Subresources are the download subresources served, for the server's
 // long-running request check.
-var Subresources = []string{"etcd-snapshot", "support-bundle", "packet-capture", "talosconfig-reader", "credentials"}
+var Subresources = func() []string {
+	var subresources []string
+	for _, d := range ichor.Downloads {
+		subresources = append(subresources, d.Subresource)
+	}
+	return subresources
+}()
 
 // refuseDryRun refuses a dry run: a download issues a Talos credential and
 // records who downloaded what, which a dry run could not undo.
@@ -189,9 +213,7 @@ func (d *download) InputStream(ctx context.Context, _, _ string) (io.ReadCloser,
 func (d *download) record(ctx context.Context, credential *corev1.ObjectReference) {
 	msg := fmt.Sprintf("%s downloaded %s", d.user, d.what)
 	audit.AddAuditAnnotation(ctx, ichor.AuditAnnotationDownload, msg)
-	if d.deps.Recorder != nil {
-		d.deps.Recorder.Eventf(d.object, credential, corev1.EventTypeNormal, EventReason, "Download", "%s", msg)
-	}
+	events.Record(d.deps.Recorder, d.object, credential, v1alpha1.EventDownloaded, "Download", "%s", msg)
 }
 
 // stream is the response body: the peeked reader over the node's stream,
@@ -251,8 +273,14 @@ func (d *Deps) session(ctx context.Context, m *ichor.TalosMachine, purpose v1alp
 	return node, issued.Request, nil
 }
 
-// streamEndpoint is what the download endpoints share.
-type streamEndpoint struct{}
+// streamEndpoint is what the download endpoints share: the download's row
+// of ichor.Downloads.
+type streamEndpoint struct {
+	row ichor.Download
+}
+
+// ProducesMIMETypes is what the stream is served as.
+func (e streamEndpoint) ProducesMIMETypes(string) []string { return []string{e.row.ContentType} }
 
 // Destroy does nothing: the main endpoint owns the storage.
 func (streamEndpoint) Destroy() {}

@@ -32,15 +32,10 @@ func (r *EtcdSnapshotREST) NewGetOptions() (runtime.Object, bool, string) {
 	return &ichor.DownloadOptions{}, false, ""
 }
 
-// ProducesMIMETypes is what the stream is served as.
-func (r *EtcdSnapshotREST) ProducesMIMETypes(string) []string {
-	return []string{"application/octet-stream"}
-}
-
 // Get checks the request and returns the snapshot's stream, opened when
 // the response reads it.
 func (r *EtcdSnapshotREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	const subresource = "etcd-snapshot"
+	subresource := r.row.Subresource
 	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
 		return nil, err
 	}
@@ -52,7 +47,7 @@ func (r *EtcdSnapshotREST) Get(ctx context.Context, name string, options runtime
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("TalosMachine %s is a %s; etcd runs on control planes only", name, m.Spec.Role))
 	}
 	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/octet-stream",
+		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: r.row.ContentType,
 		what: fmt.Sprintf("the %s of TalosMachine %s", subresource, m.Name),
 		open: func(ctx context.Context) (*opened, error) {
 			node, credential, err := r.session(ctx, m, v1alpha1.PurposeEtcdSnapshot)

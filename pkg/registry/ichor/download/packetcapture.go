@@ -51,11 +51,6 @@ func (r *PacketCaptureREST) NewGetOptions() (runtime.Object, bool, string) {
 	return &ichor.PacketCaptureOptions{}, false, ""
 }
 
-// ProducesMIMETypes is what the stream is served as.
-func (r *PacketCaptureREST) ProducesMIMETypes(string) []string {
-	return []string{"application/vnd.tcpdump.pcap"}
-}
-
 // ValidatePacketCaptureOptions checks a capture's options.
 func ValidatePacketCaptureOptions(o *ichor.PacketCaptureOptions) field.ErrorList {
 	var errs field.ErrorList
@@ -78,7 +73,7 @@ func ValidatePacketCaptureOptions(o *ichor.PacketCaptureOptions) field.ErrorList
 // Get checks the request and returns the capture's stream, which ends
 // after the capture's duration.
 func (r *PacketCaptureREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	const subresource = "packet-capture"
+	subresource := r.row.Subresource
 	o := options.(*ichor.PacketCaptureOptions)
 	if err := refuseDryRun(o.DryRun); err != nil {
 		return nil, err
@@ -95,7 +90,7 @@ func (r *PacketCaptureREST) Get(ctx context.Context, name string, options runtim
 		duration = DefaultCaptureDuration
 	}
 	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/vnd.tcpdump.pcap",
+		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: r.row.ContentType,
 		what: fmt.Sprintf("a %s %s of link %s on TalosMachine %s", duration, subresource, o.Interface, m.Name),
 		open: func(ctx context.Context) (*opened, error) {
 			node, credential, err := r.session(ctx, m, v1alpha1.PurposePacketCapture)

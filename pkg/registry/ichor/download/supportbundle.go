@@ -34,13 +34,10 @@ func (r *SupportBundleREST) NewGetOptions() (runtime.Object, bool, string) {
 	return &ichor.DownloadOptions{}, false, ""
 }
 
-// ProducesMIMETypes is what the stream is served as.
-func (r *SupportBundleREST) ProducesMIMETypes(string) []string { return []string{"application/zip"} }
-
 // Get checks the request and returns the bundle's stream: the archive is
 // written as the response reads it, file by file from the node.
 func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	const subresource = "support-bundle"
+	subresource := r.row.Subresource
 	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
 		return nil, err
 	}
@@ -49,7 +46,7 @@ func (r *SupportBundleREST) Get(ctx context.Context, name string, options runtim
 		return nil, err
 	}
 	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: "application/zip",
+		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: r.row.ContentType,
 		what: fmt.Sprintf("the %s of TalosMachine %s", subresource, m.Name),
 		open: func(ctx context.Context) (*opened, error) {
 			node, credential, err := r.session(ctx, m, v1alpha1.PurposeSupportBundle)

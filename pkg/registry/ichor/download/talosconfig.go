@@ -44,15 +44,10 @@ func (r *TalosconfigReaderREST) NewGetOptions() (runtime.Object, bool, string) {
 	return &ichor.DownloadOptions{}, false, ""
 }
 
-// ProducesMIMETypes is what the talosconfig is served as.
-func (r *TalosconfigReaderREST) ProducesMIMETypes(string) []string {
-	return []string{"application/yaml"}
-}
-
 // Get checks the request and returns the talosconfig, made when the
 // response reads it.
 func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	const subresource = "talosconfig-reader"
+	subresource := r.row.Subresource
 	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
 		return nil, err
 	}
@@ -70,7 +65,7 @@ func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options ru
 		return nil, err
 	}
 	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: "application/yaml",
+		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: r.row.ContentType,
 		what: fmt.Sprintf("a %s talosconfig of TalosCluster %s", subresource, name),
 		open: func(ctx context.Context) (*opened, error) {
 			issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
