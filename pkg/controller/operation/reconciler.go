@@ -49,6 +49,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
@@ -288,7 +289,12 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	wait := ctrl.Result{RequeueAfter: r.Options.PollInterval}
 	kind, ok := kinds[op.Spec.Type]
 	if !ok {
-		r.fail(x, v1alpha1.OperationReasonNotSupported, "Ichor does not run %s operations yet; delete this operation", op.Spec.Type)
+		// Stored before its type was retired, or by a newer Ichor.
+		why := fmt.Sprintf("Ichor does not run %s operations", op.Spec.Type)
+		if instead, retired := ichor.RetiredOperationTypes[ichor.OperationType(op.Spec.Type)]; retired {
+			why = instead
+		}
+		r.fail(x, v1alpha1.OperationReasonNotSupported, "%s; delete this operation", why)
 		return ctrl.Result{}, nil
 	}
 	cluster, err := r.cluster(ctx, op)
@@ -307,7 +313,7 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	targets, err := kind.targets(op, machines)
+	targets, err := targetsOf(op, machines)
 	if err != nil {
 		r.fail(x, v1alpha1.OperationReasonInvalidTarget, "%v", err)
 		return ctrl.Result{}, nil

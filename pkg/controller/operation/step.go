@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/render"
@@ -23,16 +24,16 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
+// stepFunc works on one step: it starts it, or follows it.
+type stepFunc func(ctx context.Context, s *step) (ctrl.Result, error)
+
 // kind is what an operation type does with each of its machines.
 type kind struct {
-	// targets chooses the machines of the operation, in the order their
-	// steps run, or says why the operation cannot act on them.
-	targets func(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error)
 	// start takes a Pending step: it checks, takes the budget when the step
 	// disrupts, records the step as Running and calls the node.
-	start func(ctx context.Context, s *step) (ctrl.Result, error)
+	start stepFunc
 	// follow looks at a Running step: done, failed, or still going.
-	follow func(ctx context.Context, s *step) (ctrl.Result, error)
+	follow stepFunc
 	// steps are the steps over the targets, in order; nil: one per target.
 	steps func(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep
 	// check, when set, says why the operation must not start, or "".
@@ -45,24 +46,27 @@ type kind struct {
 	reinstalls bool
 }
 
-// kinds are the operation types this controller runs.
+// kinds are how this controller runs each operation type: one runner per
+// type of ichor.Operations, which says everything else about it (its
+// targets, who may start it); TestEveryOperationTypeHasARunner checks both
+// name the same types.
 var kinds = map[v1alpha1.OperationType]kind{
-	v1alpha1.OperationReboot:       {targets: everyMachine, start: startReboot, follow: followReboot},
-	v1alpha1.OperationTalosUpgrade: {targets: everyMachine, start: startTalosUpgrade, follow: followTalosUpgrade, check: (*Reconciler).checkTalosUpgrade},
-	v1alpha1.OperationEtcdDefrag:   {targets: controlPlanes, start: startEtcdDefrag, follow: followEtcdDefrag},
-	v1alpha1.OperationKubernetesUpgrade: {targets: everyMachine, start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
+	v1alpha1.OperationReboot:       {start: startReboot, follow: followReboot},
+	v1alpha1.OperationTalosUpgrade: {start: startTalosUpgrade, follow: followTalosUpgrade, check: (*Reconciler).checkTalosUpgrade},
+	v1alpha1.OperationEtcdDefrag:   {start: startEtcdDefrag, follow: followEtcdDefrag},
+	v1alpha1.OperationKubernetesUpgrade: {start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
-	v1alpha1.OperationEtcdRestore: {targets: everyMachine, start: startRestore, follow: followRestore, steps: restoreSteps,
+	v1alpha1.OperationEtcdRestore: {start: startRestore, follow: followRestore, steps: restoreSteps,
 		check: (*Reconciler).checkRestore},
-	v1alpha1.OperationNodeReset: {targets: everyMachine, start: startNodeReset, follow: followNodeReset,
+	v1alpha1.OperationNodeReset: {start: startNodeReset, follow: followNodeReset,
 		check: (*Reconciler).checkNodeReset, reinstalls: true},
-	v1alpha1.OperationNodeShutdown: {targets: everyMachine, start: startNodeShutdown, follow: followShutdown,
+	v1alpha1.OperationNodeShutdown: {start: startNodeShutdown, follow: followShutdown,
 		check: (*Reconciler).checkNodeShutdown},
-	v1alpha1.OperationShutdown: {targets: everyMachine, start: startShutdown, follow: followShutdown, steps: shutdownSteps,
+	v1alpha1.OperationShutdown: {start: startShutdown, follow: followShutdown, steps: shutdownSteps,
 		check: (*Reconciler).checkShutdown},
-	v1alpha1.OperationCARotation: {targets: everyMachine, start: startCARotationStep, follow: followCARotationStep, steps: caRotationSteps,
+	v1alpha1.OperationCARotation: {start: startCARotationStep, follow: followCARotationStep, steps: caRotationSteps,
 		check: (*Reconciler).checkCARotation, finish: (*Reconciler).finishCARotation},
-	v1alpha1.OperationKeyRotation: {targets: everyMachine, start: startKeyRotationStep, follow: followKeyRotationStep, steps: keyRotationSteps,
+	v1alpha1.OperationKeyRotation: {start: startKeyRotationStep, follow: followKeyRotationStep, steps: keyRotationSteps,
 		check: (*Reconciler).checkKeyRotation, finish: (*Reconciler).finishKeyRotation},
 }
 
@@ -443,16 +447,17 @@ func clusterUnhealthy(c *v1alpha1.TalosCluster, machines []*v1alpha1.TalosMachin
 	return ""
 }
 
-// everyMachine is the configured machines spec.machines names (every
-// configured machine when it names none): control planes first, then
-// workers, each by name.
-func everyMachine(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
-	return chooseTargets(op, machines, false)
-}
-
-// controlPlanes is everyMachine for etcd operations: control planes only.
-func controlPlanes(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
-	return chooseTargets(op, machines, true)
+// targetsOf are the machines of the operation, in the order their steps
+// run: the configured machines spec.machines names, or when it names none
+// every configured machine its type targets (ichor.Operations), control
+// planes first, then workers, each by name. An error says why the
+// operation cannot act on them.
+func targetsOf(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
+	d, ok := ichor.OperationFor(ichor.OperationType(op.Spec.Type))
+	if !ok {
+		return nil, fmt.Errorf("%s is not an operation type", op.Spec.Type)
+	}
+	return chooseTargets(op, machines, d.Targets == ichor.TargetsControlPlanes)
 }
 
 func chooseTargets(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine, onlyControlPlanes bool) ([]*v1alpha1.TalosMachine, error) {
