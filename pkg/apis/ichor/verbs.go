@@ -79,7 +79,7 @@ var CustomVerbs = func() []VerbRule {
 			Request: "writing the field of that subresource, on create as on update; the main endpoint refuses it"}
 		if role == NoRole {
 			rule.Alongside = nil
-			rule.Request = "writing fields that only ichor-controller writes"
+			rule.Request = "writing the field through its subresource, which only ichor-controller does"
 		}
 		rules = append(rules, rule)
 	}
