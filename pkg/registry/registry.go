@@ -9,9 +9,9 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	restclient "k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/registry/ichor/download"
 	"ichor.dev/ichor/pkg/registry/ichor/ichorinstallation"
 	"ichor.dev/ichor/pkg/registry/ichor/ichoruser"

@@ -221,7 +221,7 @@ func (d *demoCluster) backups(t *testing.T) {
 				t.Fatalf("the failure names a secret key: %s", cond.Message)
 			}
 			d.waitBackupCondition(t, metav1.ConditionFalse, c.reason)
-			waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeWarning, backup.EventFailed)
+			waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeWarning, v1alpha1.EventBackupFailed)
 			if len(d.backupKeys(t, srv, name)) != 0 {
 				t.Fatalf("the failed backup left objects: %v", d.backupKeys(t, srv, name))
 			}
@@ -344,7 +344,7 @@ func (d *demoCluster) backups(t *testing.T) {
 		if keys := d.backupKeys(t, srv, newer); len(keys) != 7 {
 			t.Fatalf("a backup deleted with keep-files lost its objects: %v", keys)
 		}
-		waitEvent(ctx, t, d.ns, newer, corev1.EventTypeWarning, backup.EventFilesKept)
+		waitEvent(ctx, t, d.ns, newer, corev1.EventTypeWarning, v1alpha1.EventBackupFilesKept)
 	})
 
 	t.Run("an admin restores etcd from a backup into the running cluster; an operator may not", func(t *testing.T) {

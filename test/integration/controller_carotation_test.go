@@ -29,7 +29,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/workload"
 	"ichor.dev/ichor/test/internal/proc"
@@ -174,7 +173,7 @@ func (d *demoCluster) caRotation(t *testing.T) {
 	if len(seen) < 2 || seen[0] != v1alpha1.CARotationAcceptNew || seen[1] != v1alpha1.CARotationIssueNew || !restarted {
 		t.Errorf("phases seen %v (controller restarted in IssueNew: %v)", seen, restarted)
 	}
-	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventCARotated, "rotated the Talos API and Kubernetes CAs")
+	waitEventSaying(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventCARotated, "rotated the Talos API and Kubernetes CAs")
 	c := getCluster(t, d.ns, "demo")
 	rotated, err := secretsbundle.Parse(bundleCA())
 	if err != nil {

@@ -35,9 +35,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/kubeletserving"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
-	"ichor.dev/ichor/pkg/controller/taloscluster"
 	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	ksdecide "ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/render"
@@ -422,8 +419,8 @@ func (d *demoCluster) becomesReady(t *testing.T) {
 	if len(members) != 3 {
 		t.Errorf("etcd members %+v, want the three control planes", members)
 	}
-	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapped)
-	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventClusterReady)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventBootstrapped)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventClusterReady)
 
 	for name, n := range d.nodes {
 		m, err := d.machines.Get(ctx, name, metav1.GetOptions{})
@@ -437,7 +434,7 @@ func (d *demoCluster) becomesReady(t *testing.T) {
 		if n.Phase() != talossim.PhaseRunning {
 			t.Errorf("%s: node phase %s", name, n.Phase())
 		}
-		e := waitEvent(ctx, t, d.ns, name, corev1.EventTypeNormal, machineconfig.EventConfigApplied)
+		e := waitEvent(ctx, t, d.ns, name, corev1.EventTypeNormal, v1alpha1.EventConfigApplied)
 		if !strings.Contains(e.Message, "pinned certificate") {
 			t.Errorf("%s: install Event %q", name, e.Message)
 		}
@@ -522,7 +519,7 @@ func (d *demoCluster) badPatch(t *testing.T) {
 			t.Errorf("%s: the error does not name the patch: %s", name, c.Message)
 		}
 	}
-	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, machineconfig.EventConfigFailed)
+	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, v1alpha1.EventConfigFailed)
 	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 		p, err := d.patches.Get(ctx, "broken", metav1.GetOptions{})
 		return err == nil && hasCondition(p.Status.Conditions, v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(render.PatchInvalidResult)) &&
@@ -742,7 +739,7 @@ func (d *demoCluster) kubeletServing(t *testing.T) {
 	if err != nil || denied.Reason != ksdecide.ReasonUnknownIPAddress || !strings.Contains(denied.Message, neighbour) {
 		t.Errorf("the request for a neighbour's IP: %+v, %v", denied, err)
 	}
-	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, kubeletserving.EventDenied)
+	waitEvent(ctx, t, d.ns, "cp-1", corev1.EventTypeWarning, v1alpha1.EventKubeletServingDenied)
 	for _, name := range []string{"ghost", "other-signer", "unreadable"} {
 		csr, err := wl.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		if err != nil || len(csr.Status.Conditions) != 0 {
@@ -860,7 +857,7 @@ func (d *demoCluster) bootstrapTokenClosed(t *testing.T) {
 		t.Errorf("a client certificate request for cp-1 with the bootstrap token: %v, want Unauthorized", err)
 	}
 	waitCluster(ctx, t, d.ns, "demo", v1alpha1.ClusterConditionBootstrapTokenEnabled, metav1.ConditionFalse, v1alpha1.ClusterReasonAllMachinesJoined)
-	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenDisabled)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventBootstrapTokenDisabled)
 
 	// What that takes in the cluster: the token's Secret alone, read and
 	// patched, never created, listed or deleted.
@@ -914,7 +911,7 @@ func (d *demoCluster) deleteResetsNode(t *testing.T) {
 	if r := node.LastReset(); r == nil || !r.GetGraceful() || !r.GetReboot() {
 		t.Errorf("reset request %v, want graceful with reboot", r)
 	}
-	waitEvent(ctx, t, d.ns, "worker-2", corev1.EventTypeNormal, machineconfig.EventNodeReset)
+	waitEvent(ctx, t, d.ns, "worker-2", corev1.EventTypeNormal, v1alpha1.EventNodeReset)
 	delete(d.nodes, "worker-2")
 	var last v1alpha1.MachineCounts
 	err = wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
@@ -958,7 +955,7 @@ spec: {clusterName: demo, role: worker, address: "%s", hostname: worker-3, insta
 	if msg := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionBootstrapTokenEnabled).Message; !strings.Contains(msg, "worker-3") {
 		t.Errorf("BootstrapTokenEnabled says %q, want worker-3 named", msg)
 	}
-	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, taloscluster.EventBootstrapTokenEnabled)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventBootstrapTokenEnabled)
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
 		last = selfReview(ctx, rc, token)
@@ -1063,7 +1060,7 @@ func (d *demoCluster) impostorSentNothing(t *testing.T) {
 	if m.Status.AppliedConfig != nil || len(d.impostor.ImpostorConfigs()) != 0 || d.impostor.Phase() != talossim.PhaseMaintenance {
 		t.Errorf("impostor: applied %+v, %d configs delivered, node %s", m.Status.AppliedConfig, len(d.impostor.ImpostorConfigs()), d.impostor.Phase())
 	}
-	waitEvent(ctx, t, d.ns, "impostor", corev1.EventTypeWarning, machineconfig.EventCertificateMismatch)
+	waitEvent(ctx, t, d.ns, "impostor", corev1.EventTypeWarning, v1alpha1.EventCertificateMismatch)
 }
 
 // waitClusterFor is waitCluster with its own deadline.

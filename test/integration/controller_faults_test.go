@@ -19,7 +19,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	ichorv1 "ichor.dev/ichor/pkg/generated/clientset/versioned/typed/ichor/v1alpha1"
 	"ichor.dev/ichor/test/talossim"
 )
@@ -163,7 +162,7 @@ spec: {clusterName: crashy, role: worker, address: "%[2]s", hostname: w1, instal
 	if hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch) {
 		t.Errorf("the installed node was taken for an impostor: %+v", m.Status.Conditions)
 	}
-	waitEventSaying(ctx, t, ns, "w1", corev1.EventTypeNormal, machineconfig.EventConfigApplied, "installed already")
+	waitEventSaying(ctx, t, ns, "w1", corev1.EventTypeNormal, v1alpha1.EventConfigApplied, "installed already")
 	if n := timesEntered(node, talossim.PhaseInstalling); n != 1 {
 		t.Errorf("the node installed %d times, want once", n)
 	}

@@ -311,21 +311,21 @@ func describeStatus(m *v1alpha1.TalosMachine) string {
 }
 
 // waitEvent waits for an Event of type and reason on the object named name.
-func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType, reason string) corev1.Event {
+func waitEvent(ctx context.Context, t testing.TB, ns, name, eventType string, reason v1alpha1.EventReason) corev1.Event {
 	t.Helper()
 	return waitEventMatching(ctx, t, ns, name, eventType, reason, "")
 }
 
 // waitEventSaying waits for an Event of type and reason on the object named
 // name whose message contains text.
-func waitEventSaying(ctx context.Context, t testing.TB, ns, name, eventType, reason, text string) {
+func waitEventSaying(ctx context.Context, t testing.TB, ns, name, eventType string, reason v1alpha1.EventReason, text string) {
 	t.Helper()
 	waitEventMatching(ctx, t, ns, name, eventType, reason, text)
 }
 
 // waitEventMatching waits for an Event of type and reason on the object
 // named name whose message contains text (any message when text is empty).
-func waitEventMatching(ctx context.Context, t testing.TB, ns, name, eventType, reason, text string) corev1.Event {
+func waitEventMatching(ctx context.Context, t testing.TB, ns, name, eventType string, reason v1alpha1.EventReason, text string) corev1.Event {
 	t.Helper()
 	kube := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	var found corev1.Event
@@ -341,7 +341,7 @@ func waitEventMatching(ctx context.Context, t testing.TB, ns, name, eventType, r
 				continue
 			}
 			seen = append(seen, e.Type+"/"+e.Reason+": "+e.Message)
-			if e.Type == eventType && e.Reason == reason && strings.Contains(e.Message, text) {
+			if e.Type == eventType && e.Reason == string(reason) && strings.Contains(e.Message, text) {
 				found = e
 				return true, nil
 			}

@@ -22,8 +22,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/discovery"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/talossim"
@@ -143,7 +141,7 @@ func testIntakePins(ctx context.Context, t *testing.T, ns string) {
 				t.Errorf("%s: want %s=%s (%s) in %+v", name, c.typ, c.status, c.reason, m.Status.Conditions)
 			}
 		}
-		e := waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, intake.EventCertificatePinned)
+		e := waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, v1alpha1.EventCertificatePinned)
 		if !strings.Contains(e.Message, n.MaintenanceFingerprint()) {
 			t.Errorf("%s: pin Event %q does not name the fingerprint", name, e.Message)
 		}
@@ -173,7 +171,7 @@ func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
 		!hasCondition(m.Status.Conditions, v1alpha1.MachineConditionReachable, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch) {
 		t.Errorf("phase %s, conditions %+v", m.Status.Phase, m.Status.Conditions)
 	}
-	e := waitEvent(ctx, t, ns, "node-c", corev1.EventTypeWarning, intake.EventCertificateMismatch)
+	e := waitEvent(ctx, t, ns, "node-c", corev1.EventTypeWarning, v1alpha1.EventCertificateMismatch)
 	if !strings.Contains(e.Message, n.MaintenanceFingerprint()) || !strings.Contains(e.Message, "nothing was sent") {
 		t.Errorf("mismatch Event %q", e.Message)
 	}
@@ -187,7 +185,7 @@ func testIntakeImpostor(ctx context.Context, t *testing.T, ns string) {
 		return pinnedTo(n.MaintenanceFingerprint())(m) &&
 			hasCondition(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified, metav1.ConditionTrue, v1alpha1.MachineReasonMatchesPin)
 	})
-	waitEvent(ctx, t, ns, "node-c", corev1.EventTypeNormal, intake.EventReachable)
+	waitEvent(ctx, t, ns, "node-c", corev1.EventTypeNormal, v1alpha1.EventReachable)
 }
 
 // testIntakeExpectedFingerprint: with spec.expectedFingerprint the first
@@ -213,7 +211,7 @@ spec: {address: "%s", expectedFingerprint: "%s"}
 	if m.Status.Maintenance != nil || m.Status.Hardware != nil {
 		t.Fatalf("a node presenting another certificate than the expected one was pinned or read: %+v", m.Status)
 	}
-	e := waitEvent(ctx, t, ns, "node-x", corev1.EventTypeWarning, intake.EventCertificateMismatch)
+	e := waitEvent(ctx, t, ns, "node-x", corev1.EventTypeWarning, v1alpha1.EventCertificateMismatch)
 	if !strings.Contains(e.Message, n.MaintenanceFingerprint()) {
 		t.Errorf("mismatch Event %q does not name what was presented", e.Message)
 	}
@@ -240,7 +238,7 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	// Why it did not answer stays in the controller's log: status and Events
 	// would otherwise answer a port scan for whoever may write addresses.
 	reachable := conditionOf(m, v1alpha1.MachineConditionReachable)
-	e := waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, intake.EventUnreachable)
+	e := waitEvent(ctx, t, ns, "node-d", corev1.EventTypeWarning, v1alpha1.EventUnreachable)
 	for _, msg := range []string{reachable.Message, e.Message} {
 		if msg != intake.UnreachableMessage(n.Addr()) {
 			t.Errorf("an unreachable machine is described as %q", msg)
@@ -256,7 +254,7 @@ func testIntakeUnreachable(ctx context.Context, t *testing.T, ns string) {
 	if unreachableFor := reached.LastTransitionTime.Sub(m.CreationTimestamp.Time); unreachableFor < 4*time.Second {
 		t.Errorf("retried after %v, sooner than the minimum backoff", unreachableFor)
 	}
-	waitEvent(ctx, t, ns, "node-d", corev1.EventTypeNormal, intake.EventReachable)
+	waitEvent(ctx, t, ns, "node-d", corev1.EventTypeNormal, v1alpha1.EventReachable)
 
 	// A port nobody listens on: the condition says so, and nothing is pinned.
 	applyMachine(ctx, t, ns, "node-e", freeLoopbackAddress(t))
@@ -337,7 +335,7 @@ func testIntakeScan(ctx context.Context, t *testing.T, ns string) {
 		if m.Labels["ichor.dev/discovered"] != "true" {
 			t.Errorf("discovered machine %s has labels %v", name, m.Labels)
 		}
-		waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, discovery.EventDiscovered)
+		waitEvent(ctx, t, ns, name, corev1.EventTypeNormal, v1alpha1.EventDiscovered)
 	}
 	var inst *v1alpha1.IchorInstallation
 	err := wait.PollUntilContextTimeout(ctx, controllerPoll, controllerWait, true, func(ctx context.Context) (bool, error) {
@@ -458,7 +456,7 @@ func testClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 	if err := bundle.Validate(); err != nil {
 		t.Fatalf("generated bundle is invalid: %v", err)
 	}
-	waitEvent(ctx, t, ns, "generated", corev1.EventTypeNormal, clustersecrets.EventSecretsGenerated)
+	waitEvent(ctx, t, ns, "generated", corev1.EventTypeNormal, v1alpha1.EventSecretsGenerated)
 
 	waitCluster(ctx, t, ns, "provided", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionTrue, v1alpha1.ClusterReasonProvided)
 	waitCluster(ctx, t, ns, "missing", v1alpha1.ClusterConditionSecretsReady, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretNotFound)

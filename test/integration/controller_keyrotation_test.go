@@ -10,7 +10,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -108,7 +107,7 @@ func (d *demoCluster) diskKeyRotation(t *testing.T) {
 	if c.Status.DiskKeySlot != 1 || c.Status.DiskKeyRotation != nil {
 		t.Errorf("cluster: slot %d, rotation %+v", c.Status.DiskKeySlot, c.Status.DiskKeyRotation)
 	}
-	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, operation.EventDiskKeyRotated)
+	waitEvent(ctx, t, d.ns, "demo", corev1.EventTypeNormal, v1alpha1.EventDiskKeyRotated)
 
 	// talosctl, as a reader, sees what the node opened its volumes with.
 	out, err = d.talosctl(t)(d.downloadReaderTalosconfig(t), "get", "volumestatus", "EPHEMERAL", "-o", "yaml")

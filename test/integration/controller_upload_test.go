@@ -27,7 +27,6 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
-	"ichor.dev/ichor/pkg/controller/backup"
 	"ichor.dev/ichor/pkg/upload"
 	"ichor.dev/ichor/test/objectstore"
 )
@@ -242,7 +241,7 @@ func (d *demoCluster) uploadRestore(t *testing.T, srv *objectstore.Server) {
 	if keys := d.backupKeys(t, srv, "uploaded"); len(keys) != 2 {
 		t.Fatalf("the uploaded backup's objects: %v; want the snapshot and the manifest", keys)
 	}
-	waitEventSaying(ctx, t, d.ns, "uploaded", corev1.EventTypeNormal, backup.EventUploaded, "carol uploaded an etcd snapshot of")
+	waitEventSaying(ctx, t, d.ns, "uploaded", corev1.EventTypeNormal, v1alpha1.EventSnapshotUploaded, "carol uploaded an etcd snapshot of")
 	out, err = send(admin, "uploaded")
 	if err == nil || !strings.Contains(out+err.Error(), "already holds its uploaded snapshot") {
 		t.Fatalf("a second upload into the same backup: %v\n%s", err, out)

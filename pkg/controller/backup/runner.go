@@ -36,11 +36,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -52,6 +50,7 @@ import (
 	"ichor.dev/ichor/pkg/backup/store"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -61,15 +60,6 @@ const RunnerName = "talosbackup"
 
 // Finalizer holds a TalosBackup until its files are deleted from its target.
 const Finalizer = "ichor.dev/backup-files"
-
-// Events of a TalosBackup (and, for a failure, of its cluster).
-const (
-	EventStarted      = "BackupStarted"
-	EventSucceeded    = "BackupSucceeded"
-	EventFailed       = "BackupFailed"
-	EventFilesDeleted = "BackupFilesDeleted"
-	EventFilesKept    = "BackupFilesKept"
-)
 
 // The names of a backup's files, below its folder.
 const (
@@ -220,7 +210,7 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		if err := r.Client.Status().Update(ctx, &b); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventStarted, "Backup", "backing up TalosCluster %s", cluster.Name)
+		events.Record(r.Recorder, &b, &cluster, v1alpha1.EventBackupStarted, "Backup", "backing up TalosCluster %s", cluster.Name)
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, r.Options.Timeout)
@@ -250,7 +240,7 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	if err := r.Client.Status().Update(ctx, &b); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventSucceeded, "Backup", "%d files, %d bytes stored at %s", len(files), b.Status.StoredSize, location)
+	events.Record(r.Recorder, &b, &cluster, v1alpha1.EventBackupSucceeded, "Backup", "%d files, %d bytes stored at %s", len(files), b.Status.StoredSize, location)
 	return ctrl.Result{}, nil
 }
 
@@ -292,11 +282,11 @@ func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1a
 		return err
 	}
 	if cluster == nil {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFailed, "Backup", "%s", err.Error())
+		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFailed, "Backup", "%s", err.Error())
 		return nil
 	}
-	r.Recorder.Eventf(b, cluster, corev1.EventTypeWarning, EventFailed, "Backup", "%s", err.Error())
-	r.Recorder.Eventf(cluster, b, corev1.EventTypeWarning, EventFailed, "Backup", "TalosBackup %s failed: %s", b.Name, err.Error())
+	events.Record(r.Recorder, b, cluster, v1alpha1.EventBackupFailed, "Backup", "%s", err.Error())
+	events.Record(r.Recorder, cluster, b, v1alpha1.EventBackupFailed, "Backup", "TalosBackup %s failed: %s", b.Name, err.Error())
 	return nil
 }
 
@@ -595,7 +585,7 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 		return nil
 	}
 	if t := b.Status.Target; t != nil && b.Annotations[v1alpha1.AnnotationKeepFiles] == "true" {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFilesKept, "Delete",
+		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFilesKept, "Delete",
 			"deleted without its files, as annotated %s: they stay at %s", v1alpha1.AnnotationKeepFiles, b.Status.Location)
 	} else if t != nil {
 		target, reason, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
@@ -615,7 +605,7 @@ func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error
 			}
 			return fmt.Errorf("delete the files of TalosBackup %s/%s: %w", b.Namespace, b.Name, err)
 		}
-		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, EventFilesDeleted, "Delete", "deleted the files at %s", b.Status.Location)
+		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFilesDeleted, "Delete", "deleted the files at %s", b.Status.Location)
 	}
 	patch := client.MergeFrom(b.DeepCopy())
 	controllerutil.RemoveFinalizer(b, Finalizer)

@@ -8,18 +8,17 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/schedule"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/statusapply"
 )
@@ -30,15 +29,6 @@ const SchedulerName = "backupschedule"
 // FieldManager owns status.backup and the BackupSucceeded condition of
 // TalosClusters.
 const FieldManager = "ichor-backup"
-
-// Events of a TalosCluster.
-const (
-	EventScheduled = "BackupScheduled"
-	EventPruned    = "BackupPruned"
-	// EventNameTaken: a TalosBackup created by hand holds the name of a
-	// scheduled run, which then gets a generated name.
-	EventNameTaken = "BackupNameTaken"
-)
 
 // maxFailedKept bounds the failed scheduled backups kept per cluster: a
 // schedule that fails every minute must not fill etcd.
@@ -132,15 +122,15 @@ func (s *Scheduler) schedule(ctx context.Context, cluster *v1alpha1.TalosCluster
 			err = nil // created before a restart: this run exists
 		} else {
 			// Someone took the name by hand: the run gets another one.
-			s.Recorder.Eventf(cluster, &held, corev1.EventTypeWarning, EventNameTaken, "Schedule",
+			events.Record(s.Recorder, cluster, &held, v1alpha1.EventBackupNameTaken, "Schedule",
 				"TalosBackup %s, created by hand, holds the name of the run at %s; that run gets a generated name", held.Name, due.UTC().Format(time.RFC3339))
 			b.GenerateName, b.Name = b.Name+"-", ""
 			if err = s.Client.Create(ctx, b); err == nil {
-				s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
+				events.Record(s.Recorder, cluster, b, v1alpha1.EventBackupScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
 			}
 		}
 	} else if err == nil {
-		s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
+		events.Record(s.Recorder, cluster, b, v1alpha1.EventBackupScheduled, "Schedule", "created TalosBackup %s for %s", b.Name, due.UTC().Format(time.RFC3339))
 	}
 	if err != nil {
 		return fmt.Errorf("create the TalosBackup of the run at %s: %w", due.UTC().Format(time.RFC3339), err)
@@ -247,7 +237,7 @@ func (s *Scheduler) delete(ctx context.Context, cluster *v1alpha1.TalosCluster, 
 	}
 	if err == nil {
 		b.DeletionTimestamp = &metav1.Time{Time: s.Now()} // not pruned twice in one pass
-		s.Recorder.Eventf(cluster, b, corev1.EventTypeNormal, EventPruned, "Prune", "deleted TalosBackup %s: %s", b.Name, why)
+		events.Record(s.Recorder, cluster, b, v1alpha1.EventBackupPruned, "Prune", "deleted TalosBackup %s: %s", b.Name, why)
 	}
 }
 

@@ -10,11 +10,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events/eventstest"
 )
 
 var t0 = time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
@@ -117,7 +117,7 @@ func TestPrune(t *testing.T) {
 				items = append(items, *b)
 			}
 			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-			s := &Scheduler{Client: cl, Recorder: events.NewFakeRecorder(100), Now: func() time.Time { return t0.Add(100 * day) }}
+			s := &Scheduler{Client: cl, Recorder: eventstest.New(t, 100), Now: func() time.Time { return t0.Add(100 * day) }}
 			cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "prod"}}
 			s.prune(context.Background(), cluster, c.ret, items)
 			var left v1alpha1.TalosBackupList

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"filippo.io/age"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,11 +20,9 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/upload"
 )
-
-// EventUploaded is the reason of the Event an uploaded snapshot leaves.
-const EventUploaded = "SnapshotUploaded"
 
 // errDeleted stops an upload whose backup is deleted.
 var errDeleted = errors.New("the TalosBackup is being deleted")
@@ -124,7 +121,7 @@ func (r *Runner) failUpload(ctx context.Context, key types.NamespacedName, out o
 	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	r.Recorder.Eventf(&failed, nil, corev1.EventTypeWarning, EventFailed, "Upload", "%s", msg)
+	events.Record(r.Recorder, &failed, nil, v1alpha1.EventBackupFailed, "Upload", "%s", msg)
 	return nil
 }
 
@@ -203,7 +200,7 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 	if err != nil {
 		return nil, err
 	}
-	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventStarted, "Upload", "receiving the etcd snapshot %s uploads", uploader)
+	events.Record(r.Recorder, &b, &cluster, v1alpha1.EventBackupStarted, "Upload", "receiving the etcd snapshot %s uploads", uploader)
 
 	// The upload lasts as long as its uploader sends: its request, or a
 	// deletion of the backup, ends it; not the runner's timeout. A body
@@ -242,7 +239,7 @@ func (r *Runner) Receive(ctx context.Context, key types.NamespacedName, uploader
 		r.cleanUp(done, &b, out.location)
 		return nil, apierrors.NewConflict(gr, key.Name, fmt.Errorf("%w: nothing of the upload was kept", err))
 	}
-	r.Recorder.Eventf(&b, &cluster, corev1.EventTypeNormal, EventUploaded, "Upload", "%s uploaded an etcd snapshot of %d bytes (%s); %d bytes stored at %s",
+	events.Record(r.Recorder, &b, &cluster, v1alpha1.EventSnapshotUploaded, "Upload", "%s uploaded an etcd snapshot of %d bytes (%s); %d bytes stored at %s",
 		uploader, f.ContentSize, f.Digest, b.Status.StoredSize, out.location)
 	return &b, nil
 }
@@ -252,7 +249,7 @@ func (r *Runner) cleanUp(ctx context.Context, b *v1alpha1.TalosBackup, location 
 	ctx, cancel := context.WithTimeout(ctx, 4*r.Options.CallTimeout)
 	defer cancel()
 	if err := r.deleteRecordedFiles(ctx, b); err != nil {
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, EventFailed, "Upload", "the files of a deleted upload are left at %s: %s", location, message(err))
+		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFailed, "Upload", "the files of a deleted upload are left at %s: %s", location, message(err))
 	}
 }
 

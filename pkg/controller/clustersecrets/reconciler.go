@@ -33,7 +33,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,6 +43,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/statusapply"
@@ -56,15 +56,6 @@ const ControllerName = "taloscluster-secrets"
 // that lets ichor-controller get and create Secrets where it is bound: in
 // each namespace that holds TalosClusters, and nowhere else.
 const SecretsClusterRole = "ichor-controller-secrets"
-
-// EventSecretsGenerated is the Normal Event of a new bundle, and
-// EventSecretsDigestRecorded that of a bundle generated before digests
-// were recorded, whose digest is recorded once; the failures are Warning
-// Events with the condition's reason.
-const (
-	EventSecretsGenerated      = "SecretsGenerated"
-	EventSecretsDigestRecorded = "SecretsDigestRecorded"
-)
 
 // Defaults of the Reconciler's intervals.
 const (
@@ -173,7 +164,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 		if err := r.generate(ctx, cluster, name); err != nil {
 			return refused(err)
 		}
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsGenerated, "GenerateSecretsBundle",
+		events.Record(r.Recorder, cluster, nil, v1alpha1.EventSecretsGenerated, "GenerateSecretsBundle",
 			"Generated a secrets bundle for Talos %s into Secret %s", cluster.Spec.TalosVersion, name)
 		return cond(metav1.ConditionTrue, v1alpha1.ClusterReasonGenerated, "the bundle was generated into Secret %s, its SHA-256 recorded in status.secretsDigest", name)
 	case apierrors.IsNotFound(err):
@@ -193,7 +184,7 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 			if err := bundlestore.RecordDigest(ctx, r.Client, cluster, secretsbundle.Digest(secret.Data[secretsbundle.BundleKey])); err != nil {
 				return metav1.Condition{}, err
 			}
-			r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventSecretsDigestRecorded, "RecordSecretsDigest",
+			events.Record(r.Recorder, cluster, nil, v1alpha1.EventSecretsDigestRecorded, "RecordSecretsDigest",
 				"Recorded the SHA-256 of the bundle generated into Secret %s before digests were recorded: from now on only that bundle is used", name)
 		}
 	}
@@ -289,5 +280,5 @@ func (r *Reconciler) announce(cluster *v1alpha1.TalosCluster, cond metav1.Condit
 	if cond.Status == metav1.ConditionTrue {
 		return // a generation has its own Event; a provided bundle needs none
 	}
-	r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, cond.Reason, "CheckSecretsBundle", "%s", cond.Message)
+	events.Record(r.Recorder, cluster, nil, v1alpha1.EventReason(cond.Reason), "CheckSecretsBundle", "%s", cond.Message)
 }

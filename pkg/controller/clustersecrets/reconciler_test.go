@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
@@ -36,7 +36,7 @@ type rig struct {
 	t        *testing.T
 	client   client.Client
 	r        *Reconciler
-	recorder *events.FakeRecorder
+	recorder *eventstest.Recorder
 	// beforeCreate, when set, runs before each Secret is created; its error
 	// is the create's.
 	beforeCreate func(*corev1.Secret) error
@@ -50,7 +50,7 @@ func newRig(t *testing.T, cluster *v1alpha1.TalosCluster, objs ...client.Object)
 			t.Fatal(err)
 		}
 	}
-	g := &rig{t: t, recorder: events.NewFakeRecorder(100)}
+	g := &rig{t: t, recorder: eventstest.New(t, 100)}
 	g.client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(append([]client.Object{cluster}, objs...)...).
 		WithStatusSubresource(&v1alpha1.TalosCluster{}).
 		WithInterceptorFuncs(interceptor.Funcs{

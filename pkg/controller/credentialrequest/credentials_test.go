@@ -15,13 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
@@ -65,7 +65,7 @@ func TestCredentialsServedOnceByRequestNotName(t *testing.T) {
 				return c.SubResource(sub).Update(ctx, obj, opts...)
 			},
 		}).Build()
-	r := &Reconciler{Client: c, Secrets: c, Recorder: events.NewFakeRecorder(100), Options: Options{Retention: time.Minute},
+	r := &Reconciler{Client: c, Secrets: c, Recorder: eventstest.New(t, 100), Options: Options{Retention: time.Minute},
 		Now: func() time.Time { return now }}
 
 	create := func(uid string) {

@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -28,6 +26,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -117,11 +116,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	log.FromContext(ctx).Info("Answered Talos credential request", "requester", cr.Spec.Username,
 		"purpose", cr.Spec.Purpose, "answer", cond.Type, "reason", cond.Reason, "role", cr.Status.Role)
-	eventType := corev1.EventTypeNormal
-	if cond.Type == v1alpha1.CredentialRequestDenied {
-		eventType = corev1.EventTypeWarning
-	}
-	r.Recorder.Eventf(&cr, nil, eventType, cond.Reason, "Answer", "%s", cond.Message)
+	// The table gives Issued as Normal, every reason of a denial as Warning.
+	events.Record(r.Recorder, &cr, nil, v1alpha1.EventReason(cond.Reason), "Answer", "%s", cond.Message)
 	return ctrl.Result{RequeueAfter: r.Options.Retention}, nil
 }
 

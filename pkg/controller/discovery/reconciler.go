@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -34,10 +33,7 @@ import (
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "provisioning-network-scan"
 
-// Event reasons.
 const (
-	EventDiscovered      = "Discovered"
-	EventSeenElsewhere   = "SeenAtAnotherAddress"
 	discoveredLabel      = "ichor.dev/discovered"
 	discoveredAnnotation = "ichor.dev/discovered-at"
 )
@@ -199,7 +195,7 @@ func (r *Reconciler) adopt(ctx context.Context, res intake.Result) (created bool
 		}
 		return false, r.seenElsewhere(ctx, m.Name, res)
 	}
-	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventDiscovered, "ScanProvisioningNetworks",
+	events.Record(r.Recorder, m, nil, v1alpha1.EventDiscovered, "ScanProvisioningNetworks",
 		"Found in maintenance mode at %s with SPKI fingerprint %s", res.Address, res.Fingerprint)
 
 	// The scan's contact is the first contact: record it, unless the
@@ -219,7 +215,7 @@ func (r *Reconciler) seenElsewhere(ctx context.Context, name string, res intake.
 		return client.IgnoreNotFound(err)
 	}
 	if normalize(existing.Spec.Address) != normalize(res.Address) {
-		r.Recorder.Eventf(&existing, nil, corev1.EventTypeWarning, EventSeenElsewhere, "ScanProvisioningNetworks",
+		events.Record(r.Recorder, &existing, nil, v1alpha1.EventSeenElsewhere, "ScanProvisioningNetworks",
 			"A node with this machine's identity answered in maintenance mode at %s (SPKI fingerprint %s); spec.address is %s",
 			res.Address, res.Fingerprint, existing.Spec.Address)
 	}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -375,7 +376,7 @@ func (a *approver) decide(ctx context.Context, name string) outcome {
 	// node) and on the machine, and an Event each would be a write to the
 	// management cluster per node when every kubelet asks at once.
 	if !decision.Approve {
-		a.r.Recorder.Eventf(m.object(), nil, corev1.EventTypeWarning, EventDenied, "DenyKubeletServing",
+		events.Record(a.r.Recorder, m.object(), nil, v1alpha1.EventKubeletServingDenied, "DenyKubeletServing",
 			"Denied kubelet serving request %s for node %s: %s (%s)", csr.Name, node, decision.Message, decision.Reason)
 	}
 	logger.Info("Decided kubelet serving request", "approved", decision.Approve, "reason", decision.Reason)

@@ -23,9 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/kubeletserving"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -162,7 +162,7 @@ func newApproverTest(t *testing.T, machines ...v1alpha1.TalosMachine) *approverT
 			calls: map[string]int{}, dials: map[string]int{}, closes: map[string]int{}},
 		wakes: make(chan struct{}, 1),
 	}
-	r := &Reconciler{Dialer: at.dialer, Recorder: events.NewFakeRecorder(1000), Now: time.Now,
+	r := &Reconciler{Dialer: at.dialer, Recorder: eventstest.New(t, 1000), Now: time.Now,
 		Options: Options{RetryInterval: 50 * time.Millisecond, PollInterval: time.Hour, ResyncInterval: time.Hour, Parallelism: 4}.withDefaults()}
 	a, err := startApprover(r, types.NamespacedName{Namespace: "ns", Name: "demo"}, at.cs, func() {
 		select {

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -43,6 +42,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/statusapply"
 	"ichor.dev/ichor/pkg/talos"
@@ -55,10 +55,6 @@ const FieldManager = "ichor-kubeletserving"
 
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "kubelet-serving-approver"
-
-// EventDenied is the reason of the Event on the machine a denied request
-// was for.
-const EventDenied = "KubeletServingDenied"
 
 // Options tune the reconciler; zero values take the defaults.
 type Options struct {

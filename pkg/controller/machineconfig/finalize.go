@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +18,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
@@ -29,12 +29,6 @@ import (
 // member of its cluster with nobody managing it. An administrator may
 // remove it by hand to forget a node that is gone for good.
 const Finalizer = "ichor.dev/reset-node"
-
-// Reasons and Events of a reset.
-const (
-	EventResetting = "ResettingNode"
-	EventNodeReset = "NodeReset"
-)
 
 // ensureFinalizer adds Finalizer before the first config is sent.
 func (r *Reconciler) ensureFinalizer(ctx context.Context, m *v1alpha1.TalosMachine) error {
@@ -59,7 +53,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 	logger := log.FromContext(ctx)
 	if m.Status.AppliedConfig == nil || r.inMaintenance(ctx, m) {
 		if m.Status.AppliedConfig != nil {
-			r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventNodeReset, "ResetNode",
+			events.Record(r.Recorder, m, nil, v1alpha1.EventNodeReset, "ResetNode",
 				"The node at %s is back in maintenance mode; the machine is released", m.Spec.Address)
 			logger.Info("Node reset; releasing the machine")
 		}
@@ -107,7 +101,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 		msg = fmt.Sprintf("cannot reset the node at %s yet: %v; remove finalizer %s by hand to forget a node that is gone for good",
 			m.Spec.Address, err, Finalizer)
 	case holder == nil && reasonOf(m.Status.Conditions, v1alpha1.MachineConditionReady) != v1alpha1.MachineReasonResetting:
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventResetting, "ResetNode",
+		events.Record(r.Recorder, m, nil, v1alpha1.EventResettingNode, "ResetNode",
 			"Resetting the node at %s (graceful: it leaves etcd and is drained first)", m.Spec.Address)
 		logger.Info("Reset the node")
 	}

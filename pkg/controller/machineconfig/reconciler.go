@@ -26,7 +26,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -49,6 +47,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
@@ -284,7 +283,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if changed(initial, &m.Status, v1alpha1.MachineConditionReady) && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.MachineConditionReady) {
-		r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, EventMachineReady, "CheckHealth",
+		events.Record(r.Recorder, &m, nil, v1alpha1.EventMachineReady, "CheckHealth",
 			"Node %s runs its config and is ready", m.Status.NodeName)
 	}
 	return result, nil
@@ -342,7 +341,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if err != nil {
 		// Nothing is sent: a config that cannot be rendered whole is not applied in part.
 		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != err.Error() {
-			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "RenderConfig", "%v", err)
+			events.Record(r.Recorder, m, nil, v1alpha1.EventConfigFailed, "RenderConfig", "%v", err)
 		}
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonRenderFailed, err.Error())
 		return ctrl.Result{}, nil // a change of the cluster, machine or a patch wakes us
@@ -388,7 +387,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 			msg := fmt.Sprintf("the node says it did not boot with SecureBoot, which %s; its config was not sent: "+
 				"boot it from SecureBoot media with SecureBoot enforced by its firmware", why)
 			if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != msg {
-				r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventSecureBootRequired, "InstallConfig", "%s", msg)
+				events.Record(r.Recorder, m, nil, v1alpha1.EventSecureBootRequired, "InstallConfig", "%s", msg)
 			}
 			s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonSecureBootRequired, msg)
 			return retry, nil
@@ -407,7 +406,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
 			"the node runs a config of this cluster already (installed before its record was lost); it is followed over mutual TLS")
 		s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonBooting, "the node runs its installed config")
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
+		events.Record(r.Recorder, m, nil, v1alpha1.EventConfigApplied, "InstallConfig",
 			"Found the node installed already (its record was lost); following it over mutual TLS")
 		log.FromContext(ctx).Info("Found the node installed already; recorded the install")
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
@@ -415,7 +414,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	if mismatch, ok := talos.AsFingerprintMismatch(err); ok {
 		msg := intake.MismatchMessage(mismatch)
 		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != msg {
-			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventCertificateMismatch, "InstallConfig", "%s; its config was not sent", mismatch.Error())
+			events.Record(r.Recorder, m, nil, v1alpha1.EventCertificateMismatch, "InstallConfig", "%s; its config was not sent", mismatch.Error())
 		}
 		// CertificateVerified is intake's, which sees the mismatch too.
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonCertificateMismatch, msg)
@@ -429,7 +428,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
 		fmt.Sprintf("config %s installed over the maintenance API of the node presenting the pinned certificate", short(rendered.Hash)))
 	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonBooting, "the node installs its config and boots into it")
-	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "InstallConfig",
+	events.Record(r.Recorder, m, nil, v1alpha1.EventConfigApplied, "InstallConfig",
 		"Installed config %s as %s over the maintenance API (pinned certificate); the node installs and boots: %s",
 		short(rendered.Hash), render.MachineRole(m), res.Details)
 	log.FromContext(ctx).Info("Installed config", "hash", rendered.Hash, "patches", len(rendered.Applied))
@@ -499,7 +498,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		// back the budget a change it took it for held. A node-reset
 		// installs the new config.
 		if prev := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.MachineConditionConfigApplied); prev == nil || prev.Message != err.Error() {
-			r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, EventConfigFailed, "CompareConfig", "%v", err)
+			events.Record(r.Recorder, m, nil, v1alpha1.EventConfigFailed, "CompareConfig", "%v", err)
 		}
 		m.Status.Phase = v1alpha1.MachinePhaseReady
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonResetRequired, err.Error())
@@ -618,7 +617,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		// The node took the config; the next look at it records that.
 		return ctrl.Result{}, err
 	}
-	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, EventConfigApplied, "ApplyConfig",
+	events.Record(r.Recorder, m, nil, v1alpha1.EventConfigApplied, "ApplyConfig",
 		"Applied config %s (%s) in mode %s: %s", short(rendered.Hash), what, mode, res.Details)
 	log.FromContext(ctx).Info("Applied config", "hash", rendered.Hash, "effect", effect, "mode", mode.String(), "changes", len(changes))
 	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
@@ -650,7 +649,7 @@ func (r *Reconciler) notRunning(s step, reason, msg string) ctrl.Result {
 func (r *Reconciler) applyFailed(s step, action string, err error) ctrl.Result {
 	msg := err.Error()
 	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonApplyFailed, msg)
-	r.Recorder.Eventf(s.m, nil, corev1.EventTypeWarning, EventConfigFailed, action, "The node did not take its config: %s", msg)
+	events.Record(r.Recorder, s.m, nil, v1alpha1.EventConfigFailed, action, "The node did not take its config: %s", msg)
 	return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 }
 

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -24,6 +23,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talos/talostest"
@@ -83,7 +83,7 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	f := &fixture{t: t, client: c, dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{}}, now: now}
 	f.r = &Reconciler{
 		Client: c, APIReader: c, Secrets: c, Dialer: f.dialer,
-		Recorder: events.NewFakeRecorder(100), Options: Options{}.withDefaults(),
+		Recorder: eventstest.New(t, 100), Options: Options{}.withDefaults(),
 		Now: func() time.Time { return f.now },
 	}
 	f.r.budget = &disruption.Budget{Client: c, Reader: c, Now: f.r.Now}

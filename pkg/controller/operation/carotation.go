@@ -12,7 +12,6 @@ import (
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +19,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
@@ -50,9 +50,6 @@ import (
 // A rotation that fails stays where it stopped, every node trusting what
 // its phase says (both CAs until the last phase): a new ca-rotation of the
 // same CAs takes it over where it is, with the same new CAs.
-
-// EventCARotated, on the TalosCluster: its bundle holds the new CAs.
-const EventCARotated = "CARotated"
 
 // CARotationFieldManager owns a cluster's status.caRotation.
 const CARotationFieldManager = "ichor-ca-rotation"
@@ -203,7 +200,7 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 	err = r.enterCAPhaseOf(ctx, x, cluster, phase)
 	var refusal *bundlestore.Refusal
 	if errors.As(err, &refusal) {
-		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeWarning, refusal.Reason, "RotateCA", "%s", refusal.Message)
+		events.Record(r.Recorder, cluster, x.op, v1alpha1.EventReason(refusal.Reason), "RotateCA", "%s", refusal.Message)
 	}
 	return err
 }
@@ -249,7 +246,7 @@ func (r *Reconciler) enterCAPhaseOf(ctx context.Context, x *run, cluster *v1alph
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("move TalosCluster %s into phase %s of its CA rotation: %w", cluster.Name, phase, err)
 	}
-	r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, "CARotationPhase", "RotateCA",
+	events.Record(r.Recorder, cluster, x.op, v1alpha1.EventCARotationPhase, "RotateCA",
 		"TalosOperation %s moved the rotation of the %s into phase %s", x.op.Name, rotatedCAs(talosCA, kubernetesCA), phase)
 	// The secrets in force changed: read them again.
 	x.cluster, x.bundle = nil, nil
@@ -440,7 +437,7 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 		if cur.Kubernetes {
 			old = append(old, "kubeconfigs")
 		}
-		r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, EventCARotated, "RotateCA",
+		events.Record(r.Recorder, cluster, x.op, v1alpha1.EventCARotated, "RotateCA",
 			"TalosOperation %s rotated the %s: every node trusts the new CAs alone, and the secrets bundle holds them; %s from the old CAs no longer work; an admin downloads the new credentials once (talosclusters/credentials)",
 			x.op.Name, rotatedCAs(cur.Talos, cur.Kubernetes), strings.Join(old, " and "))
 	}

@@ -20,10 +20,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 )
 
@@ -532,7 +532,7 @@ func (f *fixture) followTrustWhileItLoads(bad *corev1.Secret) {
 func (f *fixture) warnedCluster(reason string) bool {
 	for {
 		select {
-		case e := <-f.r.Recorder.(*events.FakeRecorder).Events:
+		case e := <-f.r.Recorder.(*eventstest.Recorder).Events:
 			if strings.HasPrefix(e, corev1.EventTypeWarning+" "+reason+" ") {
 				return true
 			}

@@ -6,12 +6,12 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
@@ -38,10 +38,6 @@ import (
 // The key itself never leaves the node: it is sealed to its TPM. The
 // rotation ends by recording the new slot as the cluster's
 // (status.diskKeySlot), in the same write that ends the rotation.
-
-// EventDiskKeyRotated, on the TalosCluster: every machine's volumes open
-// with the new key alone.
-const EventDiskKeyRotated = "DiskKeyRotated"
 
 // DiskKeyRotationFieldManager owns a cluster's status.diskKeyRotation.
 const DiskKeyRotationFieldManager = "ichor-key-rotation"
@@ -150,7 +146,7 @@ func (r *Reconciler) enterDiskKeyPhase(ctx context.Context, x *run, phase v1alph
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(DiskKeyRotationFieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("move TalosCluster %s into phase %s of its disk-encryption key rotation: %w", cluster.Name, phase, err)
 	}
-	r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, "DiskKeyRotationPhase", "RotateDiskKey",
+	events.Record(r.Recorder, cluster, x.op, v1alpha1.EventDiskKeyRotationPhase, "RotateDiskKey",
 		"TalosOperation %s moved the disk-encryption key rotation into phase %s (new key slot %d)", x.op.Name, phase, slot)
 	x.cluster = nil
 	return nil
@@ -244,7 +240,7 @@ func (r *Reconciler) finishKeyRotation(ctx context.Context, x *run) error {
 	if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
 		return fmt.Errorf("end TalosCluster %s's disk-encryption key rotation: %w", cluster.Name, err)
 	}
-	r.Recorder.Eventf(cluster, x.op, corev1.EventTypeNormal, EventDiskKeyRotated, "RotateDiskKey",
+	events.Record(r.Recorder, cluster, x.op, v1alpha1.EventDiskKeyRotated, "RotateDiskKey",
 		"TalosOperation %s rotated the disk-encryption key: every machine opens STATE and EPHEMERAL with the new key in slot %d alone", x.op.Name, cur.Slot)
 	return nil
 }

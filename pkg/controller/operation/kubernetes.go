@@ -19,6 +19,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
@@ -292,7 +293,7 @@ func (s *step) rollOutKubeProxy(ctx context.Context, kube kubernetes.Interface, 
 		if err := s.withAccess(ctx, func() error { return workload.ApplyKubeProxy(ctx, kube, want) }); err != nil {
 			return "", err
 		}
-		s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventKubeProxyApplied, "Apply",
+		events.Record(s.r.Recorder, s.x.op, nil, v1alpha1.EventKubeProxyApplied, "Apply",
 			"DaemonSet %s/%s: kube-proxy %s, from %s's bootstrap manifest", metav1.NamespaceSystem, workload.KubeProxy, version, s.m.Name)
 		return fmt.Sprintf("applied the DaemonSet %s/%s at %s; waiting for it to roll out", metav1.NamespaceSystem, workload.KubeProxy, version), nil
 	}
@@ -315,7 +316,7 @@ func (r *Reconciler) finishKubernetes(ctx context.Context, x *run) error {
 		if err := r.Client.SubResource("kubernetes-version").Update(ctx, cluster); err != nil {
 			return fmt.Errorf("set spec.kubernetesVersion of TalosCluster %s to %s: %w", cluster.Name, target, err)
 		}
-		r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventKubernetesVersion, "Finish",
+		events.Record(r.Recorder, op, nil, v1alpha1.EventKubernetesVersion, "Finish",
 			"TalosCluster %s: spec.kubernetesVersion %s -> %s", cluster.Name, from, target)
 		log.FromContext(ctx).Info("Cluster Kubernetes version follows", "from", from, "to", target)
 	}

@@ -33,13 +33,11 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,6 +52,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
@@ -348,7 +347,7 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 		}
 		x.set(v1alpha1.OperationConditionHealthOverridden, metav1.ConditionTrue, v1alpha1.OperationReasonOverridden,
 			"started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
-		r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventOverrideUsed, "Start",
+		events.Record(r.Recorder, op, nil, v1alpha1.EventOverrideUsed, "Start",
 			"Started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
 	}
 	if err := r.addFinalizer(ctx, op); err != nil {
@@ -362,7 +361,7 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	op.Status.Steps = stepsOf(targets)
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
 		"%d steps to run", len(op.Status.Steps))
-	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventRunning, "Start",
+	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationRunning, "Start",
 		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(op.Status.Steps), stepNames(op))
 	log.FromContext(ctx).Info("Operation running", "steps", len(op.Status.Steps))
 	return ctrl.Result{Requeue: true}, nil
@@ -525,7 +524,7 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 	if err := r.cleanup(ctx, op); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventStopped, "Stop",
+	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop",
 		"Deleted: stopped after the step in flight; %s", progressOf(op))
 	return ctrl.Result{}, r.removeFinalizer(ctx, op)
 }

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -30,6 +29,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos/talostest"
@@ -204,7 +204,7 @@ func newFixtureOf(t *testing.T, op *v1alpha1.TalosOperation, names []string) *fi
 		}).Build()
 	f.r = &Reconciler{
 		Client: f.client, APIReader: f.client, Secrets: f.client, Dialer: f.dialer,
-		Recorder: events.NewFakeRecorder(1000), Options: Options{}.withDefaults(),
+		Recorder: eventstest.New(t, 1000), Options: Options{}.withDefaults(),
 		Now: func() time.Time { return f.clock },
 	}
 	f.clock = now

@@ -7,13 +7,13 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
@@ -249,7 +249,7 @@ func (s *step) repin(ctx context.Context, again func(context.Context) error) (ct
 		}
 		return ctrl.Result{}, err
 	}
-	s.r.Recorder.Eventf(s.m, s.x.op, corev1.EventTypeNormal, EventRepinned, "Reset",
+	events.Record(s.r.Recorder, s.m, s.x.op, v1alpha1.EventCertificateRepinned, "Reset",
 		"Pinned SPKI fingerprint %s, presented at %s in maintenance mode after TalosOperation %s wiped the node; its config is installed again",
 		contact.Fingerprint, s.m.Spec.Address, s.x.op.Name)
 	if err := machineconfig.ForgetConfig(ctx, s.r.Client, s.m, s.x.op.Name, now); err != nil {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -153,7 +153,7 @@ func followShutdown(ctx context.Context, s *step) (ctrl.Result, error) {
 	id, err := s.node.BootID(cctx)
 	switch {
 	case talos.NotAnswering(err):
-		s.r.Recorder.Eventf(s.m, s.x.op, corev1.EventTypeNormal, EventPoweredOff, "Shutdown",
+		events.Record(s.r.Recorder, s.m, s.x.op, v1alpha1.EventPoweredOff, "Shutdown",
 			"TalosOperation %s powered the node at %s off; it stays off until it is powered on (its BMC, cloud console or power button)",
 			s.x.op.Name, s.m.Spec.Address)
 		return s.done(ctx, "powered off: the node's Talos API no longer answers; power it on to bring it back")

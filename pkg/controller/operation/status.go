@@ -5,37 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/statusapply"
-)
-
-// The reasons of the Events this controller records on TalosOperations.
-const (
-	EventRunning       = "Running"
-	EventWaiting       = "Waiting"
-	EventStepStarted   = "StepStarted"
-	EventStepSucceeded = "StepSucceeded"
-	EventStepFailed    = "StepFailed"
-	EventSucceeded     = "Succeeded"
-	EventFailed        = "Failed"
-	EventStopped       = "Stopped"
-	EventOverrideUsed  = "OverrideUsed"
-	// EventKubernetesVersion: a kubernetes-upgrade moved its cluster's
-	// spec.kubernetesVersion.
-	EventKubernetesVersion = "KubernetesVersionFollowed"
-	// EventKubeProxyApplied: a kubernetes-upgrade applied kube-proxy's
-	// DaemonSet from a control plane's bootstrap manifest.
-	EventKubeProxyApplied = "KubeProxyApplied"
-	// EventRepinned, on a TalosMachine: a node-reset pinned the certificate
-	// its node presents in maintenance mode after its system disk's wipe.
-	EventRepinned = "CertificateRepinned"
-	// EventPoweredOff, on a TalosMachine: a node-shutdown or a shutdown
-	// powered its node off.
-	EventPoweredOff = "PoweredOff"
 )
 
 // waiting records why a started operation has not begun yet; an Event
@@ -43,7 +18,7 @@ const (
 func (r *Reconciler) waiting(x *run, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if c := findCondition(x.op, v1alpha1.OperationConditionProgressing); c == nil || c.Reason != reason {
-		r.Recorder.Eventf(x.op, nil, corev1.EventTypeNormal, EventWaiting, "Start", "Waiting: %s", msg)
+		events.Record(r.Recorder, x.op, nil, v1alpha1.EventOperationWaiting, "Start", "Waiting: %s", msg)
 	}
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, reason, "%s", msg)
 }
@@ -57,7 +32,7 @@ func (r *Reconciler) fail(x *run, reason, format string, args ...any) {
 	op.Status.CompletedAt = &x.now
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonCompleted, "the operation failed")
 	x.set(v1alpha1.OperationConditionSucceeded, metav1.ConditionFalse, reason, "%s", msg)
-	r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventFailed, "Run", "Failed: %s; %s", msg, progressOf(op))
+	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationFailed, "Run", "Failed: %s; %s", msg, progressOf(op))
 }
 
 // succeed ends the operation as Succeeded.
@@ -69,7 +44,7 @@ func (r *Reconciler) succeed(x *run) {
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionFalse, v1alpha1.OperationReasonCompleted, "every step ran")
 	x.set(v1alpha1.OperationConditionSucceeded, metav1.ConditionTrue, v1alpha1.OperationReasonAllStepsSucceeded,
 		"%d of %d steps succeeded", len(op.Status.Steps), len(op.Status.Steps))
-	r.Recorder.Eventf(op, nil, corev1.EventTypeNormal, EventSucceeded, "Run",
+	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationSucceeded, "Run",
 		"Succeeded: %d steps on TalosCluster %s", len(op.Status.Steps), op.Spec.ClusterName)
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +18,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
@@ -192,7 +192,7 @@ func (s *step) begin(ctx context.Context, bootID, format string, args ...any) er
 	if err := s.x.persist(ctx); err != nil {
 		return err
 	}
-	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventStepStarted, "Step", "%s: %s", rec.Machine, rec.Message)
+	events.Record(s.r.Recorder, s.x.op, nil, v1alpha1.EventStepStarted, "Step", "%s: %s", rec.Machine, rec.Message)
 	return nil
 }
 
@@ -238,7 +238,7 @@ func (s *step) done(ctx context.Context, format string, args ...any) (ctrl.Resul
 	rec.Message = fmt.Sprintf(format, args...)
 	s.x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
 		"%s: %s (%s)", rec.Machine, rec.Message, progressOf(s.x.op))
-	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeNormal, EventStepSucceeded, "Step", "%s: %s", rec.Machine, rec.Message)
+	events.Record(s.r.Recorder, s.x.op, nil, v1alpha1.EventStepSucceeded, "Step", "%s: %s", rec.Machine, rec.Message)
 	log.FromContext(ctx).Info("Step succeeded", "message", rec.Message)
 	return ctrl.Result{Requeue: true}, nil
 }
@@ -256,7 +256,7 @@ func (s *step) failed(ctx context.Context, format string, args ...any) (ctrl.Res
 	completedAt := metav1.NewTime(s.r.Now())
 	rec.CompletedAt = &completedAt
 	rec.Message = fmt.Sprintf(format, args...)
-	s.r.Recorder.Eventf(s.x.op, nil, corev1.EventTypeWarning, EventStepFailed, "Step", "%s: %s", rec.Name(), rec.Message)
+	events.Record(s.r.Recorder, s.x.op, nil, v1alpha1.EventStepFailed, "Step", "%s: %s", rec.Name(), rec.Message)
 	log.FromContext(ctx).Info("Step failed", "message", rec.Message)
 	inFlight := slices.ContainsFunc(s.x.op.Status.Steps, func(o v1alpha1.OperationStep) bool { return o.Phase == v1alpha1.OperationRunning })
 	if s.x.op.Status.Phase == v1alpha1.OperationRunning && !inFlight {

@@ -10,13 +10,13 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/render"
@@ -227,7 +227,7 @@ func (r *Reconciler) checkTalosUpgrade(ctx context.Context, op *v1alpha1.TalosOp
 			Status: metav1.ConditionTrue, Reason: v1alpha1.OperationReasonOverridden, ObservedGeneration: op.Generation, LastTransitionTime: metav1.NewTime(r.Now()),
 			Message: fmt.Sprintf("takes %s from %s down to Talos %s, past the %s check, as %s allowed: %s",
 				strings.Join(newer, ", "), newest, target, granted.Check, granted.By, granted.Reason)})
-		r.Recorder.Eventf(op, nil, corev1.EventTypeWarning, EventOverrideUsed, "Start",
+		events.Record(r.Recorder, op, nil, v1alpha1.EventOverrideUsed, "Start",
 			"Downgrading %s from %s to Talos %s, past the %s check, as %s allowed: %s", strings.Join(newer, ", "), newest, target, granted.Check, granted.By, granted.Reason)
 		return "", nil
 	}

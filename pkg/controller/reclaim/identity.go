@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 )
 
 // identify checks that the node intake pinned for m is the one reset: it
@@ -58,12 +59,12 @@ func (s *state) needsAPerson() string {
 	return ""
 }
 
-// progressOnce records what the reclaim waits on, as an Event of type too
-// when it comes to it (not on every pass).
-func (s *state) progressOnce(reason, eventType, format string, args ...any) {
+// progressOnce records what the reclaim waits on, as an Event too when it
+// comes to it (not on every pass).
+func (s *state) progressOnce(reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c == nil || c.Reason != reason {
-		s.r.Recorder.Eventf(s.rc, nil, eventType, reason, "Reclaim", "%s", msg)
+		events.Record(s.r.Recorder, s.rc, nil, v1alpha1.EventReason(reason), "Reclaim", "%s", msg)
 	}
 	s.progress(reason, "%s", msg)
 }

@@ -29,13 +29,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -43,23 +41,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/talos"
 )
 
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "machinereclaim"
 
-// Events of a reclaim; the condition reasons DeleteRefused, NotThisMachine
-// and WaitingForApproval are Events too when the reclaim comes to them.
-const (
-	EventResetting   = "Resetting"
-	EventNodeReset   = "NodeReset"
-	EventApproved    = "Approved"
-	EventReclaimed   = "Reclaimed"
-	EventFailed      = "ReclaimFailed"
-	EventSecretGone  = "TalosconfigDeleted"
-	eventActionReset = "ResetNode"
-)
+// eventActionReset is the action of a reset's Events; their reasons, and
+// the condition reasons DeleteRefused, NotThisMachine and
+// WaitingForApproval that are Events too when the reclaim comes to them,
+// are v1alpha1's (events.go).
+const eventActionReset = "ResetNode"
 
 // Options tune the reconciler; zero values take the defaults.
 type Options struct {
@@ -183,7 +176,7 @@ func (s *state) fail(reason, format string, args ...any) (ctrl.Result, error) {
 	s.rc.Status.CompletedAt = &s.now
 	s.set(v1alpha1.ReclaimConditionProgressing, metav1.ConditionFalse, reason, msg)
 	s.set(v1alpha1.ReclaimConditionSucceeded, metav1.ConditionFalse, reason, msg)
-	s.r.Recorder.Eventf(s.rc, nil, corev1.EventTypeWarning, EventFailed, "Reclaim", "%s", msg)
+	events.Record(s.r.Recorder, s.rc, nil, v1alpha1.EventReclaimFailed, "Reclaim", "%s", msg)
 	s.log.Info("Reclaim failed", "reason", reason)
 	return ctrl.Result{}, nil
 }
@@ -300,7 +293,7 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 	case apierrors.IsNotFound(err) || (err == nil && old.UID != rc.Status.SourceUID):
 		// Gone (a machine by that name with another UID is a new one): its
 		// finalizer let it go once its node answered in maintenance mode.
-		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
+		events.Record(s.r.Recorder, rc, nil, v1alpha1.EventNodeReset, eventActionReset,
 			"TalosMachine %s/%s is gone and its node at %s is in maintenance mode", ref.Namespace, ref.Name, rc.Status.Address)
 		rc.Status.Phase = v1alpha1.ReclaimJoining
 		s.progress(v1alpha1.ReclaimReasonJoining, "the node at %s is in maintenance mode; it joins as TalosMachine %s", rc.Status.Address, rc.Status.MachineName)
@@ -319,13 +312,13 @@ func (s *state) resetManaged(ctx context.Context) (ctrl.Result, error) {
 			s.progress(v1alpha1.ReclaimReasonDeleteRefused, "deleting TalosMachine %s/%s is refused, so its node is not reset: %s",
 				ref.Namespace, ref.Name, apiMessage(err))
 			if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c == nil || c.Reason != v1alpha1.ReclaimReasonDeleteRefused {
-				s.r.Recorder.Eventf(rc, nil, corev1.EventTypeWarning, v1alpha1.ReclaimReasonDeleteRefused, eventActionReset, "%s", apiMessage(err))
+				events.Record(s.r.Recorder, rc, nil, v1alpha1.ReclaimReasonDeleteRefused, eventActionReset, "%s", apiMessage(err))
 			}
 			return ctrl.Result{RequeueAfter: s.r.Options.RetryInterval}, nil
 		case err != nil:
 			return ctrl.Result{}, fmt.Errorf("delete TalosMachine %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
-		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventResetting, eventActionReset,
+		events.Record(s.r.Recorder, rc, nil, v1alpha1.EventReclaimResetting, eventActionReset,
 			"Deleted TalosMachine %s/%s: its node at %s is reset to maintenance mode (gracefully, under its cluster's disruption budget)",
 			ref.Namespace, ref.Name, rc.Status.Address)
 	}
@@ -367,7 +360,7 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 				return s.fail(v1alpha1.ReclaimReasonResetFailed, "the node at %s did not accept the reset: %v", rc.Status.Address, err)
 			}
 			rc.Status.ResetAt = &s.now
-			s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventResetting, eventActionReset,
+			events.Record(s.r.Recorder, rc, nil, v1alpha1.EventReclaimResetting, eventActionReset,
 				"The node at %s accepted the reset (wipe %s, graceful %t)", rc.Status.Address, rc.Spec.Wipe, graceful(rc))
 		}
 		// The reset call ended: the talosconfig has done its one job. The
@@ -383,7 +376,7 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 	}
 	ours, other := s.r.maintenance(ctx, rc)
 	if ours {
-		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventNodeReset, eventActionReset,
+		events.Record(s.r.Recorder, rc, nil, v1alpha1.EventNodeReset, eventActionReset,
 			"The node at %s is in maintenance mode", rc.Status.Address)
 		rc.Status.Phase = v1alpha1.ReclaimJoining
 		s.progress(v1alpha1.ReclaimReasonJoining, "the node at %s is in maintenance mode; it joins as TalosMachine %s", rc.Status.Address, rc.Status.MachineName)
@@ -398,7 +391,7 @@ func (s *state) resetUnmanaged(ctx context.Context) (ctrl.Result, error) {
 			rc.Status.Address, s.r.Options.ResetTimeout)
 	}
 	if other != "" {
-		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine, corev1.EventTypeWarning, "%s; nothing is sent to it, and the reclaim waits for the node reset", other)
+		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine, "%s; nothing is sent to it, and the reclaim waits for the node reset", other)
 		return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
 	}
 	s.progress(v1alpha1.ReclaimReasonResetting, "the node at %s accepted the reset; waiting for it to answer in maintenance mode", rc.Status.Address)
@@ -461,7 +454,7 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 		return s.fail(v1alpha1.ReclaimReasonRejected, "%s rejected TalosMachine %s: %s", a.By, m.Name, a.Reason)
 	case a == nil && known && m.Status.Phase == v1alpha1.MachinePhasePendingApproval:
 		if why := s.needsAPerson(); why != "" {
-			s.progressOnce(v1alpha1.ReclaimReasonWaitingForApproval, corev1.EventTypeNormal,
+			s.progressOnce(v1alpha1.ReclaimReasonWaitingForApproval,
 				"the node at %s is the one reset (%s), but %s: TalosMachine %s waits for an admin's approval (ichor -n %s approve %s)",
 				rc.Status.Address, s.proof(&m), why, m.Name, m.Namespace, m.Name)
 			return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
@@ -476,19 +469,19 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 			}
 			return ctrl.Result{}, err
 		}
-		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventApproved, "Approve",
+		events.Record(s.r.Recorder, rc, nil, v1alpha1.EventReclaimApproved, "Approve",
 			"Approved TalosMachine %s into TalosCluster %s, as %s's reclaim: the node at %s is the one reset (%s)",
 			m.Name, rc.Spec.ClusterName, rc.Status.ReclaimedBy, m.Spec.Address, s.proof(&m))
 	case a == nil && meta.IsStatusConditionFalse(m.Status.Conditions, v1alpha1.MachineConditionCertificateVerified) &&
 		rc.Spec.ExpectedFingerprint != "":
 		// Intake pins only the expected certificate; another answers.
-		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine, corev1.EventTypeWarning,
+		s.progressOnce(v1alpha1.ReclaimReasonNotThisMachine,
 			"the node at %s does not present spec.expectedFingerprint %s; nothing is sent to it, and TalosMachine %s waits for the node reset",
 			rc.Status.Address, rc.Spec.ExpectedFingerprint, m.Name)
 		return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
 	case a != nil && m.Status.Phase != v1alpha1.MachinePhaseReady:
 		if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c != nil && c.Reason == v1alpha1.ReclaimReasonWaitingForApproval {
-			s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventApproved, "Approve", "%s approved TalosMachine %s", a.By, m.Name)
+			events.Record(s.r.Recorder, rc, nil, v1alpha1.EventReclaimApproved, "Approve", "%s approved TalosMachine %s", a.By, m.Name)
 		}
 	case m.Status.Phase == v1alpha1.MachinePhaseReady:
 		rc.Status.Phase = v1alpha1.ReclaimSucceeded
@@ -496,7 +489,7 @@ func (s *state) join(ctx context.Context) (ctrl.Result, error) {
 		msg := fmt.Sprintf("the node at %s is Ready in TalosCluster %s as TalosMachine %s", rc.Status.Address, rc.Spec.ClusterName, m.Name)
 		s.set(v1alpha1.ReclaimConditionProgressing, metav1.ConditionFalse, v1alpha1.ReclaimReasonJoined, msg)
 		s.set(v1alpha1.ReclaimConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReclaimReasonJoined, msg)
-		s.r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventReclaimed, "Reclaim", "%s", msg)
+		events.Record(s.r.Recorder, rc, nil, v1alpha1.EventReclaimed, "Reclaim", "%s", msg)
 		return ctrl.Result{}, nil
 	}
 	msg := string(m.Status.Phase)

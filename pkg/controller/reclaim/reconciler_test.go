@@ -20,13 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talos/talostest"
@@ -46,7 +46,7 @@ type fixture struct {
 	client    client.Client
 	dialer    *certDialer
 	r         *Reconciler
-	recorder  *events.FakeRecorder
+	recorder  *eventstest.Recorder
 	writes    int // status writes of the reclaim so far
 	failWrite int // the write that "crashes", 0 for none
 	// approvedByController counts the approvals ichor-controller wrote.
@@ -146,7 +146,7 @@ func newFixtureFor(t *testing.T, secretType corev1.SecretType, change func(*v1al
 	if change != nil {
 		objs = append(objs, change(rc)...)
 	}
-	f := &fixture{t: t, recorder: events.NewFakeRecorder(1000), dialer: &certDialer{
+	f := &fixture{t: t, recorder: eventstest.New(t, 1000), dialer: &certDialer{
 		Dialer: &talostest.Dialer{Nodes: map[string]*talostest.Node{
 			address: {UUID: nodeUUID, Installed: true, Stage: "running", Config: []byte("version: v1alpha1\nmachine:\n  type: " + machine.TypeWorker.String() + "\n")},
 		}},

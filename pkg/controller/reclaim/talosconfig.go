@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -119,7 +120,7 @@ func (r *Reconciler) deleteTalosconfig(ctx context.Context, rc *v1alpha1.Machine
 	if err := r.Client.Delete(ctx, &secret, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete Secret %s: %w", ref.Name, err)
 	}
-	r.Recorder.Eventf(rc, nil, corev1.EventTypeNormal, EventSecretGone, "DeleteTalosconfig",
+	events.Record(r.Recorder, rc, nil, v1alpha1.EventTalosconfigDeleted, "DeleteTalosconfig",
 		"Deleted Secret %s: its talosconfig was for this reset only", ref.Name)
 	return nil
 }

@@ -11,13 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos/talostest"
 )
@@ -82,7 +82,7 @@ func newFixture(t *testing.T, override *v1alpha1.OverrideStatus) *fixture {
 		WithStatusSubresource(&v1alpha1.TalosCluster{}, &v1alpha1.TalosMachine{}).
 		WithIndex(&v1alpha1.TalosMachine{}, clusterindex.Field, byCluster).
 		Build()
-	r := &Reconciler{Client: c, Secrets: c, Dialer: dialer, Recorder: events.NewFakeRecorder(100),
+	r := &Reconciler{Client: c, Secrets: c, Dialer: dialer, Recorder: eventstest.New(t, 100),
 		Options: Options{CallTimeout: 2 * time.Second}.withDefaults(), Now: func() time.Time { return now }}
 	return &fixture{t: t, client: c, dialer: dialer, r: r}
 }

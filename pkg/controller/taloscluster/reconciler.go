@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +34,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/kubeletserving"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
@@ -275,13 +275,13 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 	switch {
 	case err == nil || err == talos.ErrAlreadyBootstrapped:
 		r.recordBootstrap(v, first.machine, "bootstrapped etcd")
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventBootstrapped, "Bootstrap",
+		events.Record(r.Recorder, cluster, nil, v1alpha1.EventBootstrapped, "Bootstrap",
 			"Bootstrapped etcd on control plane %s (%s)", first.machine.Name, first.machine.Spec.Address)
 		if len(down) > 0 {
 			if err := useOverride(ctx, r.Client, cluster, override); err != nil {
 				log.FromContext(ctx).Error(err, "The override stays granted")
 			}
-			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventOverrideUsed, "Bootstrap",
+			events.Record(r.Recorder, cluster, nil, v1alpha1.EventOverrideUsed, "Bootstrap",
 				"Bootstrapped etcd without waiting for %s, past the %s check, as %s allowed: %s",
 				strings.Join(down, ", "), override.Check, override.By, override.Reason)
 		}
@@ -289,7 +289,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, v *view, creds talos.Credent
 		return true
 	default:
 		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonBootstrapFailed, "bootstrap on %s failed: %v", first.machine.Name, err)
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventBootstrapFailed, "Bootstrap",
+		events.Record(r.Recorder, cluster, nil, v1alpha1.EventBootstrapFailed, "Bootstrap",
 			"Bootstrap on control plane %s failed: %v", first.machine.Name, err)
 		return false
 	}
@@ -412,7 +412,7 @@ func (r *Reconciler) withAccess(ctx context.Context, v *view, bundle *secretsbun
 	if err := workload.InstallControllerAccess(ctx, bundle.Bundle, v.cluster.Spec.ControlPlane.Endpoint, v.now.Time, bundle.KubernetesAccepted...); err != nil {
 		return fmt.Errorf("%w: %w", errAccessInstall, err)
 	}
-	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventControllerAccess, "InstallControllerAccess",
+	events.Record(r.Recorder, v.cluster, nil, v1alpha1.EventControllerAccess, "InstallControllerAccess",
 		"Bound the roles %s to %s in the cluster's Kubernetes", workload.ControllerRole, workload.Controller.User)
 	return f()
 }
@@ -452,16 +452,16 @@ func (r *Reconciler) restrictBootstrapToken(ctx context.Context, v *view, cs kub
 		return
 	}
 	if enable && len(joining) == 0 {
-		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenEnabled, "SetBootstrapToken",
+		events.Record(r.Recorder, v.cluster, nil, v1alpha1.EventBootstrapTokenEnabled, "SetBootstrapToken",
 			"The bootstrap token authenticates while the kubelets bootstrap client certificates from the new Kubernetes CA")
 		return
 	}
 	if enable {
-		r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenEnabled, "SetBootstrapToken",
+		events.Record(r.Recorder, v.cluster, nil, v1alpha1.EventBootstrapTokenEnabled, "SetBootstrapToken",
 			"The bootstrap token authenticates while %s join", strings.Join(joining, ", "))
 		return
 	}
-	r.Recorder.Eventf(v.cluster, nil, corev1.EventTypeNormal, EventBootstrapTokenDisabled, "SetBootstrapToken",
+	events.Record(r.Recorder, v.cluster, nil, v1alpha1.EventBootstrapTokenDisabled, "SetBootstrapToken",
 		"Every machine has a Node and no kubelet bootstraps: the bootstrap token no longer authenticates")
 }
 
@@ -563,10 +563,10 @@ func (r *Reconciler) announce(before *v1alpha1.TalosClusterStatus, cluster *v1al
 	}
 	switch cluster.Status.Phase {
 	case v1alpha1.ClusterPhaseReady:
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, EventClusterReady, "CheckHealth",
+		events.Record(r.Recorder, cluster, nil, v1alpha1.EventClusterReady, "CheckHealth",
 			"Cluster is Ready: %d control planes, %d workers", cluster.Status.Machines.ControlPlanes, cluster.Status.Machines.Workers)
 	case v1alpha1.ClusterPhaseDegraded:
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, EventClusterDegraded, "CheckHealth",
+		events.Record(r.Recorder, cluster, nil, v1alpha1.EventClusterDegraded, "CheckHealth",
 			"Cluster is no longer Ready: %s", meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ClusterConditionReady).Message)
 	}
 }

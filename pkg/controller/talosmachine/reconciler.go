@@ -12,12 +12,10 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -173,7 +172,7 @@ func (r *Reconciler) addressInUse(ctx context.Context, m *v1alpha1.TalosMachine,
 			}
 			return ctrl.Result{}, fmt.Errorf("update status of TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
 		}
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, intake.EventAddressInUse, "Contact",
+		events.Record(r.Recorder, m, nil, v1alpha1.EventAddressInUse, "Contact",
 			"Not contacting the node at %s: %s has that address first", m.Spec.Address, holder)
 	}
 	return ctrl.Result{RequeueAfter: wait.Jitter(r.Options.RecheckInterval, 0.1), Priority: ptr.To(handler.LowPriority)}, nil
@@ -183,19 +182,19 @@ func (r *Reconciler) addressInUse(ctx context.Context, m *v1alpha1.TalosMachine,
 func (r *Reconciler) announce(m *v1alpha1.TalosMachine, result intake.Result, ch intake.Change) {
 	const action = "ContactMaintenanceAPI"
 	if ch.Recovered {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, intake.EventReachable, action,
+		events.Record(r.Recorder, m, nil, v1alpha1.EventReachable, action,
 			"The node at %s answers again", result.Address)
 	}
 	if ch.Pinned {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, intake.EventCertificatePinned, action,
+		events.Record(r.Recorder, m, nil, v1alpha1.EventCertificatePinned, action,
 			"Pinned maintenance certificate with SPKI fingerprint %s presented at %s; awaiting approval", result.Fingerprint, result.Address)
 	}
 	if ch.Mismatch != nil {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, intake.EventCertificateMismatch, action,
+		events.Record(r.Recorder, m, nil, v1alpha1.EventCertificateMismatch, action,
 			"%s; nothing was sent to it", ch.Mismatch.Error())
 	}
 	if ch.Unreachable {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, intake.EventUnreachable, action,
+		events.Record(r.Recorder, m, nil, v1alpha1.EventUnreachable, action,
 			"%s", intake.UnreachableMessage(result.Address))
 	}
 }

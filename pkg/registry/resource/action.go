@@ -18,9 +18,10 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/util/dryrun"
-	"k8s.io/client-go/tools/events"
 
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/authz"
+	"ichor.dev/ichor/pkg/events"
 )
 
 // Action is a named create on an object, POST …/NAME/<Name>: the request
@@ -54,9 +55,11 @@ type Action[T Object] struct {
 	VerbOn func(obj T) string
 }
 
-// ActionEvent is the Event an action leaves on its object.
+// ActionEvent is the Event an action leaves on its object: its type is
+// the reason's, in v1alpha1's table.
 type ActionEvent struct {
-	Type, Reason, Message string
+	Reason  v1alpha1.EventReason
+	Message string
 }
 
 // ActionREST serves one Action of a kind.
@@ -136,10 +139,10 @@ func (r *ActionREST[T]) run(ctx context.Context, name string, body runtime.Objec
 	if err != nil {
 		return nil, err
 	}
-	if r.action.Event != nil && r.recorder != nil && !dryrun.IsDryRun(dryRun) {
+	if r.action.Event != nil && !dryrun.IsDryRun(dryRun) {
 		obj := out.(T)
 		e := r.action.Event(ctx, obj, body)
-		r.recorder.Eventf(reference(r.kind, obj), nil, e.Type, e.Reason, r.action.Name, "%s", e.Message)
+		events.Record(r.recorder, reference(r.kind, obj), nil, e.Reason, r.action.Name, "%s", e.Message)
 	}
 	return out, nil
 }

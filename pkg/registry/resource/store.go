@@ -14,8 +14,9 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
-	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"ichor.dev/ichor/pkg/events"
 )
 
 // Category groups every ichor.dev kind, so `kubectl get ichor` lists them all.

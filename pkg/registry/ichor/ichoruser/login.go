@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,7 +67,7 @@ var login = resource.Action[*ichor.IchorUser]{
 		if user, ok := genericapirequest.UserFrom(ctx); ok {
 			by = user.GetName()
 		}
-		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: "SignedIn",
+		return resource.ActionEvent{Reason: v1alpha1.EventSignedIn,
 			Message: fmt.Sprintf("IchorUser %s signed in with a password, checked for %s", u.Name, by)}
 	},
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,6 +11,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/passwordhash"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
@@ -54,7 +54,7 @@ var password = resource.Action[*ichor.IchorUser]{
 		if user, ok := genericapirequest.UserFrom(ctx); ok {
 			by = user.GetName()
 		}
-		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: "PasswordChanged",
+		return resource.ActionEvent{Reason: v1alpha1.EventPasswordChanged,
 			Message: fmt.Sprintf("%s set the password of IchorUser %s", by, u.Name)}
 	},
 }

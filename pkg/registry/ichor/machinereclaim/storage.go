@@ -4,9 +4,9 @@ package machinereclaim
 import (
 	"context"
 	"fmt"
+
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,7 +74,7 @@ var reclaim = resource.Action[*ichor.MachineReclaim]{
 		return action.Started(ctx, ichor.Resource("machinereclaims"), r.Name, r.Generation, &r.Status.ReclaimedBy, &r.Status.StartedAt, &r.Status.Conditions)
 	},
 	Event: func(_ context.Context, r *ichor.MachineReclaim, _ runtime.Object) resource.ActionEvent {
-		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: v1alpha1.ConditionStarted,
+		return resource.ActionEvent{Reason: v1alpha1.EventStarted,
 			Message: fmt.Sprintf("%s started reclaiming a machine into TalosCluster %s", r.Status.ReclaimedBy, r.Spec.ClusterName)}
 	},
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,14 +15,12 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/registry/resource"
 )
 
 // Subresource is the path element of the override endpoints.
 const Subresource = "override"
-
-// EventReason is the reason of the Warning Event a granted override leaves.
-const EventReason = "OverrideGranted"
 
 // maxReasonLength bounds the recorded reason.
 const maxReasonLength = 1024
@@ -52,7 +49,7 @@ func Action[T resource.Object](kind string, checks []ichor.SafetyCheck, field fu
 		},
 		Event: func(_ context.Context, obj T, _ runtime.Object) resource.ActionEvent {
 			g := *field(obj)
-			return resource.ActionEvent{Type: corev1.EventTypeWarning, Reason: EventReason,
+			return resource.ActionEvent{Reason: v1alpha1.EventOverrideGranted,
 				Message: fmt.Sprintf("%s lets the next change of %s %s go past the %s check: %s", g.By, kind, obj.GetName(), g.Check, g.Reason)}
 		},
 	}

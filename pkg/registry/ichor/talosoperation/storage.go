@@ -4,10 +4,10 @@ package talosoperation
 import (
 	"context"
 	"fmt"
-	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -102,7 +102,7 @@ var start = resource.Action[*ichor.TalosOperation]{
 		return action.Started(ctx, ichor.Resource("talosoperations"), o.Name, o.Generation, &o.Status.StartedBy, &o.Status.StartedAt, &o.Status.Conditions)
 	},
 	Event: func(_ context.Context, o *ichor.TalosOperation, _ runtime.Object) resource.ActionEvent {
-		return resource.ActionEvent{Type: corev1.EventTypeNormal, Reason: v1alpha1.ConditionStarted,
+		return resource.ActionEvent{Reason: v1alpha1.EventStarted,
 			Message: fmt.Sprintf("%s started the %s operation on TalosCluster %s", o.Status.StartedBy, o.Spec.Type, o.Spec.ClusterName)}
 	},
 }
