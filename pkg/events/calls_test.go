@@ -20,7 +20,8 @@ const (
 
 // TestRecordsOnlyHere reads every Go file under pkg/ and cmd/: no code but
 // this package's calls a recorder (Eventf, AnnotatedEventf, or
-// record.EventRecorder's four-argument Event), and every reason given to
+// record.EventRecorder's four-argument Event) or makes client-go's fake one
+// (unit tests use eventstest's), and every reason given to
 // Record or to an action's ActionEvent is a row of v1alpha1's table, never
 // a string literal; a reason that is not a constant (a condition's) is left
 // to eventstest, at run time.
@@ -159,6 +160,8 @@ func checkFile(t *testing.T, rel string, src []byte, rows map[string]bool) []str
 			switch name := sel.Sel.Name; {
 			case name == "Eventf" || name == "AnnotatedEventf" || (name == "Event" && len(n.Args) == 4):
 				report(n, "calls %s: record through ichor.dev/ichor/pkg/events.Record", name)
+			case name == "NewFakeRecorder":
+				report(n, "calls NewFakeRecorder: a unit test records into eventstest.New, which checks every reason against the table")
 			case name == "Record" && eventsName != "" && isIdent(sel.X, eventsName):
 				if len(n.Args) < 6 {
 					report(n, "calls events.Record with %d arguments", len(n.Args))
@@ -253,6 +256,8 @@ func TestCheckFileFinds(t *testing.T) {
 	}{
 		"Eventf": {`package p
 func f(r R) { r.Recorder.Eventf(nil, nil, "Normal", "X", "A", "n") }`, []string{"calls Eventf"}},
+		"fake recorder": {`package p
+func f(t T) { _ = events.NewFakeRecorder(10) }`, []string{"calls NewFakeRecorder"}},
 		"AnnotatedEventf": {`package p
 func f(r R) { r.AnnotatedEventf(nil, nil, "Normal", "X", "n") }`, []string{"calls AnnotatedEventf"}},
 		"record's Event": {`package p

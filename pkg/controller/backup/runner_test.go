@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -33,6 +32,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/talos/talostest"
@@ -58,7 +58,7 @@ type runnerFixture struct {
 	client   client.Client
 	r        *Runner
 	dialer   *snapshotDialer
-	recorder *events.FakeRecorder
+	recorder *eventstest.Recorder
 	dir      string
 	identity *age.X25519Identity
 	// failWrite, when positive, fails that (1-based) write of the backup
@@ -129,7 +129,7 @@ func newRunnerFixture(t *testing.T) *runnerFixture {
 	if bundleErr != nil {
 		t.Fatal(bundleErr)
 	}
-	f := &runnerFixture{t: t, dir: t.TempDir(), recorder: events.NewFakeRecorder(100)}
+	f := &runnerFixture{t: t, dir: t.TempDir(), recorder: eventstest.New(t, 100)}
 	var err error
 	if f.identity, err = age.GenerateX25519Identity(); err != nil {
 		t.Fatal(err)
