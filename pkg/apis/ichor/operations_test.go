@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -100,6 +101,48 @@ func TestOperationParameters(t *testing.T) {
 	for field, typ := range owner {
 		t.Errorf("%s describes parameter %s, which TalosOperationSpec does not have", typ, field)
 	}
+}
+
+// TestMaxUnavailableDoc: the doc of spec.maxUnavailable, which the OpenAPI
+// schema shows, names exactly the batched types.
+func TestMaxUnavailableDoc(t *testing.T) {
+	for _, file := range []string{"types_operation.go", "v1alpha1/types_operation.go"} {
+		doc := fieldDoc(t, file, "TalosOperationSpec", "MaxUnavailable")
+		for _, d := range ichor.Operations {
+			named := regexp.MustCompile(`(^|[^-\w])` + regexp.QuoteMeta(string(d.Type)) + `([^-\w]|$)`).MatchString(doc)
+			if named != d.Batched {
+				t.Errorf("%s: the doc of maxUnavailable names %s: %v; it is batched: %v", file, d.Type, named, d.Batched)
+			}
+		}
+	}
+}
+
+// fieldDoc is the doc comment of field of struct typ declared in file.
+func fieldDoc(t *testing.T, file, typ, field string) string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != typ {
+			return true
+		}
+		for _, fl := range ts.Type.(*ast.StructType).Fields.List {
+			for _, name := range fl.Names {
+				if name.Name == field {
+					doc = fl.Doc.Text()
+				}
+			}
+		}
+		return false
+	})
+	if doc == "" {
+		t.Fatalf("%s: %s.%s has no doc", file, typ, field)
+	}
+	return doc
 }
 
 func stringsOf[T ~string](values []T) []string {

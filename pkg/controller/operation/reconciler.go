@@ -1,8 +1,9 @@
-// Package operation runs started TalosOperations: reboot, etcd-defrag and
-// talos-upgrade, one step per machine, control planes first and one node at
-// a time (workers in batches of spec.maxUnavailable); kubernetes-upgrade,
-// one step per machine and component (kubernetes.go); etcd-restore, steps
-// of their own over every machine (restore.go).
+// Package operation runs started TalosOperations, each type of
+// ichor.Operations with its runner (kinds, step.go): most take one step per
+// machine, control planes first and one node at a time (workers of a
+// batched type in batches of spec.maxUnavailable); kubernetes-upgrade one
+// step per machine and component (kubernetes.go); etcd-restore, shutdown
+// and the rotations steps of their own.
 //
 // Safety: a step that takes a node or an etcd member away holds its
 // cluster's disruption budget (package disruption) from before it touches
