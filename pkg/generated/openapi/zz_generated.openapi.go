@@ -4594,11 +4594,11 @@ func schema_pkg_apis_ichor_v1alpha1_TalosOperationSpec(ref common.ReferenceCallb
 					},
 					"type": {
 						SchemaProps: spec.SchemaProps{
-							Description: "type of the operation.\n\nPossible enum values:\n - `\"ca-rotation\"`\n - `\"etcd-defrag\"`\n - `\"etcd-restore\"`\n - `\"etcd-snapshot\"`\n - `\"key-rotation\"`\n - `\"kubernetes-upgrade\"`\n - `\"node-reset\"`\n - `\"node-shutdown\"`\n - `\"reboot\"`\n - `\"shutdown\"`\n - `\"talos-upgrade\"`",
+							Description: "type of the operation.\n\nPossible enum values:\n - `\"ca-rotation\"`\n - `\"etcd-defrag\"`\n - `\"etcd-restore\"`\n - `\"key-rotation\"`\n - `\"kubernetes-upgrade\"`\n - `\"node-reset\"`\n - `\"node-shutdown\"`\n - `\"reboot\"`\n - `\"shutdown\"`\n - `\"talos-upgrade\"`",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"ca-rotation", "etcd-defrag", "etcd-restore", "etcd-snapshot", "key-rotation", "kubernetes-upgrade", "node-reset", "node-shutdown", "reboot", "shutdown", "talos-upgrade"},
+							Enum:        []interface{}{"ca-rotation", "etcd-defrag", "etcd-restore", "key-rotation", "kubernetes-upgrade", "node-reset", "node-shutdown", "reboot", "shutdown", "talos-upgrade"},
 						},
 					},
 					"machines": {
