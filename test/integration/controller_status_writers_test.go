@@ -12,8 +12,8 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
+	"ichor.dev/ichor/pkg/configstatus"
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
 	"ichor.dev/ichor/pkg/disruption"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
@@ -63,7 +63,7 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	stale.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: issued}
 	meta.SetStatusCondition(&stale.Status.Conditions, metav1.Condition{Type: v1alpha1.MachineConditionConfigApplied, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.MachineReasonInstalled, Message: "installed", LastTransitionTime: issued})
-	if err := machineconfig.WriteStatus(ctx, asController, &stale); err != nil {
+	if err := configstatus.WriteStatus(ctx, asController, &stale); err != nil {
 		t.Fatal(err)
 	}
 
@@ -85,8 +85,8 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	for _, f := range got.ManagedFields {
 		managers[f.Manager] = true
 	}
-	if !managers[machineconfig.FieldManager] {
-		t.Errorf("managed fields name no %s: %v", machineconfig.FieldManager, managers)
+	if !managers[configstatus.FieldManager] {
+		t.Errorf("managed fields name no %s: %v", configstatus.FieldManager, managers)
 	}
 }
 
@@ -238,12 +238,12 @@ spec: {clusterName: demo, role: worker, address: "127.0.7.1:50000", install: {di
 	set(m, v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled)
 	set(m, v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonNotReachable)
 	set(m, v1alpha1.MachineConditionReachable, metav1.ConditionTrue, v1alpha1.MachineReasonLeftMaintenance)
-	if err := machineconfig.WriteStatus(ctx, asController, m); err != nil {
+	if err := configstatus.WriteStatus(ctx, asController, m); err != nil {
 		t.Fatal(err)
 	}
 
 	// The operation forgets the config.
-	if err := machineconfig.ForgetConfig(ctx, asController, get(), "reset-1", at); err != nil {
+	if err := configstatus.ForgetConfig(ctx, asController, get(), "reset-1", at); err != nil {
 		t.Fatalf("forget the config: %v", err)
 	}
 	got := get()

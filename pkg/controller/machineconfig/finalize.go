@@ -17,6 +17,7 @@ import (
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
+	"ichor.dev/ichor/pkg/configstatus"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
@@ -81,7 +82,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 			m.Spec.Address, disruption.Describe(holder))
 	}
 	var quorum *quorumError
-	var notThis *NotThisMachineError
+	var notThis *intake.NotThisMachineError
 	if err == nil && holder == nil {
 		err = r.reset(ctx, m)
 		// Not acting is a decision: the budget goes back. Any other failure
@@ -108,7 +109,7 @@ func (r *Reconciler) finalize(ctx context.Context, m *v1alpha1.TalosMachine) (ct
 	m.Status.Phase = v1alpha1.MachinePhaseResetting
 	s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, reason, msg)
 	if !equality.Semantic.DeepEqual(before, &m.Status) {
-		if err := WriteStatus(ctx, r.Client, m); err != nil {
+		if err := configstatus.WriteStatus(ctx, r.Client, m); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
@@ -144,7 +145,7 @@ func (r *Reconciler) reset(ctx context.Context, m *v1alpha1.TalosMachine) error 
 		return err
 	}
 	defer func() { _ = node.Close() }()
-	if err := CheckIdentity(ctx, node, m); err != nil {
+	if err := intake.CheckIdentity(ctx, node, m); err != nil {
 		return err
 	}
 	// An admin's override of the quorum check, which let the delete through,

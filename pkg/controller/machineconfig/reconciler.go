@@ -46,6 +46,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/configstatus"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
@@ -268,7 +269,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return nil
 		}
 		m.Status.ObservedGeneration = m.Generation
-		if err := WriteStatus(ctx, r.Client, &m); err != nil {
+		if err := configstatus.WriteStatus(ctx, r.Client, &m); err != nil {
 			return err
 		}
 		written = m.Status.DeepCopy()
@@ -448,7 +449,7 @@ func (r *Reconciler) installedAlready(ctx context.Context, m *v1alpha1.TalosMach
 	node, err := r.Dialer.Configured(ctx, m.Spec.Address, creds)
 	if err == nil {
 		defer func() { _ = node.Close() }()
-		err = CheckIdentity(ctx, node, m)
+		err = intake.CheckIdentity(ctx, node, m)
 	}
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("The node is not configured already", "reason", err.Error())
@@ -589,7 +590,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	if effect == v1alpha1.ConfigEffectReboot {
 		mode = talos.ApplyReboot
 	}
-	if err := CheckIdentity(ctx, node, m); err != nil {
+	if err := intake.CheckIdentity(ctx, node, m); err != nil {
 		if disrupts {
 			if err := r.budget.Release(ctx, m); err != nil {
 				return ctrl.Result{}, err

@@ -6,7 +6,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -55,7 +55,7 @@ func (s *step) takeAway(ctx context.Context, action v1alpha1.DisruptionAction, w
 func (s *step) callAway(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+	if err := intake.CheckIdentity(cctx, s.node, s.m); err != nil {
 		return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 	}
 	if prepare != nil {

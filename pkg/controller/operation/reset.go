@@ -12,7 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/configstatus"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
@@ -27,7 +27,7 @@ import (
 //   - wipe all or system-disk wipes the whole system disk (and, with all,
 //     the user disks named): the node leaves etcd and is drained by Talos
 //     first (graceful), and comes back in maintenance mode with a new
-//     certificate. The step pins that certificate (machineconfig.Repin),
+//     certificate. The step pins that certificate (intake.Repin),
 //     only for a node at the machine's address reporting its system UUID,
 //     forgets the machine's config so that it is installed again, and ends
 //     when the machine is Ready again.
@@ -172,12 +172,12 @@ func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 	m, started := s.m, *s.record().StartedAt
 	now := metav1.NewTime(s.r.Now())
 	switch {
-	case !machineconfig.Repinned(m, started):
+	case !intake.Repinned(m, started):
 		return s.repin(ctx, again)
-	case machineconfig.ConfigFromBeforeThePin(m):
+	case configstatus.ConfigFromBeforeThePin(m):
 		// A reconcile that read the machine before its config was forgotten
 		// wrote it back: forget it again.
-		if err := machineconfig.ForgetConfig(ctx, s.r.Client, m, s.x.op.Name, now); err != nil {
+		if err := configstatus.ForgetConfig(ctx, s.r.Client, m, s.x.op.Name, now); err != nil {
 			return ctrl.Result{}, err
 		}
 		return s.wait("the node is back in maintenance mode, its new certificate pinned; its config is installed again")
@@ -242,8 +242,8 @@ func (s *step) repin(ctx context.Context, again func(context.Context) error) (ct
 		return s.wait("waiting for the node to come back in maintenance mode: %v", contact.Err)
 	}
 	now := metav1.NewTime(s.r.Now())
-	if err := machineconfig.Repin(ctx, s.r.Client, s.m, contact, s.x.op.Name, now); err != nil {
-		var notThis *machineconfig.NotThisMachineError
+	if err := intake.Repin(ctx, s.r.Client, s.m, contact, s.x.op.Name, now); err != nil {
+		var notThis *intake.NotThisMachineError
 		if errors.As(err, &notThis) {
 			return s.failed(ctx, "%v", err)
 		}
@@ -252,7 +252,7 @@ func (s *step) repin(ctx context.Context, again func(context.Context) error) (ct
 	events.Record(s.r.Recorder, s.m, s.x.op, v1alpha1.EventCertificateRepinned, "Reset",
 		"Pinned SPKI fingerprint %s, presented at %s in maintenance mode after TalosOperation %s wiped the node; its config is installed again",
 		contact.Fingerprint, s.m.Spec.Address, s.x.op.Name)
-	if err := machineconfig.ForgetConfig(ctx, s.r.Client, s.m, s.x.op.Name, now); err != nil {
+	if err := configstatus.ForgetConfig(ctx, s.r.Client, s.m, s.x.op.Name, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	return s.wait("the node is back in maintenance mode; pinned its new certificate %s; its config is installed again", contact.Fingerprint)

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
+	"ichor.dev/ichor/pkg/configstatus"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
@@ -133,7 +133,7 @@ func (rf *resetFixture) configured(m *v1alpha1.TalosMachine, at metav1.Time) {
 		meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.MachineReasonRunning, Message: "running its config", LastTransitionTime: at})
 	}
-	if err := machineconfig.WriteStatus(context.Background(), rf.client, m); err != nil {
+	if err := configstatus.WriteStatus(context.Background(), rf.client, m); err != nil {
 		rf.t.Fatal(err)
 	}
 }

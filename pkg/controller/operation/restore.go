@@ -22,8 +22,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
 	"ichor.dev/ichor/pkg/etcd/snapshot"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -300,7 +300,7 @@ func (s *step) leaveEtcd(ctx context.Context, starting bool) (ctrl.Result, error
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	if starting {
-		if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+		if err := intake.CheckIdentity(cctx, s.node, s.m); err != nil {
 			return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 		}
 		if err := s.begin(ctx, "", "leaving etcd"); err != nil {
@@ -371,7 +371,7 @@ func (s *step) wipeEtcd(ctx context.Context) (ctrl.Result, error) {
 	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
-	if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+	if err := intake.CheckIdentity(cctx, s.node, s.m); err != nil {
 		return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 	}
 	bootID, err := s.node.BootID(cctx)
@@ -437,7 +437,7 @@ func (s *step) recoverEtcd(ctx context.Context, starting bool) (ctrl.Result, err
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	if starting {
-		if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+		if err := intake.CheckIdentity(cctx, s.node, s.m); err != nil {
 			return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 		}
 		if err := s.begin(ctx, "", "recovering etcd from TalosBackup %s (revision %d, %s)", src.backup.Name, src.info.Revision, src.file.Digest); err != nil {
@@ -538,7 +538,7 @@ func (s *step) restartKubelet(ctx context.Context) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	if s.record().Phase == v1alpha1.OperationPending {
-		if err := machineconfig.CheckIdentity(cctx, s.node, s.m); err != nil {
+		if err := intake.CheckIdentity(cctx, s.node, s.m); err != nil {
 			return s.failed(ctx, "the node at %s is not this machine: %v", s.m.Spec.Address, err)
 		}
 		if err := s.begin(ctx, "", "restarting the kubelet"); err != nil {

@@ -1,4 +1,4 @@
-package machineconfig
+package intake
 
 import (
 	"context"
