@@ -26,8 +26,8 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/predicates"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/statusapply"
@@ -59,7 +59,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosConfigPatch{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(kubeletserving.NotOnlyRecorded)).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(predicates.NotOnlyServingCertificateRecorded)).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueuePatches(r.Client), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }

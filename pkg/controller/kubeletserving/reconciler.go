@@ -44,6 +44,7 @@ import (
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/predicates"
 	"ichor.dev/ichor/pkg/statusapply"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -138,7 +139,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(NotOnlyRecorded)).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(predicates.NotOnlyServingCertificateRecorded)).
 		Complete(r)
 }
 

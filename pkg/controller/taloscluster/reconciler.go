@@ -33,9 +33,9 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
-	"ichor.dev/ichor/pkg/controller/kubeletserving"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/kubeupgrade"
+	"ichor.dev/ichor/pkg/predicates"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
@@ -94,7 +94,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(kubeletserving.NotOnlyRecorded)).
+		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(predicates.NotOnlyServingCertificateRecorded)).
 		Complete(r)
 }
 

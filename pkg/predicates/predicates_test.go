@@ -1,4 +1,4 @@
-package kubeletserving
+package predicates
 
 import (
 	"testing"
@@ -10,14 +10,15 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
-// TestNotOnlyRecorded: an update that only records a kubelet serving
+// TestNotOnlyServingCertificateRecorded: an update that only records a kubelet serving
 // certificate wakes nothing; one that changes anything else does.
-func TestNotOnlyRecorded(t *testing.T) {
-	before := machine("worker-1", "10.5.0.11:50000")
+func TestNotOnlyServingCertificateRecorded(t *testing.T) {
+	before := v1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Namespace: "ns", UID: "uid-worker-1"},
+		Spec: v1alpha1.TalosMachineSpec{Address: "10.5.0.11:50000"}, Status: v1alpha1.TalosMachineStatus{NodeName: "worker-1"}}
 	before.ResourceVersion = "1"
 	recorded := *before.DeepCopy()
 	recorded.ResourceVersion = "2"
-	recorded.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager}}
+	recorded.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "ichor-kubeletserving"}}
 	at := metav1.NewTime(time.Now())
 	recorded.Status.KubeletServingCertificate = &v1alpha1.KubeletServingCertificateStatus{Request: "csr-1", IssuedAt: &at, NotAfter: &at}
 	renamed := *recorded.DeepCopy()
@@ -32,7 +33,7 @@ func TestNotOnlyRecorded(t *testing.T) {
 		{"the record and the node name", before, renamed, true},
 		{"the node name", recorded, renamed, true},
 	} {
-		if got := NotOnlyRecorded.Update(event.UpdateEvent{ObjectOld: &c.old, ObjectNew: &c.next}); got != c.want {
+		if got := NotOnlyServingCertificateRecorded.Update(event.UpdateEvent{ObjectOld: &c.old, ObjectNew: &c.next}); got != c.want {
 			t.Errorf("%s: %v, want %v", c.what, got, c.want)
 		}
 	}
