@@ -1,5 +1,5 @@
 # Ichor's front door. `make run` starts the whole local management plane;
-# `make test` runs every test against real control-plane components.
+# `make test` runs every test against real control-plane components; `make unit` is the fast inner loop.
 
 GO            ?= go
 BIN           := bin
@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane docs verify-docs test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane docs verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -28,16 +28,29 @@ build: ## Build ichor-apiserver, ichor-controller, ichor-auth, ichor-ui, the ich
 controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubectl and etcd from source.
 	@$(CONTROLPLANE) >/dev/null
 
-test: ## Run all tests with the race detector, then the HA shape's fault tests; on failure, repeat the failures' lines at the end.
-	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" \
-	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	$(MAKE) test-ha
+# The packages whose tests need an external binary (the control plane, talosctl, SeaweedFS,
+# Chromium): each integration package starts a control plane of its own.
+INTEGRATION_PKGS := ./test/integration/... ./test/talossim/... ./test/bench/...
+# Every other package: the fast inner loop.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/talossim -e /test/bench)
+# How many test binaries run at once. The integration packages mostly wait on simulated nodes and
+# timers, so more of them than cores keeps both cores busy.
+TEST_PARALLEL ?= 8
+# Runs its command with the external binaries built or found in the cache, named in the environment.
+WITH_BINARIES = bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium"
+
+unit: ## The tests that need no external binary, with -race; unchanged packages' results come from Go's test cache.
+	$(GO) test -race $(UNIT_PKGS)
+
+integration: ## The tests against real control-plane components, simulated Talos nodes, S3, Chromium and the HA shape.
+	$(WITH_BINARIES) bash hack/run-tests.sh $(GO) test -race -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS)
+
+test: ## Every test (unit and integration, the HA faults included) with -race, side by side, as CI runs them; on failure, repeat the failures' lines at the end.
+	$(WITH_BINARIES) bash hack/run-tests.sh $(GO) test -race -count=1 -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(INTEGRATION_PKGS) $(UNIT_PKGS)
 
 test-ha: ## The fault tests on the HA shape (two ichor-apiservers on a 3-member etcd, two controllers), each fault under a short load.
-	bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_TEST_SHAPE=ha ICHOR_TEST_LOG=make-test-ha \
-	bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '^TestHA' -v ./test/integration
+	$(WITH_BINARIES) ICHOR_TEST_LOG=make-test-ha bash hack/run-tests.sh $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -v ./test/integration/ha
 
 test-ha-full: ## The HA fault tests with each fault under ten times the load.
 	ICHOR_HA_FULL=1 $(MAKE) test-ha

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's Chromium, the real browser the console's tests drive
-# (test/integration/browser_test.go, through chromedp), unless it is already
+# (test/integration/access/browser_test.go, through chromedp), unless it is already
 # installed. apt keeps the package in its own cache, so a later run installs
 # nothing. Prints the browser's path as the only line on stdout:
 # CHROMIUM=$(hack/install-chromium.sh).

@@ -1,0 +1,4 @@
+package itest
+
+// PrivilegedVerb is how a refusal names the verb admins hold.
+const PrivilegedVerb = `needs the "update" verb on talosconfigpatches/privileged`
