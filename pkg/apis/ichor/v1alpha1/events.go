@@ -102,8 +102,9 @@ const (
 
 // eventReason is one row of the table: a reason, the type of its Events,
 // the kinds they are recorded on, and what happened (for a Warning, what
-// to do about it). Unexported: it is no API type, and the code generators
-// pass it by.
+// to do about it). It is no API type.
+// +k8s:openapi-gen=false
+// +k8s:deepcopy-gen=false
 type eventReason struct {
 	Reason EventReason
 	// Type is corev1.EventTypeNormal or corev1.EventTypeWarning.
