@@ -15,8 +15,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"ichor.dev/ichor/pkg/apis/ichor/schedule"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/backup/schedule"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"

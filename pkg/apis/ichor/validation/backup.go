@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
-	"ichor.dev/ichor/pkg/backup/schedule"
+	"ichor.dev/ichor/pkg/apis/ichor/schedule"
 )
 
 // azureStorageAccount is what Azure allows as a storage account name, which

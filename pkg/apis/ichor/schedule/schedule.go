@@ -1,7 +1,9 @@
 // Package schedule reads a backup schedule: cron syntax and an IANA time
-// zone, as TalosCluster spec.backup gives them. The API server checks them
-// with it at admission and the controller computes run times with it, so
-// both read a schedule the same way.
+// zone, as TalosCluster spec.backup gives them. It is part of the API — what
+// those two fields mean — so it lives beside the types: validation checks
+// them with it at admission and the backup controller computes run times
+// with it, so both read a schedule the same way. Like the rest of
+// pkg/apis, it imports nothing else of Ichor's.
 package schedule
 
 import (
