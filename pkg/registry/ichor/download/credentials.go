@@ -12,9 +12,6 @@ import (
 	"github.com/siderolabs/crypto/x509"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -22,81 +19,48 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
-// CredentialsREST is GET talosclusters/NAME/credentials: after a CA
+// credentials streams GET talosclusters/NAME/credentials: after a CA
 // rotation completed, the cluster's new admin credentials, once, as a zip
 // archive of a talosconfig (os:admin, for the control planes) and a
 // kubeconfig (system:masters, for the cluster's endpoint), both from one
 // key made for this download and valid for an hour. Before any rotation,
-// and once they were taken, it is a 409 that says why.
-type CredentialsREST struct {
-	Deps
-	streamEndpoint
-}
-
-var (
-	_ rest.GetterWithOptions = &CredentialsREST{}
-	_ rest.StorageMetadata   = &CredentialsREST{}
-)
-
-// New returns an empty TalosCluster, the kind the subresource belongs to.
-func (r *CredentialsREST) New() runtime.Object { return &ichor.TalosCluster{} }
-
-// NewGetOptions returns the download's query parameters.
-func (r *CredentialsREST) NewGetOptions() (runtime.Object, bool, string) {
-	return &ichor.DownloadOptions{}, false, ""
-}
-
-// Get checks the request and the cluster's state and returns the archive,
-// made when the response reads it: the controller marks the credentials
-// served as it issues them, so two downloads at once get them once.
-func (r *CredentialsREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	subresource := r.row.Subresource
-	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
-		return nil, err
-	}
-	user, err := r.authorize(ctx, "talosclusters", subresource, name)
-	if err != nil {
-		return nil, err
-	}
-	obj, err := r.Clusters.Get(ctx, name, &metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	cluster := obj.(*ichor.TalosCluster)
+// and once they were taken, it is a 409 that says why. The archive is made
+// when the response reads it: the controller marks the credentials served
+// as it issues them, so two downloads at once get them once.
+func credentials(ctx context.Context, r request[*ichor.TalosCluster, *ichor.DownloadOptions]) (string, opener, error) {
+	cluster := r.object
+	name := cluster.Name
 	conflict := func(format string, args ...any) error {
 		return apierrors.NewConflict(ichor.Resource("talosclusters/credentials"), name, fmt.Errorf(format, args...))
 	}
 	switch c := cluster.Status.Credentials; {
 	case c == nil:
-		return nil, conflict("no CA rotation of TalosCluster %s has completed: there are no new admin credentials to hand out "+
+		return "", nil, conflict("no CA rotation of TalosCluster %s has completed: there are no new admin credentials to hand out "+
 			"(a ca-rotation TalosOperation makes them; until then admins reach the cluster with `ichor break-glass` or their own sign-in)", name)
 	case c.ServedAt != nil:
-		return nil, conflict("the new admin credentials of TalosOperation %s (completed %s) were downloaded by %s at %s; they are served once",
+		return "", nil, conflict("the new admin credentials of TalosOperation %s (completed %s) were downloaded by %s at %s; they are served once",
 			c.Rotation, c.RotatedAt.UTC().Format(time.RFC3339), c.ServedTo, c.ServedAt.UTC().Format(time.RFC3339))
 	case cluster.Status.KubernetesCA == "":
-		return nil, conflict("TalosCluster %s does not show its Kubernetes CA yet (status.kubernetesCA), which the kubeconfig trusts", name)
+		return "", nil, conflict("TalosCluster %s does not show its Kubernetes CA yet (status.kubernetesCA), which the kubeconfig trusts", name)
 	}
 	endpoints, err := r.controlPlaneEndpoints(ctx, cluster)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: r.row.ContentType,
-		what: fmt.Sprintf("the new admin credentials of TalosCluster %s", name),
-		open: func(ctx context.Context) (*opened, error) {
-			issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeCredentials)
-			if err != nil {
-				return nil, err
-			}
-			if len(issued.KubernetesCertificate) == 0 {
-				return nil, errors.New("the controller issued no Kubernetes certificate with the admin credentials")
-			}
-			data, err := credentialsArchive(cluster, endpoints, issued)
-			if err != nil {
-				return nil, err
-			}
-			return &opened{body: io.NopCloser(bytes.NewReader(data)), credential: issued.Request}, nil
-		},
+	what := fmt.Sprintf("the new admin credentials of TalosCluster %s", name)
+	return what, func(ctx context.Context) (*opened, error) {
+		issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeCredentials)
+		if err != nil {
+			return nil, err
+		}
+		if len(issued.KubernetesCertificate) == 0 {
+			return nil, errors.New("the controller issued no Kubernetes certificate with the admin credentials")
+		}
+		data, err := credentialsArchive(cluster, endpoints, issued)
+		if err != nil {
+			return nil, err
+		}
+		return &opened{body: io.NopCloser(bytes.NewReader(data)), credential: issued.Request}, nil
 	}, nil
 }
 

@@ -59,38 +59,6 @@ type Deps struct {
 	Recorder events.EventRecorder
 }
 
-// endpoints make the endpoint of each download of ichor.Downloads, by its
-// path; TestEveryDownloadIsServed checks they are the same downloads.
-var endpoints = map[string]func(Deps, streamEndpoint) rest.Storage{
-	"talosmachines/etcd-snapshot": func(d Deps, e streamEndpoint) rest.Storage {
-		return &EtcdSnapshotREST{Deps: d, streamEndpoint: e}
-	},
-	"talosmachines/support-bundle": func(d Deps, e streamEndpoint) rest.Storage {
-		return &SupportBundleREST{Deps: d, streamEndpoint: e}
-	},
-	"talosmachines/packet-capture": func(d Deps, e streamEndpoint) rest.Storage {
-		return &PacketCaptureREST{Deps: d, streamEndpoint: e}
-	},
-	"talosclusters/talosconfig-reader": func(d Deps, e streamEndpoint) rest.Storage {
-		return &TalosconfigReaderREST{Deps: d, streamEndpoint: e}
-	},
-	"talosclusters/credentials": func(d Deps, e streamEndpoint) rest.Storage {
-		return &CredentialsREST{Deps: d, streamEndpoint: e}
-	},
-}
-
-// Storage returns the endpoint of every download of ichor.Downloads, keyed
-// by resource/subresource.
-func Storage(deps Deps) map[string]rest.Storage {
-	storage := make(map[string]rest.Storage, len(ichor.Downloads))
-	for _, d := range ichor.Downloads {
-		if endpoint, ok := endpoints[d.Path()]; ok {
-			storage[d.Path()] = endpoint(deps, streamEndpoint{d})
-		}
-	}
-	return storage
-}
-
 // Subresources are the download subresources served, for the server's
 // long-running request check.
 var Subresources = func() []string {
@@ -131,23 +99,28 @@ func (d *Deps) authorize(ctx context.Context, resource, subresource, name string
 	return "", apierrors.NewForbidden(ichor.Resource(resource+"/"+subresource), name, errors.New(msg))
 }
 
-// machineFor checks the download verb and returns the stored machine,
-// which must be a configured member of its cluster, and the requester.
-func (d *Deps) machineFor(ctx context.Context, name, subresource string) (*ichor.TalosMachine, string, error) {
-	user, err := d.authorize(ctx, "talosmachines", subresource, name)
-	if err != nil {
-		return nil, "", err
-	}
+// configuredMachine returns the stored machine, which must be a configured
+// member of its cluster.
+func (d *Deps) configuredMachine(ctx context.Context, name string) (*ichor.TalosMachine, error) {
 	obj, err := d.Machines.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	m := obj.(*ichor.TalosMachine)
 	if !configuredMember(m) {
-		return nil, "", apierrors.NewConflict(ichor.Resource("talosmachines"), name,
+		return nil, apierrors.NewConflict(ichor.Resource("talosmachines"), name,
 			errors.New("it is not a configured member of a cluster, so it has nothing to download"))
 	}
-	return m, user, nil
+	return m, nil
+}
+
+// cluster returns the stored cluster.
+func (d *Deps) cluster(ctx context.Context, name string) (*ichor.TalosCluster, error) {
+	obj, err := d.Clusters.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*ichor.TalosCluster), nil
 }
 
 // configuredMember reports whether m is an approved machine that runs its
@@ -166,7 +139,7 @@ type download struct {
 	what        string // "the etcd-snapshot of TalosMachine cp-1"
 	contentType string
 	// open starts the stream.
-	open func(ctx context.Context) (*opened, error)
+	open opener
 }
 
 // opened is a download's stream, once started.
@@ -272,18 +245,3 @@ func (d *Deps) session(ctx context.Context, m *ichor.TalosMachine, purpose v1alp
 	}
 	return node, issued.Request, nil
 }
-
-// streamEndpoint is what the download endpoints share: the download's row
-// of ichor.Downloads.
-type streamEndpoint struct {
-	row ichor.Download
-}
-
-// ProducesMIMETypes is what the stream is served as.
-func (e streamEndpoint) ProducesMIMETypes(string) []string { return []string{e.row.ContentType} }
-
-// Destroy does nothing: the main endpoint owns the storage.
-func (streamEndpoint) Destroy() {}
-
-// ProducesObject says the response is a stream, not an object.
-func (streamEndpoint) ProducesObject(string) any { return "" }

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apiserver/pkg/registry/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -29,27 +27,6 @@ const (
 // linkName is what Linux accepts as a link name: at most 15 bytes, no
 // slash, colon or white space.
 var linkName = regexp.MustCompile(`^[^/:\s]{1,15}$`)
-
-// PacketCaptureREST is GET talosmachines/NAME/packet-capture: a pcap file
-// of one of the node's links, captured for durationSeconds, as `talosctl
-// pcap` saves it. It needs os:operator on the node.
-type PacketCaptureREST struct {
-	Deps
-	streamEndpoint
-}
-
-var (
-	_ rest.GetterWithOptions = &PacketCaptureREST{}
-	_ rest.StorageMetadata   = &PacketCaptureREST{}
-)
-
-// New returns an empty TalosMachine, the kind the subresource belongs to.
-func (r *PacketCaptureREST) New() runtime.Object { return &ichor.TalosMachine{} }
-
-// NewGetOptions returns the capture's query parameters.
-func (r *PacketCaptureREST) NewGetOptions() (runtime.Object, bool, string) {
-	return &ichor.PacketCaptureOptions{}, false, ""
-}
 
 // ValidatePacketCaptureOptions checks a capture's options.
 func ValidatePacketCaptureOptions(o *ichor.PacketCaptureOptions) field.ErrorList {
@@ -70,50 +47,46 @@ func ValidatePacketCaptureOptions(o *ichor.PacketCaptureOptions) field.ErrorList
 	return errs
 }
 
-// Get checks the request and returns the capture's stream, which ends
-// after the capture's duration.
-func (r *PacketCaptureREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	subresource := r.row.Subresource
-	o := options.(*ichor.PacketCaptureOptions)
-	if err := refuseDryRun(o.DryRun); err != nil {
-		return nil, err
-	}
+// validateCaptureRequest refuses a capture whose options are not valid.
+func validateCaptureRequest(name string, o *ichor.PacketCaptureOptions) error {
 	if errs := ValidatePacketCaptureOptions(o); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), name, errs)
+		return apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), name, errs)
 	}
-	m, user, err := r.machineFor(ctx, name, subresource)
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// packetCapture streams GET talosmachines/NAME/packet-capture: a pcap file
+// of one of the node's links, captured for durationSeconds, as `talosctl
+// pcap` saves it. It needs os:operator on the node. The stream ends after
+// the capture's duration.
+func packetCapture(_ context.Context, r request[*ichor.TalosMachine, *ichor.PacketCaptureOptions]) (string, opener, error) {
+	m, o := r.object, r.options
 	duration := time.Duration(o.DurationSeconds) * time.Second
 	if duration == 0 {
 		duration = DefaultCaptureDuration
 	}
-	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosMachine", m), contentType: r.row.ContentType,
-		what: fmt.Sprintf("a %s %s of link %s on TalosMachine %s", duration, subresource, o.Interface, m.Name),
-		open: func(ctx context.Context) (*opened, error) {
-			node, credential, err := r.session(ctx, m, v1alpha1.PurposePacketCapture)
-			if err != nil {
-				return nil, err
+	what := fmt.Sprintf("a %s %s of link %s on TalosMachine %s", duration, r.row.Subresource, o.Interface, m.Name)
+	return what, func(ctx context.Context) (*opened, error) {
+		node, credential, err := r.session(ctx, m, v1alpha1.PurposePacketCapture)
+		if err != nil {
+			return nil, err
+		}
+		captureCtx, cancel := context.WithTimeout(ctx, duration)
+		body, err := node.PacketCapture(captureCtx, talos.PacketCapture{
+			Interface: o.Interface, Promiscuous: o.Promiscuous, SnapLength: uint32(o.SnapLength), //nolint:gosec // validated
+		})
+		if err != nil {
+			cancel()
+			_ = node.Close()
+			if errors.Is(err, talos.ErrNoSuchLink) {
+				return nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), m.Name, field.ErrorList{
+					field.NotFound(field.NewPath("interface"), o.Interface)})
 			}
-			captureCtx, cancel := context.WithTimeout(ctx, duration)
-			body, err := node.PacketCapture(captureCtx, talos.PacketCapture{
-				Interface: o.Interface, Promiscuous: o.Promiscuous, SnapLength: uint32(o.SnapLength), //nolint:gosec // validated
-			})
-			if err != nil {
-				cancel()
-				_ = node.Close()
-				if errors.Is(err, talos.ErrNoSuchLink) {
-					return nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), name, field.ErrorList{
-						field.NotFound(field.NewPath("interface"), o.Interface)})
-				}
-				return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("packet capture on TalosMachine %s: %v", name, err))
-			}
-			return &opened{
-				body: &timedCapture{ReadCloser: body, ctx: captureCtx}, release: func() { cancel(); _ = node.Close() }, credential: credential,
-			}, nil
-		},
+			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("packet capture on TalosMachine %s: %v", m.Name, err))
+		}
+		return &opened{
+			body: &timedCapture{ReadCloser: body, ctx: captureCtx}, release: func() { cancel(); _ = node.Close() }, credential: credential,
+		}, nil
 	}, nil
 }
 

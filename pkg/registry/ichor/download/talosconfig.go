@@ -12,74 +12,36 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/registry/rest"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
-// TalosconfigReaderREST is GET talosclusters/NAME/talosconfig-reader: a
+// talosconfigReader streams GET talosclusters/NAME/talosconfig-reader: a
 // talosconfig for the cluster's control planes with an os:reader client
 // certificate, valid for the installation's readerTalosconfig lifetime (at
-// most an hour). Its key is made for this download and handed to the user;
-// the server keeps no copy.
-type TalosconfigReaderREST struct {
-	Deps
-	streamEndpoint
-}
-
-var (
-	_ rest.GetterWithOptions = &TalosconfigReaderREST{}
-	_ rest.StorageMetadata   = &TalosconfigReaderREST{}
-)
-
-// New returns an empty TalosCluster, the kind the subresource belongs to.
-func (r *TalosconfigReaderREST) New() runtime.Object { return &ichor.TalosCluster{} }
-
-// NewGetOptions returns the download's query parameters.
-func (r *TalosconfigReaderREST) NewGetOptions() (runtime.Object, bool, string) {
-	return &ichor.DownloadOptions{}, false, ""
-}
-
-// Get checks the request and returns the talosconfig, made when the
-// response reads it.
-func (r *TalosconfigReaderREST) Get(ctx context.Context, name string, options runtime.Object) (runtime.Object, error) {
-	subresource := r.row.Subresource
-	if err := refuseDryRun(options.(*ichor.DownloadOptions).DryRun); err != nil {
-		return nil, err
-	}
-	user, err := r.authorize(ctx, "talosclusters", subresource, name)
-	if err != nil {
-		return nil, err
-	}
-	obj, err := r.Clusters.Get(ctx, name, &metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	cluster := obj.(*ichor.TalosCluster)
+// most an hour), made when the response reads it. Its key is made for this
+// download and handed to the user; the server keeps no copy.
+func talosconfigReader(ctx context.Context, r request[*ichor.TalosCluster, *ichor.DownloadOptions]) (string, opener, error) {
+	cluster := r.object
 	endpoints, err := r.controlPlaneEndpoints(ctx, cluster)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return &download{
-		deps: &r.Deps, user: user, object: reference("TalosCluster", cluster), contentType: r.row.ContentType,
-		what: fmt.Sprintf("a %s talosconfig of TalosCluster %s", subresource, name),
-		open: func(ctx context.Context) (*opened, error) {
-			issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
-			if err != nil {
-				return nil, err
-			}
-			contextName := cluster.Namespace + "/" + cluster.Name + "-reader"
-			cfg := clientconfig.NewConfig(contextName, endpoints, issued.CA, &x509.PEMEncodedCertificateAndKey{Crt: issued.Certificate, Key: issued.Key})
-			data, err := cfg.Bytes()
-			if err != nil {
-				return nil, fmt.Errorf("encode the talosconfig of TalosCluster %s: %w", name, err)
-			}
-			return &opened{body: io.NopCloser(bytes.NewReader(data)), credential: issued.Request}, nil
-		},
+	what := fmt.Sprintf("a %s talosconfig of TalosCluster %s", r.row.Subresource, cluster.Name)
+	return what, func(ctx context.Context) (*opened, error) {
+		issued, err := r.Credentials.Request(ctx, cluster.Namespace, cluster.Name, nil, v1alpha1.PurposeTalosconfigReader)
+		if err != nil {
+			return nil, err
+		}
+		contextName := cluster.Namespace + "/" + cluster.Name + "-reader"
+		cfg := clientconfig.NewConfig(contextName, endpoints, issued.CA, &x509.PEMEncodedCertificateAndKey{Crt: issued.Certificate, Key: issued.Key})
+		data, err := cfg.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("encode the talosconfig of TalosCluster %s: %w", cluster.Name, err)
+		}
+		return &opened{body: io.NopCloser(bytes.NewReader(data)), credential: issued.Request}, nil
 	}, nil
 }
 
