@@ -51,7 +51,11 @@ func (s *step) takeAway(ctx context.Context, action v1alpha1.DisruptionAction, w
 // callAway, with the budget held, checks the node is this machine, runs
 // prepare (if any: what must be done before the call, and can be done
 // again if the controller stops during it), records the step as Running
-// with the node's boot ID, and then calls.
+// with the node's boot ID, and then calls. call's error is the node's
+// answer, so call makes node calls only: what it notes in the step's
+// record (a reset's acceptance) is written after it, and a write that
+// fails is this controller's error, not the node's refusal: the reconcile
+// is tried again with the step Running and its budget held, the node away.
 func (s *step) callAway(ctx context.Context, what string, prepare, call func(context.Context) error) (ctrl.Result, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
@@ -83,6 +87,9 @@ func (s *step) callAway(ctx context.Context, what string, prepare, call func(con
 			return s.wait("the node did not answer the call (%v); looking at the node again", err)
 		}
 		return s.failed(ctx, "%v", err)
+	}
+	if err := s.x.persist(ctx); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
 }

@@ -151,6 +151,11 @@ type Reconciler struct {
 	// (stepClockStart), by the step's start.
 	followedMu sync.Mutex
 	followed   map[string]time.Time
+	// accepted records when the node of each Running step accepted its
+	// reset, by the step's start (stepKey): a status write of the
+	// acceptance that failed is made again from it (recallAcceptance).
+	acceptedMu sync.Mutex
+	accepted   map[string]time.Time
 }
 
 // SetupWithManager registers the reconciler. It wakes on a started,

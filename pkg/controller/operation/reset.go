@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,8 +142,11 @@ func startNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 	return s.takeAway(ctx, v1alpha1.DisruptionReset, what, prepare, func(ctx context.Context) error { return s.reset(ctx, req) })
 }
 
-// reset calls the node's reset and records that it accepted it: a node
-// that never did is not taken back in maintenance mode (repin).
+// reset calls the node's reset and notes in the step's record that it
+// accepted it (a node that never did is not taken back in maintenance
+// mode: repin); its error is the node's only. The note is written with
+// the step's status (callAway, or the reconcile's write), and kept in
+// memory until then: a write that fails is made again (recallAcceptance).
 func (s *step) reset(ctx context.Context, req talos.ResetRequest) error {
 	if err := s.node.Reset(ctx, req); err != nil {
 		return err
@@ -150,14 +154,50 @@ func (s *step) reset(ctx context.Context, req talos.ResetRequest) error {
 	if rec := s.record(); rec.AcceptedAt == nil {
 		at := metav1.NewTime(s.r.Now())
 		rec.AcceptedAt = &at
-		return s.x.persist(ctx)
+		s.r.rememberAcceptance(s.x.op, rec)
 	}
 	return nil
+}
+
+// rememberAcceptance keeps the acceptance rec notes, by the step's start.
+func (r *Reconciler) rememberAcceptance(op *v1alpha1.TalosOperation, rec *v1alpha1.OperationStep) {
+	now := r.Now()
+	r.acceptedMu.Lock()
+	defer r.acceptedMu.Unlock()
+	if r.accepted == nil {
+		r.accepted = map[string]time.Time{}
+	}
+	for k, t := range r.accepted {
+		if now.Sub(t) > time.Hour+r.Options.StepTimeout {
+			delete(r.accepted, k)
+		}
+	}
+	r.accepted[stepKey(op, rec)] = rec.AcceptedAt.Time
+}
+
+// recallAcceptance notes again in the step's record the acceptance this
+// process saw and whose write failed (a conflict, an API server that did
+// not answer): the node is resetting, and only the note lets repin take
+// it back. After a crash there, the acceptance is lost with the process:
+// the step then takes the node back only if it answers over mutual TLS
+// again, and fails otherwise (repin).
+func (s *step) recallAcceptance() {
+	rec := s.record()
+	if rec.AcceptedAt != nil || rec.StartedAt == nil {
+		return
+	}
+	s.r.acceptedMu.Lock()
+	defer s.r.acceptedMu.Unlock()
+	if at, ok := s.r.accepted[stepKey(s.x.op, rec)]; ok {
+		t := metav1.NewTime(at)
+		rec.AcceptedAt = &t
+	}
 }
 
 // followNodeReset waits for a reset node to run its config again.
 func followNodeReset(ctx context.Context, s *step) (ctrl.Result, error) {
 	p := resetParams(s.x.op)
+	s.recallAcceptance()
 	again := func(ctx context.Context) error { return s.reset(ctx, resetRequest(p)) }
 	if !wipesSystemDisk(p) {
 		back, res, err := s.backFromReboot(ctx, again)

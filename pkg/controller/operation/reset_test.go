@@ -266,22 +266,15 @@ func TestNodeResetWipeModes(t *testing.T) {
 // system disk resets the node once, pins the certificate it presents
 // after, before its config is forgotten (never a machine without a config
 // that pins the old node's), installs the config once, and gives the
-// budget back only when the node is back.
+// budget back only when the node is back. A write is lost as one that
+// fails does, the reconciler going on in the same process: that includes
+// the write of the node's acceptance of its reset (what a crash there
+// costs: TestNodeResetAcceptanceLostInACrash).
 func TestNodeResetSurvivesACrashAtEveryWrite(t *testing.T) {
 	for _, writer := range []string{"operation", "machine"} {
 		t.Run(writer, func(t *testing.T) {
-			total, accepted := 0, 0
+			total := 0
 			for fail := 0; fail == 0 || fail <= total; fail++ {
-				if writer == "operation" && fail > 0 && fail == accepted {
-					// Not the write that records the node's acceptance of
-					// its reset: lost in a crash, the acceptance cannot be
-					// told from a reset the node never got, and nothing is
-					// pinned (repin: the step fails after StepTimeout); a
-					// write that fails there without a crash fails the step
-					// at once, giving the budget back while the node is away
-					// (issue 45: reported with its own test).
-					continue
-				}
 				t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
 					rf := newResetFixture(t, nil, "cp-2")
 					awayFree := false
@@ -298,11 +291,11 @@ func TestNodeResetSurvivesACrashAtEveryWrite(t *testing.T) {
 					}
 					op := rf.run("reset")
 					if fail == 0 {
-						total, accepted = rf.writes, rf.acceptedWrite
+						total = rf.writes
 						if writer == "machine" {
 							total = rf.machineWrites
 						}
-						if accepted == 0 {
+						if rf.acceptedWrite == 0 {
 							t.Fatal("no status write recorded the node's acceptance of its reset")
 						}
 					}
@@ -336,6 +329,77 @@ func TestNodeResetSurvivesACrashAtEveryWrite(t *testing.T) {
 				t.Fatalf("%d %s status writes: the crash points were not all exercised", total, writer)
 			}
 		})
+	}
+}
+
+// TestNodeResetAcceptanceWriteFails: the write that records that the node
+// accepted its reset fails (a conflict, an API server that does not
+// answer). The node is resetting: the step stays Running with the budget
+// held while the node is away, the write is made again, and the reset
+// ends as one without the failure does; it is not failed with the write's
+// error as if the node had refused its reset.
+func TestNodeResetAcceptanceWriteFails(t *testing.T) {
+	rf := newResetFixture(t, nil, "cp-2")
+	awayFree := false
+	rf.react = func() {
+		if n := rf.node("cp-2"); n.Stage != "running" && rf.budgetFree() {
+			awayFree = true
+		}
+		rf.resetReact()
+	}
+	// The operation's start, the step's begin, then the acceptance.
+	rf.failWrite = 3
+	for i := 0; i < 10 && rf.writes < 3; i++ {
+		rf.once("reset")
+	}
+	if rf.acceptedWrite != 3 {
+		t.Fatalf("the acceptance was write %d, not 3", rf.acceptedWrite)
+	}
+	op := rf.get("reset")
+	if s := op.Status.Steps[0]; s.Phase != v1alpha1.OperationRunning || s.AcceptedAt != nil || rf.node("cp-2").Stage == "running" || rf.budgetFree() {
+		t.Fatalf("after the failed write: step %+v, cp-2 %s, budget free %v", s, rf.node("cp-2").Stage, rf.budgetFree())
+	}
+	op = rf.run("reset")
+	if s := op.Status.Steps[0]; op.Status.Phase != v1alpha1.OperationSucceeded || s.AcceptedAt == nil {
+		t.Fatalf("ended %s: step %+v", op.Status.Phase, s)
+	}
+	if got := rf.d.calls("cp-2"); !slices.Equal(got, []string{"reset graceful=true"}) || rf.installs["cp-2"] != 1 || pinOf(rf.machine("cp-2")) != "new" {
+		t.Errorf("cp-2 was asked %v, installed %d times, pins %s", got, rf.installs["cp-2"], pinOf(rf.machine("cp-2")))
+	}
+	if awayFree {
+		t.Error("the budget was given back while cp-2 was resetting")
+	}
+	if !rf.budgetFree() {
+		t.Error("the budget is still held")
+	}
+}
+
+// TestNodeResetAcceptanceLostInACrash: the controller stops (its memory
+// gone) before it wrote that the node accepted its reset, and the node is
+// back in maintenance mode before the controller is: nothing tells that
+// node from another answering at the address, so nothing is pinned, its
+// config stays, and the step fails once StepTimeout passed, saying so.
+func TestNodeResetAcceptanceLostInACrash(t *testing.T) {
+	rf := newResetFixture(t, nil, "cp-2")
+	rf.failWrite = 3
+	for i := 0; i < 10 && rf.writes < 3; i++ {
+		rf.once("reset")
+	}
+	if rf.acceptedWrite != 3 {
+		t.Fatalf("the acceptance was write %d, not 3", rf.acceptedWrite)
+	}
+	rf.r.accepted, rf.r.followed = nil, nil // a new process
+	rf.r.Options.StepTimeout = time.Minute
+	op := rf.run("reset")
+	if s := op.Status.Steps[0]; op.Status.Phase != v1alpha1.OperationFailed || s.Phase != v1alpha1.OperationFailed ||
+		!strings.Contains(s.Message, "without confirming its reset; nothing is pinned") {
+		t.Fatalf("ended %s: step %+v", op.Status.Phase, s)
+	}
+	if m := rf.machine("cp-2"); pinOf(m) != "old" || m.Status.AppliedConfig == nil || rf.installs["cp-2"] != 0 {
+		t.Errorf("cp-2 pins %s, config %+v, installed %d times", pinOf(m), m.Status.AppliedConfig, rf.installs["cp-2"])
+	}
+	if got := rf.d.calls("cp-2"); !slices.Equal(got, []string{"reset graceful=true"}) {
+		t.Errorf("cp-2 was asked %v", got)
 	}
 }
 

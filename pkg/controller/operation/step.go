@@ -282,7 +282,7 @@ func (s *step) timedOut() bool {
 // a leader that dies between recording a reboot step and making the call
 // leaves the new leader to make it, more than a lease after the start.
 func (r *Reconciler) stepClockStart(op *v1alpha1.TalosOperation, rec *v1alpha1.OperationStep, now time.Time) time.Time {
-	key := fmt.Sprintf("%s/%s/%d", op.UID, rec.Name(), rec.StartedAt.Unix()) // as stored: seconds
+	key := stepKey(op, rec)
 	r.followedMu.Lock()
 	defer r.followedMu.Unlock()
 	if r.followed == nil {
@@ -302,6 +302,12 @@ func (r *Reconciler) stepClockStart(op *v1alpha1.TalosOperation, rec *v1alpha1.O
 		return rec.StartedAt.Time
 	}
 	return first
+}
+
+// stepKey names a Running step of op, by its start as stored (seconds),
+// in what this process remembers of it.
+func stepKey(op *v1alpha1.TalosOperation, rec *v1alpha1.OperationStep) string {
+	return fmt.Sprintf("%s/%s/%d", op.UID, rec.Name(), rec.StartedAt.Unix())
 }
 
 // rolloutTurn says why the step's machine waits for its turn in a
