@@ -50,6 +50,7 @@ import (
 	"ichor.dev/ichor/pkg/backup/store"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
@@ -84,15 +85,10 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.Timeout, time.Hour)
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.CredentialTTL, 10*time.Minute)
-	def(&o.PollInterval, 2*time.Second)
+	defaults.Positive(&o.Timeout, time.Hour)
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.CredentialTTL, 10*time.Minute)
+	defaults.Positive(&o.PollInterval, 2*time.Second)
 	return o
 }
 

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
@@ -60,21 +61,11 @@ func (o Options) withDefaults() Options {
 	if o.Port == "" {
 		o.Port = v1alpha1.DefaultTalosAPIPort
 	}
-	if o.ProbesPerSecond <= 0 {
-		o.ProbesPerSecond = 50
-	}
-	if o.Parallelism <= 0 {
-		o.Parallelism = 16
-	}
-	if o.ProbeTimeout <= 0 {
-		o.ProbeTimeout = time.Second
-	}
-	if o.ContactTimeout <= 0 {
-		o.ContactTimeout = 15 * time.Second
-	}
-	if o.MaxAddresses <= 0 {
-		o.MaxAddresses = 1 << 18
-	}
+	defaults.Positive(&o.ProbesPerSecond, 50)
+	defaults.Positive(&o.Parallelism, 16)
+	defaults.Positive(&o.ProbeTimeout, time.Second)
+	defaults.Positive(&o.ContactTimeout, 15*time.Second)
+	defaults.Positive(&o.MaxAddresses, 1<<18)
 	return o
 }
 

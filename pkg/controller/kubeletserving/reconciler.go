@@ -42,6 +42,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/predicates"
@@ -83,20 +84,13 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.PollInterval, 3*time.Second)
-	def(&o.RetryInterval, 3*time.Second)
+	defaults.Positive(&o.PollInterval, 3*time.Second)
+	defaults.Positive(&o.RetryInterval, 3*time.Second)
 	o.RetryInterval = min(o.RetryInterval, o.PollInterval)
-	def(&o.ResyncInterval, time.Minute)
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.IdentityTimeout, 5*time.Second)
-	if o.Parallelism <= 0 {
-		o.Parallelism = 64
-	}
+	defaults.Positive(&o.ResyncInterval, time.Minute)
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.IdentityTimeout, 5*time.Second)
+	defaults.Positive(&o.Parallelism, 64)
 	return o
 }
 

@@ -47,6 +47,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/configstatus"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
@@ -77,19 +78,12 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.PollInterval, 2*time.Second)
-	def(&o.HealthInterval, time.Minute)
-	def(&o.RetryInterval, 15*time.Second)
-	def(&o.CredentialTTL, 10*time.Minute)
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
-	}
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.PollInterval, 2*time.Second)
+	defaults.Positive(&o.HealthInterval, time.Minute)
+	defaults.Positive(&o.RetryInterval, 15*time.Second)
+	defaults.Positive(&o.CredentialTTL, 10*time.Minute)
+	defaults.Positive(&o.MaxConcurrentReconciles, 4)
 	return o
 }
 

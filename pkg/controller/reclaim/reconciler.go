@@ -41,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -69,15 +70,10 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.PollInterval, 2*time.Second)
-	def(&o.RetryInterval, 30*time.Second)
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.ResetTimeout, 15*time.Minute)
+	defaults.Positive(&o.PollInterval, 2*time.Second)
+	defaults.Positive(&o.RetryInterval, 30*time.Second)
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.ResetTimeout, 15*time.Minute)
 	return o
 }
 

@@ -33,6 +33,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/predicates"
@@ -58,15 +59,10 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.PollInterval, 5*time.Second)
-	def(&o.HealthInterval, time.Minute)
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.CredentialTTL, 10*time.Minute)
+	defaults.Positive(&o.PollInterval, 5*time.Second)
+	defaults.Positive(&o.HealthInterval, time.Minute)
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.CredentialTTL, 10*time.Minute)
 	return o
 }
 

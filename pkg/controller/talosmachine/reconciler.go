@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/talos"
@@ -52,18 +53,11 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.ContactTimeout, 20*time.Second)
-	def(&o.RecheckInterval, time.Minute)
-	def(&o.MinRetry, 5*time.Second)
-	def(&o.MaxRetry, 5*time.Minute)
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
-	}
+	defaults.Positive(&o.ContactTimeout, 20*time.Second)
+	defaults.Positive(&o.RecheckInterval, time.Minute)
+	defaults.Positive(&o.MinRetry, 5*time.Second)
+	defaults.Positive(&o.MaxRetry, 5*time.Minute)
+	defaults.Positive(&o.MaxConcurrentReconciles, 4)
 	return o
 }
 
