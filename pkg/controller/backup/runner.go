@@ -23,22 +23,16 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"filippo.io/age"
-	"github.com/siderolabs/talos/pkg/machinery/role"
-	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -46,13 +40,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
-	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/events"
-	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -155,63 +146,61 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	case b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed:
 		return ctrl.Result{}, nil
 	}
+	cluster, err := r.clusterOf(ctx, &b)
+	if cluster == nil || err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.runInTurn(ctx, req.NamespacedName, &b, cluster)
+}
+
+// clusterOf reads b's cluster, which has a backup setting; without either,
+// b fails, and clusterOf returns no cluster.
+func (r *Runner) clusterOf(ctx context.Context, b *v1alpha1.TalosBackup) (*v1alpha1.TalosCluster, error) {
 	var cluster v1alpha1.TalosCluster
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, &cluster)
 	if apierrors.IsNotFound(err) {
-		return ctrl.Result{}, r.fail(ctx, &b, nil, v1alpha1.BackupReasonClusterNotFound,
+		return nil, r.fail(ctx, b, nil, v1alpha1.BackupReasonClusterNotFound,
 			fmt.Errorf("TalosCluster %s does not exist in namespace %s", b.Spec.ClusterName, b.Namespace))
 	}
 	if err != nil {
-		return ctrl.Result{}, err
+		return nil, err
 	}
-	setting := cluster.Spec.Backup
-	if setting == nil {
-		return ctrl.Result{}, r.fail(ctx, &b, &cluster, v1alpha1.BackupReasonNoBackupSetting,
+	if cluster.Spec.Backup == nil {
+		return nil, r.fail(ctx, b, &cluster, v1alpha1.BackupReasonNoBackupSetting,
 			fmt.Errorf("TalosCluster %s has no backup setting: an admin sets spec.backup through the talosclusters/backup subresource", cluster.Name))
 	}
+	return &cluster, nil
+}
+
+// runInTurn runs b once no other backup of its cluster runs, here or in
+// another process, and records how it ended.
+func (r *Runner) runInTurn(ctx context.Context, key types.NamespacedName, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) (ctrl.Result, error) {
 	if b.Status.Phase == v1alpha1.BackupPending {
-		if other, err := r.runningOn(ctx, &b); err != nil {
+		if other, err := r.runningOn(ctx, b); err != nil {
 			return ctrl.Result{}, err
 		} else if other != "" {
 			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 		}
 	}
-	key := b.Namespace + "/" + b.Spec.ClusterName
-	if _, busy := r.running.LoadOrStore(key, b.Name); busy {
+	turn := b.Namespace + "/" + b.Spec.ClusterName
+	if _, busy := r.running.LoadOrStore(turn, b.Name); busy {
 		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
 	}
-	defer r.running.Delete(key)
+	defer r.running.Delete(turn)
 	// Decided on the stored backup, not the cache: a run of this process
 	// that just ended may not be in the cache yet.
-	if err := r.APIReader.Get(ctx, req.NamespacedName, &b); err != nil {
+	if err := r.APIReader.Get(ctx, key, b); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !b.DeletionTimestamp.IsZero() || b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed {
 		return ctrl.Result{Requeue: !b.DeletionTimestamp.IsZero()}, nil
 	}
-	if !controllerutil.ContainsFinalizer(&b, Finalizer) {
-		patch := client.MergeFrom(b.DeepCopy())
-		controllerutil.AddFinalizer(&b, Finalizer)
-		if err := r.Client.SubResource("finalizers").Patch(ctx, &b, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add the finalizer of TalosBackup %s: %w", b.Name, err)
-		}
+	if err := r.start(ctx, b, cluster); err != nil {
+		return ctrl.Result{}, err
 	}
-	if b.Status.Phase == v1alpha1.BackupPending || b.Status.Target == nil {
-		now := metav1.NewMicroTime(r.Now())
-		b.Status.Phase = v1alpha1.BackupRunning
-		b.Status.StartedAt = &now
-		b.Status.Target = setting.Target.DeepCopy()
-		b.Status.Recipients = slices.Clone(setting.Encryption.Recipients)
-		b.Status.Compression = setting.Compression
-		if err := r.Client.Status().Update(ctx, &b); err != nil {
-			return ctrl.Result{}, err
-		}
-		events.Record(r.Recorder, &b, &cluster, v1alpha1.EventBackupStarted, "Backup", "backing up TalosCluster %s", cluster.Name)
-	}
-
 	runCtx, cancel := context.WithTimeout(ctx, r.Options.Timeout)
 	defer cancel()
-	out, err := r.run(runCtx, &b, &cluster)
+	out, err := r.run(runCtx, b, cluster)
 	if err != nil {
 		if out.leftovers {
 			// The files it could not delete go when the record does.
@@ -219,8 +208,41 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		} else {
 			b.Status.Target = nil
 		}
-		return ctrl.Result{}, r.fail(ctx, &b, &cluster, out.reason, err)
+		return ctrl.Result{}, r.fail(ctx, b, cluster, out.reason, err)
 	}
+	return ctrl.Result{}, r.succeed(ctx, b, cluster, out)
+}
+
+// start holds b with its finalizer, so that its files go with it, and
+// records it Running with the target, recipients and compression its
+// cluster's setting names: what the run writes with.
+func (r *Runner) start(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) error {
+	if !controllerutil.ContainsFinalizer(b, Finalizer) {
+		patch := client.MergeFrom(b.DeepCopy())
+		controllerutil.AddFinalizer(b, Finalizer)
+		if err := r.Client.SubResource("finalizers").Patch(ctx, b, patch); err != nil {
+			return fmt.Errorf("add the finalizer of TalosBackup %s: %w", b.Name, err)
+		}
+	}
+	if b.Status.Phase != v1alpha1.BackupPending && b.Status.Target != nil {
+		return nil // running since before a restart: run again, as recorded
+	}
+	setting := cluster.Spec.Backup
+	now := metav1.NewMicroTime(r.Now())
+	b.Status.Phase = v1alpha1.BackupRunning
+	b.Status.StartedAt = &now
+	b.Status.Target = setting.Target.DeepCopy()
+	b.Status.Recipients = slices.Clone(setting.Encryption.Recipients)
+	b.Status.Compression = setting.Compression
+	if err := r.Client.Status().Update(ctx, b); err != nil {
+		return err
+	}
+	events.Record(r.Recorder, b, cluster, v1alpha1.EventBackupStarted, "Backup", "backing up TalosCluster %s", cluster.Name)
+	return nil
+}
+
+// succeed records b as Succeeded with the files its run wrote.
+func (r *Runner) succeed(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster, out outcome) error {
 	files, location := out.files, out.location
 	now := metav1.NewMicroTime(r.Now())
 	b.Status.Phase = v1alpha1.BackupSucceeded
@@ -233,11 +255,11 @@ func (r *Runner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	}
 	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionSucceeded, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.BackupReasonWritten, Message: fmt.Sprintf("%d files written to %s", len(files), location)})
-	if err := r.Client.Status().Update(ctx, &b); err != nil {
-		return ctrl.Result{}, err
+	if err := r.Client.Status().Update(ctx, b); err != nil {
+		return err
 	}
-	events.Record(r.Recorder, &b, &cluster, v1alpha1.EventBackupSucceeded, "Backup", "%d files, %d bytes stored at %s", len(files), b.Status.StoredSize, location)
-	return ctrl.Result{}, nil
+	events.Record(r.Recorder, b, cluster, v1alpha1.EventBackupSucceeded, "Backup", "%d files, %d bytes stored at %s", len(files), b.Status.StoredSize, location)
+	return nil
 }
 
 // runningOn names another running backup of b's cluster, if any: backups of
@@ -286,15 +308,6 @@ func (r *Runner) fail(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1a
 	return nil
 }
 
-// outcome is what run did: the files written and where, or why it failed
-// and whether files it wrote are left on the target.
-type outcome struct {
-	files     []v1alpha1.BackupFile
-	location  string
-	reason    string
-	leftovers bool
-}
-
 // maxMessage bounds a failure's message: a condition holds 32 KiB, an
 // Event's note 1 KiB, and a person reads the start.
 const maxMessage = 1000
@@ -307,339 +320,4 @@ func message(err error) string {
 		return s
 	}
 	return s[:maxMessage-len("…")] + "…"
-}
-
-// run writes the backup's files and its manifest. On an error it deletes
-// what it wrote, and says why with a reason.
-func (r *Runner) run(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) (out outcome, err error) {
-	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionBootstrapped) {
-		out.reason = v1alpha1.BackupReasonNotBootstrapped
-		return out, fmt.Errorf("TalosCluster %s is not bootstrapped: there is no etcd to back up yet", cluster.Name)
-	}
-	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
-	if err != nil {
-		out.reason = v1alpha1.BackupReasonSecretsNotReady
-		return out, err
-	}
-	recipients, err := archive.ParseRecipients(b.Status.Recipients)
-	if err != nil {
-		out.reason = v1alpha1.BackupReasonInvalidSetting
-		return out, err
-	}
-	target, reason, err := r.open(ctx, b.Namespace, cluster.Name, b.Status.Target)
-	if err != nil {
-		out.reason = reason
-		return out, err
-	}
-	defer target.Close()
-	defer func() { err = target.Redact(err) }()
-	folder := b.Name + "/"
-	out.location = target.Location + folder
-
-	machines, err := r.members(ctx, cluster)
-	if err != nil {
-		out.reason = v1alpha1.BackupReasonSnapshotFailed
-		return out, err
-	}
-	w := &writer{target: target, folder: folder, recipients: recipients, compression: b.Status.Compression}
-	defer func() {
-		if err != nil {
-			// The whole folder: an attempt before a restart may have
-			// written files this one did not get to. Bounded, and not
-			// cut short by the run's own deadline.
-			cleanCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*r.Options.CallTimeout)
-			defer cancel()
-			out.leftovers = r.deleteFolder(cleanCtx, target, folder) != nil
-		}
-	}()
-
-	if out.reason, err = r.snapshot(ctx, w, bundle, machines); err != nil {
-		return out, err
-	}
-	if err = r.configs(ctx, w, bundle, machines); err != nil {
-		out.reason = v1alpha1.BackupReasonMachineConfigFailed
-		return out, err
-	}
-	if err = w.manifest(ctx, b, cluster); err != nil {
-		out.reason = store.Reason(err)
-		return out, err
-	}
-	out.files = w.files
-	return out, nil
-}
-
-// open opens a backup target, reading its credentials Secret in namespace.
-func (r *Runner) open(ctx context.Context, namespace, cluster string, t *v1alpha1.BackupTarget) (*store.Target, string, error) {
-	return store.OpenForCluster(ctx, r.Secrets, namespace, cluster, t, r.Options.VolumeDir, r.Options.CallTimeout)
-}
-
-// members are the cluster's configured machines, control planes first.
-func (r *Runner) members(ctx context.Context, cluster *v1alpha1.TalosCluster) ([]*v1alpha1.TalosMachine, error) {
-	var list v1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &list, clusterindex.InCluster(cluster.Namespace, cluster.Name)...); err != nil {
-		return nil, fmt.Errorf("list the machines of TalosCluster %s: %w", cluster.Name, err)
-	}
-	var out []*v1alpha1.TalosMachine
-	for i := range list.Items {
-		m := &list.Items[i]
-		if clusterindex.Member(m) && m.Status.AppliedConfig != nil {
-			out = append(out, m)
-		}
-	}
-	slices.SortFunc(out, func(a, b *v1alpha1.TalosMachine) int {
-		if (a.Spec.Role == v1alpha1.MachineRoleControlPlane) != (b.Spec.Role == v1alpha1.MachineRoleControlPlane) {
-			if a.Spec.Role == v1alpha1.MachineRoleControlPlane {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out, nil
-}
-
-// snapshot writes an etcd snapshot from the first control plane that
-// gives one, Ready ones first, with an os:etcd:backup certificate.
-func (r *Runner) snapshot(ctx context.Context, w *writer, bundle *secretsbundle.Secrets, machines []*v1alpha1.TalosMachine) (string, error) {
-	creds, err := bundle.TalosCredentials(role.MakeSet(role.EtcdBackup), r.Now(), r.Options.CredentialTTL)
-	if err != nil {
-		return v1alpha1.BackupReasonSecretsNotReady, err
-	}
-	var cps []*v1alpha1.TalosMachine
-	for _, m := range machines {
-		if m.Spec.Role == v1alpha1.MachineRoleControlPlane {
-			cps = append(cps, m)
-		}
-	}
-	slices.SortStableFunc(cps, func(a, b *v1alpha1.TalosMachine) int {
-		ar, br := a.Status.Phase == v1alpha1.MachinePhaseReady, b.Status.Phase == v1alpha1.MachinePhaseReady
-		switch {
-		case ar && !br:
-			return -1
-		case br && !ar:
-			return 1
-		}
-		return 0
-	})
-	if len(cps) == 0 {
-		return v1alpha1.BackupReasonSnapshotFailed, errors.New("the cluster has no configured control plane to take an etcd snapshot from")
-	}
-	var tried []string
-	for _, m := range cps {
-		err := func() error {
-			dialCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
-			node, err := r.Dialer.Configured(dialCtx, m.Spec.Address, creds)
-			cancel()
-			if err != nil {
-				return err
-			}
-			defer node.Close()
-			rc, err := node.EtcdSnapshot(ctx)
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			return w.write(ctx, SnapshotFile, v1alpha1.BackupContentEtcdSnapshot, m.Name, rc)
-		}()
-		if err == nil {
-			return "", nil
-		}
-		var se *storeError
-		if errors.As(err, &se) {
-			// The target refused: another control plane will not change that.
-			return store.Reason(err), err
-		}
-		log.FromContext(ctx).Info("etcd snapshot failed; trying the next control plane", "machine", m.Name, "error", err.Error())
-		tried = append(tried, fmt.Sprintf("%s: %v", m.Name, err))
-	}
-	return v1alpha1.BackupReasonSnapshotFailed, fmt.Errorf("no control plane gave an etcd snapshot: %s", strings.Join(tried, "; "))
-}
-
-// configs writes every machine's running config, read with an os:admin
-// certificate (Talos lets no other role read it).
-func (r *Runner) configs(ctx context.Context, w *writer, bundle *secretsbundle.Secrets, machines []*v1alpha1.TalosMachine) error {
-	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), r.Now(), r.Options.CredentialTTL)
-	if err != nil {
-		return err
-	}
-	for _, m := range machines {
-		err := func() error {
-			callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
-			defer cancel()
-			node, err := r.Dialer.Configured(callCtx, m.Spec.Address, creds)
-			if err != nil {
-				return err
-			}
-			defer node.Close()
-			cfg, err := node.Config(callCtx)
-			if err != nil {
-				return err
-			}
-			return w.write(ctx, MachineDir+m.Name+machineSuffix, v1alpha1.BackupContentMachineConfig, m.Name, strings.NewReader(string(cfg)))
-		}()
-		if err != nil {
-			return fmt.Errorf("the running config of %s: %w", m.Name, err)
-		}
-	}
-	return nil
-}
-
-// writer writes one backup's files into its folder of a target.
-type writer struct {
-	target      *store.Target
-	folder      string
-	recipients  []age.Recipient
-	compression v1alpha1.BackupCompression
-	files       []v1alpha1.BackupFile
-}
-
-// storeError is a failure of the target, not of the content's source.
-type storeError struct{ err error }
-
-func (e *storeError) Error() string { return e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
-
-// write streams content into the file name (the extension added).
-func (w *writer) write(ctx context.Context, name string, content v1alpha1.BackupContent, machine string, src io.Reader) error {
-	name += archive.Extension(w.compression)
-	key := w.folder + name
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	bw, err := w.target.NewWriter(ctx, key, store.WriterOptions)
-	if err != nil {
-		return &storeError{store.Explain(err)}
-	}
-	source := &readErr{r: src}
-	sum, err := archive.Write(bw, source, w.recipients, w.compression)
-	if err != nil {
-		cancel() // a writer closed after its context ends discards what it got
-		_ = bw.Close()
-		if source.err != nil {
-			return err // the node's stream broke, not the target
-		}
-		return &storeError{store.Explain(err)}
-	}
-	if err := bw.Close(); err != nil {
-		return &storeError{store.Explain(err)}
-	}
-	w.files = append(w.files, v1alpha1.BackupFile{
-		Name: name, Content: content, Machine: machine,
-		StoredSize: sum.Size, ContentSize: sum.ContentSize, Digest: sum.Digest,
-	})
-	return nil
-}
-
-// readErr remembers the error its reader returned, other than io.EOF: what
-// failed, the content's source or the target.
-type readErr struct {
-	r   io.Reader
-	err error
-}
-
-func (r *readErr) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if err != nil && err != io.EOF {
-		r.err = err
-	}
-	return n, err
-}
-
-// Manifest is backup.json: what a backup holds, for whoever restores it
-// without the TalosBackup object. It holds no secret.
-type Manifest struct {
-	Backup      string                     `json:"backup"`
-	Namespace   string                     `json:"namespace"`
-	Cluster     string                     `json:"cluster"`
-	StartedAt   time.Time                  `json:"startedAt"`
-	Recipients  []string                   `json:"recipients"`
-	Compression v1alpha1.BackupCompression `json:"compression"`
-	Files       []v1alpha1.BackupFile      `json:"files"`
-}
-
-func (w *writer) manifest(ctx context.Context, b *v1alpha1.TalosBackup, cluster *v1alpha1.TalosCluster) error {
-	m := Manifest{Backup: b.Name, Namespace: b.Namespace, Cluster: cluster.Name, Recipients: b.Status.Recipients,
-		Compression: b.Status.Compression, Files: w.files}
-	if b.Status.StartedAt != nil {
-		m.StartedAt = b.Status.StartedAt.UTC()
-	}
-	data, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	key := w.folder + ManifestFile
-	if err := w.target.WriteAll(ctx, key, append(data, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
-		return &storeError{store.Explain(err)}
-	}
-	return nil
-}
-
-// deleteFiles deletes a deleted backup's files from the target its status
-// records, then lets the object go. A backup that never got a target has
-// no files.
-func (r *Runner) deleteFiles(ctx context.Context, b *v1alpha1.TalosBackup) error {
-	if !controllerutil.ContainsFinalizer(b, Finalizer) {
-		return nil
-	}
-	if t := b.Status.Target; t != nil && b.Annotations[v1alpha1.AnnotationKeepFiles] == "true" {
-		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFilesKept, "Delete",
-			"deleted without its files, as annotated %s: they stay at %s", v1alpha1.AnnotationKeepFiles, b.Status.Location)
-	} else if t != nil {
-		target, reason, err := r.open(ctx, b.Namespace, b.Spec.ClusterName, t)
-		if reason == v1alpha1.BackupReasonBucketNotFound {
-			err = nil // the bucket went, and the files with it
-		} else if err == nil {
-			defer target.Close()
-			err = target.Redact(r.deleteFolder(ctx, target, b.Name+"/"))
-		}
-		if err != nil {
-			msg := message(err) +
-				"; an admin who gives up on these files annotates the backup " + v1alpha1.AnnotationKeepFiles + "=true"
-			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BackupConditionFilesDeleted, Status: metav1.ConditionFalse,
-				Reason: v1alpha1.BackupReasonDeleteFailed, Message: msg})
-			if uerr := r.Client.Status().Update(ctx, b); uerr != nil {
-				return uerr
-			}
-			return fmt.Errorf("delete the files of TalosBackup %s/%s: %w", b.Namespace, b.Name, err)
-		}
-		events.Record(r.Recorder, b, nil, v1alpha1.EventBackupFilesDeleted, "Delete", "deleted the files at %s", b.Status.Location)
-	}
-	patch := client.MergeFrom(b.DeepCopy())
-	controllerutil.RemoveFinalizer(b, Finalizer)
-	return client.IgnoreNotFound(r.Client.SubResource("finalizers").Patch(ctx, b, patch))
-}
-
-// deleteFolder deletes every object under folder, the manifest last, and
-// on a volume the directories left empty.
-func (r *Runner) deleteFolder(ctx context.Context, target *store.Target, folder string) error {
-	var keys []string
-	it := target.List(&blob.ListOptions{Prefix: folder})
-	for {
-		obj, err := it.Next(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return store.Explain(err)
-		}
-		keys = append(keys, obj.Key)
-	}
-	slices.SortStableFunc(keys, func(a, b string) int {
-		am, bm := strings.HasSuffix(a, "/"+ManifestFile), strings.HasSuffix(b, "/"+ManifestFile)
-		switch {
-		case am && !bm:
-			return 1
-		case bm && !am:
-			return -1
-		}
-		return 0
-	})
-	for _, key := range keys {
-		callCtx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
-		err := target.Delete(callCtx, key)
-		cancel()
-		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-			return store.Explain(err)
-		}
-	}
-	return target.RemoveEmptyFolder(folder)
 }
