@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/events"
 )
 
 // identify checks that the node intake pinned for m is the one reset: it
@@ -57,16 +54,6 @@ func (s *state) needsAPerson() string {
 		return "the reclaim recorded no system UUID before the reset to recognise the node by"
 	}
 	return ""
-}
-
-// progressOnce records what the reclaim waits on, as an Event too when it
-// comes to it (not on every pass).
-func (s *state) progressOnce(reason, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	if c := meta.FindStatusCondition(s.before.Conditions, v1alpha1.ReclaimConditionProgressing); c == nil || c.Reason != reason {
-		events.Record(s.r.Recorder, s.rc, nil, v1alpha1.EventReason(reason), "Reclaim", "%s", msg)
-	}
-	s.progress(reason, "%s", msg)
 }
 
 // decide writes a decision about m through talosmachines/approval, as every
