@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
+	"ichor.dev/ichor/pkg/atomicfile"
 	"ichor.dev/ichor/pkg/bytesize"
 )
 
@@ -167,33 +166,16 @@ func save(ctx context.Context, o *Options, stream io.Reader, path, what string) 
 	return nil
 }
 
+// saveFile saves the stream whole at path, readable by the user only, or
+// leaves path as it was.
 func saveFile(stream io.Reader, path string, progress io.Writer) (int64, error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".part-*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
-	if err := tmp.Chmod(0o600); err != nil {
-		_ = tmp.Close()
-		return 0, err
-	}
-	n, err := io.Copy(io.MultiWriter(tmp, progress), stream)
-	if err != nil {
-		_ = tmp.Close()
-		return n, err
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return n, err
-	}
-	if err := tmp.Close(); err != nil {
-		return n, err
-	}
-	return n, os.Rename(tmp.Name(), path)
+	var n int64
+	err := atomicfile.WriteFile(path, 0o600, func(w io.Writer) error {
+		var err error
+		n, err = io.Copy(io.MultiWriter(w, progress), stream)
+		return err
+	})
+	return n, err
 }
 
 // progressWriter counts what passes, and shows it.

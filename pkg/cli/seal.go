@@ -11,6 +11,8 @@ import (
 
 	"filippo.io/age"
 	"sigs.k8s.io/yaml"
+
+	"ichor.dev/ichor/pkg/atomicfile"
 )
 
 // PassphraseEnv holds the passphrase of the local sealed copy, for
@@ -87,26 +89,14 @@ func seal(dir string, s *sealed, passphrase string, overwrite bool) (commit func
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	next := path + ".new"
-	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	next, err := atomicfile.Stage(path, 0o600, func(w io.Writer) error {
+		_, err := w.Write(out.Bytes())
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := f.Write(out.Bytes()); err != nil {
-		_ = f.Close()
-		_ = os.Remove(next)
-		return nil, nil, err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		_ = os.Remove(next)
-		return nil, nil, err
-	}
-	if err := f.Close(); err != nil {
-		_ = os.Remove(next)
-		return nil, nil, err
-	}
-	return func() error { return os.Rename(next, path) }, func() { _ = os.Remove(next) }, nil
+	return next.Commit, next.Abort, nil
 }
 
 // unseal opens dir/bundle.age with passphrase.

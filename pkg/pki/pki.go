@@ -12,11 +12,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"ichor.dev/ichor/pkg/atomicfile"
 )
 
 // CA is a certificate authority with its key in memory.
@@ -143,23 +146,10 @@ func (kp KeyPair) WriteFiles(dir, name string) (certFile, keyFile string, err er
 }
 
 func replaceFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
+	return atomicfile.WriteFile(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	})
 }
 
 // Loopback is the address set a certificate for a local server needs.
