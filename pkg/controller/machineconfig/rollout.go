@@ -9,11 +9,15 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/disruption"
+	"ichor.dev/ichor/pkg/events"
+	"ichor.dev/ichor/pkg/intake"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -170,4 +174,90 @@ func (r *Reconciler) issuesFrom(ctx context.Context, cp *v1alpha1.TalosMachine, 
 		return []string{cp.Name + " issues from another CA"}
 	}
 	return nil
+}
+
+// change is a config the node does not run yet, and what taking it does.
+type change struct {
+	rendered render.Rendered
+	effect   v1alpha1.ConfigEffect
+	changes  []render.Change
+}
+
+// rollOut takes the next step of change c: it waits for what must come
+// first (a reboot it was sent with, control planes that issue from a new
+// Talos API CA, the cluster's disruption budget), then applies it.
+func (r *Reconciler) rollOut(ctx context.Context, s step, node talos.Node, c change, creds talos.Credentials) (ctrl.Result, error) {
+	m := s.m
+	if m.Status.AppliedConfig.Hash == c.rendered.Hash && c.effect == v1alpha1.ConfigEffectReboot &&
+		reasonOf(m.Status.Conditions, v1alpha1.MachineConditionReady) == v1alpha1.MachineReasonRebooting {
+		// Sent with a reboot that has not happened yet.
+		return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+	}
+
+	role := render.MachineRole(m)
+	if role == v1alpha1.MachineRoleWorker && changesTalosCA(c.changes) {
+		waiting, err := r.controlPlanesIssueFrom(ctx, s, s.bundle.Certs.OS.Crt, creds)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if waiting != "" {
+			s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonWaitingForRollout,
+				"the change of machine.ca waits until every control plane issues from the new Talos API CA (a control plane's trustd signs this worker's API certificate): "+waiting)
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+		}
+	}
+	action, disrupts := disruptionOf(c.effect, role)
+	if disrupts {
+		if wait, err := r.takeBudget(ctx, s, c.effect, action); wait || err != nil {
+			return ctrl.Result{RequeueAfter: r.Options.PollInterval}, err
+		}
+	}
+	return r.apply(ctx, s, node, c, disrupts)
+}
+
+// apply sends c to the node, once it proves to be this machine. A change
+// that disrupts (holding the budget) gives the budget back when the node
+// does not take it.
+func (r *Reconciler) apply(ctx context.Context, s step, node talos.Node, c change, disrupts bool) (ctrl.Result, error) {
+	m := s.m
+	mode := talos.ApplyNoReboot
+	if c.effect == v1alpha1.ConfigEffectReboot {
+		mode = talos.ApplyReboot
+	}
+	var res *talos.ApplyResult
+	err := intake.CheckIdentity(ctx, node, m)
+	if err == nil {
+		res, err = node.ApplyConfiguration(ctx, c.rendered.Config, mode)
+	}
+	if err != nil {
+		if disrupts {
+			if err := r.budget.Release(ctx, m); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+		return r.applyFailed(s, "ApplyConfig", err), nil
+	}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: c.rendered.Hash, Effect: c.effect, AppliedAt: s.now}
+	what := describe(c.effect, c.changes)
+	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonApplied, fmt.Sprintf("config %s applied (%s)", short(c.rendered.Hash), what))
+	if res.Rebooting {
+		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
+		s.set(v1alpha1.MachineConditionReady, metav1.ConditionFalse, v1alpha1.MachineReasonRebooting, "the node reboots into its new config")
+	}
+	if err := s.persist(ctx); err != nil {
+		// The node took the config; the next look at it records that.
+		return ctrl.Result{}, err
+	}
+	events.Record(r.Recorder, m, nil, v1alpha1.EventConfigApplied, "ApplyConfig",
+		"Applied config %s (%s) in mode %s: %s", short(c.rendered.Hash), what, mode, res.Details)
+	log.FromContext(ctx).Info("Applied config", "hash", c.rendered.Hash, "effect", c.effect, "mode", mode.String(), "changes", len(c.changes))
+	return ctrl.Result{RequeueAfter: r.Options.PollInterval}, nil
+}
+
+// applyFailed records a config the node refused or could not take.
+func (r *Reconciler) applyFailed(s step, action string, err error) ctrl.Result {
+	msg := err.Error()
+	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionFalse, v1alpha1.MachineReasonApplyFailed, msg)
+	events.Record(r.Recorder, s.m, nil, v1alpha1.EventConfigFailed, action, "The node did not take its config: %s", msg)
+	return ctrl.Result{RequeueAfter: r.Options.RetryInterval}
 }
