@@ -21,3 +21,15 @@ func Conditions(conds []metav1.Condition, owned ...string) []*metav1ac.Condition
 	}
 	return out
 }
+
+// Manages reports whether manager has written obj's status: a writer that
+// takes over fields another wrote before writes them once, unchanged, to
+// own them.
+func Manages(obj metav1.Object, manager string) bool {
+	for _, f := range obj.GetManagedFields() {
+		if f.Manager == manager && f.Subresource == "status" {
+			return true
+		}
+	}
+	return false
+}

@@ -2,11 +2,13 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	rbacac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
@@ -116,4 +118,22 @@ func InstallControllerAccess(ctx context.Context, bundle *secrets.Bundle, endpoi
 		return fmt.Errorf("apply RoleBinding %s/%s at %s: %w", tokenNamespace, ControllerRole, endpoint, err)
 	}
 	return nil
+}
+
+// ErrAccessInstall wraps a failure to install Controller's access.
+var ErrAccessInstall = errors.New("install ichor-controller's access")
+
+// WithAccess calls f, and when Controller is not authorized for what f
+// does (a new cluster, or roles set up by an older Ichor), installs its
+// access (InstallControllerAccess) and calls f again. installed says
+// whether it did; a failure to install wraps ErrAccessInstall.
+func WithAccess(ctx context.Context, bundle *secrets.Bundle, endpoint string, now time.Time, alsoTrusted [][]byte, f func() error) (installed bool, err error) {
+	err = f()
+	if !apierrors.IsForbidden(err) {
+		return false, err
+	}
+	if err := InstallControllerAccess(ctx, bundle, endpoint, now, alsoTrusted...); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrAccessInstall, err)
+	}
+	return true, f()
 }

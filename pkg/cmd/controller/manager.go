@@ -23,18 +23,9 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/controller/backup"
-	"ichor.dev/ichor/pkg/controller/clustersecrets"
-	"ichor.dev/ichor/pkg/controller/configpatch"
-	"ichor.dev/ichor/pkg/controller/credentialrequest"
-	"ichor.dev/ichor/pkg/controller/discovery"
-	"ichor.dev/ichor/pkg/controller/kubeletserving"
-	"ichor.dev/ichor/pkg/controller/machineconfig"
-	"ichor.dev/ichor/pkg/controller/operation"
-	"ichor.dev/ichor/pkg/controller/reclaim"
-	"ichor.dev/ichor/pkg/controller/taloscluster"
-	"ichor.dev/ichor/pkg/controller/talosmachine"
 	"ichor.dev/ichor/pkg/controller/uploadserver"
 	"ichor.dev/ichor/pkg/talos"
+	"ichor.dev/ichor/pkg/workload"
 )
 
 // EventSource is the reporting controller of ichor-controller's Events.
@@ -55,7 +46,8 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager builds the controller manager with every reconciler registered.
+// NewManager builds the controller manager with every reconciler
+// (reconcilers.go), the upload endpoint and the health probes registered.
 func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	scheme, err := NewScheme()
 	if err != nil {
@@ -68,7 +60,43 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, o.managerOptions(scheme))
+	if err != nil {
+		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	// Talos call latency on /metrics, beside controller-runtime's workqueue
+	// depth and reconcile latency. A manager built again in the same
+	// process (tests) finds it registered.
+	if err := ctrlmetrics.Registry.Register(talos.CallDuration); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return nil, fmt.Errorf("register Talos call metrics: %w", err)
+	}
+	if err := clusterindex.Register(context.Background(), mgr); err != nil {
+		return nil, err
+	}
+
+	s := shared{mgr: mgr, scheme: scheme, recorder: mgr.GetEventRecorder(EventSource), dialer: talos.Machinery{}, kubes: &workload.Clients{}}
+	s.runner = &backup.Runner{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(), Dialer: s.dialer, Recorder: s.recorder,
+		Options: backup.Options{VolumeDir: o.BackupVolumeDir},
+	}
+	for _, r := range o.reconcilers(s) {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("set up %T: %w", r, err)
+		}
+	}
+	if err := o.addUploadServer(mgr, cfg, s.runner); err != nil {
+		return nil, err
+	}
+	if err := addProbes(mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// managerOptions are the controller manager's: serving, leader election,
+// and a cache without Secrets.
+func (o *Options) managerOptions(scheme *runtime.Scheme) ctrl.Options {
+	return ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       o.metricsServing(),
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
@@ -83,118 +111,38 @@ func (o *Options) NewManager(cfg *rest.Config) (ctrl.Manager, error) {
 			// controller holds no RBAC for that, and caches no bundles.
 			DisableFor: []client.Object{&corev1.Secret{}},
 		}},
-	})
+	}
+}
+
+// addUploadServer serves the endpoint ichor-apiserver streams uploaded
+// snapshots to, into runner, when it has an address.
+func (o *Options) addUploadServer(mgr ctrl.Manager, cfg *rest.Config, runner *backup.Runner) error {
+	if o.UploadBindAddress == "" {
+		return nil
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("create controller manager: %w", err)
+		return err
 	}
-	recorder := mgr.GetEventRecorder(EventSource)
-	dialer := talos.Machinery{}
-	// Talos call latency on /metrics, beside controller-runtime's workqueue
-	// depth and reconcile latency. A manager built again in the same
-	// process (tests) finds it registered.
-	if err := ctrlmetrics.Registry.Register(talos.CallDuration); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		return nil, fmt.Errorf("register Talos call metrics: %w", err)
-	}
+	return mgr.Add(&uploadserver.Server{
+		BindAddress: o.UploadBindAddress, CertFile: o.UploadCertFile, KeyFile: o.UploadKeyFile,
+		Kube: kube, Receiver: runner, Caller: o.UploadCaller, IdleTimeout: o.UploadIdleTimeout,
+	})
+}
 
-	if err := clusterindex.Register(context.Background(), mgr); err != nil {
-		return nil, err
-	}
-	runner := &backup.Runner{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
-		Options: backup.Options{VolumeDir: o.BackupVolumeDir},
-	}
-	reconcilers := []interface{ SetupWithManager(ctrl.Manager) error }{
-		&clustersecrets.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Scheme: scheme, Recorder: recorder,
-		},
-		&talosmachine.Reconciler{
-			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,
-			Options: talosmachine.Options{
-				ContactTimeout:          o.MachineContactTimeout,
-				RecheckInterval:         o.MachineRecheckInterval,
-				MaxConcurrentReconciles: o.MachineConcurrency,
-			},
-		},
-		&machineconfig.Reconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(),
-			Dialer: dialer, Recorder: recorder,
-			Options: machineconfig.Options{
-				InstallImage:            o.InstallImage,
-				HealthInterval:          o.MachineHealthInterval,
-				MaxConcurrentReconciles: o.MachineConcurrency,
-			},
-		},
-		&configpatch.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), InstallImage: o.InstallImage,
-		},
-		&taloscluster.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
-		},
-		&kubeletserving.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
-			Options: kubeletserving.Options{PollInterval: o.KubeletServingPollInterval},
-		},
-		&operation.Reconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Secrets: mgr.GetAPIReader(),
-			Dialer: dialer, Recorder: recorder,
-			Options: operation.Options{
-				PollInterval: o.OperationPollInterval, StepTimeout: o.OperationStepTimeout,
-				InstallImage: o.InstallImage, ScratchDir: o.ScratchDir, BackupVolumeDir: o.BackupVolumeDir,
-			},
-		},
-		runner,
-		&backup.Scheduler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder},
-		&reclaim.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Dialer: dialer, Recorder: recorder,
-			Options: reclaim.Options{PollInterval: o.OperationPollInterval, CallTimeout: o.MachineContactTimeout},
-		},
-		&credentialrequest.Reconciler{
-			Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(), Recorder: recorder,
-			Options: credentialrequest.Options{Retention: o.CredentialRequestRetention},
-		},
-		&discovery.Reconciler{
-			Client: mgr.GetClient(), Dialer: dialer, Recorder: recorder,
-			Options: discovery.Options{
-				Namespace:       o.DiscoveryNamespace,
-				ProbesPerSecond: o.ScanProbesPerSecond,
-				Parallelism:     o.ScanParallelism,
-				ContactTimeout:  o.MachineContactTimeout,
-			},
-		},
-	}
-	for _, r := range reconcilers {
-		if err := r.SetupWithManager(mgr); err != nil {
-			return nil, fmt.Errorf("set up %T: %w", r, err)
-		}
-	}
-
-	if o.UploadBindAddress != "" {
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(&uploadserver.Server{
-			BindAddress: o.UploadBindAddress, CertFile: o.UploadCertFile, KeyFile: o.UploadKeyFile,
-			Kube: kube, Receiver: runner, Caller: o.UploadCaller, IdleTimeout: o.UploadIdleTimeout,
-		}); err != nil {
-			return nil, err
-		}
-	}
-
+// addProbes serves /healthz, and /readyz once the informer caches synced.
+func addProbes(mgr ctrl.Manager) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+		return err
 	}
-	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+	return mgr.AddReadyzCheck("informers", func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), readyzCacheTimeout)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return fmt.Errorf("informer caches not synced")
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	return mgr, nil
+	})
 }
 
 // Run runs the controller manager until ctx ends.

@@ -19,8 +19,7 @@ const FieldManager = "ichor-taloscluster"
 // approver's.
 var ownedConditions = []string{
 	v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
-	v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionNodesReady,
-	v1alpha1.ClusterConditionBootstrapTokenEnabled, v1alpha1.ClusterConditionReady,
+	v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionNodesReady, v1alpha1.ClusterConditionReady,
 }
 
 // WriteStatus applies the fields of cluster's status this reconciler owns —

@@ -1,4 +1,4 @@
-package taloscluster
+package bootstraptoken
 
 import (
 	"slices"
