@@ -21,14 +21,14 @@
 // Deleting a running operation stops it after the step in flight: the
 // finalizer ichor.dev/operation-step holds the object until that node is
 // back (or its step failed) and the budget is given back; no further step
-// starts.
+// starts. An etcd-restore holds the finalizer from before it fetches its
+// snapshot, Pending still, so that its deletion removes the decrypted
+// snapshot too (removeScratch).
 package operation
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor"
@@ -167,11 +168,32 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Now = time.Now
 	}
 	r.budget = &disruption.Budget{Client: r.Client, Reader: r.APIReader, Now: r.Now}
+	if err := mgr.Add(manager.RunnableFunc(r.sweepAtStart)); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&v1alpha1.TalosOperation{}, builder.WithPredicates(startedOrDeleted())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// sweepAtStart sweeps the scratch directory (sweepScratch) once the
+// controller leads, trying again until it could.
+func (r *Reconciler) sweepAtStart(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName(ControllerName)
+	for {
+		err := r.sweepScratch(ctx)
+		if err == nil {
+			return nil
+		}
+		logger.Error(err, "Sweeping the scratch directory of etcd-restore snapshots no operation needs")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * r.Options.PollInterval):
+		}
+	}
 }
 
 // startedOrDeleted passes the update that starts an operation and the one
@@ -254,12 +276,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case !op.DeletionTimestamp.IsZero():
 		result, err = r.stop(ctx, x)
 	case op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed:
-		if controllerutil.ContainsFinalizer(&op, Finalizer) {
-			if err := r.cleanup(ctx, &op); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
+		return ctrl.Result{}, r.finalize(ctx, &op)
 	case op.Status.Phase == v1alpha1.OperationRunning:
 		result, err = r.advance(ctx, x)
 	default:
@@ -275,14 +292,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if op.Status.Phase == v1alpha1.OperationSucceeded || op.Status.Phase == v1alpha1.OperationFailed {
-		if controllerutil.ContainsFinalizer(&op, Finalizer) {
-			if err := r.cleanup(ctx, &op); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		return ctrl.Result{}, r.removeFinalizer(ctx, &op)
+		return ctrl.Result{}, r.finalize(ctx, &op)
 	}
 	return result, nil
+}
+
+// finalize lets go of what an ended operation holds: what it keeps in the
+// scratch directory, with or without the finalizer (an etcd-restore
+// refused by an older controller, which fetched its snapshot before it
+// added the finalizer), and, while it holds the finalizer, the rest
+// (cleanup); then the finalizer.
+func (r *Reconciler) finalize(ctx context.Context, op *v1alpha1.TalosOperation) error {
+	if err := r.removeScratch(op); err != nil {
+		return err
+	}
+	if controllerutil.ContainsFinalizer(op, Finalizer) {
+		if err := r.cleanup(ctx, op); err != nil {
+			return err
+		}
+	}
+	return r.removeFinalizer(ctx, op)
 }
 
 // begin starts a started, Pending operation once it may run: its cluster
@@ -324,6 +353,11 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 		return ctrl.Result{}, nil
 	}
 	if kind.check != nil {
+		if kind.fetches {
+			if err := r.addFinalizer(ctx, op); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		refused, err := kind.check(r, ctx, op, cluster, targets)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -507,7 +541,7 @@ func soonest(a, b ctrl.Result) ctrl.Result {
 func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 	op := x.op
 	if !controllerutil.ContainsFinalizer(op, Finalizer) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.removeScratch(op)
 	}
 	if op.Status.Phase == v1alpha1.OperationRunning {
 		var result ctrl.Result
@@ -530,22 +564,25 @@ func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
 	if err := r.cleanup(ctx, op); err != nil {
 		return ctrl.Result{}, err
 	}
-	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop",
-		"Deleted: stopped after the step in flight; %s", progressOf(op))
+	if op.Status.Phase == v1alpha1.OperationPending {
+		events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop", "Deleted before it ran; nothing was touched")
+	} else {
+		events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop",
+			"Deleted: stopped after the step in flight; %s", progressOf(op))
+	}
 	return ctrl.Result{}, r.removeFinalizer(ctx, op)
 }
 
 // cleanup lets go of what an operation that ended or stopped may still
-// hold: its places in the cluster's disruption budget (a worker that took
+// hold: what it keeps in the scratch directory (removeScratch), its
+// places in the cluster's disruption budget (a worker that took
 // its place and was draining when another step failed), and the cordon of
 // the Node of every step that did not succeed (a failed step's node, a
 // draining one). A Node cordoned by anyone else stays as it is.
 func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) error {
 	r.prepulls.forget(op.UID)
-	if op.Spec.Type == v1alpha1.OperationEtcdRestore {
-		if err := os.Remove(r.restorePath(op)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove the verified snapshot: %w", err)
-		}
+	if err := r.removeScratch(op); err != nil {
+		return err
 	}
 	cluster, err := r.cluster(ctx, op)
 	if apierrors.IsNotFound(err) {

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,8 +34,11 @@ import (
 // with the identity the admin named and checked against the SHA-256 the
 // backup recorded: a wrong identity or a corrupt file fails the operation
 // with every member intact. The verified snapshot is kept in the
-// controller's scratch directory until the operation ends (fetched and
-// checked again if the controller restarted meanwhile).
+// controller's scratch directory until the operation ends or is deleted
+// (fetched and checked again if the controller restarted meanwhile), and
+// no longer: a snapshot refused is removed at once, the operation holds
+// its finalizer from before the fetch, and the directory is swept of what
+// no operation needs when the controller starts (sweepScratch).
 //
 // Then, in restoreSteps' order: the other control planes leave etcd (their
 // etcd stays stopped until they reboot), the first control plane's
@@ -135,11 +139,18 @@ func (r *Reconciler) restoreSnapshot(ctx context.Context, op *v1alpha1.TalosOper
 		return nil, "", err
 	}
 	info, err := snapshot.Read(src.path, restoreMarkerKey)
-	if err != nil {
-		return nil, fmt.Sprintf("the etcd snapshot of TalosBackup %s cannot be restored: %v", b.Name, err), nil
+	switch {
+	case err != nil:
+		refused = fmt.Sprintf("the etcd snapshot of TalosBackup %s cannot be restored: %v", b.Name, err)
+	case info.KeyRevision == 0:
+		refused = fmt.Sprintf("the etcd snapshot of TalosBackup %s holds no %s Namespace: it is not a Kubernetes cluster's etcd", b.Name, restoreMarkerNamespace)
 	}
-	if info.KeyRevision == 0 {
-		return nil, fmt.Sprintf("the etcd snapshot of TalosBackup %s holds no %s Namespace: it is not a Kubernetes cluster's etcd", b.Name, restoreMarkerNamespace), nil
+	if refused != "" {
+		// Decrypted, and of no use: not kept a moment longer.
+		if err := r.removeScratch(op); err != nil {
+			return nil, "", err
+		}
+		return nil, refused, nil
 	}
 	src.info = info
 	return src, "", nil
@@ -167,7 +178,7 @@ func (r *Reconciler) fetchSnapshot(ctx context.Context, op *v1alpha1.TalosOperat
 	if err := os.MkdirAll(filepath.Dir(src.path), 0o700); err != nil {
 		return "", err
 	}
-	partial := src.path + ".partial"
+	partial := src.path + restorePartialFile
 	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("the controller's scratch directory: %w", err)
@@ -211,13 +222,88 @@ func (r *Reconciler) restoreIdentities(ctx context.Context, op *v1alpha1.TalosOp
 	return ids, "", nil
 }
 
+// The files an etcd-restore keeps in the scratch directory: its verified
+// snapshot, and while it is fetched, the part fetched so far.
+const (
+	restoreFilePrefix  = "etcd-restore-"
+	restoreFileSuffix  = ".snapshot"
+	restorePartialFile = ".partial"
+)
+
+// scratchDir is the controller's scratch directory.
+func (r *Reconciler) scratchDir() string {
+	if r.Options.ScratchDir != "" {
+		return r.Options.ScratchDir
+	}
+	return os.TempDir()
+}
+
 // restorePath is where the operation's verified snapshot is kept.
 func (r *Reconciler) restorePath(op *v1alpha1.TalosOperation) string {
-	dir := r.Options.ScratchDir
-	if dir == "" {
-		dir = os.TempDir()
+	return filepath.Join(r.scratchDir(), restoreFilePrefix+string(op.UID)+restoreFileSuffix)
+}
+
+// removeScratch removes what an etcd-restore keeps in the scratch
+// directory: its decrypted snapshot (the cluster's Secrets in plain
+// text), whole or in part.
+func (r *Reconciler) removeScratch(op *v1alpha1.TalosOperation) error {
+	if op.Spec.Type != v1alpha1.OperationEtcdRestore {
+		return nil
 	}
-	return filepath.Join(dir, "etcd-restore-"+string(op.UID)+".snapshot")
+	path := r.restorePath(op)
+	for _, p := range []string{path, path + restorePartialFile} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove the decrypted etcd snapshot %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// sweepScratch removes the etcd-restore snapshots in the scratch directory
+// that no operation needs: those of operations that are gone or ended.
+// Each operation removes its own as it ends or is deleted (it holds the
+// finalizer from before it fetched); this catches what a controller
+// stopped at the wrong moment, or an older one, left behind.
+func (r *Reconciler) sweepScratch(ctx context.Context) error {
+	entries, err := os.ReadDir(r.scratchDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the scratch directory: %w", err)
+	}
+	files := map[types.UID][]string{}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), restoreFilePrefix)
+		if !ok || e.IsDir() {
+			continue
+		}
+		if uid, ok := strings.CutSuffix(strings.TrimSuffix(rest, restorePartialFile), restoreFileSuffix); ok && uid != "" {
+			files[types.UID(uid)] = append(files[types.UID(uid)], filepath.Join(r.scratchDir(), e.Name()))
+		}
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	// Listed after the directory was read: an operation whose file was
+	// there is in the list unless it is gone.
+	var ops v1alpha1.TalosOperationList
+	if err := r.APIReader.List(ctx, &ops); err != nil {
+		return fmt.Errorf("list the TalosOperations: %w", err)
+	}
+	for _, op := range ops.Items {
+		if op.Spec.Type == v1alpha1.OperationEtcdRestore && op.Status.Phase != v1alpha1.OperationSucceeded && op.Status.Phase != v1alpha1.OperationFailed {
+			delete(files, op.UID)
+		}
+	}
+	for _, paths := range files {
+		for _, p := range paths {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove the decrypted etcd snapshot %s: %w", p, err)
+			}
+		}
+	}
+	return nil
 }
 
 // startRestore starts an etcd-restore step.

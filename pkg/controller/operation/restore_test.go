@@ -19,11 +19,13 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/backup/archive"
@@ -363,6 +365,15 @@ func TestEtcdRestoreRefusals(t *testing.T) {
 			}
 			return v1alpha1.EtcdRestoreParameters{Backup: "corrupt", IdentitySecret: "restore-identity"}
 		}, "the etcd snapshot of TalosBackup corrupt is corrupt"},
+		// Refused once fetched and decrypted: what was fetched is removed.
+		{"a snapshot of no Kubernetes cluster", func(rf *restoreFixture) v1alpha1.EtcdRestoreParameters {
+			rf.addBackup("foreign", "demo", etcdSnapshot(rf.t, "/a", "/b"), rf.identity.Recipient())
+			return v1alpha1.EtcdRestoreParameters{Backup: "foreign", IdentitySecret: "restore-identity"}
+		}, "the etcd snapshot of TalosBackup foreign holds no kube-system Namespace: it is not a Kubernetes cluster's etcd"},
+		{"a snapshot that does not open", func(rf *restoreFixture) v1alpha1.EtcdRestoreParameters {
+			rf.addBackup("garbage", "demo", []byte("not an etcd backend"), rf.identity.Recipient())
+			return v1alpha1.EtcdRestoreParameters{Backup: "garbage", IdentitySecret: "restore-identity"}
+		}, "the etcd snapshot of TalosBackup garbage cannot be restored"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
@@ -386,9 +397,193 @@ func TestEtcdRestoreRefusals(t *testing.T) {
 					t.Errorf("%s: stage %s, etcd %v, calls %v", name, n.Stage, n.Etcd, n.Calls)
 				}
 			}
+			rf.scratchEmpty()
+			if len(op.Finalizers) != 0 {
+				t.Errorf("finalizers %v", op.Finalizers)
+			}
+		})
+	}
+}
+
+// scratchEmpty fails the test unless the scratch directory is empty.
+func (rf *restoreFixture) scratchEmpty() {
+	rf.t.Helper()
+	if left, err := os.ReadDir(rf.r.Options.ScratchDir); err != nil || len(left) != 0 {
+		rf.t.Errorf("the scratch directory holds %v (%v)", left, err)
+	}
+}
+
+// TestEtcdRestoreRefusedAfterTheFetchKeepsNoSnapshot: a restore refused
+// once its snapshot was fetched and decrypted (it holds no kube-system
+// Namespace) leaves no decrypted snapshot, every Secret of the cluster in
+// plain text, in the scratch directory after any reconcile, whichever
+// status write is lost.
+func TestEtcdRestoreRefusedAfterTheFetchKeepsNoSnapshot(t *testing.T) {
+	total := 0
+	for fail := 0; fail == 0 || fail <= total; fail++ {
+		t.Run(fmt.Sprintf("write %d lost", fail), func(t *testing.T) {
+			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "foreign", IdentitySecret: "restore-identity"})
+			rf.addBackup("foreign", "demo", etcdSnapshot(t, "/a", "/b"), rf.identity.Recipient())
+			rf.failWrite = fail
+			var op *v1alpha1.TalosOperation
+			for range 10 {
+				rf.once("restore")
+				rf.scratchEmpty()
+				if op = rf.get("restore"); op.Status.Phase == v1alpha1.OperationFailed && len(op.Finalizers) == 0 {
+					break
+				}
+			}
+			if fail == 0 {
+				total = rf.writes
+			}
+			c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded)
+			if op.Status.Phase != v1alpha1.OperationFailed || c == nil || !strings.Contains(c.Message, "holds no kube-system Namespace") || len(op.Finalizers) != 0 {
+				t.Fatalf("ended %s, condition %+v, finalizers %v", op.Status.Phase, c, op.Finalizers)
+			}
+		})
+	}
+	if total == 0 {
+		t.Fatal("no status write: the crash points were not exercised")
+	}
+}
+
+// TestEtcdRestoreDeletedBeforeItRanKeepsNoSnapshot: a restore whose checks
+// passed (its snapshot fetched and decrypted) and that waits to run, for
+// another operation or for the cluster's health, is deleted: it holds the
+// finalizer, and goes only once its snapshot is removed, nothing sent to
+// any node.
+func TestEtcdRestoreDeletedBeforeItRanKeepsNoSnapshot(t *testing.T) {
+	for _, waitsFor := range []string{"another operation", "the cluster's health"} {
+		t.Run(waitsFor, func(t *testing.T) {
+			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
+			ctx := context.Background()
+			wantReason := v1alpha1.OperationReasonWaitingForOperation
+			if waitsFor == "another operation" {
+				first := started("first", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationReboot})
+				first.Status.Phase = v1alpha1.OperationRunning
+				if err := rf.client.Create(ctx, first); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				wantReason = v1alpha1.OperationReasonClusterNotHealthy
+				m := &v1alpha1.TalosMachine{}
+				if err := rf.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "worker-1"}, m); err != nil {
+					t.Fatal(err)
+				}
+				m.Status.Phase = v1alpha1.MachinePhaseUnreachable
+				if err := rf.client.Status().Update(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rf.once("restore")
+			op := rf.get("restore")
+			c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionProgressing)
+			if op.Status.Phase != v1alpha1.OperationPending || c == nil || c.Reason != wantReason {
+				t.Fatalf("the restore is %s (%+v), not waiting for %s", op.Status.Phase, c, waitsFor)
+			}
+			if _, err := os.Stat(rf.r.restorePath(op)); err != nil {
+				t.Fatalf("the checks passed without the snapshot: %v", err)
+			}
+			if err := rf.client.Delete(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+			rf.once("restore")
+			rf.scratchEmpty()
+			if err := rf.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "restore"}, op); !apierrors.IsNotFound(err) {
+				t.Errorf("the restore is still there (%v): finalizers %v", err, op.Finalizers)
+			}
+			if len(rf.d.log) != 0 {
+				t.Errorf("calls %v", rf.d.log)
+			}
+		})
+	}
+}
+
+// TestEtcdRestoreLeavesNoSnapshotAfterACrash: a controller stopped after
+// it fetched a restore's snapshot and before the restore was done with it
+// left the decrypted snapshot (or part of it) in the scratch directory;
+// whatever became of the restore meanwhile, it is removed: by the restore
+// refused again, deleted, ended (by an older controller, which fetched
+// before it added the finalizer) or gone (swept at the start). The
+// snapshot of a restore that still runs stays.
+func TestEtcdRestoreLeavesNoSnapshotAfterACrash(t *testing.T) {
+	plain := etcdSnapshot(t, "/a", "/b")
+	for _, tc := range []struct {
+		name string
+		// then does to the restore what happened while the controller was
+		// stopped, and runs the controller.
+		then func(rf *restoreFixture, op *v1alpha1.TalosOperation)
+	}{
+		{"refused again", func(rf *restoreFixture, op *v1alpha1.TalosOperation) {
+			if op := rf.run("restore"); op.Status.Phase != v1alpha1.OperationFailed {
+				rf.t.Fatalf("ended %s", op.Status.Phase)
+			}
+		}},
+		{"deleted", func(rf *restoreFixture, op *v1alpha1.TalosOperation) {
+			if err := rf.client.Delete(context.Background(), op); err != nil {
+				rf.t.Fatal(err)
+			}
+			rf.once("restore")
+		}},
+		{"ended by an older controller", func(rf *restoreFixture, op *v1alpha1.TalosOperation) {
+			controllerutil.RemoveFinalizer(op, Finalizer)
+			if err := rf.client.Update(context.Background(), op); err != nil {
+				rf.t.Fatal(err)
+			}
+			op.Status.Phase = v1alpha1.OperationFailed
+			if err := rf.client.Status().Update(context.Background(), op); err != nil {
+				rf.t.Fatal(err)
+			}
+			rf.once("restore")
+		}},
+		{"gone", func(rf *restoreFixture, op *v1alpha1.TalosOperation) {
+			controllerutil.RemoveFinalizer(op, Finalizer)
+			if err := rf.client.Update(context.Background(), op); err != nil {
+				rf.t.Fatal(err)
+			}
+			if err := rf.client.Delete(context.Background(), op); err != nil {
+				rf.t.Fatal(err)
+			}
+			if err := rf.r.sweepScratch(context.Background()); err != nil {
+				rf.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "foreign", IdentitySecret: "restore-identity"})
+			rf.addBackup("foreign", "demo", plain, rf.identity.Recipient())
+			ctx := context.Background()
+			// The restore as the controller left it: Pending, holding the
+			// finalizer it added before the fetch, its snapshot fetched
+			// and decrypted (and the part of a fetch that was cut short).
+			op := rf.get("restore")
+			controllerutil.AddFinalizer(op, Finalizer)
+			if err := rf.client.Update(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+			path := rf.r.restorePath(op)
+			for _, p := range []string{path, path + ".partial"} {
+				if err := os.WriteFile(p, plain, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Another restore, of another cluster, that runs: its snapshot stays.
+			running := started("running", v1alpha1.TalosOperationSpec{ClusterName: "other", Type: v1alpha1.OperationEtcdRestore,
+				EtcdRestore: &v1alpha1.EtcdRestoreParameters{Backup: "b", IdentitySecret: "s"}})
+			running.Status.Phase = v1alpha1.OperationRunning
+			if err := rf.client.Create(ctx, running); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(rf.r.restorePath(running), plain, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tc.then(rf, rf.get("restore"))
 			left, err := os.ReadDir(rf.r.Options.ScratchDir)
-			if err != nil || len(left) != 0 {
-				t.Errorf("the scratch directory holds %v (%v)", left, err)
+			if err != nil || len(left) != 1 || left[0].Name() != filepath.Base(rf.r.restorePath(running)) {
+				t.Errorf("the scratch directory holds %v (%v), want the running restore's snapshot only", left, err)
+			}
+			if len(rf.d.log) != 0 {
+				t.Errorf("calls %v", rf.d.log)
 			}
 		})
 	}

@@ -44,6 +44,11 @@ type kind struct {
 	// reinstalls: a running step may take its machine's config away (a
 	// reset of its system disk) until the machine is installed again.
 	reinstalls bool
+	// fetches: check fetches into the controller's scratch directory what
+	// only the operation's clean-up removes (an etcd-restore's decrypted
+	// snapshot), so the finalizer goes on before check runs: no deletion
+	// of the operation skips the clean-up.
+	fetches bool
 }
 
 // kinds are how this controller runs each operation type: one runner per
@@ -57,7 +62,7 @@ var kinds = map[v1alpha1.OperationType]kind{
 	v1alpha1.OperationKubernetesUpgrade: {start: startKubernetes, follow: followKubernetes, steps: kubernetesSteps,
 		check: (*Reconciler).checkKubernetes, finish: (*Reconciler).finishKubernetes},
 	v1alpha1.OperationEtcdRestore: {start: startRestore, follow: followRestore, steps: restoreSteps,
-		check: (*Reconciler).checkRestore},
+		check: (*Reconciler).checkRestore, fetches: true},
 	v1alpha1.OperationNodeReset: {start: startNodeReset, follow: followNodeReset,
 		check: (*Reconciler).checkNodeReset, reinstalls: true},
 	v1alpha1.OperationNodeShutdown: {start: startNodeShutdown, follow: followShutdown,
