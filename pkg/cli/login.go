@@ -1,19 +1,18 @@
 package cli
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
-	"ichor.dev/ichor/pkg/apis/ichor"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"ichor.dev/ichor/pkg/apis/ichor"
 )
 
 // signInFlags name a sign-in: an IchorUser at Ichor's issuer, or, with
@@ -93,13 +92,16 @@ func (f *signInFlags) loginHint() string {
 	return "ichor login " + strings.Join(f.args(), " ")
 }
 
+// loginOptions are the flags of ichor login.
+type loginOptions struct {
+	signInFlags
+	caFile, passwordFile string
+	noKubeconfig         bool
+	device, noBrowser    bool
+}
+
 func newLogin(o *Options) *cobra.Command {
-	var (
-		f                    signInFlags
-		caFile, passwordFile string
-		noKubeconfig         bool
-		device, noBrowser    bool
-	)
+	var f loginOptions
 	cmd := &cobra.Command{
 		Use:   "login --issuer URL (--username USER | --oidc)",
 		Short: "Sign in, as an IchorUser or at your OpenID provider, and set up kubectl to act as you",
@@ -124,104 +126,148 @@ ichor-admin group gives.`,
 		Args:    cobra.NoArgs,
 	}
 	f.add(cmd)
-	cmd.Flags().StringVar(&caFile, "issuer-certificate-authority", "", "PEM file of the CA of the issuer's serving certificate, when the system does not trust it")
-	cmd.Flags().StringVar(&passwordFile, "password-file", "", "read the IchorUser's password from this file (its first line)")
-	cmd.Flags().BoolVar(&noKubeconfig, "no-kubeconfig", false, "only sign in; leave the kubeconfig as it is")
-	cmd.Flags().BoolVar(&device, "device", false, "with --oidc: the device flow, for a shell without a browser")
-	cmd.Flags().BoolVar(&noBrowser, "no-browser", false, "with --oidc: print the sign-in URL; open no browser")
+	cmd.Flags().StringVar(&f.caFile, "issuer-certificate-authority", "", "PEM file of the CA of the issuer's serving certificate, when the system does not trust it")
+	cmd.Flags().StringVar(&f.passwordFile, "password-file", "", "read the IchorUser's password from this file (its first line)")
+	cmd.Flags().BoolVar(&f.noKubeconfig, "no-kubeconfig", false, "only sign in; leave the kubeconfig as it is")
+	cmd.Flags().BoolVar(&f.device, "device", false, "with --oidc: the device flow, for a shell without a browser")
+	cmd.Flags().BoolVar(&f.noBrowser, "no-browser", false, "with --oidc: print the sign-in URL; open no browser")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if err := f.check(cmd, true); err != nil {
+		if err := f.checkLogin(cmd); err != nil {
 			return err
 		}
-		for _, flag := range []string{"device", "no-browser"} {
-			if cmd.Flags().Changed(flag) && !f.oidc {
-				return fmt.Errorf("--%s is for --oidc", flag)
-			}
-		}
-		if f.oidc && (passwordFile != "") {
-			return errors.New("--password-file is for IchorUsers: with --oidc you sign in at the provider")
-		}
-		var ca string
-		if caFile != "" {
-			b, err := os.ReadFile(caFile)
-			if err != nil {
-				return err
-			}
-			ca = string(b)
-		}
-		var s *signIn
-		var name string
-		var end func(refreshToken string) error
-		if f.oidc {
-			c, err := newOIDCClient(cmd.Context(), f.issuer, f.clientID, ca)
-			if err != nil {
-				return err
-			}
-			var email string
-			if device {
-				s, email, err = c.deviceSignIn(cmd.Context(), o)
-			} else {
-				s, email, err = c.browserSignIn(cmd.Context(), o, !noBrowser)
-			}
-			if err != nil {
-				return signInRefused(err)
-			}
-			if c.warn != "" {
-				fmt.Fprintf(o.ErrOut, "warning: %s\n", c.warn)
-			}
-			if f.username != "" && f.username != email {
-				return fmt.Errorf("you signed in at the provider as %s, not %s: nothing was kept", email, f.username)
-			}
-			f.username = email
-			name = ichor.OIDCPrefix + email
-		} else {
-			password, err := readSecret(o, passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
-			if err != nil {
-				return err
-			}
-			c, err := newIssuerClient(cmd.Context(), f.issuer, ca)
-			if err != nil {
-				return err
-			}
-			if s, err = c.signIn(cmd.Context(), f.username, password); err != nil {
-				return signInRefused(err)
-			}
-			name = ichor.IchorUserPrefix + f.username
-			end = func(token string) error { return c.end(cmd.Context(), token) }
-		}
-		s.CertificateAuthority = ca
-		path, err := signInPath(f.issuer, f.who())
-		if err != nil {
-			return err
-		}
-		unlock, err := lockSignIn(path)
-		if err != nil {
-			return err
-		}
-		previous, _ := readSignIn(path)
-		err = writeSignIn(path, s)
-		unlock()
-		if err != nil {
-			return err
-		}
-		// The sign-in this one replaces ends at Ichor's issuer too.
-		if end != nil && previous != nil && previous.RefreshToken != "" {
-			if err := end(previous.RefreshToken); err != nil {
-				fmt.Fprintf(o.ErrOut, "warning: the previous session was not ended: %v\n", err)
-			}
-		}
-		fmt.Fprintf(o.Out, "Signed in to %s as %s; the token is renewed until the session ends.\n", f.issuer, name)
-		if noKubeconfig {
-			return nil
-		}
-		cluster, err := writeExecUser(o, &f, name)
-		if err != nil {
-			return fmt.Errorf("signed in, but the kubeconfig was not written: %w", err)
-		}
-		fmt.Fprintf(o.Out, "Context %q (cluster %q) is now current: kubectl acts as %s.\n", name, cluster, name)
-		return nil
+		return f.run(cmd.Context(), o)
 	}
 	return cmd
+}
+
+// checkLogin says what is missing or out of place among login's flags.
+func (f *loginOptions) checkLogin(cmd *cobra.Command) error {
+	if err := f.check(cmd, true); err != nil {
+		return err
+	}
+	for _, flag := range []string{"device", "no-browser"} {
+		if cmd.Flags().Changed(flag) && !f.oidc {
+			return fmt.Errorf("--%s is for --oidc", flag)
+		}
+	}
+	if f.oidc && (f.passwordFile != "") {
+		return errors.New("--password-file is for IchorUsers: with --oidc you sign in at the provider")
+	}
+	return nil
+}
+
+// run signs in, keeps the sign-in and, unless --no-kubeconfig, writes the
+// kubeconfig user and context that use it.
+func (f *loginOptions) run(ctx context.Context, o *Options) error {
+	var ca string
+	if f.caFile != "" {
+		b, err := os.ReadFile(f.caFile)
+		if err != nil {
+			return err
+		}
+		ca = string(b)
+	}
+	var s *signIn
+	var name string
+	var end func(refreshToken string) error
+	var err error
+	if f.oidc {
+		s, name, err = f.signInOIDC(ctx, o, ca)
+	} else {
+		s, name, end, err = f.signInIchorUser(ctx, o, ca)
+	}
+	if err != nil {
+		return err
+	}
+	s.CertificateAuthority = ca
+	if err := f.keep(o, s, end); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "Signed in to %s as %s; the token is renewed until the session ends.\n", f.issuer, name)
+	if f.noKubeconfig {
+		return nil
+	}
+	cluster, err := writeExecUser(o, &f.signInFlags, name)
+	if err != nil {
+		return fmt.Errorf("signed in, but the kubeconfig was not written: %w", err)
+	}
+	fmt.Fprintf(o.Out, "Context %q (cluster %q) is now current: kubectl acts as %s.\n", name, cluster, name)
+	return nil
+}
+
+// signInOIDC signs in at the OpenID provider, in a browser or with the
+// device flow, and returns the sign-in and the name kube-apiserver knows
+// it by. The sign-in is for the email the provider vouches for, which must
+// be --username's when it is given.
+func (f *loginOptions) signInOIDC(ctx context.Context, o *Options, ca string) (*signIn, string, error) {
+	c, err := newOIDCClient(ctx, f.issuer, f.clientID, ca)
+	if err != nil {
+		return nil, "", err
+	}
+	var s *signIn
+	var email string
+	if f.device {
+		s, email, err = c.deviceSignIn(ctx, o)
+	} else {
+		s, email, err = c.browserSignIn(ctx, o, !f.noBrowser)
+	}
+	if err != nil {
+		return nil, "", signInRefused(err)
+	}
+	if c.warn != "" {
+		fmt.Fprintf(o.ErrOut, "warning: %s\n", c.warn)
+	}
+	if f.username != "" && f.username != email {
+		return nil, "", fmt.Errorf("you signed in at the provider as %s, not %s: nothing was kept", email, f.username)
+	}
+	f.username = email
+	return s, ichor.OIDCPrefix + email, nil
+}
+
+// signInIchorUser signs in as the IchorUser with its password at Ichor's
+// issuer, and returns the sign-in, the name kube-apiserver knows it by, and
+// end, which ends a session of the issuer's.
+func (f *loginOptions) signInIchorUser(ctx context.Context, o *Options, ca string) (*signIn, string, func(refreshToken string) error, error) {
+	password, err := readSecret(o, f.passwordFile, secretInput{what: "password", prompt: "Password for " + f.username, env: PasswordEnv})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err := newIssuerClient(ctx, f.issuer, ca)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	s, err := c.signIn(ctx, f.username, password)
+	if err != nil {
+		return nil, "", nil, signInRefused(err)
+	}
+	end := func(token string) error { return c.end(ctx, token) }
+	return s, ichor.IchorUserPrefix + f.username, end, nil
+}
+
+// keep writes the sign-in in ~/.ichor/tokens/ over the one it replaces,
+// whose session end, when set, then ends at the issuer.
+func (f *loginOptions) keep(o *Options, s *signIn, end func(refreshToken string) error) error {
+	path, err := signInPath(f.issuer, f.who())
+	if err != nil {
+		return err
+	}
+	unlock, err := lockSignIn(path)
+	if err != nil {
+		return err
+	}
+	previous, _ := readSignIn(path)
+	err = writeSignIn(path, s)
+	unlock()
+	if err != nil {
+		return err
+	}
+	// The sign-in this one replaces ends at Ichor's issuer too.
+	if end != nil && previous != nil && previous.RefreshToken != "" {
+		if err := end(previous.RefreshToken); err != nil {
+			fmt.Fprintf(o.ErrOut, "warning: the previous session was not ended: %v\n", err)
+		}
+	}
+	return nil
 }
 
 // signInRefused says that the issuer refused the sign-in, and why.
@@ -275,138 +321,4 @@ func execUser(f *signInFlags, what string) *clientcmdapi.AuthInfo {
 		InstallHint:     what + ": install it on your PATH, then run " + f.loginHint(),
 		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
 	}}
-}
-
-func newAuth(o *Options) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "auth",
-		Short:   "Tokens for kubectl (an exec credential plugin)",
-		GroupID: "access",
-	}
-	cmd.AddCommand(newAuthToken(o))
-	return cmd
-}
-
-// renewBefore is how long before its expiry a token is renewed.
-const renewBefore = 30 * time.Second
-
-func newAuthToken(o *Options) *cobra.Command {
-	var f signInFlags
-	cmd := &cobra.Command{
-		Use:   "token --issuer URL [--oidc] --username USER",
-		Short: "Print the signed-in user's token as kubectl's exec credential plugin",
-		Long: `token prints, as a client.authentication.k8s.io/v1 ExecCredential, the token of the sign-in
-"ichor login" kept, renewed with its refresh token when it is about to expire (one renewal at a
-time, however many kubectl commands run). The kubeconfig user that "ichor login" writes runs it.
-When the session has ended (signed out, the user disabled or its password changed), it says so
-and how to sign in again.`,
-		Args: cobra.NoArgs,
-	}
-	f.add(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		path, s, unlock, err := f.open(cmd)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		if s == nil {
-			return fmt.Errorf("not signed in to %s: run %s", f.issuer, f.loginHint())
-		}
-		if time.Until(s.Expiry) < renewBefore {
-			renewed, err := renewSignIn(cmd, s)
-			var ended *sessionEndedError
-			switch {
-			case errors.As(err, &ended):
-				_ = os.Remove(path)
-				return fmt.Errorf("your Ichor session has ended (%s): run %s", ended.why, f.loginHint())
-			case err != nil && time.Now().Before(s.Expiry):
-				// The issuer is away; the token still works a little longer.
-				fmt.Fprintf(o.ErrOut, "warning: the token was not renewed: %v\n", err)
-			case err != nil:
-				return fmt.Errorf("the token expired and was not renewed: %w", err)
-			default:
-				if err := writeSignIn(path, renewed); err != nil {
-					return err
-				}
-				s = renewed
-			}
-		}
-		exp := metav1.NewTime(s.Expiry)
-		return json.NewEncoder(o.Out).Encode(&clientauthv1.ExecCredential{
-			TypeMeta: metav1.TypeMeta{APIVersion: clientauthv1.SchemeGroupVersion.String(), Kind: "ExecCredential"},
-			Status:   &clientauthv1.ExecCredentialStatus{Token: s.IDToken, ExpirationTimestamp: &exp},
-		})
-	}
-	return cmd
-}
-
-// renewSignIn renews s at its issuer.
-func renewSignIn(cmd *cobra.Command, s *signIn) (*signIn, error) {
-	var renewed *signIn
-	if s.ClientID != "" {
-		c, err := newOIDCClient(cmd.Context(), s.Issuer, s.ClientID, s.CertificateAuthority)
-		if err != nil {
-			return nil, err
-		}
-		if renewed, err = c.renew(cmd.Context(), s); err != nil {
-			return nil, err
-		}
-	} else {
-		c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
-		if err != nil {
-			return nil, err
-		}
-		if renewed, err = c.renew(cmd.Context(), s); err != nil {
-			return nil, err
-		}
-	}
-	renewed.CertificateAuthority = s.CertificateAuthority
-	return renewed, nil
-}
-
-func newLogout(o *Options) *cobra.Command {
-	var f signInFlags
-	cmd := &cobra.Command{
-		Use:   "logout --issuer URL [--oidc] --username USER",
-		Short: "End the sign-in at the issuer and forget its tokens",
-		Long: `logout ends the session at Ichor's token issuer, so that its refresh token renews nothing
-any more, and removes it from ~/.ichor/tokens/. A token already handed to kubectl stays valid
-until it expires (minutes).`,
-		GroupID: "access",
-		Args:    cobra.NoArgs,
-	}
-	f.add(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		path, s, unlock, err := f.open(cmd)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-		if s == nil {
-			fmt.Fprintf(o.Out, "Not signed in to %s.\n", f.issuer)
-			return nil
-		}
-		// Ichor's issuer ends the session; an OpenID provider's session
-		// is the provider's to end (sign out there), and its tokens here
-		// are forgotten.
-		if s.ClientID == "" {
-			c, err := newIssuerClient(cmd.Context(), s.Issuer, s.CertificateAuthority)
-			if err != nil {
-				return err
-			}
-			if err := c.end(cmd.Context(), s.RefreshToken); err != nil {
-				return err
-			}
-		}
-		if err := os.Remove(path); err != nil {
-			return err
-		}
-		if s.ClientID != "" {
-			fmt.Fprintf(o.Out, "Signed out of %s here: its tokens are forgotten; your session at the provider is the provider's to end.\n", f.issuer)
-			return nil
-		}
-		fmt.Fprintf(o.Out, "Signed out of %s.\n", f.issuer)
-		return nil
-	}
-	return cmd
 }
