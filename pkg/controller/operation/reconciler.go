@@ -359,6 +359,10 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 			}
 		}
 		refused, err := kind.check(r, ctx, op, cluster, targets)
+		if w, ok := asWait(err); ok {
+			r.waiting(x, w.reason, "%s", w.msg)
+			return wait, nil
+		}
 		if err != nil {
 			return ctrl.Result{}, err
 		}

@@ -589,16 +589,102 @@ func TestEtcdRestoreLeavesNoSnapshotAfterACrash(t *testing.T) {
 	}
 }
 
-// TestEtcdRestoreChecksEachNode: a node answering at a machine's address
-// with another system UUID fails that machine's step before anything is
-// sent to it, whichever step it is (leave, wipe, kubelet restart), and
-// the operation stops there, the budget given back.
+// TestEtcdRestoreChecksEveryNodeFirst: a node answering at any target's
+// address with another system UUID refuses the restore before its first
+// step, the first control plane's as much as a worker's: nothing is sent
+// to any node (an impostor at cp-1, found only at its wipe, would have
+// found cp-2 and cp-3 out of etcd already), and nothing is fetched.
+func TestEtcdRestoreChecksEveryNodeFirst(t *testing.T) {
+	for _, machine := range []string{"cp-1", "cp-3", "worker-1"} {
+		t.Run(machine, func(t *testing.T) {
+			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
+			real := rf.node(machine)
+			impostor := &talostest.Node{UUID: "impostor", Installed: true, Stage: "running", Etcd: real.Etcd, Config: real.Config}
+			rf.dialer.Nodes[machine+":50000"] = impostor
+			op := rf.run("restore")
+			c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionSucceeded)
+			want := "TalosMachine " + machine + ": the node answering at " + machine + ":50000 has system UUID impostor, not " + machine
+			if op.Status.Phase != v1alpha1.OperationFailed || c == nil || c.Reason != v1alpha1.OperationReasonPrecheckFailed ||
+				!strings.Contains(c.Message, want) || len(op.Status.Steps) != 0 {
+				t.Fatalf("ended %s, condition %+v, steps %v; want PrecheckFailed saying %q", op.Status.Phase, c, stepNamesOf(op), want)
+			}
+			if len(rf.d.log) != 0 || len(impostor.Calls) != 0 {
+				t.Errorf("calls %v; the impostor was asked %v", rf.d.log, impostor.Calls)
+			}
+			for _, name := range rf.names {
+				if n := rf.node(name); len(n.Calls) != 0 || n.Stage != "running" || n.Etcd != strings.HasPrefix(name, "cp-") {
+					t.Errorf("%s: stage %s, etcd %v, calls %v", name, n.Stage, n.Etcd, n.Calls)
+				}
+			}
+			rf.scratchEmpty()
+			if !rf.budgetFree() || len(op.Finalizers) != 0 {
+				t.Errorf("budget free %v, finalizers %v", rf.budgetFree(), op.Finalizers)
+			}
+		})
+	}
+}
+
+// TestEtcdRestoreWaitsForEveryControlPlane: a restore waits to start while
+// a control plane's node does not answer, every node untouched and
+// nothing fetched, and runs once it answers; a worker's node that does not
+// answer does not hold it back (its step at the end checks it).
+func TestEtcdRestoreWaitsForEveryControlPlane(t *testing.T) {
+	rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
+	cp3 := rf.node("cp-3")
+	delete(rf.dialer.Nodes, "cp-3:50000") // dialing it is refused
+	for range 5 {
+		rf.once("restore")
+	}
+	op := rf.get("restore")
+	c := meta.FindStatusCondition(op.Status.Conditions, v1alpha1.OperationConditionProgressing)
+	if op.Status.Phase != v1alpha1.OperationPending || c == nil || c.Reason != v1alpha1.OperationReasonClusterNotHealthy ||
+		!strings.Contains(c.Message, "waiting for the nodes of control planes cp-3 (dial cp-3:50000: connection refused) to answer") {
+		t.Fatalf("the restore is %s, Progressing %+v", op.Status.Phase, c)
+	}
+	if len(rf.d.log) != 0 {
+		t.Errorf("calls %v", rf.d.log)
+	}
+	rf.scratchEmpty()
+	rf.dialer.Nodes["cp-3:50000"] = cp3
+	if op := rf.run("restore"); op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("once cp-3 answered: ended %s: %+v", op.Status.Phase, op.Status)
+	}
+
+	rf = newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
+	worker := rf.node("worker-1")
+	worker.Stage = "off" // its Talos API does not answer
+	rf.fixture.react = func() {
+		delete(rf.dialer.Nodes, "worker-1:50000") // off, not away: no budget is its
+		rf.react()
+		rf.dialer.Nodes["worker-1:50000"] = worker
+	}
+	op = rf.run("restore")
+	if i := slices.IndexFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool { return s.Phase == v1alpha1.OperationFailed }); op.Status.Phase != v1alpha1.OperationFailed ||
+		i < 0 || op.Status.Steps[i].Name() != "worker-1 restart-kubelet" {
+		t.Fatalf("with worker-1 silent: ended %s, steps %+v", op.Status.Phase, op.Status.Steps)
+	}
+	if want := restoreCalls[:len(restoreCalls)-1]; !slices.Equal(rf.d.log, want) {
+		t.Errorf("calls %v,\nwant %v", rf.d.log, want)
+	}
+}
+
+// TestEtcdRestoreChecksEachNode: a node that answers at a machine's
+// address with another system UUID once the restore started (its start
+// checked every node) fails that machine's step before anything is sent
+// to it, whichever step it is (leave, wipe, kubelet restart), and the
+// operation stops there, the budget given back.
 func TestEtcdRestoreChecksEachNode(t *testing.T) {
 	for _, tc := range []struct{ machine, step string }{
 		{"cp-2", "cp-2 leave-etcd"}, {"cp-1", "cp-1 wipe-etcd"}, {"worker-1", "worker-1 restart-kubelet"},
 	} {
 		t.Run(tc.step, func(t *testing.T) {
 			rf := newRestoreFixture(t, v1alpha1.EtcdRestoreParameters{Backup: "nightly", IdentitySecret: "restore-identity"})
+			rf.once("restore")
+			if op := rf.get("restore"); op.Status.Phase != v1alpha1.OperationRunning || slices.ContainsFunc(op.Status.Steps, func(s v1alpha1.OperationStep) bool {
+				return s.Phase != v1alpha1.OperationPending
+			}) {
+				t.Fatalf("after its start: %s, steps %+v", op.Status.Phase, op.Status.Steps)
+			}
 			real := rf.node(tc.machine)
 			impostor := &talostest.Node{UUID: "impostor", Installed: true, Stage: "running", Etcd: real.Etcd, Config: real.Config}
 			rf.dialer.Nodes[tc.machine+":50000"] = impostor
