@@ -5,6 +5,19 @@
 # very end, so that they are not buried under the logs of a long test.
 set -uo pipefail
 
+# Every control plane, simulated cluster and Ichor component watches its certificate files with
+# inotify; the integration packages, side by side, need more inotify instances than the kernel's
+# default of 128 per user (kind asks the same of its users).
+want=1024
+have=$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo "${want}")
+if (( have < want )); then
+  if { echo "${want}" >/proc/sys/fs/inotify/max_user_instances; } 2>/dev/null; then
+    echo "run-tests: raised fs.inotify.max_user_instances from ${have} to ${want}" >&2
+  else
+    echo "run-tests: fs.inotify.max_user_instances is ${have}; run as root, or: sysctl -w fs.inotify.max_user_instances=${want}" >&2
+  fi
+fi
+
 dir="${TMPDIR:-/tmp}/ichor-test-logs"
 mkdir -p "${dir}"
 log="${dir}/${ICHOR_TEST_LOG:-make-test}.log"

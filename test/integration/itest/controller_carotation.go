@@ -20,6 +20,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -134,9 +135,13 @@ func (d *DemoCluster) CARotation(t *testing.T) {
 		if len(seen) > 0 && seen[len(seen)-1] == r.Phase {
 			return false, nil
 		}
-		seen = append(seen, r.Phase)
 		if newKubeconfig == "" {
+			// The controller records the new CAs' digest in the phase
+			// before it stores them: the Secret follows.
 			next, err := kube.CoreV1().Secrets(d.Ns).Get(ctx, "demo-secrets-ca-next", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) && r.Phase == v1alpha1.CARotationAcceptNew {
+				return false, nil
+			}
 			if err != nil {
 				t.Fatalf("the new CAs' Secret in phase %s: %v", r.Phase, err)
 			}
@@ -145,6 +150,7 @@ func (d *DemoCluster) CARotation(t *testing.T) {
 			newKubeconfig = WriteKubeconfig(t, kubeDir, "new", d.Endpoint, newCA, trust)
 			oldKubeconfig = WriteKubeconfig(t, kubeDir, "old", d.Endpoint, oldBundle.Certs.K8s, trust)
 		}
+		seen = append(seen, r.Phase)
 		if out, err := KubectlGetNodes(ctx, newKubeconfig, len(d.Nodes)); err != nil {
 			t.Errorf("phase %s: kubectl with a client certificate of the new Kubernetes CA: %v\n%s", r.Phase, err, out)
 		}
