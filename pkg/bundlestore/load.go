@@ -121,7 +121,7 @@ func DigestMismatch(cluster *v1alpha1.TalosCluster) *Refusal {
 
 // DigestFieldManager owns status.secretsDigest: only RecordDigest writes
 // it, and always whole.
-const DigestFieldManager = "ichor-secrets-digest"
+const DigestFieldManager = v1alpha1.FieldManagerSecretsDigest
 
 // RecordDigest records digest as that of cluster's generated bundle, with
 // server-side apply conditional on the cluster's resourceVersion (a

@@ -23,17 +23,19 @@ import (
 )
 
 // FieldManager owns the status fields the config reconciler writes.
-const FieldManager = "ichor-machineconfig"
+const FieldManager = v1alpha1.FieldManagerMachineConfig
 
 // ownedConditions are the condition types the config reconciler writes on
-// m: its own, and, once the node left maintenance mode with its config,
+// m, from its row of the table of status writers: its own, and, once the
+// node left maintenance mode with its config, the ones it inherits,
 // intake's certificate and reachability (intake stops looking at a
 // configured machine; before that they are intake's alone).
 func ownedConditions(m *v1alpha1.TalosMachine) []string {
+	owned := v1alpha1.OwnedConditions(m, FieldManager)
 	if m.Status.AppliedConfig == nil {
-		return []string{v1alpha1.MachineConditionConfigApplied, v1alpha1.MachineConditionReady}
+		return owned
 	}
-	return []string{v1alpha1.MachineConditionConfigApplied, v1alpha1.MachineConditionReady, v1alpha1.MachineConditionCertificateVerified, v1alpha1.MachineConditionReachable}
+	return append(owned, v1alpha1.InheritedConditions(m, FieldManager)...)
 }
 
 // WriteStatus applies the fields of m's status the config reconciler owns —

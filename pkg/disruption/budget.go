@@ -27,7 +27,7 @@ import (
 )
 
 // FieldManager owns status.disruption while a machine holds the budget.
-const FieldManager = "ichor-disruption"
+const FieldManager = v1alpha1.FieldManagerDisruption
 
 // Budget takes and gives back clusters' disruption budgets.
 type Budget struct {

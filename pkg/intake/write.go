@@ -12,10 +12,11 @@ import (
 )
 
 // FieldManager owns the status fields intake writes.
-const FieldManager = "ichor-intake"
+const FieldManager = v1alpha1.FieldManagerIntake
 
-// ownedConditions are the condition types intake writes.
-var ownedConditions = []string{v1alpha1.MachineConditionCertificateVerified, v1alpha1.MachineConditionReachable, v1alpha1.MachineConditionApproved}
+// ownedConditions are the condition types intake writes: its row of the
+// table of status writers.
+var ownedConditions = v1alpha1.OwnedConditions(&v1alpha1.TalosMachine{}, FieldManager)
 
 // WriteStatus applies the fields of m's status intake owns — phase, observed
 // generation, the pinned certificate, hardware, Talos version and its

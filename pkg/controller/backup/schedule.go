@@ -28,7 +28,7 @@ const SchedulerName = "backupschedule"
 
 // FieldManager owns status.backup and the BackupSucceeded condition of
 // TalosClusters.
-const FieldManager = "ichor-backup"
+const FieldManager = v1alpha1.FieldManagerBackup
 
 // maxFailedKept bounds the failed scheduled backups kept per cluster: a
 // schedule that fails every minute must not fill etcd.
@@ -289,7 +289,7 @@ func (s *Scheduler) writeStatus(ctx context.Context, cluster *v1alpha1.TalosClus
 			meta.FindStatusCondition(cluster.Status.Conditions, v1alpha1.ClusterConditionBackupSucceeded)) {
 		return nil
 	}
-	st := ichorac.TalosClusterStatus().WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.ClusterConditionBackupSucceeded)...)
+	st := ichorac.TalosClusterStatus().WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.OwnedConditions(cluster, FieldManager)...)...)
 	if b := cluster.Status.Backup; b != nil {
 		ac := ichorac.ClusterBackupStatus()
 		if b.LastScheduleTime != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // FieldManager owns the BootstrapTokenEnabled condition of a TalosCluster.
-const FieldManager = "ichor-bootstrap-token"
+const FieldManager = v1alpha1.FieldManagerBootstrapToken
 
 // writeStatus applies the BootstrapTokenEnabled condition of cluster with
 // server-side apply under FieldManager, when it changed from before or
@@ -28,7 +28,7 @@ func writeStatus(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 		return nil
 	}
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(ichorac.TalosClusterStatus().
-		WithConditions(statusapply.Conditions(cluster.Status.Conditions, condType)...))
+		WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.OwnedConditions(cluster, FieldManager)...)...))
 	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}

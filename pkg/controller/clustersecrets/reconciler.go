@@ -255,7 +255,7 @@ func (r *Reconciler) generate(ctx context.Context, cluster *v1alpha1.TalosCluste
 
 // FieldManager owns the SecretsReady condition, the one status field this
 // reconciler writes.
-const FieldManager = "ichor-clustersecrets"
+const FieldManager = v1alpha1.FieldManagerClusterSecrets
 
 // writeStatus applies cond, with server-side apply under FieldManager, when
 // it differs from what cluster shows.
@@ -268,7 +268,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, cluster *v1alpha1.TalosClu
 		return nil
 	}
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(ichorac.TalosClusterStatus().
-		WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady)...))
+		WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.OwnedConditions(cluster, FieldManager)...)...))
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}

@@ -97,13 +97,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // FieldManager owns the status fields this reconciler writes: all but the
 // override an admin grants through talosconfigpatches/override.
-const FieldManager = "ichor-configpatch"
+const FieldManager = v1alpha1.FieldManagerConfigPatch
 
 // writeStatus applies p's observed generation, conditions, effect and
 // applied machines with server-side apply under FieldManager.
 func writeStatus(ctx context.Context, c client.Client, p *v1alpha1.TalosConfigPatch) error {
 	st := ichorac.TalosConfigPatchStatus().WithObservedGeneration(p.Status.ObservedGeneration).
-		WithConditions(statusapply.Conditions(p.Status.Conditions, v1alpha1.PatchConditionValid, v1alpha1.PatchConditionApplied)...).
+		WithConditions(statusapply.Conditions(p.Status.Conditions, v1alpha1.OwnedConditions(p, FieldManager)...)...).
 		WithAppliedMachines(p.Status.AppliedMachines...)
 	if p.Status.Effect != "" {
 		st.WithEffect(p.Status.Effect)

@@ -53,7 +53,7 @@ import (
 // FieldManager owns the status fields this approver writes: on machines,
 // status.kubeletServingCertificate; on clusters, the two KubeletServing
 // conditions.
-const FieldManager = "ichor-kubeletserving"
+const FieldManager = v1alpha1.FieldManagerKubeletServing
 
 // ControllerName names the controller in logs, metrics and Events.
 const ControllerName = "kubelet-serving-approver"
@@ -259,8 +259,7 @@ func (r *Reconciler) writeClusterStatus(ctx context.Context, cluster *v1alpha1.T
 		return nil
 	}
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(ichorac.TalosClusterStatus().
-		WithConditions(statusapply.Conditions(cluster.Status.Conditions,
-			v1alpha1.ClusterConditionKubeletServingCertificates, v1alpha1.ClusterConditionKubeletServingVerified)...))
+		WithConditions(statusapply.Conditions(cluster.Status.Conditions, v1alpha1.OwnedConditions(cluster, FieldManager)...)...))
 	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return fmt.Errorf("apply the status of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}

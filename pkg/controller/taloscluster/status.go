@@ -12,15 +12,11 @@ import (
 )
 
 // FieldManager owns the status fields this reconciler writes.
-const FieldManager = "ichor-taloscluster"
+const FieldManager = v1alpha1.FieldManagerClusterHealth
 
-// ownedConditions are the condition types this reconciler writes; the
-// others on a TalosCluster are clustersecrets' and the kubelet serving
-// approver's.
-var ownedConditions = []string{
-	v1alpha1.ClusterConditionMachinesReady, v1alpha1.ClusterConditionBootstrapped, v1alpha1.ClusterConditionEtcdHealthy,
-	v1alpha1.ClusterConditionKubernetesAPIReachable, v1alpha1.ClusterConditionNodesReady, v1alpha1.ClusterConditionReady,
-}
+// ownedConditions are the condition types this reconciler writes: its
+// row of the table of status writers.
+var ownedConditions = v1alpha1.OwnedConditions(&v1alpha1.TalosCluster{}, FieldManager)
 
 // WriteStatus applies the fields of cluster's status this reconciler owns —
 // phase, observed generation, machine counts, versions, bootstrap time, the

@@ -2,8 +2,8 @@ package v1alpha1
 
 // Condition types and reasons of every kind, defined once for the server,
 // the controllers and the clients (CLI, UI, tests) that read them. Each
-// condition type has one writer; the field managers of the controllers'
-// server-side applies say which.
+// condition type has one writer: the table of status writers
+// (statuswriters.go) says which.
 
 // Condition types of a TalosMachine.
 const (
