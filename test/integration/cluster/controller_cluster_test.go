@@ -29,4 +29,5 @@ func TestControllerBuildsACluster(t *testing.T) {
 	t.Run("a reboot-required patch and a control plane's deletion at once take one node away at a time", d.RebootAndDeleteAtOnce)
 	t.Run("a rejected machine is never configured", d.RejectedNeverConfigured)
 	t.Run("an impostor at a pinned address is sent nothing", d.ImpostorSentNothing)
+	t.Run("every status writer owns only its row of the table of status writers", d.StatusWritersKeepToTheirRows)
 }

@@ -1030,6 +1030,13 @@ func (d *DemoCluster) ImpostorSentNothing(t *testing.T) {
 	WaitEvent(ctx, t, d.Ns, "impostor", corev1.EventTypeWarning, v1alpha1.EventCertificateMismatch)
 }
 
+// StatusWritersKeepToTheirRows: after the journey, in which most status
+// writers wrote, each field manager owns only its row of the table of
+// status writers (v1alpha1, statuswriters.go), as managedFields say.
+func (d *DemoCluster) StatusWritersKeepToTheirRows(t *testing.T) {
+	CheckStatusOwners(d.Ctx, t, d.Ns)
+}
+
 // WaitClusterFor is waitCluster with its own deadline.
 func WaitClusterFor(ctx context.Context, t testing.TB, ns, name string, within time.Duration, condType string, status metav1.ConditionStatus, reason string) *v1alpha1.TalosCluster {
 	t.Helper()
