@@ -1,5 +1,6 @@
 // Package statusapply holds what the controllers' server-side applies of
-// status share: each writer applies only the condition types it owns.
+// status share: each writer applies only the condition types it owns, its
+// row of the table of status writers (v1alpha1, statuswriters.go).
 package statusapply
 
 import (
