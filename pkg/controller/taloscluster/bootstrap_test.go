@@ -92,6 +92,12 @@ func (f *fixture) reconcile() *v1alpha1.TalosCluster {
 	if _, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "demo"}}); err != nil {
 		f.t.Fatal(err)
 	}
+	return f.cluster()
+}
+
+// cluster reads demo.
+func (f *fixture) cluster() *v1alpha1.TalosCluster {
+	f.t.Helper()
 	var c v1alpha1.TalosCluster
 	if err := f.client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "demo"}, &c); err != nil {
 		f.t.Fatal(err)
@@ -174,5 +180,42 @@ func TestBootstrapWaitsForEveryControlPlaneUnlessOverridden(t *testing.T) {
 	}
 	if c.Status.Override != nil {
 		t.Errorf("the override outlived its use: %+v", c.Status.Override)
+	}
+}
+
+// A bundle that is not ready after the bootstrap takes nothing back: the
+// cluster stays Bootstrapped, and Bootstrapped is True again on a cluster
+// whose condition an earlier version set False then.
+func TestBootstrappedStaysAfterTheBundleWasNotReady(t *testing.T) {
+	f := newFixture(t, nil)
+	if c := f.reconcile(); c.Status.BootstrappedAt == nil {
+		t.Fatal("not bootstrapped")
+	}
+	setSecretsReady := func(status metav1.ConditionStatus) {
+		t.Helper()
+		c := f.cluster()
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ClusterConditionSecretsReady, Status: status,
+			Reason: v1alpha1.ClusterReasonGenerated, LastTransitionTime: metav1.Now()})
+		if err := f.client.Status().Update(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setSecretsReady(metav1.ConditionFalse)
+	if c := f.reconcile(); bootstrapped(c) != "True "+v1alpha1.ClusterReasonBootstrapped {
+		t.Errorf("with the bundle not ready: Bootstrapped %s", bootstrapped(c))
+	}
+	// What an earlier version left: Bootstrapped False after the bootstrap.
+	c := f.cluster()
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: v1alpha1.ClusterConditionBootstrapped, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ClusterReasonSecretsNotReady, Message: "the secrets bundle is not ready", LastTransitionTime: metav1.Now()})
+	if err := f.client.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	setSecretsReady(metav1.ConditionTrue)
+	if c := f.reconcile(); bootstrapped(c) != "True "+v1alpha1.ClusterReasonBootstrapped {
+		t.Errorf("with the bundle ready again: Bootstrapped %s", bootstrapped(c))
+	}
+	if got := f.node("cp-1").Calls; !slices.Equal(got, []string{"bootstrap"}) {
+		t.Errorf("cp-1 was asked %v, want one bootstrap", got)
 	}
 }

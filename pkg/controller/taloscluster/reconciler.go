@@ -158,20 +158,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // observe bootstraps when it is time and checks etcd and the Kubernetes API.
 func (r *Reconciler) observe(ctx context.Context, v *view) {
 	cluster := v.cluster
+	// Bootstrapped says the cluster was bootstrapped once: a bundle that
+	// is not ready later (SecretsReady says so, and the cluster is not
+	// Ready) takes nothing back, and no bootstrap runs again.
+	if at := cluster.Status.BootstrappedAt; at != nil && !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionBootstrapped) {
+		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionTrue, v1alpha1.ClusterReasonBootstrapped, "bootstrapped at %s", at.UTC().Format(time.RFC3339))
+	}
+	secretsNotReady := func(format string, args ...any) {
+		if cluster.Status.BootstrappedAt == nil {
+			v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, format, args...)
+		}
+	}
 	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, v1alpha1.ClusterConditionSecretsReady) {
-		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "the secrets bundle is not ready")
+		secretsNotReady("the secrets bundle is not ready")
 		return
 	}
 	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
 	if err != nil {
-		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
+		secretsNotReady("%v", err)
 		return
 	}
 	// Public: the certificate kubeconfigs of the cluster trust.
 	cluster.Status.KubernetesCA = string(bundle.KubernetesCA())
 	creds, err := bundle.TalosCredentials(role.MakeSet(role.Admin), v.now.Time, r.Options.CredentialTTL)
 	if err != nil {
-		v.set(v1alpha1.ClusterConditionBootstrapped, metav1.ConditionFalse, v1alpha1.ClusterReasonSecretsNotReady, "%v", err)
+		secretsNotReady("%v", err)
 		return
 	}
 	if cluster.Status.BootstrappedAt == nil && !r.bootstrap(ctx, v, creds) {
