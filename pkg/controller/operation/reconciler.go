@@ -35,7 +35,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,10 +48,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
-	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
+	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/events"
 	"ichor.dev/ichor/pkg/render"
@@ -105,20 +103,13 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&o.CallTimeout, 30*time.Second)
-	def(&o.InstallTimeout, 15*time.Minute)
-	def(&o.PollInterval, 2*time.Second)
-	def(&o.StepPollInterval, 50*time.Millisecond)
-	def(&o.StepTimeout, 15*time.Minute)
-	def(&o.CredentialTTL, 10*time.Minute)
-	if o.MaxConcurrentReconciles <= 0 {
-		o.MaxConcurrentReconciles = 4
-	}
+	defaults.Positive(&o.CallTimeout, 30*time.Second)
+	defaults.Positive(&o.InstallTimeout, 15*time.Minute)
+	defaults.Positive(&o.PollInterval, 2*time.Second)
+	defaults.Positive(&o.StepPollInterval, 50*time.Millisecond)
+	defaults.Positive(&o.StepTimeout, 15*time.Minute)
+	defaults.Positive(&o.CredentialTTL, 10*time.Minute)
+	defaults.Positive(&o.MaxConcurrentReconciles, 4)
 	return o
 }
 
@@ -297,120 +288,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return result, nil
 }
 
-// finalize lets go of what an ended operation holds: what it keeps in the
-// scratch directory, with or without the finalizer (an etcd-restore
-// refused by an older controller, which fetched its snapshot before it
-// added the finalizer), and, while it holds the finalizer, the rest
-// (cleanup); then the finalizer.
-func (r *Reconciler) finalize(ctx context.Context, op *v1alpha1.TalosOperation) error {
-	if err := r.removeScratch(op); err != nil {
-		return err
-	}
-	if controllerutil.ContainsFinalizer(op, Finalizer) {
-		if err := r.cleanup(ctx, op); err != nil {
-			return err
-		}
-	}
-	return r.removeFinalizer(ctx, op)
-}
-
-// begin starts a started, Pending operation once it may run: its cluster
-// exists and is not paused, it names machines of the cluster that it can
-// act on, no other operation runs on the cluster, and the cluster is
-// healthy (or an admin let it go past the ClusterHealth check).
-func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
-	op := x.op
-	wait := ctrl.Result{RequeueAfter: r.Options.PollInterval}
-	kind, ok := kinds[op.Spec.Type]
-	if !ok {
-		// Stored before its type was retired, or by a newer Ichor.
-		why := fmt.Sprintf("Ichor does not run %s operations", op.Spec.Type)
-		if instead, retired := ichor.RetiredOperationTypes[ichor.OperationType(op.Spec.Type)]; retired {
-			why = instead
-		}
-		r.fail(x, v1alpha1.OperationReasonNotSupported, "%s; delete this operation", why)
-		return ctrl.Result{}, nil
-	}
-	cluster, err := r.cluster(ctx, op)
-	if apierrors.IsNotFound(err) {
-		r.waiting(x, v1alpha1.OperationReasonClusterNotFound, "TalosCluster %s does not exist in namespace %s", op.Spec.ClusterName, op.Namespace)
-		return wait, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if cluster.Spec.Paused {
-		r.waiting(x, v1alpha1.OperationReasonClusterPaused, "TalosCluster %s is paused; the operation starts when it is resumed", cluster.Name)
-		return wait, nil
-	}
-	machines, err := r.machines(ctx, op)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	targets, err := targetsOf(op, machines)
-	if err != nil {
-		r.fail(x, v1alpha1.OperationReasonInvalidTarget, "%v", err)
-		return ctrl.Result{}, nil
-	}
-	if kind.check != nil {
-		if kind.fetches {
-			if err := r.addFinalizer(ctx, op); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		refused, err := kind.check(r, ctx, op, cluster, targets)
-		if w, ok := asWait(err); ok {
-			r.waiting(x, w.reason, "%s", w.msg)
-			return wait, nil
-		}
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if refused != "" {
-			r.fail(x, v1alpha1.OperationReasonPrecheckFailed, "%s", refused)
-			return ctrl.Result{}, nil
-		}
-	}
-	if other, err := r.runningOn(ctx, op); err != nil {
-		return ctrl.Result{}, err
-	} else if other != "" {
-		r.waiting(x, v1alpha1.OperationReasonWaitingForOperation,
-			"TalosOperation %s runs on TalosCluster %s; one operation runs on a cluster at a time", other, cluster.Name)
-		return wait, nil
-	}
-	if unhealthy := clusterUnhealthy(cluster, machines); unhealthy != "" {
-		granted := cluster.Status.Override
-		if granted == nil || granted.Check != v1alpha1.CheckClusterHealth {
-			r.waiting(x, v1alpha1.OperationReasonClusterNotHealthy,
-				"%s; the operation starts when the cluster is healthy, or an admin lets it go past the %s check (talosclusters/override)",
-				unhealthy, v1alpha1.CheckClusterHealth)
-			return wait, nil
-		}
-		if err := useOverride(ctx, r.Client, cluster, granted); err != nil {
-			return ctrl.Result{}, err
-		}
-		x.set(v1alpha1.OperationConditionHealthOverridden, metav1.ConditionTrue, v1alpha1.OperationReasonOverridden,
-			"started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
-		events.Record(r.Recorder, op, nil, v1alpha1.EventOverrideUsed, "Start",
-			"Started while %s, past the %s check, as %s allowed: %s", unhealthy, granted.Check, granted.By, granted.Reason)
-	}
-	if err := r.addFinalizer(ctx, op); err != nil {
-		return ctrl.Result{}, err
-	}
-	op.Status.Phase = v1alpha1.OperationRunning
-	stepsOf := kind.steps
-	if stepsOf == nil {
-		stepsOf = oneStepEach
-	}
-	op.Status.Steps = stepsOf(targets)
-	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
-		"%d steps to run", len(op.Status.Steps))
-	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationRunning, "Start",
-		"Running %s on TalosCluster %s: %d steps (%s)", op.Spec.Type, cluster.Name, len(op.Status.Steps), stepNames(op))
-	log.FromContext(ctx).Info("Operation running", "steps", len(op.Status.Steps))
-	return ctrl.Result{Requeue: true}, nil
-}
-
 // advance works on the steps in flight: the first that has not succeeded
 // or, for workers with spec.maxUnavailable above 1, that many. When a step
 // ends, the next starts in the same reconcile (its record, written before
@@ -538,99 +415,6 @@ func soonest(a, b ctrl.Result) ctrl.Result {
 	return ctrl.Result{RequeueAfter: min(a.RequeueAfter, b.RequeueAfter)}
 }
 
-// stop ends a deleted operation after its step in flight: a Running step
-// is followed until its node is back (or the step fails); a step not yet
-// started is not started. Then the budget is given back and the finalizer
-// removed.
-func (r *Reconciler) stop(ctx context.Context, x *run) (ctrl.Result, error) {
-	op := x.op
-	if !controllerutil.ContainsFinalizer(op, Finalizer) {
-		return ctrl.Result{}, r.removeScratch(op)
-	}
-	if op.Status.Phase == v1alpha1.OperationRunning {
-		var result ctrl.Result
-		for i := range op.Status.Steps {
-			if op.Status.Steps[i].Phase != v1alpha1.OperationRunning {
-				continue
-			}
-			res, err := r.work(ctx, x, i, false)
-			if err != nil {
-				return res, err
-			}
-			if op.Status.Steps[i].Phase == v1alpha1.OperationRunning {
-				result = soonest(result, res)
-			}
-		}
-		if !result.IsZero() {
-			return result, nil
-		}
-	}
-	if err := r.cleanup(ctx, op); err != nil {
-		return ctrl.Result{}, err
-	}
-	if op.Status.Phase == v1alpha1.OperationPending {
-		events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop", "Deleted before it ran; nothing was touched")
-	} else {
-		events.Record(r.Recorder, op, nil, v1alpha1.EventOperationStopped, "Stop",
-			"Deleted: stopped after the step in flight; %s", progressOf(op))
-	}
-	return ctrl.Result{}, r.removeFinalizer(ctx, op)
-}
-
-// cleanup lets go of what an operation that ended or stopped may still
-// hold: what it keeps in the scratch directory (removeScratch), its
-// places in the cluster's disruption budget (a worker that took
-// its place and was draining when another step failed), and the cordon of
-// the Node of every step that did not succeed (a failed step's node, a
-// draining one). A Node cordoned by anyone else stays as it is.
-func (r *Reconciler) cleanup(ctx context.Context, op *v1alpha1.TalosOperation) error {
-	r.prepulls.forget(op.UID)
-	if err := r.removeScratch(op); err != nil {
-		return err
-	}
-	cluster, err := r.cluster(ctx, op)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := r.budget.ReleaseOperation(ctx, client.ObjectKeyFromObject(cluster), op.Name); err != nil {
-		return err
-	}
-	pending := map[string]bool{}
-	for _, s := range op.Status.Steps {
-		if s.Phase != v1alpha1.OperationSucceeded && s.Component == "" && s.Action == "" {
-			pending[s.Machine] = true
-		}
-	}
-	if len(pending) == 0 {
-		return nil
-	}
-	machines, err := r.machines(ctx, op)
-	if err != nil {
-		return err
-	}
-	bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
-	if err != nil {
-		return fmt.Errorf("load the secrets bundle of TalosCluster %s: %w", cluster.Name, err)
-	}
-	s := &step{r: r, cluster: cluster, bundle: bundle, x: &run{op: op}}
-	cs, err := s.kube()
-	if err != nil {
-		return err
-	}
-	for _, m := range machines {
-		if !pending[m.Name] || m.Status.NodeName == "" {
-			continue
-		}
-		if err := s.withAccess(ctx, func() error { return workload.Uncordon(ctx, cs, m.Status.NodeName, owner(op)) }); err != nil {
-			return fmt.Errorf("uncordon Node %s after TalosOperation %s: %w", m.Status.NodeName, op.Name, err)
-		}
-	}
-	return nil
-}
-
 func (r *Reconciler) cluster(ctx context.Context, op *v1alpha1.TalosOperation) (*v1alpha1.TalosCluster, error) {
 	var c v1alpha1.TalosCluster
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: op.Spec.ClusterName}, &c); err != nil {
@@ -659,52 +443,4 @@ func (r *Reconciler) machines(ctx context.Context, op *v1alpha1.TalosOperation) 
 		}
 	}
 	return out, nil
-}
-
-// runningOn names another operation that runs on op's cluster, if any.
-func (r *Reconciler) runningOn(ctx context.Context, op *v1alpha1.TalosOperation) (string, error) {
-	var list v1alpha1.TalosOperationList
-	if err := r.APIReader.List(ctx, &list, client.InNamespace(op.Namespace)); err != nil {
-		return "", fmt.Errorf("list the operations of TalosCluster %s: %w", op.Spec.ClusterName, err)
-	}
-	for _, o := range list.Items {
-		if o.UID != op.UID && o.Spec.ClusterName == op.Spec.ClusterName && o.Status.Phase == v1alpha1.OperationRunning {
-			return o.Name, nil
-		}
-	}
-	return "", nil
-}
-
-// addFinalizer adds Finalizer through the finalizers subresource. The
-// patch's answer replaces only the metadata of op: its status may hold
-// what this reconcile has not written yet.
-func (r *Reconciler) addFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
-	if controllerutil.ContainsFinalizer(op, Finalizer) {
-		return nil
-	}
-	patched := op.DeepCopy()
-	controllerutil.AddFinalizer(patched, Finalizer)
-	if err := r.Client.SubResource("finalizers").Patch(ctx, patched, client.MergeFromWithOptions(op, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("add finalizer %s to TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
-	}
-	op.Finalizers, op.ResourceVersion = patched.Finalizers, patched.ResourceVersion
-	return nil
-}
-
-// removeFinalizer is addFinalizer's opposite.
-func (r *Reconciler) removeFinalizer(ctx context.Context, op *v1alpha1.TalosOperation) error {
-	if !controllerutil.ContainsFinalizer(op, Finalizer) {
-		return nil
-	}
-	patched := op.DeepCopy()
-	controllerutil.RemoveFinalizer(patched, Finalizer)
-	err := r.Client.SubResource("finalizers").Patch(ctx, patched, client.MergeFromWithOptions(op, client.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove finalizer %s from TalosOperation %s/%s: %w", Finalizer, op.Namespace, op.Name, err)
-	}
-	op.Finalizers = patched.Finalizers
-	if err == nil {
-		op.ResourceVersion = patched.ResourceVersion
-	}
-	return nil
 }

@@ -1,11 +1,9 @@
 package operation
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -15,11 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"ichor.dev/ichor/pkg/apis/ichor"
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/events"
-	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/pkg/talos"
 )
@@ -74,28 +70,6 @@ var kinds = map[v1alpha1.OperationType]kind{
 		check: (*Reconciler).checkCARotation, finish: (*Reconciler).finishCARotation},
 	v1alpha1.OperationKeyRotation: {start: startKeyRotationStep, follow: followKeyRotationStep, steps: keyRotationSteps,
 		check: (*Reconciler).checkKeyRotation, finish: (*Reconciler).finishKeyRotation},
-}
-
-// byRole names the control planes and the workers among machines, in
-// their order.
-func byRole(machines []*v1alpha1.TalosMachine) (controlPlanes, workers []string) {
-	for _, m := range machines {
-		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
-			controlPlanes = append(controlPlanes, m.Name)
-		} else {
-			workers = append(workers, m.Name)
-		}
-	}
-	return controlPlanes, workers
-}
-
-// oneStepEach is the steps of a kind without its own: one per target.
-func oneStepEach(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
-	steps := make([]v1alpha1.OperationStep, len(targets))
-	for i, m := range targets {
-		steps[i] = v1alpha1.OperationStep{Machine: m.Name, Phase: v1alpha1.OperationPending}
-	}
-	return steps
 }
 
 // step is one step being worked on, with a session to its node.
@@ -219,19 +193,6 @@ func (s *step) waitFor(reason, format string, args ...any) (ctrl.Result, error) 
 	return ctrl.Result{RequeueAfter: s.r.Options.PollInterval}, nil
 }
 
-// mayTake takes the node away for action (takeNode), or waits saying why not.
-func (s *step) mayTake(ctx context.Context, action v1alpha1.DisruptionAction) (bool, ctrl.Result, error) {
-	reason, msg, err := s.takeNode(ctx, action)
-	if err != nil {
-		return false, ctrl.Result{}, err
-	}
-	if msg != "" {
-		res, err := s.waitFor(reason, "%s", msg)
-		return false, res, err
-	}
-	return true, ctrl.Result{}, nil
-}
-
 // done ends the step as Succeeded. Its place in the budget goes to the
 // next step that takes one in this reconcile, or back when the status is
 // written (run.ended).
@@ -347,173 +308,4 @@ func (s *step) rolloutTimedOut() bool {
 		start = a.AppliedAt.Time
 	}
 	return s.r.Now().Sub(start) > s.r.Options.StepTimeout
-}
-
-// takeNode checks that the step may take the node away, then takes the
-// cluster's disruption budget for it. It returns the reason and message of
-// a wait, or "".
-func (s *step) takeNode(ctx context.Context, action v1alpha1.DisruptionAction) (string, string, error) {
-	if msg := s.othersNotReady(true); msg != "" {
-		return v1alpha1.OperationReasonClusterNotHealthy, msg, nil
-	}
-	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
-		if msg, err := s.etcdQuorumWithout(ctx); msg != "" || err != nil {
-			return v1alpha1.OperationReasonClusterNotHealthy, msg, err
-		}
-	}
-	return s.acquire(ctx, action, s.batch())
-}
-
-// acquire takes the cluster's disruption budget for the step's node, in a
-// batch of batch machines; it returns the reason and message of a wait
-// while another holds it, or "".
-func (s *step) acquire(ctx context.Context, action v1alpha1.DisruptionAction, batch int) (string, string, error) {
-	holder, err := s.r.budget.AcquireForOperation(ctx, s.x.op.Name, s.m, action, batch, s.x.ended...)
-	if err != nil {
-		return "", "", err
-	}
-	if holder != nil {
-		return v1alpha1.OperationReasonWaitingForBudget, "waiting for the disruption budget, held by " + describeHolder(holder), nil
-	}
-	s.x.ended = nil // their places went with this write
-	return "", "", nil
-}
-
-// batch is how many machines the step's may be away with: a worker goes
-// with up to spec.maxUnavailable workers, a control plane alone.
-func (s *step) batch() int {
-	if render.MachineRole(s.m) == v1alpha1.MachineRoleControlPlane {
-		return 1
-	}
-	return maxUnavailable(s.x.op)
-}
-
-// maxUnavailable is op's spec.maxUnavailable, 1 when unset.
-func maxUnavailable(op *v1alpha1.TalosOperation) int {
-	if op.Spec.MaxUnavailable == nil {
-		return 1
-	}
-	return int(*op.Spec.MaxUnavailable)
-}
-
-// othersNotReady names the machines of the cluster, other than this step's,
-// that are not Ready: with countStepped, a machine this operation took
-// through its step, or is taking away in the same batch, counts as Ready
-// (its step checks the node itself). An operation started past the
-// ClusterHealth check does not wait for them.
-func (s *step) othersNotReady(countStepped bool) string {
-	if meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionHealthOverridden) {
-		return ""
-	}
-	done := map[string]bool{}
-	for _, rec := range s.x.op.Status.Steps {
-		done[rec.Machine] = countStepped && (rec.Phase == v1alpha1.OperationSucceeded || rec.Phase == v1alpha1.OperationRunning)
-	}
-	var names []string
-	for _, m := range s.machines {
-		if m.UID == s.m.UID || m.Status.Phase == v1alpha1.MachinePhaseReady || done[m.Name] {
-			continue
-		}
-		names = append(names, fmt.Sprintf("%s (%s)", m.Name, phaseOf(m)))
-	}
-	if len(names) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("waiting for every other machine to be Ready: %v", names)
-}
-
-func phaseOf(m *v1alpha1.TalosMachine) string {
-	if m.Status.Phase == "" {
-		return "new"
-	}
-	return string(m.Status.Phase)
-}
-
-func describeHolder(d *v1alpha1.DisruptionStatus) string {
-	if d.Operation != "" {
-		return fmt.Sprintf("%s for operation %s since %s", d.Machine, d.Operation, d.Since.UTC().Format(time.RFC3339))
-	}
-	return fmt.Sprintf("%s (%s) since %s", d.Machine, d.Action, d.Since.UTC().Format(time.RFC3339))
-}
-
-// clusterUnhealthy says why the cluster is not healthy enough for an
-// operation to start, or "": every approved machine Ready, and etcd
-// healthy (every control plane a voting member).
-func clusterUnhealthy(c *v1alpha1.TalosCluster, machines []*v1alpha1.TalosMachine) string {
-	var notReady []string
-	for _, m := range machines {
-		if m.Status.Phase != v1alpha1.MachinePhaseReady {
-			notReady = append(notReady, fmt.Sprintf("%s (%s)", m.Name, phaseOf(m)))
-		}
-	}
-	if len(notReady) > 0 {
-		return fmt.Sprintf("machines not Ready: %v", notReady)
-	}
-	if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionEtcdHealthy); cond == nil || cond.Status != metav1.ConditionTrue {
-		msg := "not reported yet"
-		if cond != nil {
-			msg = cond.Message
-		}
-		return "etcd is not healthy: " + msg
-	}
-	return ""
-}
-
-// targetsOf are the machines of the operation, in the order their steps
-// run: the configured machines spec.machines names, or when it names none
-// every configured machine its type targets (ichor.Operations), control
-// planes first, then workers, each by name. An error says why the
-// operation cannot act on them.
-func targetsOf(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine) ([]*v1alpha1.TalosMachine, error) {
-	d, ok := ichor.OperationFor(ichor.OperationType(op.Spec.Type))
-	if !ok {
-		return nil, fmt.Errorf("%s is not an operation type", op.Spec.Type)
-	}
-	return chooseTargets(op, machines, d.Targets == ichor.TargetsControlPlanes)
-}
-
-func chooseTargets(op *v1alpha1.TalosOperation, machines []*v1alpha1.TalosMachine, onlyControlPlanes bool) ([]*v1alpha1.TalosMachine, error) {
-	byName := map[string]*v1alpha1.TalosMachine{}
-	for _, m := range machines {
-		byName[m.Name] = m
-	}
-	var chosen []*v1alpha1.TalosMachine
-	if len(op.Spec.Machines) == 0 {
-		for _, m := range machines {
-			if m.Status.AppliedConfig != nil && (!onlyControlPlanes || render.MachineRole(m) == v1alpha1.MachineRoleControlPlane) {
-				chosen = append(chosen, m)
-			}
-		}
-		if len(chosen) == 0 {
-			return nil, fmt.Errorf("TalosCluster %s has no configured machine to act on", op.Spec.ClusterName)
-		}
-	}
-	for _, name := range op.Spec.Machines {
-		m, ok := byName[name]
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("spec.machines: %s is not an approved TalosMachine of TalosCluster %s in namespace %s", name, op.Spec.ClusterName, op.Namespace)
-		case m.Status.AppliedConfig == nil:
-			return nil, fmt.Errorf("spec.machines: %s is not configured yet", name)
-		case onlyControlPlanes && render.MachineRole(m) != v1alpha1.MachineRoleControlPlane:
-			return nil, fmt.Errorf("spec.machines: %s is a worker; %s acts on control planes only", name, op.Spec.Type)
-		}
-		chosen = append(chosen, m)
-	}
-	sortControlPlanesFirst(chosen)
-	return chosen, nil
-}
-
-// sortControlPlanesFirst orders machines as steps run: control planes, then
-// workers, each by name.
-func sortControlPlanesFirst(ms []*v1alpha1.TalosMachine) {
-	rank := func(m *v1alpha1.TalosMachine) int {
-		if render.MachineRole(m) == v1alpha1.MachineRoleControlPlane {
-			return 0
-		}
-		return 1
-	}
-	slices.SortStableFunc(ms, func(a, b *v1alpha1.TalosMachine) int {
-		return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a.Name, b.Name))
-	})
 }
