@@ -52,7 +52,7 @@ import (
 // same CAs takes it over where it is, with the same new CAs.
 
 // CARotationFieldManager owns a cluster's status.caRotation.
-const CARotationFieldManager = "ichor-ca-rotation"
+const CARotationFieldManager = v1alpha1.FieldManagerCARotation
 
 // caPhaseActions are the steps' actions, by the phase each checks.
 var caPhaseActions = map[v1alpha1.StepAction]v1alpha1.CARotationPhase{

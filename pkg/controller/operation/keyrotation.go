@@ -40,7 +40,7 @@ import (
 // (status.diskKeySlot), in the same write that ends the rotation.
 
 // DiskKeyRotationFieldManager owns a cluster's status.diskKeyRotation.
-const DiskKeyRotationFieldManager = "ichor-key-rotation"
+const DiskKeyRotationFieldManager = v1alpha1.FieldManagerKeyRotation
 
 // diskKeyPhaseActions are the steps' actions, by the phase each checks.
 var diskKeyPhaseActions = map[v1alpha1.StepAction]v1alpha1.DiskKeyRotationPhase{

@@ -67,7 +67,7 @@ const Finalizer = "ichor.dev/operation-step"
 
 // FieldManager owns what this controller applies to TalosMachine status:
 // the Talos version a node runs after an upgrade.
-const FieldManager = "ichor-operation"
+const FieldManager = v1alpha1.FieldManagerOperation
 
 // Options tune the reconciler; zero values take the defaults.
 type Options struct {
