@@ -57,7 +57,8 @@ type Issuer struct {
 	// sessionsCopy says.
 	copied *sessionsCopy
 	limits *ratelimit.Limiter
-	// now is the clock of sign-ins, refreshes and revocations.
+	// now is the issuer's one clock: of sign-ins, refreshes and
+	// revocations, and of the keys' rotation and freshness.
 	now func() time.Time
 
 	mu  sync.RWMutex
@@ -115,7 +116,7 @@ func (i *Issuer) SyncKeys(ctx context.Context) error {
 			return nil, err
 		}
 		synced = set
-		changed, err := set.rotate(time.Now(), i.policy())
+		changed, err := set.rotate(i.now(), i.policy())
 		if err != nil || !changed {
 			return nil, err
 		}
@@ -125,7 +126,7 @@ func (i *Issuer) SyncKeys(ctx context.Context) error {
 		return err
 	}
 	i.mu.Lock()
-	i.set, i.synced = synced, time.Now()
+	i.set, i.synced = synced, i.now()
 	i.mu.Unlock()
 	return nil
 }
@@ -158,7 +159,7 @@ func (i *Issuer) Run(ctx context.Context) {
 }
 
 // Ready reports whether the issuer has keys, read lately, to sign with.
-func (i *Issuer) Ready() bool { return i.signingKey(time.Now()) != nil }
+func (i *Issuer) Ready() bool { return i.signingKey(i.now()) != nil }
 
 // publicKeys is the JWKS served now.
 func (i *Issuer) publicKeys() jose.JSONWebKeySet {
