@@ -37,7 +37,9 @@ import (
 // a wrong passphrase writes nothing.
 func TestCLIInitAndBreakGlass(t *testing.T) {
 	ns := itest.CP.Namespace(t)
-	ctx, cancel := context.WithTimeout(itest.APIContext(t), 3*time.Minute)
+	// Every ichor call seals or opens the bundle at scrypt's work factor
+	// 20, on purpose slow; the packages side by side slow it further.
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	home := t.TempDir()
 	const passphrase = "correct horse battery staple"

@@ -21,11 +21,12 @@ import (
 // TestVerbsTable walks every row of the verbs table (ichor.CustomVerbs) for
 // every group: the kube-apiserver's authorizer (a SubjectAccessReview)
 // allows the verb, and the verbs alongside it, exactly to the row's
-// holders, kubectl auth can-i with impersonation says the same, and the
+// holders, kubectl auth can-i with impersonation says the same (for a
+// holder and another group of each row), and the
 // request itself, sent through the aggregator as that user, is forbidden
 // exactly to the others (where the table's objects give it one to send).
 func TestVerbsTable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ns := itest.CP.Namespace(t)
 	kube := kubernetes.NewForConfigOrDie(itest.CP.AdminConfig)
@@ -50,6 +51,7 @@ func TestVerbsTable(t *testing.T) {
 	cells, sent := 0, 0
 	for _, row := range table {
 		for _, on := range row.On {
+			askedKubectl := map[bool]bool{}
 			for _, group := range itest.AllGroups {
 				cells++
 				want := slices.Contains(row.Holders, group)
@@ -59,7 +61,13 @@ func TestVerbsTable(t *testing.T) {
 					if got := itest.Holds(ctx, t, kube, user, group, ns, verb, on); got != want {
 						t.Errorf("%s %s for %s: the authorizer says %v, ichor.CustomVerbs says %v", verb, on, group, got, want)
 					}
-					args := []string{verb, resource + ".ichor.dev", "-n", ns, "--as=" + user, "--as-group=" + group}
+				}
+				// kubectl asks the authorizer the same question: once for a
+				// holder and once for another group of each row is enough
+				// to show it tells people the truth, at a process a call.
+				if !askedKubectl[want] {
+					askedKubectl[want] = true
+					args := []string{row.Verb, resource + ".ichor.dev", "-n", ns, "--as=" + user, "--as-group=" + group}
 					if sub != "" {
 						args = append(args, "--subresource="+sub)
 					}
