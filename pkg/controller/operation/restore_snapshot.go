@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/atomicfile"
 	"ichor.dev/ichor/pkg/backup/archive"
 	"ichor.dev/ichor/pkg/backup/store"
 	"ichor.dev/ichor/pkg/etcd/snapshot"
@@ -99,15 +101,14 @@ func (r *Reconciler) fetchSnapshot(ctx context.Context, op *v1alpha1.TalosOperat
 	if err := os.MkdirAll(filepath.Dir(src.path), 0o700); err != nil {
 		return "", err
 	}
-	partial := src.path + restorePartialFile
-	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("the controller's scratch directory: %w", err)
-	}
-	_, err = archive.Read(f, rd, identities, b.Status.Compression, src.file.Digest)
-	err = errors.Join(err, f.Close())
-	if err != nil {
-		_ = os.Remove(partial)
+	// Written beside src.path and renamed over it once all of it checked;
+	// a failed read leaves nothing behind (package atomicfile).
+	var readErr error
+	err = atomicfile.WriteFile(src.path, 0o600, func(w io.Writer) error {
+		_, readErr = archive.Read(w, rd, identities, b.Status.Compression, src.file.Digest)
+		return readErr
+	})
+	if err := readErr; err != nil {
 		var noMatch *age.NoIdentityMatchError
 		switch {
 		case errors.As(err, &noMatch):
@@ -118,7 +119,10 @@ func (r *Reconciler) fetchSnapshot(ctx context.Context, op *v1alpha1.TalosOperat
 		}
 		return fmt.Sprintf("the etcd snapshot of TalosBackup %s could not be read: %v; nothing was touched", b.Name, target.Redact(err)), nil
 	}
-	return "", os.Rename(partial, src.path)
+	if err != nil {
+		return "", fmt.Errorf("the controller's scratch directory: %w", err)
+	}
+	return "", nil
 }
 
 // restoreIdentities parses the age identities of the restore's identity
@@ -144,7 +148,10 @@ func (r *Reconciler) restoreIdentities(ctx context.Context, op *v1alpha1.TalosOp
 }
 
 // The files an etcd-restore keeps in the scratch directory: its verified
-// snapshot, and while it is fetched, the part fetched so far.
+// snapshot, and while it is fetched, the part fetched so far: a hidden
+// file named after the snapshot, a dot and a random suffix (package
+// atomicfile), or, fetched by an older controller, the snapshot's name
+// and restorePartialFile.
 const (
 	restoreFilePrefix  = "etcd-restore-"
 	restoreFileSuffix  = ".snapshot"
@@ -172,7 +179,17 @@ func (r *Reconciler) removeScratch(op *v1alpha1.TalosOperation) error {
 		return nil
 	}
 	path := r.restorePath(op)
-	for _, p := range []string{path, path + restorePartialFile} {
+	paths := []string{path, path + restorePartialFile}
+	entries, err := os.ReadDir(r.scratchDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read the scratch directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "."+filepath.Base(path)+".") {
+			paths = append(paths, filepath.Join(r.scratchDir(), e.Name()))
+		}
+	}
+	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove the decrypted etcd snapshot %s: %w", p, err)
 		}
@@ -195,9 +212,13 @@ func (r *Reconciler) sweepScratch(ctx context.Context) error {
 	}
 	files := map[types.UID][]string{}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), restoreFilePrefix)
+		rest, hidden := strings.CutPrefix(e.Name(), ".")
+		rest, ok := strings.CutPrefix(rest, restoreFilePrefix)
 		if !ok || e.IsDir() {
 			continue
+		}
+		if i := strings.LastIndex(rest, restoreFileSuffix+"."); hidden && i >= 0 {
+			rest = rest[:i+len(restoreFileSuffix)] // a fetch's part, atomicfile's
 		}
 		if uid, ok := strings.CutSuffix(strings.TrimSuffix(rest, restorePartialFile), restoreFileSuffix); ok && uid != "" {
 			files[types.UID(uid)] = append(files[types.UID(uid)], filepath.Join(r.scratchDir(), e.Name()))

@@ -555,14 +555,15 @@ func TestEtcdRestoreLeavesNoSnapshotAfterACrash(t *testing.T) {
 			ctx := context.Background()
 			// The restore as the controller left it: Pending, holding the
 			// finalizer it added before the fetch, its snapshot fetched
-			// and decrypted (and the part of a fetch that was cut short).
+			// and decrypted (and the part of a fetch that was cut short, as
+			// atomicfile and an older controller name it).
 			op := rf.get("restore")
 			controllerutil.AddFinalizer(op, Finalizer)
 			if err := rf.client.Update(ctx, op); err != nil {
 				t.Fatal(err)
 			}
 			path := rf.r.restorePath(op)
-			for _, p := range []string{path, path + ".partial"} {
+			for _, p := range []string{path, path + ".partial", filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".12345")} {
 				if err := os.WriteFile(p, plain, 0o600); err != nil {
 					t.Fatal(err)
 				}
