@@ -10,12 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/credentialrequest"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/integration/itest"
 )
@@ -61,7 +61,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 	if err := asController.Status().Update(ctx, &cluster); err != nil {
 		t.Fatal(err)
 	}
-	r := &credentialrequest.Reconciler{Client: asController, Secrets: asController, Recorder: events.NewFakeRecorder(100),
+	r := &credentialrequest.Reconciler{Client: asController, Secrets: asController, Recorder: eventstest.New(t, 100),
 		Options: credentialrequest.Options{Retention: time.Hour}, Now: time.Now}
 	carol := itest.APIClientFor(t, itest.CP.ConfigFor("carol", "ichor:admin")).IchorV1alpha1().TalosCredentialRequests(ns)
 	request := func(status v1alpha1.TalosCredentialRequestStatus) *v1alpha1.TalosCredentialRequest {

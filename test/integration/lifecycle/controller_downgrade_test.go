@@ -8,11 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/controller/operation"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	"ichor.dev/ichor/test/integration/itest"
 )
 
@@ -50,7 +50,7 @@ func TestOperatorCannotDowngradeTalos(t *testing.T) {
 
 	asController := itest.ControllerClient(t)
 	r := &operation.Reconciler{Client: asController, APIReader: asController, Secrets: asController,
-		Recorder: events.NewFakeRecorder(100), Now: time.Now}
+		Recorder: eventstest.New(t, 100), Now: time.Now}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: op.Name}}); err != nil {
 		t.Fatal(err)
 	}

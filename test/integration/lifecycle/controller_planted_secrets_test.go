@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,7 @@ import (
 	"ichor.dev/ichor/pkg/controller/clustersecrets"
 	"ichor.dev/ichor/pkg/controller/operation"
 	"ichor.dev/ichor/pkg/controller/taloscluster"
+	"ichor.dev/ichor/pkg/events/eventstest"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/secretsbundle"
 	"ichor.dev/ichor/test/integration/itest"
@@ -88,7 +88,7 @@ spec: {talosVersion: v1.13.0, kubernetesVersion: v1.36.0, controlPlane: {endpoin
 		t.Fatal(err)
 	}
 	asController := itest.ControllerClient(t)
-	recorder := events.NewFakeRecorder(100)
+	recorder := eventstest.New(t, 100)
 	r := &clustersecrets.Reconciler{Client: asController, Secrets: asController, Scheme: scheme, Recorder: recorder,
 		ResyncInterval: time.Hour, RetryInterval: time.Hour, Now: time.Now}
 	reconcile := func(name string) *v1alpha1.TalosCluster {
