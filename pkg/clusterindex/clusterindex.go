@@ -21,9 +21,14 @@ import (
 // Field is the index of TalosMachines, TalosConfigPatches and TalosBackups by spec.clusterName.
 const Field = "spec.clusterName"
 
+// Indexed are new objects of each kind indexed by Field.
+func Indexed() []client.Object {
+	return []client.Object{&v1alpha1.TalosMachine{}, &v1alpha1.TalosConfigPatch{}, &v1alpha1.TalosBackup{}}
+}
+
 // Register adds the indexes to mgr's cache; call it once, before the reconcilers.
 func Register(ctx context.Context, mgr manager.Manager) error {
-	for _, obj := range []client.Object{&v1alpha1.TalosMachine{}, &v1alpha1.TalosConfigPatch{}, &v1alpha1.TalosBackup{}} {
+	for _, obj := range Indexed() {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, Field, func(o client.Object) []string {
 			return []string{ClusterOf(o)}
 		}); err != nil {

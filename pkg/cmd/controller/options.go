@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -99,6 +101,11 @@ type Options struct {
 	// BackupVolumeDir is the directory volume backup targets are paths
 	// under (a mounted PersistentVolume); empty refuses volume targets.
 	BackupVolumeDir string
+	// ScheduleClock tells when a cluster's scheduled backup is due; nil is
+	// the wall clock. Not a flag: tests move a fake one rather than wait for
+	// the minute. Credentials, leases and step timeouts always read the wall
+	// clock, since they bound what real peers see.
+	ScheduleClock clock.WithDelayedExecution
 	// ScratchDir holds an etcd-restore's decrypted, verified snapshot while
 	// the restore runs: give it room for the largest snapshot.
 	ScratchDir string

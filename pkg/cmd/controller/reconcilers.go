@@ -71,7 +71,7 @@ func (o *Options) reconcilers(s shared) []reconciler {
 			}},
 		// TalosBackups, and each cluster's backup schedule and retention.
 		s.runner,
-		&backup.Scheduler{Client: c, APIReader: uncached, Recorder: s.recorder},
+		&backup.Scheduler{Client: c, APIReader: uncached, Recorder: s.recorder, Clock: o.ScheduleClock},
 		// MachineReclaims: a node reset and brought into another cluster.
 		&reclaim.Reconciler{Client: c, Secrets: uncached, Dialer: s.dialer, Recorder: s.recorder,
 			Options: reclaim.Options{PollInterval: o.OperationPollInterval, CallTimeout: o.MachineContactTimeout}},

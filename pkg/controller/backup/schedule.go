@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,6 +22,7 @@ import (
 	"ichor.dev/ichor/pkg/events"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/statusapply"
+	"ichor.dev/ichor/pkg/wakeup"
 )
 
 // SchedulerName names the scheduler in logs, metrics and Events.
@@ -44,19 +46,24 @@ type Scheduler struct {
 	APIReader client.Reader
 	// Recorder records Events.
 	Recorder events.EventRecorder
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	// Clock tells when a run is due; nil is the wall clock. Tests move a
+	// fake one rather than wait for the minute.
+	Clock clock.WithDelayedExecution
+
+	wake *wakeup.Source
 }
 
 // SetupWithManager registers the scheduler.
 func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
-	if s.Now == nil {
-		s.Now = time.Now
+	if s.Clock == nil {
+		s.Clock = clock.RealClock{}
 	}
+	s.wake = wakeup.New(s.Clock)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(SchedulerName).
 		For(&v1alpha1.TalosCluster{}).
 		Watches(&v1alpha1.TalosBackup{}, clusterindex.EnqueueCluster()).
+		WatchesRawSource(s.wake.Source()).
 		Complete(s)
 }
 
@@ -64,6 +71,9 @@ func (s *Scheduler) SetupWithManager(mgr ctrl.Manager) error {
 func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var cluster v1alpha1.TalosCluster
 	if err := s.APIReader.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.wake.Forget(req)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var list v1alpha1.TalosBackupList
@@ -71,8 +81,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, fmt.Errorf("list the backups of TalosCluster %s: %w", cluster.Name, err)
 	}
 	before := cluster.Status.DeepCopy()
-	now := s.Now()
-	var result ctrl.Result
+	now := s.Clock.Now()
 
 	setting := cluster.Spec.Backup
 	if setting != nil && !setting.Suspend && cluster.DeletionTimestamp.IsZero() {
@@ -86,14 +95,14 @@ func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 			if err := s.schedule(ctx, &cluster, sched, now); err != nil {
 				return ctrl.Result{}, err
 			}
-			result.RequeueAfter = max(sched.Next(now).Sub(now), time.Second)
+			s.wake.At(req, sched.Next(now))
 		}
 	}
 	if setting != nil {
 		s.prune(ctx, &cluster, setting.Retention, list.Items)
 	}
 	s.report(&cluster, list.Items)
-	return result, s.writeStatus(ctx, &cluster, before)
+	return ctrl.Result{}, s.writeStatus(ctx, &cluster, before)
 }
 
 // schedule creates the TalosBackup of the latest run time that passed
@@ -236,7 +245,7 @@ func (s *Scheduler) delete(ctx context.Context, cluster *v1alpha1.TalosCluster, 
 		return
 	}
 	if err == nil {
-		b.DeletionTimestamp = &metav1.Time{Time: s.Now()} // not pruned twice in one pass
+		b.DeletionTimestamp = &metav1.Time{Time: s.Clock.Now()} // not pruned twice in one pass
 		events.Record(s.Recorder, cluster, b, v1alpha1.EventBackupPruned, "Prune", "deleted TalosBackup %s: %s", b.Name, why)
 	}
 }

@@ -8,13 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/events/eventstest"
+	"ichor.dev/ichor/pkg/statusapply/statusapplytest"
+	"ichor.dev/ichor/pkg/wakeup"
 )
 
 var t0 = time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
@@ -117,7 +123,7 @@ func TestPrune(t *testing.T) {
 				items = append(items, *b)
 			}
 			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
-			s := &Scheduler{Client: cl, Recorder: eventstest.New(t, 100), Now: func() time.Time { return t0.Add(100 * day) }}
+			s := &Scheduler{Client: cl, Recorder: eventstest.New(t, 100), Clock: clocktesting.NewFakeClock(t0.Add(100 * day))}
 			cluster := &v1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "prod"}}
 			s.prune(context.Background(), cluster, c.ret, items)
 			var left v1alpha1.TalosBackupList
@@ -147,5 +153,57 @@ func TestScheduledNameIsStableAndValid(t *testing.T) {
 	got := ScheduledName(long, at)
 	if len(got) > 253-6 || strings.Contains(got, "--") {
 		t.Fatalf("a long cluster name gives %q (%d characters)", got, len(got))
+	}
+}
+
+// TestTheScheduleRunsOnItsClock: the next run is waited for on the
+// scheduler's clock, so moving that clock to the run's minute brings the
+// scheduler back, and not a second before.
+func TestTheScheduleRunsOnItsClock(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 4, 30, 0, 0, time.UTC)
+	cluster := &v1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "prod", CreationTimestamp: metav1.NewTime(t0.Add(-10 * time.Minute))},
+		Spec:       v1alpha1.TalosClusterSpec{Backup: &v1alpha1.ClusterBackup{Schedule: "0 * * * *"}},
+	}
+	c, _ := statusapplytest.Client(t, cluster)
+	clock := clocktesting.NewFakeClock(t0)
+	s := &Scheduler{Client: c, APIReader: c, Recorder: eventstest.New(t, 10), Clock: clock, wake: wakeup.New(clock)}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	if err := s.wake.Source().Start(t.Context(), q); err != nil {
+		t.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(cluster)}
+	backups := func() []string {
+		var l v1alpha1.TalosBackupList
+		if err := c.List(t.Context(), &l); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, b := range l.Items {
+			names = append(names, b.Name)
+		}
+		return names
+	}
+
+	if _, err := s.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := backups(); len(got) != 0 {
+		t.Fatalf("no run was due at 04:30, yet: %v", got)
+	}
+	clock.Step(30*time.Minute - time.Second)
+	if q.Len() != 0 {
+		t.Fatal("woke a second before the run")
+	}
+	clock.Step(time.Second)
+	if q.Len() != 1 {
+		t.Fatal("did not wake at the run's minute")
+	}
+	if _, err := s.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := backups(), []string{ScheduledName("prod", t0.Add(30*time.Minute))}; !slices.Equal(got, want) {
+		t.Fatalf("backups %v, want %v", got, want)
 	}
 }

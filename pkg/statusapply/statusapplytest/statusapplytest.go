@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/clusterindex"
 )
 
 // Apply is one server-side apply of status: who applied what.
@@ -50,7 +51,8 @@ func (r *Recorder) Applies() []Apply {
 	return slices.Clone(r.applies)
 }
 
-// Client is a fake client of objs that records every server-side apply of
+// Client is a fake client of objs, indexed by cluster as the controller's
+// cache is, that records every server-side apply of
 // status made through it, and applies none.
 func Client(t testing.TB, objs ...client.Object) (client.Client, *Recorder) {
 	t.Helper()
@@ -61,7 +63,11 @@ func Client(t testing.TB, objs ...client.Object) (client.Client, *Recorder) {
 		}
 	}
 	r := &Recorder{}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	for _, obj := range clusterindex.Indexed() {
+		b = b.WithIndex(obj, clusterindex.Field, func(o client.Object) []string { return []string{clusterindex.ClusterOf(o)} })
+	}
+	c := b.
 		WithStatusSubresource(&v1alpha1.TalosMachine{}, &v1alpha1.TalosCluster{}, &v1alpha1.TalosConfigPatch{}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceApply: func(_ context.Context, _ client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {

@@ -280,8 +280,11 @@ func (d *DemoCluster) Backups(t *testing.T) {
 			}
 			return out
 		}
+		// Time passes a minute at a time on the schedule's clock, each time the
+		// run of the last minute has ended.
+		mover := &scheduleMover{d: d}
 		var older string
-		list := d.WaitBackups(t, "a scheduled backup succeeded", func(l *v1alpha1.TalosBackupList) bool { return len(scheduled(l)) >= 1 }, srv)
+		list := d.WaitBackups(t, "a scheduled backup succeeded", mover.until(func(l *v1alpha1.TalosBackupList) bool { return len(scheduled(l)) >= 1 }), srv)
 		older = scheduled(list)[0].Name
 		if len(d.BackupKeys(t, srv, older)) != 7 {
 			t.Fatalf("the scheduled backup's objects: %v", d.BackupKeys(t, srv, older))
@@ -289,7 +292,7 @@ func (d *DemoCluster) Backups(t *testing.T) {
 		// A store may fail a run now and then (the SDK retries a part three
 		// times): the schedule goes on, and retention waits for a success.
 		var newer string
-		d.WaitBackups(t, "a second scheduled backup succeeded, and the older and the failed ones were pruned", func(l *v1alpha1.TalosBackupList) bool {
+		d.WaitBackups(t, "a second scheduled backup succeeded, and the older and the failed ones were pruned", mover.until(func(l *v1alpha1.TalosBackupList) bool {
 			newer = ""
 			for _, b := range scheduled(l) {
 				if b.Name != older {
@@ -312,7 +315,7 @@ func (d *DemoCluster) Backups(t *testing.T) {
 				}
 			}
 			return true
-		}, srv)
+		}), srv)
 		if keys := d.BackupKeys(t, srv, older); len(keys) != 0 {
 			t.Fatalf("pruned backup %s left objects: %v", older, keys)
 		}
@@ -609,6 +612,41 @@ func (d *DemoCluster) WaitBackupEnds(t *testing.T, name string, want v1alpha1.Ba
 		t.Fatalf("TalosBackup %s: want %s: %v; status %+v", name, want, err, last.Status)
 	}
 	return last
+}
+
+// scheduleMover moves demo's schedule clock to the next minute: at once, and
+// then each time the run of the minute it moved to last has ended.
+type scheduleMover struct {
+	d    *DemoCluster
+	last time.Time
+}
+
+// until is done, and moves the clock each time done is not yet.
+func (m *scheduleMover) until(done func(*v1alpha1.TalosBackupList) bool) func(*v1alpha1.TalosBackupList) bool {
+	return func(l *v1alpha1.TalosBackupList) bool {
+		if done(l) {
+			return true
+		}
+		m.step(l)
+		return false
+	}
+}
+
+func (m *scheduleMover) step(l *v1alpha1.TalosBackupList) {
+	if !m.last.IsZero() && !slices.ContainsFunc(l.Items, func(b v1alpha1.TalosBackup) bool {
+		return b.Spec.ScheduledAt != nil && b.Spec.ScheduledAt.Time.Equal(m.last) &&
+			(b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed)
+	}) {
+		return
+	}
+	// After the wall clock too: the cluster was created on it, and a
+	// schedule runs from then.
+	now := m.d.ScheduleClock.Now()
+	if wall := time.Now(); wall.After(now) {
+		now = wall
+	}
+	m.last = now.Truncate(time.Minute).Add(time.Minute)
+	m.d.ScheduleClock.SetTime(m.last)
 }
 
 func (d *DemoCluster) WaitBackups(t *testing.T, what string, done func(*v1alpha1.TalosBackupList) bool, srv *objectstore.Server) *v1alpha1.TalosBackupList {

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	authnv1 "k8s.io/api/authentication/v1"
 	authv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
@@ -86,6 +88,8 @@ type DemoCluster struct {
 	Rejoining *talossim.Node
 	// BackupVolumeDir is the controller's --backup-volume-dir.
 	BackupVolumeDir string
+	// ScheduleClock is the clock the controller runs backup schedules on.
+	ScheduleClock *clocktesting.FakeClock
 }
 
 // NewDemoCluster builds demo: every machine pinned and decided.
@@ -119,8 +123,12 @@ func NewDemoClusterWith(t *testing.T, setup DemoSetup) *DemoCluster {
 	ns := CP.Namespace(t)
 	BindControllerSecrets(ctx, t, ns)
 	backupVolumeDir := t.TempDir()
+	// Schedules run on a clock the test moves: a step that waits for a
+	// scheduled backup moves it to the run's minute instead of waiting.
+	scheduleClock := clocktesting.NewFakeClock(time.Now())
 	tune := func(o *ctrlcmd.Options) {
 		o.BackupVolumeDir = backupVolumeDir
+		o.ScheduleClock = scheduleClock
 		o.MachineRecheckInterval = time.Second
 		o.MachineHealthInterval = 2 * time.Second
 		o.MachineContactTimeout = 5 * time.Second
@@ -222,7 +230,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 	names := slices.Sorted(maps.Keys(nodes))
 	slices.SortStableFunc(names, func(a, b string) int { return strings.Compare(string(roles[b]), string(roles[a])) })
 	d := &DemoCluster{
-		Parent: parent, Ctx: ctx, Ns: ns, Tune: tune, Controller: controller, Kube: kube, Endpoint: endpoint,
+		Parent: parent, Ctx: ctx, Ns: ns, Tune: tune, ScheduleClock: scheduleClock, Controller: controller, Kube: kube, Endpoint: endpoint,
 		Etcd: etcd, Trustd: trustd, Roles: roles, Nodes: nodes, Names: names, Rejected: rejected, Impostor: impostor,
 		Machines: machines, Patches: patches, Registry: setup.Registry, BackupVolumeDir: backupVolumeDir,
 	}
