@@ -37,7 +37,7 @@ func goldenCases(version string) []goldenCase {
 			testPatch("by-label", 10, ichorv1alpha1.PatchTarget{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "a"}}},
 				nodeLabelPatch("label")),
 			testPatch("by-name", 20, ichorv1alpha1.PatchTarget{Machines: []string{"node-1"}}, "machine:\n  sysctls:\n    vm.max_map_count: \"262144\"\n"))
-		in.Cluster.Spec.TalosVersion = version
+		in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = version, goldenKubernetes
 		in.Cluster.Spec.Network.CNI = ichorv1alpha1.CNISpec{Name: ichorv1alpha1.CNICilium}
 		in.Cluster.Spec.Security.DiskEncryption = &ichorv1alpha1.DiskEncryption{Key: ichorv1alpha1.DiskEncryptionKeyNodeID}
 		in.Cluster.Spec.Security.KubeletServingCertificates = ichorv1alpha1.KubeletServingCertificates{Enabled: true, VerifyFromAPIServer: true}
@@ -51,7 +51,7 @@ func goldenCases(version string) []goldenCase {
 	}
 	plain := func(t *testing.T, role ichorv1alpha1.MachineRole) Input {
 		in := testInput(t, testMachine("node-1", role, nil))
-		in.Cluster.Spec.TalosVersion = version
+		in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = version, goldenKubernetes
 		return in
 	}
 	return []goldenCase{
@@ -61,6 +61,9 @@ func goldenCases(version string) []goldenCase {
 		{"worker-full", func(t *testing.T) Input { return full(t, ichorv1alpha1.MachineRoleWorker) }},
 	}
 }
+
+// goldenKubernetes is fixed, not machinery's default, which moves with it.
+const goldenKubernetes = "v1.36.0"
 
 // goldenCAPEM is a fixed CA certificate (an OIDC issuer's, and a rotation's
 // other CA), made once with openssl; its key was thrown away.
