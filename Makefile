@@ -30,9 +30,9 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 
 # The packages whose tests need an external binary (the control plane, talosctl, SeaweedFS,
 # Chromium): each integration package starts a control plane of its own.
-INTEGRATION_PKGS := ./test/integration/... ./test/talossim/... ./test/bench/...
+INTEGRATION_PKGS := ./test/integration/... ./test/talossim/... ./test/talosgen/... ./test/bench/...
 # Every other package: the fast inner loop.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/talossim -e /test/bench)
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/talossim -e /test/talosgen -e /test/bench)
 # How many test binaries run at once. The integration packages mostly wait on simulated nodes and
 # timers, so more of them than cores keeps both cores busy.
 TEST_PARALLEL ?= 8

@@ -44,7 +44,7 @@ func TestRenderOIDCTrust(t *testing.T) {
 		if err != nil {
 			t.Fatalf("load: %v", err)
 		}
-		args := cfg.Cluster().APIServer().ExtraArgs()
+		args := cfg.K8sAPIServerConfig().ExtraArgs()
 		want := map[string]string{
 			"oidc-issuer-url": auth.IssuerURL, "oidc-client-id": "kubernetes",
 			"oidc-username-claim": "email", "oidc-username-prefix": "oidc:",
@@ -59,7 +59,7 @@ func TestRenderOIDCTrust(t *testing.T) {
 		if algs := args["oidc-signing-algs"]; len(algs) != 1 || strings.Contains(algs[0], "HS") || !strings.Contains(algs[0], "ES256") {
 			t.Errorf("oidc-signing-algs = %q: want asymmetric algorithms, ES256 among them", algs)
 		}
-		vols := cfg.Cluster().APIServer().ExtraVolumes()
+		vols := cfg.K8sAPIServerConfig().ExtraVolumes()
 		if !slices.ContainsFunc(vols, func(v talosconfig.VolumeMount) bool {
 			return v.HostPath() == "/etc/ssl/certs" && v.MountPath() == "/etc/ssl/certs" && v.ReadOnly()
 		}) {
@@ -88,10 +88,10 @@ func TestRenderOIDCTrust(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := cfg.Cluster().APIServer().ExtraArgs()["oidc-ca-file"]; ok {
+		if _, ok := cfg.K8sAPIServerConfig().ExtraArgs()["oidc-ca-file"]; ok {
 			t.Error("oidc-ca-file set without a caBundle: kube-apiserver would trust only that file")
 		}
-		if len(cfg.Cluster().APIServer().ExtraVolumes()) != 0 || len(cfg.TrustedRoots().ExtraTrustedRootCertificates()) != 0 {
+		if len(cfg.K8sAPIServerConfig().ExtraVolumes()) != 0 || len(cfg.TrustedRoots().ExtraTrustedRootCertificates()) != 0 {
 			t.Error("a mount or roots without a caBundle")
 		}
 	})

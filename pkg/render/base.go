@@ -7,41 +7,50 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/blang/semver/v4"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/meta"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/imageref"
 )
 
-// withServerTLSBootstrap sets the kubelet's serverTLSBootstrap through the
-// typed config (machine.kubelet.extraConfig, the place for machine config
-// contracts before v1.14), the switch the cluster's
-// security.kubeletServingCertificates.enabled stands for: the kubelet then
-// asks for its serving certificate with a CSR that Ichor's approver checks.
-// Never the deprecated rotate-server-certificates flag.
-func withServerTLSBootstrap(cfg config.Provider) (config.Provider, error) {
+// withServerTLSBootstrap sets the kubelet's serverTLSBootstrap, the switch
+// the cluster's security.kubeletServingCertificates.enabled stands for: the
+// kubelet then asks for its serving certificate with a CSR that Ichor's
+// approver checks. Never the deprecated rotate-server-certificates flag. It
+// lives in the KubeletConfig document's config from the v1.14 contract on,
+// in machine.kubelet.extraConfig before.
+func withServerTLSBootstrap(cfg config.Provider, contract *config.VersionContract) (config.Provider, error) {
+	set := func(u *meta.Unstructured) {
+		if u.Object == nil {
+			u.Object = map[string]any{}
+		}
+		u.Object["serverTLSBootstrap"] = true
+	}
+	if multidoc(contract) {
+		return editDocument(cfg, k8s.KubeletConfig, nil, func(k *k8s.KubeletConfigV1Alpha1) error {
+			set(&k.KubeletConfig)
+			return nil
+		})
+	}
 	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
 		if c.MachineConfig == nil {
 			return fmt.Errorf("config has no machine section")
 		}
-		if c.MachineConfig.MachineKubelet == nil {
-			c.MachineConfig.MachineKubelet = &talosv1alpha1.KubeletConfig{}
+		if c.MachineConfig.MachineKubelet == nil { //nolint:staticcheck // the v1.13 layout
+			c.MachineConfig.MachineKubelet = &talosv1alpha1.KubeletConfig{} //nolint:staticcheck // the v1.13 layout
 		}
-		extra := &c.MachineConfig.MachineKubelet.KubeletExtraConfig
-		if extra.Object == nil {
-			extra.Object = map[string]any{}
-		}
-		extra.Object["serverTLSBootstrap"] = true
+		set(&c.MachineConfig.MachineKubelet.KubeletExtraConfig) //nolint:staticcheck // the v1.13 layout
 		return nil
 	})
 }
@@ -58,23 +67,41 @@ const kubeletCAPath = "/system/secrets/kubernetes/kube-apiserver/ca.crt"
 func verifiesKubelets(cluster *ichorv1alpha1.TalosCluster) bool {
 	opt := cluster.Spec.Security.KubeletServingCertificates
 	return opt.Enabled && opt.VerifyFromAPIServer &&
-		meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ClusterConditionKubeletServingVerified)
+		apimeta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ClusterConditionKubeletServingVerified)
 }
 
 // withKubeletCertificateAuthority has kube-apiserver verify kubelets against
-// the cluster CA (cluster.apiServer.extraArgs, typed).
-func withKubeletCertificateAuthority(cfg config.Provider) (config.Provider, error) {
+// the cluster CA: an extra argument of KubeAPIServerConfig, or of
+// cluster.apiServer before the v1.14 contract.
+func withKubeletCertificateAuthority(cfg config.Provider, contract *config.VersionContract) (config.Provider, error) {
+	return withAPIServerArgs(cfg, contract, map[string]string{"kubelet-certificate-authority": kubeletCAPath})
+}
+
+// withAPIServerArgs sets kube-apiserver's extra arguments args in the
+// contract's place for them.
+func withAPIServerArgs(cfg config.Provider, contract *config.VersionContract, args map[string]string) (config.Provider, error) {
+	set := func(a *meta.Args) {
+		if *a == nil {
+			*a = meta.Args{}
+		}
+		for k, v := range args {
+			(*a)[k] = meta.NewArgValue(v, nil)
+		}
+	}
+	if multidoc(contract) {
+		return editDocument(cfg, k8s.KubeAPIServerConfig, nil, func(api *k8s.KubeAPIServerConfigV1Alpha1) error {
+			set(&api.PodArgs)
+			return nil
+		})
+	}
 	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
 		if c.ClusterConfig == nil {
 			return fmt.Errorf("config has no cluster section")
 		}
-		if c.ClusterConfig.APIServerConfig == nil {
-			c.ClusterConfig.APIServerConfig = &talosv1alpha1.APIServerConfig{}
+		if c.ClusterConfig.APIServerConfig == nil { //nolint:staticcheck // the v1.13 layout
+			c.ClusterConfig.APIServerConfig = &talosv1alpha1.APIServerConfig{} //nolint:staticcheck // the v1.13 layout
 		}
-		if c.ClusterConfig.APIServerConfig.ExtraArgsConfig == nil {
-			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = talosv1alpha1.Args{}
-		}
-		c.ClusterConfig.APIServerConfig.ExtraArgsConfig["kubelet-certificate-authority"] = talosv1alpha1.NewArgValue(kubeletCAPath, nil)
+		set(&c.ClusterConfig.APIServerConfig.ExtraArgsConfig) //nolint:staticcheck // the v1.13 layout
 		return nil
 	})
 }
@@ -93,20 +120,20 @@ func ClusterVersion(c *ichorv1alpha1.TalosCluster) string {
 
 // baseConfig generates the machine's config from the cluster and machine
 // inputs alone, with machinery's generator, before any TalosConfigPatch.
-func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
+func baseConfig(in Input) (config.Provider, error) {
 	cluster, m := in.Cluster, in.Machine
 	spec := cluster.Spec
 
 	contract, err := checkVersions(spec.TalosVersion, spec.KubernetesVersion)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := checkEndpoint(spec.ControlPlane.Endpoint); err != nil {
-		return nil, nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
+		return nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
 	}
 	disk := InstallDisk(m)
 	if disk == "" {
-		return nil, nil, &InputError{Field: "TalosMachine.spec.install.disk",
+		return nil, &InputError{Field: "TalosMachine.spec.install.disk",
 			Err: errors.New("no install disk: the node reported none Ichor would pick (USB disks are not); set one")}
 	}
 
@@ -122,21 +149,22 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	if spec.Network.DNSDomain != "" {
 		opts = append(opts, generate.WithDNSDomain(spec.Network.DNSDomain))
 	}
+	var noCNI bool
 	switch spec.Network.CNI.Name {
 	case "", ichorv1alpha1.CNIFlannel:
 		// Talos's default.
 	case ichorv1alpha1.CNICilium, ichorv1alpha1.CNINone:
 		// Talos installs no CNI; Cilium is installed by Ichor with the cluster's values.
-		opts = append(opts, generate.WithClusterCNIConfig(&talosv1alpha1.CNIConfig{CNIName: constants.NoneCNI}))
+		noCNI = true
 	default:
-		return nil, nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
+		return nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
 			Err: fmt.Errorf("unknown CNI %q (want flannel, cilium or none)", spec.Network.CNI.Name)}
 	}
 
 	gen, err := generate.NewInput(cluster.Name, spec.ControlPlane.Endpoint,
 		strings.TrimPrefix(spec.KubernetesVersion, "v"), opts...)
 	if err != nil {
-		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
+		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
 	}
 	if len(spec.Network.PodCIDRs) > 0 {
 		gen.PodNet = append([]string(nil), spec.Network.PodCIDRs...)
@@ -151,62 +179,59 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	}
 	cfg, err := gen.Config(machineType)
 	if err != nil {
-		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
+		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
 	}
 
-	if cfg, err = withKubernetesVersions(cfg, m.Status.Kubernetes); err != nil {
-		return nil, nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
+	if noCNI {
+		if cfg, err = withoutCNI(cfg, contract); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.network.cni.name", Err: err}
+		}
+	}
+	if cfg, err = withKubernetesVersions(cfg, contract, m.Status.Kubernetes); err != nil {
+		return nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
 	}
 	if len(in.TalosAcceptedCAs) > 0 || len(in.KubernetesAcceptedCAs) > 0 {
-		if cfg, err = withAcceptedCAs(cfg, in.TalosAcceptedCAs, in.KubernetesAcceptedCAs); err != nil {
-			return nil, nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
+		if cfg, err = withAcceptedCAs(cfg, contract, in.TalosAcceptedCAs, in.KubernetesAcceptedCAs); err != nil {
+			return nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
 		}
 	}
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
-			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
+			return nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
 		}
 	}
 	if spec.Security.KubeletServingCertificates.Enabled {
-		if cfg, err = withServerTLSBootstrap(cfg); err != nil {
-			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
+		if cfg, err = withServerTLSBootstrap(cfg, contract); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
 		}
 	}
 	if e := spec.Security.DiskEncryption; e != nil {
 		if cfg, err = withDiskEncryption(cfg, contract, e, DiskKeySlots(cluster)); err != nil {
-			return nil, nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
+			return nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
 		}
 	}
 	if a := spec.Authentication; a != nil && machineType == machine.TypeControlPlane {
-		if cfg, err = withOIDCTrust(cfg, a); err != nil {
-			return nil, nil, &InputError{Field: "TalosCluster.spec.authentication", Err: err}
+		if cfg, err = withOIDCTrust(cfg, contract, a); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.authentication", Err: err}
 		}
 	}
 	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
-		if cfg, err = withKubeletCertificateAuthority(cfg); err != nil {
-			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
+		if cfg, err = withKubeletCertificateAuthority(cfg, contract); err != nil {
+			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
 		}
 	}
-	return cfg, contract, nil
+	return cfg, nil
 }
 
 // checkVersions parses the Talos version into machinery's version contract and
 // refuses a Kubernetes version that Talos release does not support, using
-// machinery's compatibility table, or newerTalos for releases after the
-// machinery Ichor is built with. Machinery's own validation only checks this
-// on a running node, so without it a too-new Kubernetes would render fine and
-// fail on the node.
+// machinery's compatibility table. Machinery's own validation only checks
+// this on a running node, so without it a too-new Kubernetes would render
+// fine and fail on the node.
 func checkVersions(talosVersion, kubernetesVersion string) (*config.VersionContract, error) {
 	contract, err := config.ParseContractFromVersion(talosVersion)
 	if err != nil {
 		return nil, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
-	}
-	if supported, known := newerTalos[[2]int{contract.Major, contract.Minor}]; known {
-		if err := supported.check(kubernetesVersion); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.kubernetesVersion",
-				Err: fmt.Errorf("Kubernetes %s cannot run on Talos %s: %w", kubernetesVersion, talosVersion, err)}
-		}
-		return contract, nil
 	}
 	talos, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: talosVersion})
 	if err != nil {
@@ -232,33 +257,6 @@ func SupportsKubernetes(talosVersion, kubernetesVersion string) error {
 		return in.Err
 	}
 	return err
-}
-
-// kubernetesRange is the Kubernetes versions a Talos release runs: from min,
-// up to but not including max (machinery's convention, max being x.y.99).
-type kubernetesRange struct{ min, max semver.Version }
-
-// newerTalos extends machinery's compatibility table, which ends at the
-// release Ichor is built with (v1.13), with the ranges later Talos releases
-// publish in their own compatibility constants.
-var newerTalos = map[[2]int]kubernetesRange{
-	{1, 14}: {min: semver.MustParse("1.32.0"), max: semver.MustParse("1.37.99")},
-}
-
-// check returns an error unless v lies in the range.
-func (r kubernetesRange) check(v string) error {
-	kube, err := semver.ParseTolerant(v)
-	if err != nil {
-		return fmt.Errorf("parse Kubernetes version: %w", err)
-	}
-	kube.Pre, kube.Build = nil, nil
-	switch {
-	case kube.LT(r.min):
-		return fmt.Errorf("too old: the oldest supported is %s", r.min)
-	case kube.GTE(r.max):
-		return fmt.Errorf("too new: the newest supported is below %s", r.max)
-	}
-	return nil
 }
 
 // checkEndpoint requires an https URL with a host, the form Talos expects for
@@ -287,6 +285,24 @@ func withHostname(cfg config.Provider, hostname string) (config.Provider, error)
 	}
 	patch := fmt.Sprintf("machine:\n  network:\n    hostname: %q\n", hostname)
 	return applyText(cfg, patch)
+}
+
+// withoutCNI has Talos install no CNI: the KubeFlannelCNIConfig document
+// dropped, or cluster.network.cni named none before the v1.14 contract.
+func withoutCNI(cfg config.Provider, contract *config.VersionContract) (config.Provider, error) {
+	if multidoc(contract) {
+		return withoutDocuments[*k8s.KubeFlannelCNIConfigV1Alpha1](cfg)
+	}
+	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
+		if c.ClusterConfig == nil {
+			return fmt.Errorf("config has no cluster section")
+		}
+		if c.ClusterConfig.ClusterNetwork == nil { //nolint:staticcheck // the v1.13 layout
+			c.ClusterConfig.ClusterNetwork = &talosv1alpha1.ClusterNetworkConfig{} //nolint:staticcheck // the v1.13 layout
+		}
+		c.ClusterConfig.ClusterNetwork.CNI = &talosv1alpha1.CNIConfig{CNIName: constants.NoneCNI} //nolint:staticcheck // the v1.13 layout
+		return nil
+	})
 }
 
 // applyText applies a strategic-merge patch written by this package.

@@ -3,8 +3,8 @@ package render
 import (
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // effectRank orders effects by how disruptive a rollout must be. A reboot
@@ -152,8 +152,46 @@ var documentEffects = map[string]ichorv1alpha1.ConfigEffect{
 	"KmsgLogConfig":              ichorv1alpha1.ConfigEffectNoReboot,
 	"EventSinkConfig":            ichorv1alpha1.ConfigEffectNoReboot,
 	"WatchdogTimerConfig":        ichorv1alpha1.ConfigEffectNoReboot,
-	// Talos v1.14's machine.kubelet, image included.
-	talosdocs.KubeletConfigKind: ichorv1alpha1.ConfigEffectNoReboot,
+	// Talos v1.14's documents take the effect of the v1alpha1 section they
+	// replace: kube-apiserver's settings and the CAs it serves with restart
+	// it; the kubelet, other components, manifests and kernel settings apply
+	// live; files, udev rules and the install only take effect at a boot.
+	k8s.KubeletConfig:              ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeNodeConfig":               ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeCredentialProviderConfig": ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeStaticPodConfig":          ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeTalosAPIAccessConfig":     ichorv1alpha1.ConfigEffectNoReboot,
+	"KubePrismConfig":              ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeControllerManagerConfig":  ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeSchedulerConfig":          ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeProxyConfig":              ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeCoreDNSConfig":            ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeFlannelCNIConfig":         ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeExternalManifestConfig":   ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeInlineManifestConfig":     ichorv1alpha1.ConfigEffectNoReboot,
+	"KubeAPIServerConfig":          ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAPIServerCAConfig":        ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAggregatorCAConfig":       ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeServiceAccountConfig":     ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeEtcdEncryptionConfig":     ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAuthenticationConfig":     ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAuthorizerConfig":         ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAdmissionControlConfig":   ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeAuditPolicyConfig":        ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeClusterConfig":            ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"KubeNetworkConfig":            ichorv1alpha1.ConfigEffectAPIServerRestart,
+	"DiscoveryServiceConfig":       ichorv1alpha1.ConfigEffectNoReboot,
+	"DiscoveryIdentityConfig":      ichorv1alpha1.ConfigEffectNoReboot,
+	"CRICustomizationConfig":       ichorv1alpha1.ConfigEffectNoReboot,
+	"CRIBaseRuntimeSpecConfig":     ichorv1alpha1.ConfigEffectNoReboot,
+	"ImageCacheConfig":             ichorv1alpha1.ConfigEffectNoReboot,
+	"SysctlConfig":                 ichorv1alpha1.ConfigEffectNoReboot,
+	"SysfsConfig":                  ichorv1alpha1.ConfigEffectNoReboot,
+	"KernelModuleConfig":           ichorv1alpha1.ConfigEffectNoReboot,
+	"HTTPProbeConfig":              ichorv1alpha1.ConfigEffectNoReboot,
+	"VethConfig":                   ichorv1alpha1.ConfigEffectNoReboot,
+	"FilesystemTrimConfig":         ichorv1alpha1.ConfigEffectNoReboot,
+	"FilesystemScrubConfig":        ichorv1alpha1.ConfigEffectNoReboot,
 }
 
 // v1alpha1Effect is the effect of a change at path in the v1alpha1 document.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/siderolabs/go-pointer"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	configconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
@@ -67,10 +68,24 @@ func withDiskEncryption(cfg config.Provider, contract *config.VersionContract, e
 			}
 			keys = append(keys, k)
 		}
-		doc := block.NewVolumeConfigV1Alpha1()
-		doc.MetaName = volume
-		doc.EncryptionSpec = block.EncryptionSpec{EncryptionProvider: blockres.EncryptionProviderLUKS2, EncryptionKeys: keys}
-		docs = append(docs, doc)
+		spec := block.EncryptionSpec{EncryptionProvider: blockres.EncryptionProviderLUKS2, EncryptionKeys: keys}
+		// The v1.14 generator writes a VolumeConfig of EPHEMERAL of its own
+		// (its trim): the encryption goes into it.
+		i := slices.IndexFunc(docs, func(d configconfig.Document) bool {
+			v, ok := d.(*block.VolumeConfigV1Alpha1)
+			return ok && v.MetaName == volume
+		})
+		if i < 0 {
+			doc := block.NewVolumeConfigV1Alpha1()
+			doc.MetaName = volume
+			doc.EncryptionSpec = spec
+			docs = append(docs, doc)
+			continue
+		}
+		doc := docs[i].Clone().(*block.VolumeConfigV1Alpha1) //nolint:forcetypeassert // a clone of its own type
+		doc.EncryptionSpec = spec
+		docs = slices.Clone(docs)
+		docs[i] = doc
 	}
 	return container.New(docs...)
 }

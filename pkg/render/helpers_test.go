@@ -7,7 +7,6 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -18,8 +17,8 @@ const (
 	testTalosVersion = "v1.13.0"
 )
 
-// testKubernetesVersion is the newest Kubernetes the machinery's Talos supports.
-const testKubernetesVersion = "v" + constants.DefaultKubernetesVersion
+// testKubernetesVersion is the newest Kubernetes Talos v1.13 supports.
+const testKubernetesVersion = "v1.36.0"
 
 var (
 	bundleOnce sync.Once

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"ichor.dev/ichor/pkg/talosdocs"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 )
 
 // PatchClass says who may write a machine-config field through a
@@ -175,7 +175,57 @@ var documentClasses = map[string]docClass{
 	"EventSinkConfig":            {ClassPrivileged, "events leave the node"},
 	"KmsgLogConfig":              {ClassPrivileged, "kernel logs leave the node"},
 	"PCIDriverRebindConfig":      {ClassPrivileged, "hands PCI devices, which reach memory, to other drivers"},
-	talosdocs.KubeletConfigKind:  {ClassPrivileged, "the kubelet's image, flags and config"},
+	k8s.KubeletConfig:            {ClassPrivileged, "the kubelet's image, flags and config"},
+
+	// Talos v1.14's documents. Those that replace a v1alpha1 section take
+	// that section's class; Kubernetes' own components, manifests, keys and
+	// trust are Privileged, as cluster.* is.
+	"HTTPProbeConfig":       {ClassSettings, "connectivity probes"},
+	"VethConfig":            {ClassSettings, "veth pairs"},
+	"FilesystemTrimConfig":  {ClassSettings, "when filesystems are trimmed"},
+	"FilesystemScrubConfig": {ClassSettings, "when filesystems are scrubbed"},
+	"KubePrismConfig":       {ClassSettings, "the node-local load balancer in front of the Kubernetes API"},
+	// Node labels, annotations and taints, the node IP, FQDN registration:
+	// machine.node*, machine.kubelet.nodeIP and registerWithFQDN are Settings.
+	"KubeNodeConfig":               {ClassSettings, "the Node's labels, annotations, taints, IP and name"},
+	"BGPInstanceConfig":            {ClassPrivileged, "BGP sessions announce routes to peers outside the node"},
+	"LVMVolumeGroupConfig":         {ClassPrivileged, "volume groups on any disk, the system disk among them"},
+	"LVMLogicalVolumeConfig":       {ClassPrivileged, "logical volumes on any volume group"},
+	"RAIDArrayConfig":              {ClassPrivileged, "RAID arrays of any disks, the system disk among them"},
+	"UnattendedInstallConfig":      {ClassPrivileged, "the installer image (the code the node boots) and the install disk"},
+	"SysctlConfig":                 {ClassPrivileged, "kernel parameters, some of which weaken isolation"},
+	"SysfsConfig":                  {ClassPrivileged, "sysfs writes reach the kernel (uevent_helper runs a program)"},
+	"KernelModuleConfig":           {ClassPrivileged, "kernel modules run in the kernel"},
+	"UdevRulesConfig":              {ClassPrivileged, "udev rules run programs as root"},
+	"EtcFileConfig":                {ClassPrivileged, "files are written onto the host"},
+	"CRICustomizationConfig":       {ClassPrivileged, "the container runtime's configuration, its registries and runtimes"},
+	"CRIBaseRuntimeSpecConfig":     {ClassPrivileged, "the base OCI spec every container runs with"},
+	"ImageCacheConfig":             {ClassPrivileged, "the image cache serves images to the cluster's nodes"},
+	"SecurityProfileConfig":        {ClassPrivileged, "workload isolation"},
+	"ContainerConfig":              {ClassPrivileged, "containers Talos runs as root"},
+	"DiscoveryServiceConfig":       {ClassPrivileged, "the cluster's members are published to a discovery service"},
+	"DiscoveryIdentityConfig":      {ClassPrivileged, "the cluster's discovery identity and secret"},
+	"KubeClusterConfig":            {ClassPrivileged, "the cluster's name and where nodes find the Kubernetes API"},
+	"KubeNetworkConfig":            {ClassPrivileged, "the pod and service networks"},
+	"KubeAPIServerConfig":          {ClassPrivileged, "kube-apiserver's image and flags"},
+	"KubeAPIServerCAConfig":        {ClassPrivileged, "the Kubernetes CA"},
+	"KubeAggregatorCAConfig":       {ClassPrivileged, "the aggregation layer's CA"},
+	"KubeServiceAccountConfig":     {ClassPrivileged, "the service-account signing key"},
+	"KubeEtcdEncryptionConfig":     {ClassPrivileged, "the key Secrets are encrypted with in etcd"},
+	"KubeAuthenticationConfig":     {ClassPrivileged, "whom kube-apiserver authenticates"},
+	"KubeAuthorizerConfig":         {ClassPrivileged, "how kube-apiserver authorizes"},
+	"KubeAdmissionControlConfig":   {ClassPrivileged, "kube-apiserver's admission plugins (Pod Security among them)"},
+	"KubeAuditPolicyConfig":        {ClassPrivileged, "what kube-apiserver audits"},
+	"KubeControllerManagerConfig":  {ClassPrivileged, "kube-controller-manager's image and flags, which hold the signing keys"},
+	"KubeSchedulerConfig":          {ClassPrivileged, "kube-scheduler's image, flags and config"},
+	"KubeProxyConfig":              {ClassPrivileged, "kube-proxy's image (host network, privileged) and config"},
+	"KubeCoreDNSConfig":            {ClassPrivileged, "CoreDNS's image: where the cluster's names resolve"},
+	"KubeFlannelCNIConfig":         {ClassPrivileged, "the CNI, a privileged DaemonSet"},
+	"KubeExternalManifestConfig":   {ClassPrivileged, "manifests are applied as cluster-admin"},
+	"KubeInlineManifestConfig":     {ClassPrivileged, "manifests are applied as cluster-admin"},
+	"KubeStaticPodConfig":          {ClassPrivileged, "static pods run with the node's privileges"},
+	"KubeCredentialProviderConfig": {ClassPrivileged, "the kubelet runs credential provider programs"},
+	"KubeTalosAPIAccessConfig":     {ClassPrivileged, "which workloads reach the Talos API, and with which roles"},
 }
 
 // documentClass is the class of a document kind, with why.

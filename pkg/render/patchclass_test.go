@@ -13,10 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // wgKey is a WireGuard key's form.
@@ -128,7 +128,7 @@ func TestEveryDocumentKindHasAClass(t *testing.T) {
 	if err != nil {
 		t.Fatalf("find machinery's source: %v", err)
 	}
-	kinds := map[string]bool{talosdocs.KubeletConfigKind: true}
+	kinds := map[string]bool{k8s.KubeletConfig: true}
 	root := filepath.Join(strings.TrimSpace(string(out)), "config", "types")
 	err = filepath.WalkDir(root, func(dir string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -263,7 +263,15 @@ func TestRenderedSecurityIsPrivileged(t *testing.T) {
 						}
 					}
 				}
-				for _, want := range []string{"VolumeConfig/STATE:encryption", "VolumeConfig/EPHEMERAL:encryption", "machine.install.image", "machine.acceptedCAs"} {
+				wants := []string{"VolumeConfig/STATE:encryption", "VolumeConfig/EPHEMERAL:encryption", "machine.install.image", "machine.acceptedCAs"}
+				if version != testTalosVersion {
+					wants = []string{"VolumeConfig/STATE:encryption", "VolumeConfig/EPHEMERAL:encryption", "UnattendedInstallConfig:installer.image",
+						"machine.acceptedCAs", "KubeAPIServerCAConfig:acceptedCAs", "KubeletConfig:config.serverTLSBootstrap"}
+					if role == ichorv1alpha1.MachineRoleControlPlane {
+						wants = append(wants, "KubeAuthenticationConfig:configuration.jwt", "KubeAPIServerConfig:extraArgs.kubelet-certificate-authority")
+					}
+				}
+				for _, want := range wants {
 					if !slices.ContainsFunc(seen, func(s string) bool { return strings.HasPrefix(s, want) }) {
 						t.Errorf("the security options did not render %s; rendered %v", want, seen)
 					}

@@ -26,11 +26,11 @@ func Render(in Input) (Rendered, error) {
 		return Rendered{}, &InputError{Field: "TalosCluster.spec.secretsRef", Err: errors.New("no secrets bundle given")}
 	}
 
-	base, contract, err := baseConfig(in)
+	base, err := baseConfig(in)
 	if err != nil {
 		return Rendered{}, err
 	}
-	if _, _, err := finish(base, contract); err != nil {
+	if _, _, err := finish(base); err != nil {
 		// Before patches, only the cluster and machine specs shaped the config.
 		return Rendered{}, &InputError{Field: "TalosCluster.spec/TalosMachine.spec",
 			Err: fmt.Errorf("generated config is invalid before any patch: %w", err)}
@@ -49,12 +49,15 @@ func Render(in Input) (Rendered, error) {
 		if err != nil {
 			return Rendered{}, err
 		}
+		if err := layoutConflicts(next); err != nil {
+			return Rendered{}, &PatchError{Patch: nameOf(p.patch), Reason: PatchInvalidResult, Err: err}
+		}
 		steps = append(steps, next)
 	}
 
-	final, warnings, err := finish(steps[len(steps)-1], contract)
+	final, warnings, err := finish(steps[len(steps)-1])
 	if err != nil {
-		return Rendered{}, blameInvalid(steps, patches, contract, err)
+		return Rendered{}, blameInvalid(steps, patches, err)
 	}
 
 	data, err := final.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
@@ -75,10 +78,10 @@ func Render(in Input) (Rendered, error) {
 // through an invalid state that a later patch repairs, so only the final
 // config is judged, and blame goes to the patch after which it never
 // validated again. The base is known valid, so some patch is always named.
-func blameInvalid(steps []config.Provider, patches []scopedPatch, contract *config.VersionContract, finalErr error) error {
+func blameInvalid(steps []config.Provider, patches []scopedPatch, finalErr error) error {
 	culprit := len(patches) - 1
 	for i := len(steps) - 2; i >= 1; i-- {
-		if _, _, err := finish(steps[i], contract); err == nil {
+		if _, _, err := finish(steps[i]); err == nil {
 			break
 		}
 		culprit = i - 1

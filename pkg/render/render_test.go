@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -14,12 +15,12 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 func TestRenderIsDeterministic(t *testing.T) {
@@ -60,7 +61,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 			if got, want := cfg.Machine().Type().String(), string(role); got != want {
 				t.Errorf("machine type %q, want %q", got, want)
 			}
-			if got := cfg.Cluster().Name(); got != "prod" {
+			if got := cfg.K8sClusterConfig().ClusterName(); got != "prod" {
 				t.Errorf("cluster name %q, want prod", got)
 			}
 			if got := cfg.Machine().Install().Disk(); got != "/dev/sda" {
@@ -95,29 +96,36 @@ func TestRenderClusterInputs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	c := cfg.Cluster()
-	if got := c.Network().PodCIDRs(); !slices.Equal(got, []string{"10.100.0.0/16"}) {
+	prefixes := func(ps []netip.Prefix) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.String())
+		}
+		return out
+	}
+	network := cfg.K8sNetworkConfig()
+	if got := prefixes(network.PodCIDRs()); !slices.Equal(got, []string{"10.100.0.0/16"}) {
 		t.Errorf("pod CIDRs %v", got)
 	}
-	if got := c.Network().ServiceCIDRs(); !slices.Equal(got, []string{"10.200.0.0/16"}) {
+	if got := prefixes(network.ServiceCIDRs()); !slices.Equal(got, []string{"10.200.0.0/16"}) {
 		t.Errorf("service CIDRs %v", got)
 	}
-	if got := c.Network().DNSDomain(); got != "prod.internal" {
+	if got := network.DNSDomain(); got != "prod.internal" {
 		t.Errorf("DNS domain %q", got)
 	}
-	if got := c.Network().CNI().Name(); got != "none" {
-		t.Errorf("CNI %q, want none for cilium (Ichor installs it)", got)
+	if cni := cfg.RawV1Alpha1().ClusterConfig.ClusterNetwork.CNI; cni == nil || cni.CNIName != "none" { //nolint:staticcheck // the v1.13 layout
+		t.Errorf("CNI %+v, want none for cilium (Ichor installs it)", cni)
 	}
-	if got := cfg.Machine().Kubelet().ExtraConfig()["serverTLSBootstrap"]; got != true {
+	if got := cfg.K8sKubeletConfig().ExtraConfig()["serverTLSBootstrap"]; got != true {
 		t.Errorf("kubelet extraConfig.serverTLSBootstrap = %v, want true", got)
 	}
-	if _, ok := cfg.Machine().Kubelet().ExtraArgs()["rotate-server-certificates"]; ok {
+	if _, ok := cfg.K8sKubeletConfig().ExtraArgs()["rotate-server-certificates"]; ok {
 		t.Error("the deprecated rotate-server-certificates flag is rendered")
 	}
 	if got := cfg.Machine().Install().Image(); got != "siderolabs/installer:v1.13.0" {
 		t.Errorf("install image %q", got)
 	}
-	if got := c.Endpoint().String(); got != "https://10.5.0.2:6443" {
+	if got := cfg.K8sClusterConfig().ClusterEndpoint().String(); got != "https://10.5.0.2:6443" {
 		t.Errorf("endpoint %q", got)
 	}
 }
@@ -222,7 +230,7 @@ func TestRenderPatchOrder(t *testing.T) {
 			if err != nil {
 				t.Fatalf("load: %v", err)
 			}
-			if got := cfg.Machine().NodeLabels()["tier"]; got != tc.want {
+			if got := cfg.K8sNodeConfig().Labels()["tier"]; got != tc.want {
 				t.Errorf("tier label %q, want %q", got, tc.want)
 			}
 			var applied []string
@@ -281,12 +289,12 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 			message: "'auto' and 'hostname' cannot be set at the same time",
 		},
 		{
-			name:         "machine.kubelet field without a place in v1.14's KubeletConfig",
+			name:         "a v1.13-layout field on a v1.14 contract names the documents to patch",
 			talosVersion: "v1.14.0",
-			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("node-ip", 0, ichorv1alpha1.PatchTarget{},
+			patches: []ichorv1alpha1.TalosConfigPatch{testPatch("node-ip", 0, ichorv1alpha1.PatchTarget{},
 				"machine:\n  kubelet:\n    nodeIP:\n      validSubnets: [10.5.0.0/24]\n"), later},
 			blame: "node-ip", reason: PatchInvalidResult,
-			message: "KubeletConfig document, which has no place for machine.kubelet.nodeIP",
+			message: "configures it in the KubeNodeConfig, KubeletConfig document: patch that instead",
 		},
 		{
 			name:    "two kinds of target",
@@ -354,7 +362,7 @@ func TestRenderRefusesBadInputs(t *testing.T) {
 				in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = "v1.14.0", "v1.31.4"
 			},
 			field:   "TalosCluster.spec.kubernetesVersion",
-			message: "Kubernetes v1.31.4 cannot run on Talos v1.14.0: too old: the oldest supported is 1.32.0",
+			message: "Kubernetes v1.31.4 cannot run on Talos v1.14.0: version of Kubernetes 1.31.4 is too old to be used with Talos 1.14.0",
 		},
 		{
 			name: "Kubernetes too new for Talos v1.14",
@@ -362,7 +370,7 @@ func TestRenderRefusesBadInputs(t *testing.T) {
 				in.Cluster.Spec.TalosVersion, in.Cluster.Spec.KubernetesVersion = "v1.14.0", "v1.38.0"
 			},
 			field:   "TalosCluster.spec.kubernetesVersion",
-			message: "too new: the newest supported is below 1.37.99",
+			message: "version of Kubernetes 1.38.0 is too new to be used with Talos 1.14.0",
 		},
 		{
 			name:    "endpoint not https",
@@ -480,7 +488,7 @@ func TestKubeletServingOptionOnlyAddsServerTLSBootstrap(t *testing.T) {
 // loads and validates.
 func TestKubeletDocumentFromV1_14(t *testing.T) {
 	patch := testPatch("kubelet-args", 0, ichorv1alpha1.PatchTarget{},
-		"machine:\n  kubelet:\n    extraArgs:\n      max-pods: \"250\"\n    clusterDNS: [10.96.0.53]\n")
+		"apiVersion: v1alpha1\nkind: KubeletConfig\nextraArgs:\n  max-pods: \"250\"\nclusterDNS: [10.96.0.53]\n")
 	in := testInput(t, testMachine("node-1", ichorv1alpha1.MachineRoleWorker, nil), patch)
 	in.Cluster.Spec.TalosVersion = "v1.14.0"
 	in.Cluster.Spec.Security.KubeletServingCertificates.Enabled = true
@@ -489,37 +497,40 @@ func TestKubeletDocumentFromV1_14(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := talosdocs.Load(out.Config)
+	cfg, err := configloader.NewFromBytes(out.Config)
 	if err != nil {
 		t.Fatalf("the rendered config does not load: %v", err)
 	}
 	if _, err := cfg.Validate(metalMode{}); err != nil {
 		t.Fatalf("the rendered config is invalid: %v", err)
 	}
-	if cfg.RawV1Alpha1().MachineConfig.MachineKubelet != nil {
+	if cfg.RawV1Alpha1().MachineConfig.MachineKubelet != nil { //nolint:staticcheck // checks the v1.13 field is unset
 		t.Fatal("machine.kubelet is still set beside the KubeletConfig document")
 	}
-	var doc *talosdocs.KubeletConfigV1Alpha1
+	var doc *k8s.KubeletConfigV1Alpha1
 	for _, d := range cfg.Documents() {
-		if k, ok := d.(*talosdocs.KubeletConfigV1Alpha1); ok {
+		if k, ok := d.(*k8s.KubeletConfigV1Alpha1); ok {
 			doc = k
 		}
 	}
 	if doc == nil {
 		t.Fatalf("no KubeletConfig document in\n%s", out.Config)
 	}
-	if want := constants.KubeletImage + ":" + testKubernetesVersion; doc.Image != want {
-		t.Errorf("image %q, want %q", doc.Image, want)
+	if want := constants.KubeletImage + ":" + testKubernetesVersion; doc.KubeletImage != want {
+		t.Errorf("image %q, want %q", doc.KubeletImage, want)
 	}
-	if doc.Config.Object["serverTLSBootstrap"] != true {
-		t.Errorf("config %v has no serverTLSBootstrap", doc.Config.Object)
+	if doc.KubeletConfig.Object["serverTLSBootstrap"] != true {
+		t.Errorf("config %v has no serverTLSBootstrap", doc.KubeletConfig.Object)
 	}
-	if got := doc.ExtraArgs.ToMap()["max-pods"]; !slices.Equal(got, []string{"250"}) || !slices.Equal(doc.ClusterDNS, []string{"10.96.0.53"}) {
-		t.Errorf("the patch did not reach the document: extraArgs %v, clusterDNS %v", doc.ExtraArgs.ToMap(), doc.ClusterDNS)
+	if got := doc.KubeletArgs.ToMap()["max-pods"]; !slices.Equal(got, []string{"250"}) || !slices.Equal(doc.KubeletClusterDNS, []string{"10.96.0.53"}) {
+		t.Errorf("the patch did not reach the document: extraArgs %v, clusterDNS %v", doc.KubeletArgs.ToMap(), doc.KubeletClusterDNS)
 	}
 
-	// The v1.13 family keeps machine.kubelet and has no KubeletConfig document.
+	// The v1.13 family keeps machine.kubelet and has no KubeletConfig
+	// document: the same settings patch machine.kubelet there.
 	in.Cluster.Spec.TalosVersion = "v1.13.0"
+	in.Patches = []ichorv1alpha1.TalosConfigPatch{testPatch("kubelet-args", 0, ichorv1alpha1.PatchTarget{},
+		"machine:\n  kubelet:\n    extraArgs:\n      max-pods: \"250\"\n    clusterDNS: [10.96.0.53]\n")}
 	legacy, err := Render(in)
 	if err != nil {
 		t.Fatal(err)
@@ -663,11 +674,13 @@ func TestRenderKubernetesTrust(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl := cfg.Cluster()
-		if len(cl.AcceptedCAs()) != 1 || string(cl.AcceptedCAs()[0].Crt) != string(next.CrtPEM) || string(cl.IssuingCA().Crt) != string(in.Secrets.Certs.K8s.Crt) {
-			t.Errorf("%s: cluster.acceptedCAs %d, issuing from the bundle %v", c.role, len(cl.AcceptedCAs()), string(cl.IssuingCA().Crt) == string(in.Secrets.Certs.K8s.Crt))
+		// The accepted CAs begin with the issuing one.
+		cl := cfg.K8sAPIServerCAConfig()
+		if len(cl.AcceptedCAs()) != 2 || string(cl.AcceptedCAs()[1].Crt) != string(next.CrtPEM) || string(cl.AcceptedCAs()[0].Crt) != string(in.Secrets.Certs.K8s.Crt) {
+			t.Errorf("%s: cluster.acceptedCAs %d, issuing from the bundle %v", c.role, len(cl.AcceptedCAs()), string(cl.AcceptedCAs()[0].Crt) == string(in.Secrets.Certs.K8s.Crt))
 		}
-		if hasKey := len(cl.IssuingCA().Key) > 0; hasKey != (c.role == ichorv1alpha1.MachineRoleControlPlane) {
+		// Only a control plane holds the issuing CA's key.
+		if hasKey := cl.IssuingCA() != nil; hasKey != (c.role == ichorv1alpha1.MachineRoleControlPlane) {
 			t.Errorf("%s: cluster.ca carries its key: %v", c.role, hasKey)
 		}
 		if len(cfg.Machine().Security().AcceptedCAs()) != 0 {

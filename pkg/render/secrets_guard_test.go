@@ -27,7 +27,7 @@ func TestTouchedSecrets(t *testing.T) {
 		{name: "null value still touches", patch: "machine:\n  token: null\n", want: []string{"machine.token"}},
 		{name: "$patch delete on an ancestor", patch: "cluster:\n  etcd:\n    $patch: delete\n", want: []string{"cluster.etcd.ca"}},
 		{name: "ancestor replaced by a scalar", patch: "cluster:\n  etcd: null\n", want: []string{"cluster.etcd.ca"}},
-		{name: "YAML alias cannot hide it", patch: "machine:\n  nodeLabels: &x\n    a: b\n  ca: *x\n", want: []string{"machine.ca"}},
+		{name: "YAML alias cannot hide it", patch: "machine:\n  nodeLabels: &x\n    crt: YQ==\n  ca: *x\n", want: []string{"machine.ca"}},
 		{name: "second document", patch: "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: a\n---\nmachine:\n  token: abc.def\n", want: []string{"machine.token"}},
 
 		{name: "JSON6902 replace", patch: `[{"op": "replace", "path": "/cluster/token", "value": "x"}]`, want: []string{"cluster.token"}},

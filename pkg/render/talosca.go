@@ -3,15 +3,16 @@ package render
 import (
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 )
 
-// withAcceptedCAs sets machine.acceptedCAs and cluster.acceptedCAs: the
-// Talos API CAs and the Kubernetes CAs accepted besides machine.ca and
-// cluster.ca, as each phase of a CA rotation has them (talosctl rotate-ca
-// writes the same fields). machine.ca and cluster.ca themselves come from
-// the bundle in force.
-func withAcceptedCAs(cfg config.Provider, talos, kubernetes [][]byte) (config.Provider, error) {
+// withAcceptedCAs sets the Talos API CAs and the Kubernetes CAs accepted
+// besides the issuing ones, as each phase of a CA rotation has them
+// (talosctl rotate-ca writes the same fields): machine.acceptedCAs, and
+// the KubeAPIServerCAConfig document's acceptedCAs (cluster.acceptedCAs
+// before the v1.14 contract). The issuing CAs come from the bundle in force.
+func withAcceptedCAs(cfg config.Provider, contract *config.VersionContract, talos, kubernetes [][]byte) (config.Provider, error) {
 	certs := func(pems [][]byte) []*x509.PEMEncodedCertificate {
 		var out []*x509.PEMEncodedCertificate
 		for _, crt := range pems {
@@ -19,9 +20,21 @@ func withAcceptedCAs(cfg config.Provider, talos, kubernetes [][]byte) (config.Pr
 		}
 		return out
 	}
-	return cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
+	cfg, err := cfg.PatchV1Alpha1(func(c *talosv1alpha1.Config) error {
 		c.MachineConfig.MachineAcceptedCAs = certs(talos)
-		c.ClusterConfig.ClusterAcceptedCAs = certs(kubernetes)
+		if !multidoc(contract) {
+			c.ClusterConfig.ClusterAcceptedCAs = certs(kubernetes) //nolint:staticcheck // the v1.13 layout
+		}
+		return nil
+	})
+	if err != nil || !multidoc(contract) {
+		return cfg, err
+	}
+	return editDocument(cfg, k8s.KubeAPIServerCAConfig, nil, func(d *k8s.KubeAPIServerCAConfigV1Alpha1) error {
+		d.APIAcceptedCAs = nil
+		for _, crt := range kubernetes {
+			d.APIAcceptedCAs = append(d.APIAcceptedCAs, string(crt))
+		}
 		return nil
 	})
 }

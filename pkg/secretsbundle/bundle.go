@@ -75,7 +75,9 @@ func Parse(data []byte) (*secrets.Bundle, error) {
 	if err := yaml.Unmarshal(data, bundle); err != nil {
 		return nil, errNotABundle
 	}
-	if err := bundle.Validate(); err != nil {
+	// Ichor's clusters run Kubernetes and etcd on every Talos version: the
+	// current contract requires all of their secrets.
+	if err := bundle.Validate(config.TalosVersionCurrent); err != nil {
 		return nil, fmt.Errorf("the bundle in key %s is incomplete: %w", BundleKey, err)
 	}
 	return bundle, nil

@@ -22,7 +22,14 @@ import (
 // controlPlaneConfig is a bundle and a control-plane config rendered from it.
 func controlPlaneConfig(t *testing.T) (*secrets.Bundle, []byte) {
 	t.Helper()
-	contract, err := config.ParseContractFromVersion("v1.13.0")
+	return controlPlaneConfigOf(t, "v1.13.0")
+}
+
+// controlPlaneConfigOf is a control plane's config as machinery generates
+// it for the contract of Talos version, with a bundle of its own.
+func controlPlaneConfigOf(t *testing.T, version string) (*secrets.Bundle, []byte) {
+	t.Helper()
+	contract, err := config.ParseContractFromVersion(version)
 	if err != nil {
 		t.Fatal(err)
 	}

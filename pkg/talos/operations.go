@@ -28,11 +28,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// ApplyConfiguration implements Node with the call `talosctl apply-config` makes.
+// ApplyConfiguration implements Node with the calls `talosctl apply-config`
+// makes. A config that needs a reboot is staged (`--mode=staged`) and the
+// node then rebooted gracefully (`talosctl reboot`): Talos v1.14 refuses the
+// REBOOT mode, and the two calls mean the same on v1.13. Were the reboot
+// call lost, the node runs its old config until it boots, and the caller,
+// finding the config not yet in effect, stages and reboots again.
 func (n *machineryNode) ApplyConfiguration(ctx context.Context, config []byte, mode ApplyMode) (*ApplyResult, error) {
 	req := &machineapi.ApplyConfigurationRequest{Data: config, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}
 	if mode == ApplyReboot {
-		req.Mode = machineapi.ApplyConfigurationRequest_REBOOT
+		req.Mode = machineapi.ApplyConfigurationRequest_STAGED
 	}
 	resp, err := n.c.ApplyConfiguration(ctx, req)
 	if err != nil {
@@ -40,9 +45,16 @@ func (n *machineryNode) ApplyConfiguration(ctx context.Context, config []byte, m
 	}
 	var r ApplyResult
 	for _, m := range resp.GetMessages() {
-		r.Rebooting = r.Rebooting || m.GetMode() == machineapi.ApplyConfigurationRequest_REBOOT
 		r.Details = m.GetModeDetails()
 		r.Warnings = append(r.Warnings, m.GetWarnings()...)
+		// A node in maintenance mode installs and boots into the config.
+		r.Rebooting = r.Rebooting || m.GetMode() == machineapi.ApplyConfigurationRequest_REBOOT //nolint:staticcheck // what a maintenance-mode node answers
+	}
+	if mode == ApplyReboot {
+		if err := n.Reboot(ctx, false); err != nil {
+			return nil, fmt.Errorf("the config is staged for the next boot, but %w", err)
+		}
+		r.Rebooting = true
 	}
 	return &r, nil
 }

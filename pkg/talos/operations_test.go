@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
-	"ichor.dev/ichor/pkg/talosdocs"
 	"ichor.dev/ichor/test/talossim"
 )
 
@@ -76,28 +74,14 @@ func TestConfigureBootstrapReset(t *testing.T) {
 	}
 }
 
-// TestConfigReadsDocumentsNewerThanMachinery reads back the config of a Talos
-// v1.14 node that carries the KubeletConfig document, which machinery v1.13's
-// typed MachineConfig resource cannot decode.
-func TestConfigReadsDocumentsNewerThanMachinery(t *testing.T) {
+// TestConfigReadsAV1_14Config reads back the config of a Talos v1.14 node in
+// the v1.14 layout: Kubernetes configured in documents of their own.
+func TestConfigReadsAV1_14Config(t *testing.T) {
 	ctx := callContext(t)
 	opts := simOptions()
-	opts.Version = "v1.14.0"
+	opts.Version = "v1.14.1"
 	n := startNode(t, opts)
-	bundle, legacy := controlPlaneConfig(t)
-
-	loaded, err := talosdocs.Load(legacy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	moved, err := talosdocs.MoveKubeletToDocument(loaded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := moved.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bundle, cfg := controlPlaneConfigOf(t, opts.Version)
 
 	s := installed(ctx, t, n, bundle, cfg)
 

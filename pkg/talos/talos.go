@@ -207,7 +207,7 @@ const (
 	// ApplyNoReboot applies the config to the running node; the node
 	// refuses it if a field changed that needs a reboot.
 	ApplyNoReboot ApplyMode = iota
-	// ApplyReboot writes the config and reboots the node into it.
+	// ApplyReboot stages the config and reboots the node gracefully into it.
 	ApplyReboot
 )
 

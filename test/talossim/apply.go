@@ -1,6 +1,7 @@
 package talossim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,10 +17,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configdiff"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
+	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-
-	"ichor.dev/ichor/pkg/talosdocs"
+	"go.yaml.in/yaml/v4"
 )
 
 // Mode details strings of the ApplyConfiguration response, as Talos words them.
@@ -42,14 +43,110 @@ func (m simMode) RequiresInstall() bool { return !m.installed }
 // InContainer implements validation.RuntimeMode.
 func (simMode) InContainer() bool { return false }
 
-// loadNodeConfig parses a config as a node running the given Talos version does:
-// the documents later releases added (the KubeletConfig of v1.14) only from
-// that release on, so an older node refuses them as unknown, like Talos.
+// loadNodeConfig parses a config as a node running the given Talos version does: the document
+// kinds later releases added (the Kubernetes documents of v1.14: KubeletConfig, KubeClusterConfig,
+// …) only from that release on, so an older node refuses them as unknown, like Talos.
 func loadNodeConfig(data []byte, running string) (config.Provider, error) {
-	if contract, err := config.ParseContractFromVersion(running); err == nil && !contract.Greater(config.TalosVersion1_13) {
-		return configloader.NewFromBytes(data)
+	if runsUpTo1_13(running) {
+		if err := refuseKindsUnknownTo1_13(data); err != nil {
+			return nil, err
+		}
 	}
-	return talosdocs.Load(data)
+
+	return configloader.NewFromBytes(data)
+}
+
+// runsUpTo1_13 reports whether the running Talos version is v1.13 or older.
+func runsUpTo1_13(running string) bool {
+	contract, err := config.ParseContractFromVersion(running)
+
+	return err == nil && !contract.Greater(config.TalosVersion1_13)
+}
+
+// installRequiredUpTo1_13 is the check Talos up to v1.13 makes of a config that a node yet to be
+// installed validates: it must say how to install (machine.install). Talos v1.14 also installs
+// from an UnattendedInstallConfig document, or not at all, and its machinery has no such check.
+func installRequiredUpTo1_13(cfg config.Provider, mode validation.RuntimeMode, running string) error {
+	if !runsUpTo1_13(running) || !mode.RequiresInstall() {
+		return nil
+	}
+
+	v1 := cfg.RawV1Alpha1()
+	if v1 == nil || v1.MachineConfig == nil || v1.MachineConfig.MachineInstall != nil { //nolint:staticcheck // the v1.13 layout
+		return nil
+	}
+
+	return fmt.Errorf("v1alpha1.Config: install instructions are required in %q mode", mode)
+}
+
+// talos1_13Kinds are the config document kinds Talos v1.13's machinery registers.
+var talos1_13Kinds = map[string]struct{}{
+	"v1alpha1": {},
+	// block
+	"VolumeConfig": {}, "UserVolumeConfig": {}, "RawVolumeConfig": {}, "ExistingVolumeConfig": {},
+	"ExternalVolumeConfig": {}, "SwapVolumeConfig": {}, "ZswapConfig": {},
+	// cri
+	"RegistryAuthConfig": {}, "RegistryMirrorConfig": {}, "RegistryTLSConfig": {},
+	// hardware
+	"PCIDriverRebindConfig": {},
+	// network
+	"BlackholeRouteConfig": {}, "BondConfig": {}, "BridgeConfig": {}, "DHCPv4Config": {}, "DHCPv6Config": {},
+	"DummyLinkConfig": {}, "EthernetConfig": {}, "HCloudVIPConfig": {}, "HostnameConfig": {}, "KubeSpanConfig": {},
+	"KubeSpanEndpointsConfig": {}, "Layer2VIPConfig": {}, "LinkAliasConfig": {}, "LinkConfig": {},
+	"NetworkDefaultActionConfig": {}, "NetworkRuleConfig": {}, "ResolverConfig": {}, "RoutingRuleConfig": {},
+	"StaticHostConfig": {}, "TCPProbeConfig": {}, "TimeSyncConfig": {}, "VLANConfig": {}, "VRFConfig": {},
+	"WireguardConfig": {},
+	// runtime
+	"EnvironmentConfig": {}, "EventSinkConfig": {}, "ExtensionServiceConfig": {}, "KmsgLogConfig": {},
+	"OOMConfig": {}, "WatchdogTimerConfig": {},
+	// security, siderolink
+	"ImageVerificationConfig": {}, "TrustedRootsConfig": {}, "SideroLinkConfig": {},
+}
+
+// refuseKindsUnknownTo1_13 fails, as Talos v1.13's config decoder does, on the first document whose
+// kind that release does not know. Documents it cannot read are left to configloader, which
+// reports them.
+func refuseKindsUnknownTo1_13(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return nil //nolint:nilerr // io.EOF, or a syntax error configloader reports
+		}
+
+		for _, manifest := range doc.Content {
+			if manifest.Kind != yaml.MappingNode {
+				continue
+			}
+
+			var apiVersion, kind, name, version string
+
+			for i := 0; i+1 < len(manifest.Content); i += 2 {
+				key, value := manifest.Content[i].Value, manifest.Content[i+1].Value
+
+				switch key {
+				case "apiVersion":
+					apiVersion, version = value, value
+				case "kind":
+					kind = value
+				case "name":
+					name = value
+				case "machine", "cluster", "debug", "persist":
+					version = "v1alpha1"
+				}
+			}
+
+			if kind == "" {
+				continue // v1alpha1, or a document without a kind configloader refuses
+			}
+
+			if _, ok := talos1_13Kinds[kind]; !ok {
+				return fmt.Errorf("error decoding document %s/%s/%s (line %d): %q %q: not registered",
+					apiVersion, kind, name, manifest.Line, kind, version)
+			}
+		}
+	}
 }
 
 // ApplyConfiguration loads, validates and applies a machine config following machined's handler.
@@ -92,12 +189,12 @@ func (s *machineServer) ApplyConfiguration(ctx context.Context, in *machine.Appl
 
 	validationMode := simMode{installed: installed}
 
-	warnings, err := cfg.Validate(validationMode)
-	if err != nil {
+	warnings, err := cfg.ValidateAsClient(validationMode)
+	if err = errors.Join(err, installRequiredUpTo1_13(cfg, validationMode, running)); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	runtimeWarnings, err := cfg.RuntimeValidate(ctx, n.st, validationMode)
+	runtimeWarnings, err := cfg.RuntimeValidate(ctx, n.st, validationMode) //nolint:staticcheck // Talos v1.13 reports the two validations apart; ValidateAtRuntime joins them
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

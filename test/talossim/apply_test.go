@@ -10,10 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // Patches used across the apply-mode tests: kubelet args apply immediately, machine.env needs a reboot.
@@ -24,7 +23,7 @@ const (
 
 // kubeletMaxPods returns the max-pods kubelet extra arg of a MachineConfig resource.
 func kubeletMaxPods(mc *config.MachineConfig) string {
-	return strings.Join(mc.Config().Machine().Kubelet().ExtraArgs()["max-pods"], ",")
+	return strings.Join(mc.Config().K8sKubeletConfig().ExtraArgs()["max-pods"], ",")
 }
 
 // simEnv returns the SIM_ENV machine.env value of a MachineConfig resource.
@@ -357,10 +356,11 @@ func TestApplyKubeletDocumentNeedsTalos1_14(t *testing.T) {
 	}
 
 	current.mu.Lock()
-	kubelet := talosdocs.KubeletOf(current.active)
+	kubelet := current.active.K8sKubeletConfig()
 	current.mu.Unlock()
 
-	if kubelet.ExtraConfig["serverTLSBootstrap"] != true || kubelet.Image == "" {
-		t.Fatalf("the node's kubelet settings = %+v, want the document's", kubelet)
+	if _, fromDocument := kubelet.(*k8s.KubeletConfigV1Alpha1); !fromDocument ||
+		kubelet.ExtraConfig()["serverTLSBootstrap"] != true || kubelet.Image() == "" {
+		t.Fatalf("the node's kubelet settings = %#v, want the document's", kubelet)
 	}
 }

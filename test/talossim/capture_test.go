@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -123,10 +124,12 @@ func TestPacketCapture(t *testing.T) {
 		}
 	}
 
-	// The capture then idles until the client cancels; cancellation is a clean end for the client.
+	// The capture then idles until the client cancels, which ends the
+	// stream: machinery's client (from v1.14) reads that as the error
+	// Canceled, as it reads any end but io.EOF.
 	cancel()
 
-	if rest, err := readAll(r); err != nil || len(rest) != 0 {
+	if rest, err := readAll(r); status.Code(err) != codes.Canceled || len(rest) != 0 {
 		t.Fatalf("after cancel: %d more bytes, %v", len(rest), err)
 	}
 

@@ -381,8 +381,8 @@ func (s *machineServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv machine
 	)
 
 	if err := s.node.etcdCall(srv.Context(), "etcd snapshot", true, func(uint64) (err error) {
-		if c := s.node.active.Cluster(); c != nil && c.Endpoint() != nil {
-			endpoint = c.Endpoint().String()
+		if ep := clusterEndpoint(s.node.active); ep != nil {
+			endpoint = ep.String()
 		}
 
 		if s.node.opts.Kubernetes != nil && s.node.etcd.SnapshotSize == 0 && endpoint != "" {

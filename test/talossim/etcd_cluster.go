@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
 )
 
 // DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero: a 1 MiB
@@ -19,12 +18,15 @@ const DefaultSnapshotSize = 1<<20 + 32
 // Simulated backend sizes: the data in use grows with the revision; writes also leave fragmentation
 // behind on every member until it is defragmented.
 const (
-	dbBaseSize          = 1 << 20
-	dbBytesPerRevision  = 512
-	dbFragmentPerWrite  = 256
-	bootstrapRaftIndex  = 4 // raft entries of a fresh single-member cluster
-	bootstrapRaftTerm   = 2
-	etcdStorageVersion  = "3.6.0"
+	dbBaseSize         = 1 << 20
+	dbBytesPerRevision = 512
+	dbFragmentPerWrite = 256
+	bootstrapRaftIndex = 4 // raft entries of a fresh single-member cluster
+	bootstrapRaftTerm  = 2
+	etcdStorageVersion = "3.6.0"
+	// etcdProtocolVersion is the etcd of Talos v1.13.0 (machinery v1.13.0's
+	// DefaultEtcdVersion), which the simulated cluster runs on every node.
+	etcdProtocolVersion = "3.6.9"
 	defaultClusterLabel = "etcd"
 )
 
@@ -412,7 +414,7 @@ func (c *EtcdCluster) status(id uint64) (*machine.EtcdMemberStatus, bool) {
 
 	return &machine.EtcdMemberStatus{
 		MemberId:         id,
-		ProtocolVersion:  constants.DefaultEtcdVersion[1:],
+		ProtocolVersion:  etcdProtocolVersion,
 		DbSize:           v.DBSize,
 		DbSizeInUse:      v.DBSizeInUse,
 		Leader:           c.leader,

@@ -38,7 +38,7 @@ func TestTalosctlRecoversKubernetesData(t *testing.T) {
 
 	talos("", "bootstrap").mustSucceed(t)
 
-	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
+	endpoint := loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String()
 	kube := waitKube(t, ctx, k, endpoint)
 
 	configMaps := kube.CoreV1().ConfigMaps(metav1.NamespaceDefault)

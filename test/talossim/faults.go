@@ -18,10 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/version"
-
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // Faults are failure modes switched on a running node with SetFaults, so that tests can drive a client
@@ -385,7 +384,7 @@ func (s *impostorServer) Version(context.Context, *emptypb.Empty) (*machine.Vers
 // ApplyConfiguration accepts a loadable config like a maintenance-mode node and records it on the real
 // node (ImpostorConfigs) without applying it anywhere.
 func (s *impostorServer) ApplyConfiguration(_ context.Context, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
-	if _, err := talosdocs.Load(in.GetData()); err != nil {
+	if _, err := configloader.NewFromBytes(in.GetData()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 

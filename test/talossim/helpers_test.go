@@ -22,14 +22,14 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
-
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // testTimeout bounds every wait in a test; generous for -race on a 2-core machine.
@@ -143,6 +143,11 @@ func newCluster(t *testing.T) *testCluster {
 	return cl
 }
 
+// talos1_13KubernetesVersion is the default Kubernetes version of Talos v1.13.0 (machinery v1.13.0's
+// constants.DefaultKubernetesVersion), which the tests' configs run; machinery's own default is the
+// one of the Talos release it comes with.
+const talos1_13KubernetesVersion = "1.36.0"
+
 // generateCluster makes secrets and configs for Talos v1.13 installing to /dev/sda.
 func generateCluster() (*testCluster, error) {
 	return generateClusterAt("https://127.0.0.1:6443")
@@ -160,7 +165,7 @@ func generateClusterAt(endpoint string) (*testCluster, error) {
 		return nil, fmt.Errorf("creating secrets bundle: %w", err)
 	}
 
-	in, err := generate.NewInput("sim", endpoint, constants.DefaultKubernetesVersion,
+	in, err := generate.NewInput("sim", endpoint, talos1_13KubernetesVersion,
 		generate.WithVersionContract(vc),
 		generate.WithSecretsBundle(bundle),
 		generate.WithInstallDisk("/dev/sda"),
@@ -274,13 +279,43 @@ func waitMachineConfig(t *testing.T, c *client.Client, id resource.ID, cond func
 }
 
 // kubeletDocumentLayout rewrites a generated config into Talos v1.14's layout: machine.kubelet
-// moved into a KubeletConfig document.
+// moved into a KubeletConfig document (extraConfig becomes config). The machine.kubelet fields that
+// Talos v1.14 keeps in other documents are refused rather than dropped.
 func kubeletDocumentLayout(t *testing.T, b []byte) []byte {
 	t.Helper()
 
-	moved, err := talosdocs.MoveKubeletToDocument(loadConfig(t, b))
+	var kubelet *v1alpha1.KubeletConfig
+
+	cfg, err := loadConfig(t, b).PatchV1Alpha1(func(c *v1alpha1.Config) error {
+		kubelet, c.MachineConfig.MachineKubelet = c.MachineConfig.MachineKubelet, nil //nolint:staticcheck // the deprecated section is what moves
+
+		return nil
+	})
 	if err != nil {
-		t.Fatalf("MoveKubeletToDocument: %v", err)
+		t.Fatalf("removing machine.kubelet: %v", err)
+	}
+
+	if kubelet == nil {
+		t.Fatal("the config has no machine.kubelet to move")
+	}
+
+	//nolint:staticcheck // the deprecated fields are what moves
+	if len(kubelet.KubeletExtraMounts) > 0 || len(kubelet.KubeletCredentialProviderConfig.Object) > 0 || kubelet.KubeletRegisterWithFQDN != nil ||
+		kubelet.KubeletNodeIP != nil || kubelet.KubeletSkipNodeRegistration != nil ||
+		(kubelet.KubeletDisableManifestsDirectory != nil && !*kubelet.KubeletDisableManifestsDirectory) {
+		t.Fatalf("machine.kubelet %+v has fields the KubeletConfig document has no place for", kubelet)
+	}
+
+	doc := k8s.NewKubeletConfigV1Alpha1()
+	doc.KubeletImage = kubelet.KubeletImage
+	doc.KubeletConfig = kubelet.KubeletExtraConfig
+	doc.KubeletArgs = kubelet.KubeletExtraArgs
+	doc.KubeletClusterDNS = kubelet.KubeletClusterDNS
+	doc.KubeletDefaultRuntimeSeccompProfileEnabled = kubelet.KubeletDefaultRuntimeSeccompProfileEnabled
+
+	moved, err := container.New(append(cfg.Documents(), doc)...)
+	if err != nil {
+		t.Fatalf("adding the KubeletConfig document: %v", err)
 	}
 
 	out, err := moved.EncodeBytes()

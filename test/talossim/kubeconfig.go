@@ -41,7 +41,7 @@ func (s *machineServer) Kubeconfig(_ *emptypb.Empty, srv machine.MachineService_
 		return status.Error(codes.FailedPrecondition, "machine config has no cluster section")
 	}
 
-	kubeconfig, err := adminKubeconfig(cfg.Cluster(), time.Now())
+	kubeconfig, err := adminKubeconfig(cfg, time.Now())
 	if err != nil {
 		return err
 	}
@@ -54,12 +54,17 @@ func (s *machineServer) Kubeconfig(_ *emptypb.Empty, srv machine.MachineService_
 	return srv.Send(&common.Data{Bytes: archive})
 }
 
-// adminKubeconfig renders the admin kubeconfig of cluster: context and user "admin@<cluster>", the
-// cluster endpoint, and the issuing plus accepted CAs as the server CA bundle.
-func adminKubeconfig(cluster talosconfig.ClusterConfig, now time.Time) ([]byte, error) {
-	issuing := cluster.IssuingCA()
+// adminKubeconfig renders the admin kubeconfig of cfg's cluster: context and user "admin@<cluster>",
+// the cluster endpoint, and the accepted plus issuing CAs as the server CA bundle.
+func adminKubeconfig(cfg talosconfig.Config, now time.Time) ([]byte, error) {
+	issuing := k8sIssuingCA(cfg)
 	if issuing == nil || len(issuing.Key) == 0 {
 		return nil, fmt.Errorf("error getting Kubernetes CA: cluster.ca has no key")
+	}
+
+	endpoint := clusterEndpoint(cfg)
+	if endpoint == nil || cfg.Cluster() == nil {
+		return nil, fmt.Errorf("machine config has no cluster endpoint")
 	}
 
 	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(issuing)
@@ -67,7 +72,7 @@ func adminKubeconfig(cluster talosconfig.ClusterConfig, now time.Time) ([]byte, 
 		return nil, fmt.Errorf("error getting Kubernetes CA: %w", err)
 	}
 
-	admin := cluster.AdminKubeconfig()
+	admin := cfg.Cluster().AdminKubeconfig()
 
 	kp, err := x509.NewKeyPair(ca,
 		x509.CommonName(admin.CommonName()),
@@ -84,17 +89,17 @@ func adminKubeconfig(cluster talosconfig.ClusterConfig, now time.Time) ([]byte, 
 	cert := x509.NewCertificateAndKeyFromKeyPair(kp)
 
 	var serverCAs []byte
-	for _, accepted := range cluster.AcceptedCAs() {
+	for _, accepted := range k8sOtherAcceptedCAs(cfg) {
 		serverCAs = append(serverCAs, accepted.Crt...)
 	}
 
 	serverCAs = append(serverCAs, issuing.Crt...)
 
-	name := cluster.Name()
+	name := clusterName(cfg)
 	user := "admin@" + name
 
 	return clientcmd.Write(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: cluster.Endpoint().String(), CertificateAuthorityData: serverCAs}},
+		Clusters:       map[string]*clientcmdapi.Cluster{name: {Server: endpoint.String(), CertificateAuthorityData: serverCAs}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{user: {ClientCertificateData: cert.Crt, ClientKeyData: cert.Key}},
 		Contexts:       map[string]*clientcmdapi.Context{user: {Cluster: name, Namespace: "default", AuthInfo: user}},
 		CurrentContext: user,

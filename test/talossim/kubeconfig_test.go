@@ -69,7 +69,7 @@ func TestKubeconfig(t *testing.T) {
 		t.Fatalf("clientcmd.Load: %v", err)
 	}
 
-	cfg := loadConfig(t, cl.cp).Cluster()
+	cfg := loadConfig(t, cl.cp)
 
 	kctx := kc.Contexts[kc.CurrentContext]
 	if kc.CurrentContext != "admin@sim" || kctx == nil || kctx.Cluster != "sim" || kctx.AuthInfo != "admin@sim" || kctx.Namespace != "default" {
@@ -77,12 +77,12 @@ func TestKubeconfig(t *testing.T) {
 	}
 
 	cluster := kc.Clusters["sim"]
-	if cluster == nil || cluster.Server != cfg.Endpoint().String() || cluster.Server != "https://127.0.0.1:6443" {
+	if cluster == nil || cluster.Server != cfg.K8sClusterConfig().ClusterEndpoint().String() || cluster.Server != "https://127.0.0.1:6443" {
 		t.Fatalf("cluster = %+v", cluster)
 	}
 
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(cfg.IssuingCA().Crt) {
+	if !roots.AppendCertsFromPEM(cfg.K8sAPIServerCAConfig().IssuingCA().Crt) {
 		t.Fatal("parsing the config's Kubernetes CA")
 	}
 

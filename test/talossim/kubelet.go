@@ -25,6 +25,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	k8sres "github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	v1alpha1res "github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -40,7 +41,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"ichor.dev/ichor/pkg/imageref"
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 // A simulated kubelet runs on every configured node whose Options.Kubernetes is set, from boot (or
@@ -112,37 +112,46 @@ const (
 // kubeletSpecLocked returns the kubelet the node should run now, and false when none should run.
 func (n *Node) kubeletSpecLocked() (kubeletSpec, bool) {
 	if n.opts.Kubernetes == nil || n.stopped || (n.phase != PhaseRunning && n.phase != PhaseUpgrading && n.phase != PhaseShuttingDown) ||
-		!n.configuredLocked() || n.active.Cluster() == nil || n.active.Machine() == nil {
+		!n.configuredLocked() || n.active.Cluster() == nil || n.active.Machine() == nil || n.active.K8sKubeletConfig() == nil {
 		return kubeletSpec{}, false
 	}
 
 	cfg := n.active
-	cluster := cfg.Cluster()
+	endpoint, token := clusterEndpoint(cfg), cfg.Cluster().Token()
+	cas := k8sAcceptedCAs(cfg) // cluster.ca's certificate, then cluster.acceptedCAs
 
-	if cluster.Endpoint() == nil || cluster.IssuingCA() == nil || cluster.Token() == nil {
+	if endpoint == nil || len(cas) == 0 || token == nil {
 		return kubeletSpec{}, false
 	}
 
-	ca := string(cluster.IssuingCA().Crt)
-	for _, accepted := range cluster.AcceptedCAs() {
-		ca += string(accepted.Crt)
+	var ca strings.Builder
+	for _, accepted := range cas {
+		ca.Write(accepted.Crt)
 	}
 
 	hostname := n.hostnameLocked()
-	kubelet := talosdocs.KubeletOf(cfg)
-	bootstrap, _ := kubelet.ExtraConfig["serverTLSBootstrap"].(bool)
+	kubelet := cfg.K8sKubeletConfig() // machine.kubelet, or from v1.14 the KubeletConfig document
+	bootstrap, _ := kubelet.ExtraConfig()["serverTLSBootstrap"].(bool)
+	controlPlane := cfg.Machine().Type().IsControlPlane()
+
+	// The control-plane NoSchedule taint: Talos's from machine.type unless
+	// cluster.allowSchedulingOnControlPlanes, or from v1.14 the KubeNodeConfig document's.
+	var taints map[string]string
+	if node := cfg.K8sNodeConfig(); node != nil {
+		taints = node.Taints()
+	}
 
 	return kubeletSpec{
 		nodeName:           strings.ToLower(hostname),
 		hostname:           hostname,
-		endpoint:           cluster.Endpoint().String(),
-		caPEM:              ca,
-		token:              cluster.Token().ID() + "." + cluster.Token().Secret(),
+		endpoint:           endpoint.String(),
+		caPEM:              ca.String(),
+		token:              token.ID() + "." + token.Secret(),
 		serverTLSBootstrap: bootstrap,
-		controlPlane:       cfg.Machine().Type().IsControlPlane(),
-		taintControlPlane:  cfg.Machine().Type().IsControlPlane() && !cluster.ScheduleOnControlPlanes(),
-		image:              kubelet.Image,
-		version:            imageref.Tag(kubelet.Image),
+		controlPlane:       controlPlane,
+		taintControlPlane:  controlPlane && taints[constants.LabelNodeRoleControlPlane] == constants.TaintEffectNoSchedule,
+		image:              kubelet.Image(),
+		version:            imageref.Tag(kubelet.Image()),
 		ips:                n.nodeIPs(),
 	}, true
 }

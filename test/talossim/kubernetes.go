@@ -130,12 +130,12 @@ var ErrKubernetesStopped = errors.New("talossim: kubernetes control plane stoppe
 // bootstrap starts the control plane for cfg in the background unless one already runs for cfg's
 // cluster CA at its endpoint; a control plane of another CA there is replaced.
 func (k *Kubernetes) bootstrap(cfg config.Provider) {
-	cluster := cfg.Cluster()
-	if cluster == nil || cluster.IssuingCA() == nil || cluster.Endpoint() == nil {
+	issuing, ep := k8sIssuingCA(cfg), clusterEndpoint(cfg)
+	if issuing == nil || ep == nil {
 		return
 	}
 
-	endpoint, ca := cluster.Endpoint().String(), string(cluster.IssuingCA().Crt)
+	endpoint, ca := ep.String(), string(issuing.Crt)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -182,12 +182,12 @@ func (k *Kubernetes) bootstrap(cfg config.Provider) {
 // processes start in the background (WaitReady waits for them); the snapshot file is read before it
 // returns.
 func (k *Kubernetes) recoverEtcd(cfg config.Provider, path string, skipHashCheck bool) error {
-	cluster := cfg.Cluster()
-	if cluster == nil || cluster.IssuingCA() == nil || cluster.Endpoint() == nil {
+	issuing, ep := k8sIssuingCA(cfg), clusterEndpoint(cfg)
+	if issuing == nil || ep == nil {
 		return errors.New("machine config names no cluster to recover")
 	}
 
-	endpoint, ca := cluster.Endpoint().String(), string(cluster.IssuingCA().Crt)
+	endpoint, ca := ep.String(), string(issuing.Crt)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -462,21 +462,19 @@ func (k *Kubernetes) start(ctx context.Context, r *kubeRun, cfg config.Provider,
 		return
 	}
 
-	k.logf("talossim: Kubernetes control plane ready at %s", cfg.Cluster().Endpoint())
+	k.logf("talossim: Kubernetes control plane ready at %s", clusterEndpoint(cfg))
 	close(r.ready)
 
 	k.followAPIServerConfig(ctx, r)
 }
 
 func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.Provider, dir string) error {
-	cluster := cfg.Cluster()
-
-	endpoint, bind, err := apiServerAddress(cluster)
+	endpoint, bind, err := apiServerAddress(cfg)
 	if err != nil {
 		return err
 	}
 
-	f, err := writeKubePKI(dir, cluster, endpoint, bind.Addr())
+	f, err := writeKubePKI(dir, cfg, endpoint, bind.Addr())
 	if err != nil {
 		return fmt.Errorf("writing control-plane certificates: %w", err)
 	}
@@ -526,7 +524,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		"--enable-bootstrap-token-auth=true",
 		"--service-account-issuer=" + endpoint,
 		"--service-account-key-file=" + f.serviceAccountKey, "--service-account-signing-key-file=" + f.serviceAccountKey,
-		"--service-cluster-ip-range=" + strings.Join(cluster.Network().ServiceCIDRs(), ","),
+		"--service-cluster-ip-range=" + strings.Join(prefixStrings(k8sNetwork(cfg).ServiceCIDRs()), ","),
 		// No pods run here: the kubernetes Service would point at loopback.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
@@ -634,8 +632,8 @@ func (k *Kubernetes) startProcess(r *kubeRun, dir, name string, args ...string) 
 
 // apiServerAddress returns the kube-apiserver URL and the address to listen on from
 // cluster.controlPlane.endpoint, which must name a loopback IP so that the simulator can serve it.
-func apiServerAddress(cluster talosconfig.ClusterConfig) (string, netip.AddrPort, error) {
-	u := cluster.Endpoint()
+func apiServerAddress(cfg talosconfig.Config) (string, netip.AddrPort, error) {
+	u := clusterEndpoint(cfg)
 	if u == nil {
 		return "", netip.AddrPort{}, errors.New("machine config has no cluster.controlPlane.endpoint")
 	}
@@ -704,12 +702,12 @@ type kubePKI struct {
 const frontProxyClientName = "front-proxy-client"
 
 // writeKubePKI writes the control plane's certificates, issued from the config's CAs, into dir.
-func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string, bindIP netip.Addr) (kubePKI, error) {
+func writeKubePKI(dir string, cfg talosconfig.Config, endpoint string, bindIP netip.Addr) (kubePKI, error) {
 	var f kubePKI
 
 	w := pkiWriter{dir: dir}
 
-	issuing := cluster.IssuingCA()
+	issuing := k8sIssuingCA(cfg)
 	if issuing == nil || len(issuing.Key) == 0 {
 		return f, errors.New("cluster.ca has no key: only a control plane's config can start Kubernetes")
 	}
@@ -719,8 +717,8 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 		return f, fmt.Errorf("cluster.ca: %w", err)
 	}
 
-	bundle := append([]byte(nil), issuing.Crt...)
-	for _, accepted := range cluster.AcceptedCAs() {
+	var bundle []byte // cluster.ca's certificate, then cluster.acceptedCAs
+	for _, accepted := range k8sAcceptedCAs(cfg) {
 		bundle = append(bundle, accepted.Crt...)
 	}
 
@@ -728,14 +726,16 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 	f.issuingCACert = w.file("ca-issuing.crt", issuing.Crt, 0o644)
 	f.issuingCAKey = w.file("ca-issuing.key", issuing.Key, 0o600)
 
+	network := k8sNetwork(cfg)
 	sans := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-		"kubernetes.default.svc." + cluster.Network().DNSDomain(), bindIP.String(), "127.0.0.1"}
-	sans = append(sans, cluster.CertSANs()...)
+		"kubernetes.default.svc." + network.DNSDomain(), bindIP.String(), "127.0.0.1"}
 
-	if ips, err := cluster.Network().APIServerIPs(); err == nil {
-		for _, ip := range ips {
-			sans = append(sans, ip.String())
-		}
+	if api := cfg.K8sAPIServerConfig(); api != nil {
+		sans = append(sans, api.CertSANs()...)
+	}
+
+	for _, ip := range apiServerServiceIPs(network) {
+		sans = append(sans, ip.String())
 	}
 
 	f.servingCert, f.servingKey = w.issue(ca, "kube-apiserver", serverCert("kube-apiserver", sans))
@@ -751,12 +751,21 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 	schedCert, schedKey := w.issue(ca, "kube-scheduler-client", clientCert("system:kube-scheduler"))
 	f.schedulerKubeconfig = w.kubeconfig("kube-scheduler.kubeconfig", endpoint, f.acceptedCAs, schedCert, schedKey)
 
-	sa := cluster.ServiceAccount()
+	var sa *x509.PEMEncodedKey
+	if c := cfg.K8sServiceAccountConfig(); c != nil {
+		sa = c.IssuingKey()
+	}
+
 	if sa == nil || len(sa.Key) == 0 {
 		return f, errors.New("machine config has no cluster.serviceAccount key")
 	}
 
 	f.serviceAccountKey = w.file("service-account.key", sa.Key, 0o600)
+
+	cluster := cfg.Cluster()
+	if cluster == nil {
+		return f, errors.New("machine config has no cluster section")
+	}
 
 	etcdCA, err := x509.NewCertificateAuthorityFromCertificateAndKey(cluster.Etcd().CA())
 	if err != nil {
@@ -768,7 +777,12 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 		x509.ExtKeyUsage([]stdx509.ExtKeyUsage{stdx509.ExtKeyUsageServerAuth, stdx509.ExtKeyUsageClientAuth})))
 	f.etcdClientCert, f.etcdClientKey = w.issue(etcdCA, "apiserver-etcd-client", clientCert("kube-apiserver"))
 
-	if agg := cluster.AggregatorCA(); agg != nil && len(agg.Key) > 0 {
+	var agg *x509.PEMEncodedCertificateAndKey
+	if c := cfg.K8sAggregatorCAConfig(); c != nil {
+		agg = c.IssuingCA()
+	}
+
+	if agg != nil && len(agg.Key) > 0 {
 		aggCA, err := x509.NewCertificateAuthorityFromCertificateAndKey(agg)
 		if err != nil {
 			return f, fmt.Errorf("cluster.aggregatorCA: %w", err)
@@ -778,7 +792,7 @@ func writeKubePKI(dir string, cluster talosconfig.ClusterConfig, endpoint string
 		f.frontProxyCert, f.frontProxyKey = w.issue(aggCA, "front-proxy-client", clientCert(frontProxyClientName))
 	}
 
-	if f.adminKubeconfig, err = adminKubeconfig(cluster, time.Now()); err != nil {
+	if f.adminKubeconfig, err = adminKubeconfig(cfg, time.Now()); err != nil {
 		return f, err
 	}
 

@@ -52,10 +52,10 @@ type apiServerSpec struct {
 	mounts map[string]string // mount path → host path
 	roots  string            // the host's trust bundle
 	// cas are the cluster's Kubernetes CAs: cluster.ca's certificate, then cluster.acceptedCAs. A
-	// change rotates the control plane's certificates (rotatePKI); cluster is the config they are
+	// change rotates the control plane's certificates (rotatePKI); cfg is the config they are
 	// issued from.
-	cas     string
-	cluster talosconfig.ClusterConfig
+	cas string
+	cfg talosconfig.Config
 }
 
 func apiServerSpecOf(cfg config.Provider) apiServerSpec {
@@ -64,11 +64,11 @@ func apiServerSpecOf(cfg config.Provider) apiServerSpec {
 	s := apiServerSpec{args: map[string][]string{}, env: map[string]string{}, mounts: map[string]string{
 		constants.KubernetesAPIServerSecretsDir: constants.KubernetesAPIServerSecretsDir,
 	}}
-	if cfg == nil || cfg.Cluster() == nil {
+	if cfg == nil || cfg.K8sAPIServerConfig() == nil {
 		return s
 	}
 
-	api := cfg.Cluster().APIServer()
+	api := cfg.K8sAPIServerConfig()
 	maps.Copy(s.args, api.ExtraArgs())
 	maps.Copy(s.env, api.Env())
 
@@ -80,20 +80,16 @@ func apiServerSpecOf(cfg config.Provider) apiServerSpec {
 		s.roots = strings.Join(roots.ExtraTrustedRootCertificates(), "\n")
 	}
 
-	s.cluster, s.cas = cfg.Cluster(), clusterCAs(cfg.Cluster())
+	s.cfg, s.cas = cfg, clusterCAs(cfg)
 
 	return s
 }
 
 // clusterCAs is cluster.ca's certificate followed by cluster.acceptedCAs, as one PEM bundle.
-func clusterCAs(cluster talosconfig.ClusterConfig) string {
+func clusterCAs(cfg talosconfig.Config) string {
 	var b strings.Builder
 
-	if ca := cluster.IssuingCA(); ca != nil {
-		b.Write(ca.Crt)
-	}
-
-	for _, ca := range cluster.AcceptedCAs() {
+	for _, ca := range k8sAcceptedCAs(cfg) {
 		b.Write(ca.Crt)
 	}
 
@@ -193,7 +189,8 @@ func (s apiServerSpec) flags(base []string, hostDir string) []string {
 // apiServerConfig tells the cluster's control plane that a control plane's config changed what
 // shapes kube-apiserver; the run restarts its kube-apiserver with it unless it runs that already.
 func (k *Kubernetes) apiServerConfig(cfg config.Provider) {
-	if cfg.Cluster() == nil || cfg.Cluster().Endpoint() == nil {
+	endpoint := clusterEndpoint(cfg)
+	if endpoint == nil {
 		return
 	}
 
@@ -202,7 +199,7 @@ func (k *Kubernetes) apiServerConfig(cfg config.Provider) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 
-	r := k.runs[cfg.Cluster().Endpoint().String()]
+	r := k.runs[endpoint.String()]
 	key := want.key()
 	// Every control plane tells its change: one restart serves them all.
 	if r == nil || (r.apiWant == nil && r.apiSpec == key) || (r.apiWant != nil && r.apiWant.key() == key) {
@@ -218,7 +215,8 @@ func (k *Kubernetes) apiServerConfig(cfg config.Provider) {
 
 // apiServerSettled reports whether the cluster's kube-apiserver runs, restarted, with what cfg says.
 func (k *Kubernetes) apiServerSettled(cfg config.Provider) bool {
-	if cfg == nil || cfg.Cluster() == nil || cfg.Cluster().Endpoint() == nil {
+	endpoint := clusterEndpoint(cfg)
+	if endpoint == nil {
 		return false
 	}
 
@@ -227,7 +225,7 @@ func (k *Kubernetes) apiServerSettled(cfg config.Provider) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 
-	r := k.runs[cfg.Cluster().Endpoint().String()]
+	r := k.runs[endpoint.String()]
 
 	return r != nil && r.apiWant == nil && r.apiSpec == key
 }
@@ -270,7 +268,7 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 
 	rotate := spec.cas != r.cas
 	if rotate {
-		if err := k.rotatePKI(r, spec.cluster); err != nil {
+		if err := k.rotatePKI(r, spec.cfg); err != nil {
 			return fmt.Errorf("issuing the control plane's certificates from the rotated CAs: %w", err)
 		}
 	}
@@ -317,13 +315,13 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 // cluster.acceptedCAs are trusted beside it), as Talos does when a Kubernetes CA rotation changes
 // them: kube-apiserver serves a certificate of the issuing CA and accepts clients of every CA, the
 // controller manager signs with the issuing CA. etcd's data stays.
-func (k *Kubernetes) rotatePKI(r *kubeRun, cluster talosconfig.ClusterConfig) error {
-	endpoint, bind, err := apiServerAddress(cluster)
+func (k *Kubernetes) rotatePKI(r *kubeRun, cfg talosconfig.Config) error {
+	endpoint, bind, err := apiServerAddress(cfg)
 	if err != nil {
 		return err
 	}
 
-	f, err := writeKubePKI(r.dir, cluster, endpoint, bind.Addr())
+	f, err := writeKubePKI(r.dir, cfg, endpoint, bind.Addr())
 	if err != nil {
 		return err
 	}
@@ -340,7 +338,7 @@ func (k *Kubernetes) rotatePKI(r *kubeRun, cluster talosconfig.ClusterConfig) er
 	admin.QPS = -1
 
 	k.mu.Lock()
-	r.admin, r.cas, r.ca = admin, clusterCAs(cluster), string(cluster.IssuingCA().Crt)
+	r.admin, r.cas, r.ca = admin, clusterCAs(cfg), string(k8sIssuingCA(cfg).Crt)
 	k.mu.Unlock()
 
 	return nil

@@ -34,12 +34,12 @@ func (p *controlPlanePower) quorum() bool {
 // controlPlaneOn records that the control-plane node at addr, configured with cfg, booted; it starts
 // the cluster's parked control plane again once a majority of its control planes runs.
 func (k *Kubernetes) controlPlaneOn(cfg config.Provider, addr string) {
-	cluster := cfg.Cluster()
-	if cluster == nil || cluster.Endpoint() == nil {
+	ep := clusterEndpoint(cfg)
+	if ep == nil {
 		return
 	}
 
-	endpoint := cluster.Endpoint().String()
+	endpoint := ep.String()
 
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -88,7 +88,7 @@ func TestKubernetesBootstrapAndKubelets(t *testing.T) {
 	appliedNode(t, ctx, Options{ListenAddress: "127.0.2.4:0", Hostname: "worker-3", Kubernetes: k, OSCA: cl.bundle.Certs.OS, Version: "v1.14.0"},
 		kubeletDocumentLayout(t, workerWithBootstrap), PhaseRunning)
 
-	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
+	endpoint := loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String()
 	if k.Bootstrapped(endpoint) {
 		t.Fatal("control plane started before Bootstrap")
 	}

@@ -245,8 +245,8 @@ func (n *Node) bootedControlPlaneLocked(controlPlane bool) {
 	}
 
 	endpoint := ""
-	if controlPlane && n.active.Cluster() != nil && n.active.Cluster().Endpoint() != nil {
-		endpoint = n.active.Cluster().Endpoint().String()
+	if ep := clusterEndpoint(n.active); controlPlane && ep != nil {
+		endpoint = ep.String()
 	}
 
 	if n.controlPlaneOf != "" && n.controlPlaneOf != endpoint {

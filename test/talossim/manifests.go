@@ -2,6 +2,7 @@ package talossim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	configconfig "github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -63,8 +65,12 @@ type renderedManifest struct {
 
 // bootstrapManifests renders the bootstrap manifests of a control plane's config.
 func bootstrapManifests(cfg talosconfig.Provider) ([]renderedManifest, error) {
-	cluster := cfg.Cluster()
-	token := cluster.Token()
+	endpoint := clusterEndpoint(cfg)
+	if cfg.Cluster() == nil || endpoint == nil {
+		return nil, errors.New("machine config names no cluster")
+	}
+
+	token := cfg.Cluster().Token()
 
 	manifests := []renderedManifest{
 		{"00-kubelet-bootstrapping-token", []runtime.Object{&corev1.Secret{
@@ -86,21 +92,21 @@ func bootstrapManifests(cfg talosconfig.Provider) ([]renderedManifest, error) {
 			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", groupSubject(nodesGroup))}},
 	}
 
-	inCluster, err := kubeconfigInCluster(cluster.Endpoint().String())
+	inCluster, err := kubeconfigInCluster(endpoint.String())
 	if err != nil {
 		return nil, err
 	}
 
 	manifests = append(manifests, renderedManifest{"11-kube-config-in-cluster", []runtime.Object{inCluster}})
 
-	if cluster.Proxy().Enabled() {
-		args, err := proxyArgs(cfg)
+	if proxy := cfg.K8sProxyConfig(); proxy != nil && proxy.Enabled() {
+		args, err := proxyArgs(cfg, proxy)
 		if err != nil {
 			return nil, err
 		}
 
 		manifests = append(manifests, renderedManifest{kubeProxyManifestID, []runtime.Object{
-			kubeProxyDaemonSet(cluster.Proxy().Image(), args),
+			kubeProxyDaemonSet(proxy.Image(), args),
 			&corev1.ServiceAccount{
 				TypeMeta:   metav1.TypeMeta{Kind: "ServiceAccount", APIVersion: "v1"},
 				ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName, Namespace: metav1.NamespaceSystem},
@@ -150,9 +156,7 @@ func kubeconfigInCluster(server string) (*corev1.ConfigMap, error) {
 
 // proxyArgs are kube-proxy's flags as Talos builds them: its defaults (nftables mode from Kubernetes
 // 1.31 on), merged with cluster.proxy.extraArgs, which may not set the kubeconfig; sorted by flag.
-func proxyArgs(cfg talosconfig.Provider) ([]string, error) {
-	proxy := cfg.Cluster().Proxy()
-
+func proxyArgs(cfg talosconfig.Provider, proxy configconfig.K8sProxyConfig) ([]string, error) {
 	mode := proxy.Mode()
 	if mode == "" {
 		mode = "iptables"
@@ -162,7 +166,7 @@ func proxyArgs(cfg talosconfig.Provider) ([]string, error) {
 	}
 
 	args := map[string][]string{
-		"cluster-cidr":           {strings.Join(cfg.Cluster().Network().PodCIDRs(), ",")},
+		"cluster-cidr":           {strings.Join(prefixStrings(k8sNetwork(cfg).PodCIDRs()), ",")},
 		"hostname-override":      {"$(NODE_NAME)"},
 		"kubeconfig":             {"/etc/kubernetes/kubeconfig"},
 		"proxy-mode":             {mode},

@@ -285,8 +285,8 @@ func TestInstallThenMutualTLS(t *testing.T) {
 	}
 
 	mc := mustMachineConfig(t, admin, config.ActiveID)
-	if mc.Config().Machine().Type() != machine.TypeControlPlane || mc.Config().Cluster().Name() != "sim" {
-		t.Fatalf("active config: type %s, cluster %q", mc.Config().Machine().Type(), mc.Config().Cluster().Name())
+	if mc.Config().Machine().Type() != machine.TypeControlPlane || mc.Config().K8sClusterConfig().ClusterName() != "sim" {
+		t.Fatalf("active config: type %s, cluster %q", mc.Config().Machine().Type(), mc.Config().K8sClusterConfig().ClusterName())
 	}
 
 	host, err := admin.MachineClient.Hostname(ctx, &emptypb.Empty{})

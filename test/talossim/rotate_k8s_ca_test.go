@@ -34,7 +34,7 @@ func TestTalosctlRotateKubernetesCA(t *testing.T) {
 
 	bin := talosctl(t)
 	ctx, cl, cp, admin, kube := bootstrappedControlPlane(t, "127.0.2.45")
-	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
+	endpoint := loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String()
 	oldCA := cl.bundle.Certs.K8s.Crt
 
 	waitNode(t, ctx, kube, "cp-1")

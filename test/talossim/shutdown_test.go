@@ -31,7 +31,7 @@ func TestTalosctlShutdownDrains(t *testing.T) {
 
 	talos(cp, "bootstrap").mustSucceed(t)
 
-	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String())
 	waitNode(t, ctx, kube, "worker-shutdown")
 
 	// The simulated controller manager runs no ServiceAccount controller.
@@ -108,7 +108,7 @@ func TestControlPlaneFollowsItsNodesPower(t *testing.T) {
 
 	talos("bootstrap").mustSucceed(t)
 
-	endpoint := loadConfig(t, cl.cp).Cluster().Endpoint().String()
+	endpoint := loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String()
 	kube := waitKube(t, ctx, k, endpoint)
 
 	if _, err := kube.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(ctx, &corev1.ConfigMap{
@@ -162,7 +162,7 @@ func TestTalosctlResetWipeModes(t *testing.T) {
 
 	talos(cp, "bootstrap").mustSucceed(t)
 
-	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	kube := waitKube(t, ctx, k, loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String())
 	waitNode(t, ctx, kube, "worker-wipe")
 
 	if _, err := kube.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx,

@@ -381,20 +381,23 @@ func publishKubernetesRoot(ctx context.Context, st state.State, v nodeView) erro
 	root := secrets.NewKubernetesRoot(secrets.KubernetesRootID)
 
 	if v.active == nil || v.active.Machine() == nil || v.active.Cluster() == nil || !v.active.Machine().Type().IsControlPlane() ||
-		v.active.Cluster().IssuingCA() == nil {
+		k8sIssuingCA(v.active) == nil {
 		return removeResource(ctx, st, root.Metadata())
 	}
 
-	cluster := v.active.Cluster()
+	cfg := v.active
+	cluster := cfg.Cluster()
+	apiServer := cfg.K8sAPIServerConfig()
+	network := k8sNetwork(cfg)
 	spec := root.TypedSpec()
-	spec.Name = cluster.Name()
-	spec.Endpoint = cluster.Endpoint()
-	spec.CertSANs = cluster.CertSANs()
-	spec.DNSDomain = cluster.Network().DNSDomain()
-	spec.APIServerIPs, _ = cluster.Network().APIServerIPs() //nolint:errcheck // empty without a service CIDR
+	spec.Name = clusterName(cfg)
+	spec.Endpoint = clusterEndpoint(cfg)
+	spec.CertSANs = apiServer.CertSANs()
+	spec.DNSDomain = network.DNSDomain()
+	spec.APIServerIPs = apiServerServiceIPs(network)
 
-	local := fmt.Sprintf("https://localhost:%d", cluster.LocalAPIServerPort())
-	if kp := v.active.Machine().Features().KubePrism(); kp != nil && kp.Enabled() {
+	local := fmt.Sprintf("https://localhost:%d", apiServer.APIPort())
+	if kp := cfg.K8sKubePrismConfig(); kp != nil { // nil: KubePrism is off
 		local = fmt.Sprintf("https://127.0.0.1:%d", kp.Port())
 	}
 
@@ -403,10 +406,17 @@ func publishKubernetesRoot(ctx context.Context, st state.State, v nodeView) erro
 		return err
 	}
 
-	spec.AggregatorCA = cluster.AggregatorCA()
-	spec.IssuingCA = cluster.IssuingCA()
-	spec.AcceptedCAs = append(slices.Clone(cluster.AcceptedCAs()), &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
-	spec.ServiceAccount = cluster.ServiceAccount()
+	if aggregator := cfg.K8sAggregatorCAConfig(); aggregator != nil {
+		spec.AggregatorCA = aggregator.IssuingCA()
+	}
+
+	spec.IssuingCA = k8sIssuingCA(cfg)
+	spec.AcceptedCAs = append(slices.Clone(k8sOtherAcceptedCAs(cfg)), &x509.PEMEncodedCertificate{Crt: spec.IssuingCA.Crt})
+
+	if serviceAccount := cfg.K8sServiceAccountConfig(); serviceAccount != nil {
+		spec.ServiceAccount = serviceAccount.IssuingKey()
+	}
+
 	spec.AESCBCEncryptionSecret = cluster.AESCBCEncryptionSecret()
 	spec.SecretboxEncryptionSecret = cluster.SecretboxEncryptionSecret()
 

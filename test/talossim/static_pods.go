@@ -41,25 +41,29 @@ var staticPodComponents = []struct {
 // controlPlaneConfigs are the component config resources of a control plane's config: the parts of
 // it that shape each static pod.
 func controlPlaneConfigs(cfg talosconfig.Provider) []resource.Resource {
-	cluster := cfg.Cluster()
+	apiServer := cfg.K8sAPIServerConfig()
 
-	api := k8s.NewAPIServerConfig()
-	api.TypedSpec().Image = cluster.APIServer().Image()
-	api.TypedSpec().ControlPlaneEndpoint = cluster.Endpoint().String()
-	api.TypedSpec().ExtraArgs = argValues(cluster.APIServer().ExtraArgs())
-	api.TypedSpec().EnvironmentVariables = cluster.APIServer().Env()
+	api := k8s.NewAPIServerConfig(k8s.APIServerConfigID)
+	api.TypedSpec().Image = apiServer.Image()
+	api.TypedSpec().ControlPlaneEndpoint = clusterEndpoint(cfg).String()
+	api.TypedSpec().ExtraArgs = argValues(apiServer.ExtraArgs())
+	api.TypedSpec().EnvironmentVariables = apiServer.Env()
 
-	cm := k8s.NewControllerManagerConfig()
+	controllerManager := cfg.K8sControllerManagerConfig()
+
+	cm := k8s.NewControllerManagerConfig(k8s.ControllerManagerConfigID)
 	cm.TypedSpec().Enabled = true
-	cm.TypedSpec().Image = cluster.ControllerManager().Image()
-	cm.TypedSpec().ExtraArgs = argValues(cluster.ControllerManager().ExtraArgs())
-	cm.TypedSpec().EnvironmentVariables = cluster.ControllerManager().Env()
+	cm.TypedSpec().Image = controllerManager.Image()
+	cm.TypedSpec().ExtraArgs = argValues(controllerManager.ExtraArgs())
+	cm.TypedSpec().EnvironmentVariables = controllerManager.Env()
 
-	sched := k8s.NewSchedulerConfig()
+	scheduler := cfg.K8sSchedulerConfig()
+
+	sched := k8s.NewSchedulerConfig(k8s.SchedulerConfigID)
 	sched.TypedSpec().Enabled = true
-	sched.TypedSpec().Image = cluster.Scheduler().Image()
-	sched.TypedSpec().ExtraArgs = argValues(cluster.Scheduler().ExtraArgs())
-	sched.TypedSpec().EnvironmentVariables = cluster.Scheduler().Env()
+	sched.TypedSpec().Image = scheduler.Image()
+	sched.TypedSpec().ExtraArgs = argValues(scheduler.ExtraArgs())
+	sched.TypedSpec().EnvironmentVariables = scheduler.Env()
 
 	return []resource.Resource{api, cm, sched}
 }

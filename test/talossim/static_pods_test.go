@@ -9,6 +9,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -75,9 +76,9 @@ func TestStaticPodsFollowConfig(t *testing.T) {
 		return pod
 	}
 
-	oldAPIServer := loadConfig(t, cl.cp).Cluster().APIServer().Image()
+	oldAPIServer := loadConfig(t, cl.cp).K8sAPIServerConfig().Image()
 	waitPod(k8s.APIServerConfigID, oldAPIServer, configVersion(k8s.APIServerConfigID))
-	scheduler := waitPod(k8s.SchedulerConfigID, loadConfig(t, cl.cp).Cluster().Scheduler().Image(), configVersion(k8s.SchedulerConfigID))
+	scheduler := waitPod(k8s.SchedulerConfigID, loadConfig(t, cl.cp).K8sSchedulerConfig().Image(), configVersion(k8s.SchedulerConfigID))
 
 	if scheduler.Labels["k8s-app"] != "kube-scheduler" || scheduler.Annotations[corev1.MirrorPodAnnotationKey] == "" {
 		t.Errorf("scheduler mirror pod labels %v annotations %v", scheduler.Labels, scheduler.Annotations)
@@ -130,7 +131,7 @@ func bootstrappedControlPlane(t *testing.T, ip string) (context.Context, *testCl
 		t.Fatalf("Bootstrap: %v", err)
 	}
 
-	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).Cluster().Endpoint().String())
+	cfg, err := k.WaitReady(ctx, loadConfig(t, cl.cp).K8sClusterConfig().ClusterEndpoint().String())
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
@@ -183,7 +184,9 @@ func TestTalosctlUpgradeK8s(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		b, err := mc.Provider().Bytes()
+		// Its content, without the comments the encoder that wrote it added:
+		// talosctl v1.13.0 re-applies the config, encoded by its machinery.
+		b, err := mc.Provider().EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 		if err != nil {
 			t.Fatal(err)
 		}

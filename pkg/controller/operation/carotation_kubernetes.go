@@ -34,13 +34,21 @@ func (s *step) followKubernetesCA(ctx context.Context, next *x509.PEMEncodedCert
 		return "", fmt.Sprintf("the node's Talos API does not answer: %v", err), nil
 	}
 	cfg, err := configloader.NewFromBytes(data)
-	if err != nil || cfg.Cluster() == nil || cfg.Cluster().IssuingCA() == nil {
-		return "", fmt.Sprintf("the node's running config has no cluster.ca: %v", err), nil
+	if err != nil {
+		return "", fmt.Sprintf("the node's running config does not parse: %v", err), nil
 	}
-	got := &talos.TalosCA{Issuing: cfg.Cluster().IssuingCA().Crt, Accepted: [][]byte{cfg.Cluster().IssuingCA().Crt}}
-	for _, ca := range cfg.Cluster().AcceptedCAs() {
+	// cluster.ca and cluster.acceptedCAs, or the KubeAPIServerCAConfig
+	// document from the v1.14 contract on. The accepted ones begin with the
+	// issuing one, which only a control plane holds with its key.
+	cas := cfg.K8sAPIServerCAConfig()
+	if cas == nil || len(cas.AcceptedCAs()) == 0 {
+		return "", "the node's running config has no Kubernetes CA", nil
+	}
+	got := &talos.TalosCA{}
+	for _, ca := range cas.AcceptedCAs() {
 		got.Accepted = append(got.Accepted, ca.Crt)
 	}
+	got.Issuing = got.Accepted[0]
 	if msg := casDiffer(got, s.bundle.Certs.K8s.Crt, s.bundle.KubernetesAccepted); msg != "" {
 		return "", "Kubernetes CAs: " + msg, nil
 	}

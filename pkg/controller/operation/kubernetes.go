@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +25,6 @@ import (
 	"ichor.dev/ichor/pkg/kubeupgrade"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
-	"ichor.dev/ichor/pkg/talosdocs"
 	"ichor.dev/ichor/pkg/workload"
 )
 
@@ -177,23 +177,11 @@ func (s *step) componentAt(ctx context.Context, c v1alpha1.KubernetesComponent, 
 	if err != nil {
 		return fmt.Sprintf("reading the node's config: %v", err), nil
 	}
-	cfg, err := talosdocs.Load(raw)
+	cfg, err := configloader.NewFromBytes(raw)
 	if err != nil {
 		return "", fmt.Errorf("parse the config of TalosMachine %s: %w", s.m.Name, err)
 	}
-	var image string
-	switch c {
-	case v1alpha1.ComponentAPIServer:
-		image = cfg.Cluster().APIServer().Image()
-	case v1alpha1.ComponentControllerManager:
-		image = cfg.Cluster().ControllerManager().Image()
-	case v1alpha1.ComponentScheduler:
-		image = cfg.Cluster().Scheduler().Image()
-	case v1alpha1.ComponentProxy:
-		image = cfg.Cluster().Proxy().Image()
-	case v1alpha1.ComponentKubelet:
-		image = talosdocs.KubeletOf(cfg).Image
-	}
+	image := render.ComponentImage(cfg, c)
 	if imageref.Tag(image) != version {
 		return fmt.Sprintf("waiting for the machine's config with %s %s to be applied (the node's config has %s)", c, version, image), nil
 	}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"ichor.dev/ichor/pkg/talos"
-	"ichor.dev/ichor/pkg/talosdocs"
 )
 
 func (s *session) Facts(context.Context) (*talos.Facts, error) {
@@ -61,11 +60,12 @@ func (s *session) BootstrapManifest(_ context.Context, id string) ([]*unstructur
 	if err := s.refused(); err != nil {
 		return nil, err
 	}
-	cfg, err := talosdocs.Load(s.n.Config)
+	cfg, err := configloader.NewFromBytes(s.n.Config)
 	if err != nil {
 		return nil, err
 	}
-	if id != talos.ManifestKubeProxy || cfg.Machine().Type() != machine.TypeControlPlane || !cfg.Cluster().Proxy().Enabled() {
+	proxy := cfg.K8sProxyConfig()
+	if id != talos.ManifestKubeProxy || cfg.Machine().Type() != machine.TypeControlPlane || proxy == nil || !proxy.Enabled() {
 		return nil, nil
 	}
 	ds := &unstructured.Unstructured{Object: map[string]any{
@@ -73,7 +73,7 @@ func (s *session) BootstrapManifest(_ context.Context, id string) ([]*unstructur
 		"kind":       "DaemonSet",
 		"metadata":   map[string]any{"name": "kube-proxy", "namespace": "kube-system"},
 		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-			"containers": []any{map[string]any{"name": "kube-proxy", "image": cfg.Cluster().Proxy().Image()}},
+			"containers": []any{map[string]any{"name": "kube-proxy", "image": proxy.Image()}},
 		}}},
 	}}
 	return []*unstructured.Unstructured{ds}, nil

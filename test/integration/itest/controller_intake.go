@@ -414,7 +414,7 @@ func TestClusterSecrets(ctx context.Context, t *testing.T, ns string) {
 		t.Fatalf("generated Secret does not hold a bundle: %v", err)
 	}
 	bundle.Clock = secrets.NewClock()
-	if err := bundle.Validate(); err != nil {
+	if err := bundle.Validate(config.TalosVersionCurrent); err != nil {
 		t.Fatalf("generated bundle is invalid: %v", err)
 	}
 	WaitEvent(ctx, t, ns, "generated", corev1.EventTypeNormal, v1alpha1.EventSecretsGenerated)
