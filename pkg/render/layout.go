@@ -68,6 +68,26 @@ func withoutDocuments[T configconfig.Document](cfg config.Provider) (config.Prov
 	return container.New(out...)
 }
 
+// unknownKinds refuses the documents a node of contract does not know: a
+// v1.14 kind on an older contract, whose node would refuse the config.
+func unknownKinds(cfg config.Provider, contract *config.VersionContract) error {
+	if contract.Greater(config.TalosVersion1_13) {
+		return nil
+	}
+	var kinds []string
+	for _, d := range cfg.Documents() {
+		if _, ok := talos1_14Documents[d.Kind()]; ok {
+			kinds = append(kinds, d.Kind())
+		}
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	slices.Sort(kinds)
+	return fmt.Errorf("the %s document exists from Talos v1.14 on, and this cluster's version contract is %s: write the v1alpha1 field it replaces",
+		strings.Join(slices.Compact(kinds), ", "), contract)
+}
+
 // layoutConflicts refuses a v1alpha1 field set where the config has the
 // document that replaces it (a patch for the v1.13 layout on a v1.14
 // contract), naming the documents to patch instead. The generated config

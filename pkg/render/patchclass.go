@@ -2,10 +2,12 @@ package render
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
+	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
 // PatchClass says who may write a machine-config field through a
@@ -117,12 +119,22 @@ type docClass struct {
 }
 
 // documentClasses is the class of every config document kind other than
-// v1alpha1 that Talos machinery knows, and of talosdocs' kinds: each decided
-// here, none left to a default. A kind not listed (a later Talos's) is
+// v1alpha1 that Talos machinery knows: each decided here, none left to a
+// default. A kind not listed (a later Talos's) is
 // Privileged. Ichor itself renders VolumeConfig (disk encryption) and
 // TrustedRootsConfig (an OIDC issuer's CA): both are Privileged, and
 // TestRenderedSecurityIsPrivileged keeps every kind Ichor renders listed.
-var documentClasses = map[string]docClass{
+var documentClasses = union(talos1_13Documents, talos1_14Documents)
+
+// union is the classes of a and b, which share no kind.
+func union(a, b map[string]docClass) map[string]docClass {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
+}
+
+// talos1_13Documents are the kinds Talos v1.13 knows.
+var talos1_13Documents = map[string]docClass{
 	"HostnameConfig":       {ClassSettings, "the hostname"},
 	"LinkConfig":           {ClassSettings, "links, addresses, routes"},
 	"LinkAliasConfig":      {ClassSettings, "link names"},
@@ -175,11 +187,14 @@ var documentClasses = map[string]docClass{
 	"EventSinkConfig":            {ClassPrivileged, "events leave the node"},
 	"KmsgLogConfig":              {ClassPrivileged, "kernel logs leave the node"},
 	"PCIDriverRebindConfig":      {ClassPrivileged, "hands PCI devices, which reach memory, to other drivers"},
-	k8s.KubeletConfig:            {ClassPrivileged, "the kubelet's image, flags and config"},
+}
 
-	// Talos v1.14's documents. Those that replace a v1alpha1 section take
-	// that section's class; Kubernetes' own components, manifests, keys and
-	// trust are Privileged, as cluster.* is.
+// talos1_14Documents are the kinds Talos v1.14 added: a v1.13 node refuses
+// them. Those that replace a v1alpha1 section take that section's class;
+// Kubernetes' own components, manifests, keys and trust are Privileged, as
+// cluster.* is.
+var talos1_14Documents = map[string]docClass{
+	k8s.KubeletConfig:       {ClassPrivileged, "the kubelet's image, flags and config"},
 	"HTTPProbeConfig":       {ClassSettings, "connectivity probes"},
 	"VethConfig":            {ClassSettings, "veth pairs"},
 	"FilesystemTrimConfig":  {ClassSettings, "when filesystems are trimmed"},
@@ -349,5 +364,34 @@ func FieldsOf(fields []ClassifiedField, c PatchClass) []string {
 			out = append(out, fmt.Sprintf("%s (%s)", f.Path, f.Why))
 		}
 	}
+	return out
+}
+
+// DocumentKind is what Ichor decided about one kind of machine-config
+// document: who may patch it (its class, with why) and what a change of it
+// takes to be in effect.
+type DocumentKind struct {
+	Kind   string
+	Class  PatchClass
+	Why    string
+	Effect ichorv1alpha1.ConfigEffect
+	// Since is the first Talos release that knows it, "" for v1.13 or
+	// earlier: a node of an older release refuses it.
+	Since string
+}
+
+// DocumentKinds lists every document kind Talos machinery knows besides
+// v1alpha1, by kind (TestEveryDocumentKindHasAClass keeps it complete); the
+// reference page docs/reference/config-documents.md is made from it.
+func DocumentKinds() []DocumentKind {
+	out := make([]DocumentKind, 0, len(documentClasses))
+	for kind, c := range documentClasses {
+		k := DocumentKind{Kind: kind, Class: c.class, Why: c.why, Effect: documentEffect(kind)}
+		if _, ok := talos1_14Documents[kind]; ok {
+			k.Since = "v1.14"
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b DocumentKind) int { return strings.Compare(a.Kind, b.Kind) })
 	return out
 }

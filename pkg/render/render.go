@@ -36,6 +36,12 @@ func Render(in Input) (Rendered, error) {
 			Err: fmt.Errorf("generated config is invalid before any patch: %w", err)}
 	}
 
+	// baseConfig parsed it already.
+	contract, err := config.ParseContractFromVersion(in.Cluster.Spec.TalosVersion)
+	if err != nil {
+		return Rendered{}, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
+	}
+
 	patches, err := selectPatches(in.Cluster, in.Machine, in.Patches)
 	if err != nil {
 		return Rendered{}, err
@@ -48,6 +54,9 @@ func Render(in Input) (Rendered, error) {
 		next, err := applyPatch(steps[len(steps)-1], p)
 		if err != nil {
 			return Rendered{}, err
+		}
+		if err := unknownKinds(next, contract); err != nil {
+			return Rendered{}, &PatchError{Patch: nameOf(p.patch), Reason: PatchInvalidResult, Err: err}
 		}
 		if err := layoutConflicts(next); err != nil {
 			return Rendered{}, &PatchError{Patch: nameOf(p.patch), Reason: PatchInvalidResult, Err: err}

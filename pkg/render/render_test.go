@@ -297,6 +297,13 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 			message: "configures it in the KubeNodeConfig, KubeletConfig document: patch that instead",
 		},
 		{
+			name:    "a v1.14 document on a v1.13 contract",
+			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("kubelet-doc", 0, ichorv1alpha1.PatchTarget{},
+				"apiVersion: v1alpha1\nkind: KubeletConfig\nclusterDNS: [10.96.0.53]\n")},
+			blame: "kubelet-doc", reason: PatchInvalidResult,
+			message: "the KubeletConfig document exists from Talos v1.14 on, and this cluster's version contract is v1.13",
+		},
+		{
 			name:    "two kinds of target",
 			patches: []ichorv1alpha1.TalosConfigPatch{good, twoTargets},
 			blame:   "two-targets", reason: PatchInvalidTarget,

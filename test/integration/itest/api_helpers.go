@@ -112,7 +112,7 @@ func APITalosCluster(name, ns string) *v1alpha1.TalosCluster {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.TalosClusterSpec{
 			TalosVersion:      "v1.13.0",
-			KubernetesVersion: "v1.37.2",
+			KubernetesVersion: "v1.36.0",
 			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
 		},
 	}

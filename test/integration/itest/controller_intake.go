@@ -368,7 +368,7 @@ kind: TalosCluster
 metadata: {name: %s, namespace: %s}
 spec:
   talosVersion: v1.13.0
-  kubernetesVersion: v1.37.2
+  kubernetesVersion: v1.36.0
   controlPlane: {endpoint: "https://10.5.0.2:6443"}%s
 `, name, ns, ref)
 }

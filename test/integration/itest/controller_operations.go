@@ -439,12 +439,12 @@ func (d *DemoCluster) KubernetesUpgrade(t *testing.T) {
 }
 
 // upgradeRefusals: a downgrade ends the operation Failed before any step
-// (an operator's, without an admin's override); an image that cannot be
-// pulled and an unknown version end it Failed at its first step, with the
-// reason, and no node is touched.
+// (an operator's, without an admin's override); a release Ichor does not
+// manage is refused at creation; an image that cannot be pulled ends it
+// Failed at its first step, with the reason, and no node is touched.
 func (d *DemoCluster) UpgradeRefusals(t *testing.T) {
 	before := d.Reboots()
-	d.CreateOperation(t, Operator, "downgrade", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.11.0}")
+	d.CreateOperation(t, Operator, "downgrade", "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: v1.13.0}")
 	d.StartOperation(t, Operator, "downgrade")
 	if op := d.WaitOperationEnds(t, "downgrade", v1alpha1.OperationFailed); len(op.Status.Steps) != 0 {
 		t.Errorf("downgrade: steps %+v, want none", op.Status.Steps)
@@ -452,9 +452,15 @@ func (d *DemoCluster) UpgradeRefusals(t *testing.T) {
 		c.Reason != v1alpha1.OperationReasonPrecheckFailed || !strings.Contains(c.Message, "does not downgrade Talos") {
 		t.Errorf("downgrade: Succeeded condition %+v", c)
 	}
+	// A release Ichor does not manage is refused at creation, with the reason.
+	manifest := fmt.Sprintf("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: unmanaged, namespace: %s}\n"+
+		"spec: {clusterName: demo, type: talos-upgrade, talosUpgrade: {version: v1.15.0}}\n", d.Ns)
+	if out, err := CP.KubectlWithInput(d.Ctx, []byte(manifest), append(Operator, "apply", "-f", "-")...); err == nil ||
+		!strings.Contains(out, "spec.talosUpgrade.version") || !strings.Contains(out, "Ichor manages Talos v1.13.x and v1.14.x") {
+		t.Errorf("an upgrade to v1.15.0: %v\n%s", err, out)
+	}
 	for _, tc := range []struct{ name, version, want string }{
 		{"unpullable", "v1.13.9", "pull the installer"},
-		{"skips-minors", "v1.15.0", "upgrades go through every minor release"},
 	} {
 		d.CreateOperation(t, Operator, tc.name, "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: "+tc.version+"}")
 		d.StartOperation(t, Operator, tc.name)
@@ -695,13 +701,12 @@ func (d *DemoCluster) UnhealthyClusterWaits(t *testing.T) {
 }
 
 // NewOperationsCluster is the demo cluster the operation tests run on: Talos
-// v1.13.0 with the installers of v1.13.1, v1.13.2 and v1.11.0 to pull,
+// v1.13.0 with the installers of v1.13.0, v1.13.1 and v1.13.2 to pull,
 // Kubernetes v1.35.2 (a minor below the newest), etcd snapshots of the real
 // etcd behind its kube-apiserver, and a controller that polls operations
 // fast and gives a rebooting node OperationStepTimeout to come back.
 func NewOperationsCluster(t *testing.T) *DemoCluster {
-	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2",
-		"siderolabs/installer:v1.11.0")
+	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2")
 	return NewDemoClusterWith(t, DemoSetup{Registry: registry, KubernetesVersion: "v1.35.2", RealEtcdSnapshots: true, Tune: func(o *ctrlcmd.Options) {
 		o.InstallImage = "siderolabs/installer:v1.13.0"
 		o.OperationPollInterval = 250 * time.Millisecond

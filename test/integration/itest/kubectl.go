@@ -130,7 +130,7 @@ kind: TalosCluster
 metadata: {name: prod}
 spec:
   talosVersion: v1.13.0
-  kubernetesVersion: v1.37.2
+  kubernetesVersion: v1.36.0
   controlPlane: {endpoint: "https://10.5.0.2:6443"}
 ---
 apiVersion: ichor.dev/v1alpha1

@@ -20,7 +20,7 @@ const maxCIDRsPerFamily = 2
 // ValidateTalosCluster checks a TalosCluster on create.
 func ValidateTalosCluster(c *ichor.TalosCluster) field.ErrorList {
 	errs := validateNamespacedMeta(&c.ObjectMeta)
-	return append(errs, validateTalosClusterSpec(&c.Spec, field.NewPath("spec"))...)
+	return append(errs, validateTalosClusterSpec(&c.Spec, nil, field.NewPath("spec"))...)
 }
 
 // ValidateTalosClusterUpdate checks a TalosCluster on update. The networks are
@@ -36,7 +36,7 @@ func ValidateTalosClusterUpdate(c, old *ichor.TalosCluster) field.ErrorList {
 func ValidateTalosClusterFieldUpdate(c, old *ichor.TalosCluster) field.ErrorList {
 	errs := validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)
 	spec := field.NewPath("spec")
-	errs = append(errs, validateTalosClusterSpec(&c.Spec, spec)...)
+	errs = append(errs, validateTalosClusterSpec(&c.Spec, &old.Spec, spec)...)
 	network := spec.Child("network")
 	errs = append(errs, validateImmutable(c.Spec.Network.PodCIDRs, old.Spec.Network.PodCIDRs, network.Child("podCIDRs"), "")...)
 	errs = append(errs, validateImmutable(c.Spec.Network.ServiceCIDRs, old.Spec.Network.ServiceCIDRs, network.Child("serviceCIDRs"), "")...)
@@ -126,9 +126,16 @@ func ValidateTalosClusterStatusUpdate(c, old *ichor.TalosCluster) field.ErrorLis
 	return errs
 }
 
-func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) field.ErrorList {
+// validateTalosClusterSpec checks a cluster's spec; old is the stored one
+// on an update, nil on create.
+func validateTalosClusterSpec(s, old *ichor.TalosClusterSpec, fldPath *field.Path) field.ErrorList {
 	errs := validateVersion(s.TalosVersion, fldPath.Child("talosVersion"))
 	errs = append(errs, validateVersion(s.KubernetesVersion, fldPath.Child("kubernetesVersion"))...)
+	// The versions must be ones Ichor manages; a cluster stored before a
+	// release left the table keeps them until they change.
+	if len(errs) == 0 && (old == nil || old.TalosVersion != s.TalosVersion || old.KubernetesVersion != s.KubernetesVersion) {
+		errs = append(errs, validateTalosRelease(s.TalosVersion, s.KubernetesVersion, fldPath)...)
+	}
 	errs = append(errs, validateHTTPSURL(s.ControlPlane.Endpoint, fldPath.Child("controlPlane", "endpoint"))...)
 	errs = append(errs, validateClusterNetwork(&s.Network, fldPath.Child("network"))...)
 
@@ -164,6 +171,19 @@ func validateTalosClusterSpec(s *ichor.TalosClusterSpec, fldPath *field.Path) fi
 			"requires spec.security.kubeletServingCertificates.enabled"))
 	}
 	return errs
+}
+
+// validateTalosRelease refuses a Talos version outside ichor.TalosReleases,
+// and a Kubernetes version that release does not run.
+func validateTalosRelease(talos, kubernetes string, fldPath *field.Path) field.ErrorList {
+	r, err := ichor.TalosReleaseOf(talos)
+	if err != nil {
+		return field.ErrorList{field.Invalid(fldPath.Child("talosVersion"), talos, err.Error())}
+	}
+	if err := r.RunsKubernetes(kubernetes); err != nil {
+		return field.ErrorList{field.Invalid(fldPath.Child("kubernetesVersion"), kubernetes, err.Error())}
+	}
+	return nil
 }
 
 func validateClusterNetwork(n *ichor.ClusterNetwork, fldPath *field.Path) field.ErrorList {

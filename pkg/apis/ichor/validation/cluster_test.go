@@ -17,7 +17,7 @@ func validCluster() *ichor.TalosCluster {
 		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a", ResourceVersion: "1"},
 		Spec: ichor.TalosClusterSpec{
 			TalosVersion:      "v1.13.0",
-			KubernetesVersion: "v1.37.2",
+			KubernetesVersion: "v1.36.0",
 			ControlPlane:      ichor.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
 			Network: ichor.ClusterNetwork{
 				PodCIDRs:     []string{"10.244.0.0/16"},
@@ -75,6 +75,20 @@ func TestValidateTalosCluster(t *testing.T) {
 			name:   "version that is not semver",
 			mutate: func(c *ichor.TalosCluster) { c.Spec.KubernetesVersion = "v1.37" },
 			want:   []fe{invalid("spec.kubernetesVersion")},
+		},
+		{
+			name:   "a Talos release Ichor does not manage",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.TalosVersion = "v1.12.5" },
+			want:   []fe{invalid("spec.talosVersion")},
+		},
+		{
+			name:   "a Kubernetes the Talos release does not run",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.KubernetesVersion = "v1.37.0" },
+			want:   []fe{invalid("spec.kubernetesVersion")},
+		},
+		{
+			name:   "Talos v1.14 runs Kubernetes v1.37",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.TalosVersion, c.Spec.KubernetesVersion = "v1.14.1", "v1.37.0" },
 		},
 		{
 			name:   "endpoint missing",
@@ -255,7 +269,7 @@ func TestValidateTalosClusterDefaulted(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "team-a"},
 		Spec: v1alpha1.TalosClusterSpec{
 			TalosVersion:      "v1.13.0",
-			KubernetesVersion: "v1.37.2",
+			KubernetesVersion: "v1.36.0",
 			ControlPlane:      v1alpha1.ControlPlaneSpec{Endpoint: "https://10.5.0.2:6443"},
 		},
 	}
@@ -277,8 +291,8 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 		{
 			name: "versions, endpoint, cni and pause may change",
 			mutate: func(c *ichor.TalosCluster) {
-				c.Spec.TalosVersion = "v1.13.1"
-				c.Spec.KubernetesVersion = "v1.38.0"
+				c.Spec.TalosVersion = "v1.14.1"
+				c.Spec.KubernetesVersion = "v1.37.0"
 				c.Spec.ControlPlane.Endpoint = "https://k8s.example.com:6443"
 				c.Spec.Network.CNI.Name = ichor.CNINone
 				c.Spec.Paused = true
@@ -336,6 +350,16 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 			expectErrors(t, ValidateTalosClusterUpdate(c, old), tc.want...)
 		})
 	}
+
+	// A cluster stored at a release that has since left the table can be
+	// updated, until its versions change; then they must be managed ones.
+	old := validCluster()
+	old.Spec.TalosVersion = "v1.12.5"
+	c := old.DeepCopy()
+	c.Spec.Paused = true
+	expectErrors(t, ValidateTalosClusterUpdate(c, old))
+	c.Spec.KubernetesVersion = "v1.35.0"
+	expectErrors(t, ValidateTalosClusterUpdate(c, old), invalid("spec.talosVersion"))
 }
 
 func TestValidateTalosClusterStatusUpdate(t *testing.T) {

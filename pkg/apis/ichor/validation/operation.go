@@ -116,7 +116,14 @@ func validateTalosOperationSpec(s *ichor.TalosOperationSpec, fldPath *field.Path
 		}
 	}
 	if s.TalosUpgrade != nil {
-		errs = append(errs, validateVersion(s.TalosUpgrade.Version, fldPath.Child("talosUpgrade", "version"))...)
+		p := fldPath.Child("talosUpgrade", "version")
+		verrs := validateVersion(s.TalosUpgrade.Version, p)
+		if len(verrs) == 0 {
+			if _, err := ichor.TalosReleaseOf(s.TalosUpgrade.Version); err != nil {
+				verrs = append(verrs, field.Invalid(p, s.TalosUpgrade.Version, err.Error()))
+			}
+		}
+		errs = append(errs, verrs...)
 	}
 	if s.MaxUnavailable != nil {
 		p := fldPath.Child("maxUnavailable")

@@ -284,6 +284,17 @@ func TestValidateTalosOperation(t *testing.T) {
 			want:   []fe{invalid("spec.talosUpgrade.version")},
 		},
 		{
+			name:   "talos upgrade to a release Ichor does not manage",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade.Version = "v1.15.0" },
+			want:   []fe{invalid("spec.talosUpgrade.version")},
+		},
+		{
+			name:   "talos upgrade to v1.14",
+			typ:    ichor.OperationTalosUpgrade,
+			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade.Version = "v1.14.1" },
+		},
+		{
 			name:   "talos upgrade without version",
 			typ:    ichor.OperationTalosUpgrade,
 			mutate: func(s *ichor.TalosOperationSpec) { s.TalosUpgrade.Version = "" },
