@@ -205,11 +205,23 @@ func (s *machineServer) ApplyConfiguration(ctx context.Context, in *machine.Appl
 		mode = machine.ApplyConfigurationRequest_NO_REBOOT
 	}
 
+	// From v1.14 Talos applies every config live: a change that only takes
+	// effect at boot waits for the next one, the REBOOT mode is refused, and
+	// AUTO never reboots.
+	if !runsUpTo1_13(running) && !inMaintenance {
+		switch mode { //nolint:exhaustive
+		case machine.ApplyConfigurationRequest_REBOOT: //nolint:staticcheck // what Talos v1.14 refuses
+			return nil, status.Error(codes.Unimplemented, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+		case machine.ApplyConfigurationRequest_AUTO:
+			mode = machine.ApplyConfigurationRequest_NO_REBOOT
+		}
+	}
+
 	details, detailsErr := detailsReboot, ""
 
 	switch mode { //nolint:exhaustive
 	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
-		if err = canApplyImmediate(current, cfg); err != nil && !inMaintenance {
+		if err = canApplyImmediate(current, cfg); err != nil && !inMaintenance && runsUpTo1_13(running) {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 

@@ -364,3 +364,36 @@ func TestApplyKubeletDocumentNeedsTalos1_14(t *testing.T) {
 		t.Fatalf("the node's kubelet settings = %#v, want the document's", kubelet)
 	}
 }
+
+// TestApplyOnTalos1_14 holds a v1.14 node to v1.14's ApplyConfiguration: the
+// REBOOT mode is refused, AUTO never reboots, and a change that only takes
+// effect at boot is applied live, to be in effect from the next boot.
+func TestApplyOnTalos1_14(t *testing.T) {
+	t.Parallel()
+
+	ctx := testContext(t)
+	cl := newCluster(t)
+	n, admin := installedNode(t, cl, Options{Version: "v1.14.1"})
+
+	_, err := admin.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{
+		Data: patch(t, cl.cp, envPatch), Mode: machineapi.ApplyConfigurationRequest_REBOOT, //nolint:staticcheck // what v1.14 refuses
+	})
+	wantCode(t, err, codes.Unimplemented, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+
+	resp, err := admin.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{
+		Data: patch(t, cl.cp, envPatch), Mode: machineapi.ApplyConfigurationRequest_AUTO,
+	})
+	if err != nil {
+		t.Fatalf("AUTO env: %v", err)
+	}
+
+	if got := resp.GetMessages()[0]; got.GetMode() != machineapi.ApplyConfigurationRequest_NO_REBOOT || got.GetModeDetails() != "Applied configuration without a reboot" {
+		t.Fatalf("AUTO env response = %v", got)
+	}
+
+	if got := simEnv(mustMachineConfig(t, admin, config.ActiveID)); got != "1" {
+		t.Fatalf("env after AUTO: %q", got)
+	}
+
+	wantHistory(t, n, installedHistory...)
+}

@@ -155,7 +155,16 @@ func generateCluster() (*testCluster, error) {
 
 // generateClusterAt is generateCluster with the cluster endpoint given.
 func generateClusterAt(endpoint string) (*testCluster, error) {
-	vc, err := talosconfig.ParseContractFromVersion("v1.13.0")
+	return generateClusterOf("v1.13.0", endpoint)
+}
+
+// sharedCluster1_14 is a cluster of the v1.14 contract, generated once per test binary.
+var sharedCluster1_14 = sync.OnceValues(func() (*testCluster, error) { return generateClusterOf("v1.14.1", "https://127.0.0.1:6443") })
+
+// generateClusterOf makes the secrets and configs machinery generates for the contract of Talos
+// version, installing to /dev/sda.
+func generateClusterOf(version, endpoint string) (*testCluster, error) {
+	vc, err := talosconfig.ParseContractFromVersion(version)
 	if err != nil {
 		return nil, fmt.Errorf("parsing contract: %w", err)
 	}

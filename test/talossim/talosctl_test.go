@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	"go.yaml.in/yaml/v4"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -35,12 +36,25 @@ const talosctlTimeout = 45 * time.Second
 func talosctl(t *testing.T) string {
 	t.Helper()
 
+	return talosctlNamed(t, "talosctl")
+}
+
+// talosctl1_14 is the official talosctl v1.14.1, which hack/build-talosctl.sh builds beside v1.13.0.
+func talosctl1_14(t *testing.T) string {
+	t.Helper()
+
+	return talosctlNamed(t, "talosctl-v1.14.1")
+}
+
+func talosctlNamed(t *testing.T, name string) string {
+	t.Helper()
+
 	dir, err := proc.TalosctlBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	path := filepath.Join(dir, "talosctl")
+	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("talosctl binary: %v", err)
 	}
@@ -362,4 +376,81 @@ func TestTalosctlUpgrade(t *testing.T) {
 	if after := n.BootID(); after == before || n.Version() != "v1.13.1" || n.Phase() != PhaseRunning {
 		t.Fatalf("after talosctl upgrade --wait: boot ID %s (was %s), version %s, phase %s", after, before, n.Version(), n.Phase())
 	}
+}
+
+// TestTalosctl1_14 runs the official talosctl v1.14.1 against a simulated v1.14.1 node with a config of
+// the v1.14 contract: it installs it from maintenance mode, reads it back with its documents, applies
+// a change (AUTO, which v1.14 never turns into a reboot) and finds that --mode=reboot is gone.
+func TestTalosctl1_14(t *testing.T) {
+	t.Parallel()
+
+	bin := talosctl1_14(t)
+	ctx := testContext(t)
+
+	cl, err := sharedCluster1_14()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts := simOptions()
+	opts.Version = "v1.14.1"
+	n := startNode(t, opts)
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cp.yaml"), cl.cp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runTalosctl(t, bin, dir, "apply-config", "--insecure", "--nodes", n.Addr(), "--file", "cp.yaml", "--cert-fingerprint", n.MaintenanceFingerprint()).mustSucceed(t)
+	if !strings.Contains(r.stderr, "Applied configuration without a reboot") {
+		t.Fatalf("apply-config did not report its mode\n%v", r)
+	}
+
+	if err := n.WaitPhase(ctx, PhaseRunning); err != nil {
+		t.Fatal(err)
+	}
+
+	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
+	node := "10.5.0.2"
+
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", node, "version").mustSucceed(t)
+
+	_, server, ok := strings.Cut(r.stdout, "Server:")
+	if !ok {
+		t.Fatalf("no Server section\n%v", r)
+	}
+
+	wantLine(t, r, server, `^\s*Tag:\s+v1\.14\.1\s*$`)
+
+	// The config read back (the resource's spec, a string) carries the v1.14 documents.
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", node, "get", "machineconfig", "-o", "yaml").mustSucceed(t)
+
+	var res struct {
+		Spec string `yaml:"spec"`
+	}
+	if err := yaml.NewDecoder(strings.NewReader(r.stdout)).Decode(&res); err != nil {
+		t.Fatalf("%v\n%v", err, r)
+	}
+
+	for _, kind := range []string{"KubeletConfig", "KubeAPIServerConfig", "KubeAPIServerCAConfig", "UnattendedInstallConfig"} {
+		if !strings.Contains(res.Spec, "kind: "+kind+"\n") {
+			t.Errorf("the config read back has no %s document\n%v", kind, r)
+		}
+	}
+
+	// A change that takes effect at boot is applied live, and no reboot is asked for.
+	changed := patch(t, cl.cp, envPatch)
+	if err := os.WriteFile(filepath.Join(dir, "changed.yaml"), changed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r = runTalosctl(t, bin, dir, "--talosconfig", adminCfg, "--nodes", node, "apply-config", "--file", "changed.yaml").mustSucceed(t)
+	if !strings.Contains(r.stderr, "Applied configuration without a reboot") {
+		t.Fatalf("apply-config (auto) did not apply without a reboot\n%v", r)
+	}
+
+	runTalosctl(t, bin, dir, "--talosconfig", adminCfg, "--nodes", node, "apply-config", "--file", "changed.yaml", "--mode", "reboot").
+		mustFail(t, `invalid argument "reboot" for "-m, --mode" flag: possible options are: auto, no-reboot, staged, try`)
+
+	wantHistory(t, n, PhaseMaintenance, PhaseInstalling, PhaseRebooting, PhaseRunning)
 }

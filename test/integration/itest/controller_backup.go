@@ -280,9 +280,10 @@ func (d *DemoCluster) Backups(t *testing.T) {
 			}
 			return out
 		}
-		// Time passes a minute at a time on the schedule's clock, each time the
-		// run of the last minute has ended.
+		// Time passes on the schedule's clock a minute at a time: once for
+		// each run the test waits for, and again when that run failed.
 		mover := &scheduleMover{d: d}
+		mover.advance()
 		var older string
 		list := d.WaitBackups(t, "a scheduled backup succeeded", mover.until(func(l *v1alpha1.TalosBackupList) bool { return len(scheduled(l)) >= 1 }), srv)
 		older = scheduled(list)[0].Name
@@ -292,6 +293,7 @@ func (d *DemoCluster) Backups(t *testing.T) {
 		// A store may fail a run now and then (the SDK retries a part three
 		// times): the schedule goes on, and retention waits for a success.
 		var newer string
+		mover.advance()
 		d.WaitBackups(t, "a second scheduled backup succeeded, and the older and the failed ones were pruned", mover.until(func(l *v1alpha1.TalosBackupList) bool {
 			newer = ""
 			for _, b := range scheduled(l) {
@@ -614,39 +616,40 @@ func (d *DemoCluster) WaitBackupEnds(t *testing.T, name string, want v1alpha1.Ba
 	return last
 }
 
-// scheduleMover moves demo's schedule clock to the next minute: at once, and
-// then each time the run of the minute it moved to last has ended.
+// scheduleMover moves demo's schedule clock to the next minute, so that a
+// schedule that runs every minute runs once more.
 type scheduleMover struct {
 	d    *DemoCluster
 	last time.Time
 }
 
-// until is done, and moves the clock each time done is not yet.
-func (m *scheduleMover) until(done func(*v1alpha1.TalosBackupList) bool) func(*v1alpha1.TalosBackupList) bool {
-	return func(l *v1alpha1.TalosBackupList) bool {
-		if done(l) {
-			return true
-		}
-		m.step(l)
-		return false
-	}
-}
-
-func (m *scheduleMover) step(l *v1alpha1.TalosBackupList) {
-	if !m.last.IsZero() && !slices.ContainsFunc(l.Items, func(b v1alpha1.TalosBackup) bool {
-		return b.Spec.ScheduledAt != nil && b.Spec.ScheduledAt.Time.Equal(m.last) &&
-			(b.Status.Phase == v1alpha1.BackupSucceeded || b.Status.Phase == v1alpha1.BackupFailed)
-	}) {
-		return
-	}
-	// After the wall clock too: the cluster was created on it, and a
-	// schedule runs from then.
+// advance moves the clock to the next minute after both its time and the
+// wall clock's: the cluster was created on the wall clock, and a schedule
+// runs from then.
+func (m *scheduleMover) advance() {
 	now := m.d.ScheduleClock.Now()
 	if wall := time.Now(); wall.After(now) {
 		now = wall
 	}
 	m.last = now.Truncate(time.Minute).Add(time.Minute)
 	m.d.ScheduleClock.SetTime(m.last)
+}
+
+// until is done, and advances the clock when the run of the minute it moved
+// to last failed (a store may fail a run now and then), so the schedule
+// runs again; a run that succeeded asks for no more time.
+func (m *scheduleMover) until(done func(*v1alpha1.TalosBackupList) bool) func(*v1alpha1.TalosBackupList) bool {
+	return func(l *v1alpha1.TalosBackupList) bool {
+		if done(l) {
+			return true
+		}
+		if slices.ContainsFunc(l.Items, func(b v1alpha1.TalosBackup) bool {
+			return b.Spec.ScheduledAt != nil && b.Spec.ScheduledAt.Time.Equal(m.last) && b.Status.Phase == v1alpha1.BackupFailed
+		}) {
+			m.advance()
+		}
+		return false
+	}
 }
 
 func (d *DemoCluster) WaitBackups(t *testing.T, what string, done func(*v1alpha1.TalosBackupList) bool, srv *objectstore.Server) *v1alpha1.TalosBackupList {
