@@ -297,7 +297,7 @@ func TestRenderRefusesBadPatches(t *testing.T) {
 			message: "configures it in the KubeNodeConfig, KubeletConfig document: patch that instead",
 		},
 		{
-			name:    "a v1.14 document on a v1.13 contract",
+			name: "a v1.14 document on a v1.13 contract",
 			patches: []ichorv1alpha1.TalosConfigPatch{good, testPatch("kubelet-doc", 0, ichorv1alpha1.PatchTarget{},
 				"apiVersion: v1alpha1\nkind: KubeletConfig\nclusterDNS: [10.96.0.53]\n")},
 			blame: "kubelet-doc", reason: PatchInvalidResult,
