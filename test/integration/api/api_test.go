@@ -28,7 +28,7 @@ func TestAPICRUDEveryKind(t *testing.T) {
 				},
 				Fixture:       func(_ testing.TB, name, ns string) *v1alpha1.TalosCluster { return itest.APITalosCluster(name, ns) },
 				SpecMark:      func(o *v1alpha1.TalosCluster) string { return o.Spec.KubernetesVersion },
-				MutateSpec:    func(o *v1alpha1.TalosCluster) { o.Spec.KubernetesVersion = fmt.Sprintf("v1.37.%d", 2+n.Next()) },
+				MutateSpec:    func(o *v1alpha1.TalosCluster) { o.Spec.KubernetesVersion = fmt.Sprintf("v1.36.%d", 1+n.Next()) },
 				StatusMark:    func(o *v1alpha1.TalosCluster) string { return string(o.Status.Phase) },
 				SetStatus:     func(o *v1alpha1.TalosCluster) { o.Status.Phase = v1alpha1.ClusterPhaseReady },
 				WrittenStatus: "Ready",

@@ -90,6 +90,8 @@ type DemoCluster struct {
 	BackupVolumeDir string
 	// ScheduleClock is the clock the controller runs backup schedules on.
 	ScheduleClock *clocktesting.FakeClock
+	// TalosVersion is the cluster's spec.talosVersion, which its nodes run.
+	TalosVersion string
 }
 
 // NewDemoCluster builds demo: every machine pinned and decided.
@@ -103,6 +105,9 @@ type DemoSetup struct {
 	Registry *talossim.Registry
 	// KubernetesVersion demo is created at; default v1.36.0.
 	KubernetesVersion string
+	// TalosVersion demo is created at and its nodes run; default
+	// talossim.DefaultVersion (v1.13.0).
+	TalosVersion string
 	// RealEtcdSnapshots makes etcd snapshots those of the real etcd behind
 	// demo's kube-apiserver, which a restore brings back, instead of
 	// generated ones of snapshotSize.
@@ -171,10 +176,10 @@ apiVersion: ichor.dev/v1alpha1
 kind: TalosCluster
 metadata: {name: demo, namespace: %s}
 spec:
-  talosVersion: v1.13.0
+  talosVersion: %s
   kubernetesVersion: %s
   controlPlane: {endpoint: "%s"}
-`, ns, cmp.Or(setup.KubernetesVersion, "v1.36.0"), endpoint)
+`, ns, cmp.Or(setup.TalosVersion, talossim.DefaultVersion), cmp.Or(setup.KubernetesVersion, "v1.36.0"), endpoint)
 	if setup.DiskEncryption != "" {
 		manifest += fmt.Sprintf("  security: {diskEncryption: {key: %s}}\n", setup.DiskEncryption)
 	}
@@ -184,7 +189,7 @@ spec:
 		opts := talossim.Options{
 			ListenAddress: fmt.Sprintf("127.0.3.%d:0", i), Kubernetes: kube, Etcd: etcd, Trustd: trustd,
 			InstallDelay: 200 * time.Millisecond, RebootDelay: 200 * time.Millisecond, Registry: setup.Registry,
-			SecureBoot: setup.DiskEncryption == v1alpha1.DiskEncryptionKeyTPM,
+			SecureBoot: setup.DiskEncryption == v1alpha1.DiskEncryptionKeyTPM, Version: setup.TalosVersion,
 		}
 		if name == "worker-2" { // a user disk, for node-reset's user-disks
 			opts.Disks = []talossim.Disk{{Path: "/dev/sda", Size: 10 << 30}, {Path: "/dev/sdb", Size: 20 << 30}}
@@ -233,6 +238,7 @@ spec: {clusterName: other, role: controlplane, address: "%[3]s", install: {disk:
 		Parent: parent, Ctx: ctx, Ns: ns, Tune: tune, ScheduleClock: scheduleClock, Controller: controller, Kube: kube, Endpoint: endpoint,
 		Etcd: etcd, Trustd: trustd, Roles: roles, Nodes: nodes, Names: names, Rejected: rejected, Impostor: impostor,
 		Machines: machines, Patches: patches, Registry: setup.Registry, BackupVolumeDir: backupVolumeDir,
+		TalosVersion: cmp.Or(setup.TalosVersion, talossim.DefaultVersion),
 	}
 
 	// What the controller pinned is approved with kubectl and the approval
@@ -372,6 +378,33 @@ func (d *DemoCluster) BootstrapAccess(t *testing.T) (*rest.Config, string) {
 	return rc, BootstrapTokenOf(d.Ctx, t, d.Ns, "demo")
 }
 
+// ConfigsOfItsLayout: the official talosctl of the cluster's version reads
+// every node's config, laid out as the cluster's contract has it: the
+// kubelet in a KubeletConfig document from v1.14 on, in machine.kubelet
+// before.
+func (d *DemoCluster) ConfigsOfItsLayout(t *testing.T) {
+	talosconfig := d.DownloadReaderTalosconfig(t)
+	multidoc := !strings.HasPrefix(d.TalosVersion, "v1.13.")
+	for _, name := range d.Names {
+		out, err := TalosctlOn(d.Ctx, t, d.Nodes[name])(talosconfig, "get", "machineconfig", "-o", "yaml")
+		if err != nil {
+			t.Fatalf("%s: talosctl get machineconfig: %v\n%s", name, err, out)
+		}
+		var res struct {
+			Spec string `yaml:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(out), &res); err != nil || res.Spec == "" {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		if got := strings.Contains(res.Spec, "kind: KubeletConfig\n"); got != multidoc {
+			t.Errorf("%s (Talos %s): a KubeletConfig document is %t, want %t\n%s", name, d.TalosVersion, got, multidoc, res.Spec)
+		}
+		if got := strings.Contains(res.Spec, "\n    kubelet:\n"); got == multidoc {
+			t.Errorf("%s (Talos %s): a machine.kubelet section is %t, want %t", name, d.TalosVersion, got, !multidoc)
+		}
+	}
+}
+
 // becomesReady: three control planes and two workers become Ready.
 func (d *DemoCluster) BecomesReady(t *testing.T) {
 	ctx := d.Ctx
@@ -379,7 +412,7 @@ func (d *DemoCluster) BecomesReady(t *testing.T) {
 	if got, want := c.Status.Machines, (v1alpha1.MachineCounts{Total: 5, Ready: 5, ControlPlanes: 3, Workers: 2}); got != want {
 		t.Errorf("machine counts %+v, want %+v", got, want)
 	}
-	if c.Status.Phase != v1alpha1.ClusterPhaseReady || c.Status.BootstrappedAt == nil || c.Status.TalosVersion != talossim.DefaultVersion ||
+	if c.Status.Phase != v1alpha1.ClusterPhaseReady || c.Status.BootstrappedAt == nil || c.Status.TalosVersion != d.TalosVersion ||
 		c.Status.KubernetesVersion == "" || c.Status.ObservedGeneration != c.Generation {
 		t.Errorf("status %+v", c.Status)
 	}

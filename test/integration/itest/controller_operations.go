@@ -456,7 +456,7 @@ func (d *DemoCluster) UpgradeRefusals(t *testing.T) {
 	manifest := fmt.Sprintf("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: unmanaged, namespace: %s}\n"+
 		"spec: {clusterName: demo, type: talos-upgrade, talosUpgrade: {version: v1.15.0}}\n", d.Ns)
 	if out, err := CP.KubectlWithInput(d.Ctx, []byte(manifest), append(Operator, "apply", "-f", "-")...); err == nil ||
-		!strings.Contains(out, "spec.talosUpgrade.version") || !strings.Contains(out, "Ichor manages Talos v1.13.x and v1.14.x") {
+		!strings.Contains(err.Error(), `spec.talosUpgrade.version: Invalid value: "v1.15.0": Ichor manages Talos v1.13.x and v1.14.x`) {
 		t.Errorf("an upgrade to v1.15.0: %v\n%s", err, out)
 	}
 	for _, tc := range []struct{ name, version, want string }{
