@@ -1,0 +1,162 @@
+// Package schematic computes Image Factory schematic IDs and the image
+// references built from them.
+//
+// From Talos v1.14 the installer is no longer published as one image per
+// release: an Image Factory builds it, and every other boot image, from a
+// schematic (system extensions, extra kernel arguments, an overlay…). A
+// schematic's ID is the lowercase hex SHA-256 of its canonical YAML form:
+// the fields below, in this order, empty ones left out, indented by four
+// spaces (sequences too), as the factory's yaml encoder writes them. The
+// factory answers any schematic by that ID, so Ichor computes it locally
+// and needs the factory only to pull images.
+package schematic
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v4"
+)
+
+// Schematic is an Image Factory schematic, its fields in canonical order.
+type Schematic struct {
+	Overlay       Overlay       `yaml:"overlay,omitempty"`
+	Customization Customization `yaml:"customization"`
+}
+
+// Overlay is a board's overlay (Raspberry Pi, Rock Pi …).
+type Overlay struct {
+	Image   string         `yaml:"image,omitempty"`
+	Name    string         `yaml:"name,omitempty"`
+	Options map[string]any `yaml:"options,omitempty"`
+}
+
+// Customization is what a schematic changes of the stock image.
+type Customization struct {
+	ExtraKernelArgs  []string         `yaml:"extraKernelArgs,omitempty"`
+	Meta             []MetaValue      `yaml:"meta,omitempty"`
+	SystemExtensions SystemExtensions `yaml:"systemExtensions,omitempty"`
+}
+
+// MetaValue is an initial value of a Talos META key.
+type MetaValue struct {
+	Key   uint8  `yaml:"key"`
+	Value string `yaml:"value"`
+}
+
+// SystemExtensions are the official extensions the image carries.
+type SystemExtensions struct {
+	OfficialExtensions []string `yaml:"officialExtensions,omitempty"`
+}
+
+// EmptyID is the ID of the schematic that changes nothing, the stock image.
+const EmptyID = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+
+// Marshal is s in its canonical form, the bytes its ID hashes.
+func (s Schematic) Marshal() ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(4)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("encode schematic: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode schematic: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// ID is s's schematic ID, as the Image Factory computes it.
+func (s Schematic) ID() (string, error) {
+	data, err := s.Marshal()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// extensionName is an official extension's name: its publisher, a slash,
+// and its name (siderolabs/iscsi-tools).
+var extensionName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?/[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
+
+// Validate refuses what the factory would not build, each problem named
+// by its field.
+func (s Schematic) Validate() []error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, e := range s.Customization.SystemExtensions.OfficialExtensions {
+		switch {
+		case !extensionName.MatchString(e):
+			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %q is not an extension name such as siderolabs/iscsi-tools", i, e))
+		case seen[e]:
+			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %q is listed twice", i, e))
+		}
+		seen[e] = true
+	}
+	for i, a := range s.Customization.ExtraKernelArgs {
+		if a == "" || strings.ContainsAny(a, " \t\n") {
+			errs = append(errs, fmt.Errorf("customization.extraKernelArgs[%d]: %q must be one argument, without spaces", i, a))
+		}
+	}
+	keys := map[uint8]bool{}
+	for i, m := range s.Customization.Meta {
+		if keys[m.Key] {
+			errs = append(errs, fmt.Errorf("customization.meta[%d]: key %d is given twice", i, m.Key))
+		}
+		keys[m.Key] = true
+	}
+	if (s.Overlay.Image == "") != (s.Overlay.Name == "") {
+		errs = append(errs, fmt.Errorf("overlay: an overlay needs both its image and its name"))
+	}
+	return errs
+}
+
+// Factory is an Image Factory: its image registry and its HTTP address
+// (the same host for the public factory; a self-hosted one or a mirror may
+// differ).
+type Factory struct {
+	// Registry is where its installer images are pulled from, a host[:port].
+	Registry string
+	// URL is the https address its boot images are downloaded from.
+	URL string
+}
+
+// Check refuses a factory that is not an https URL and a registry host.
+func (f Factory) Check() error {
+	u, err := url.Parse(f.URL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" {
+		return fmt.Errorf("the factory's URL %q must be an https URL with a host", f.URL)
+	}
+	if f.Registry == "" || strings.ContainsAny(f.Registry, "/ @") {
+		return fmt.Errorf("the factory's registry %q must be a host[:port]", f.Registry)
+	}
+	return nil
+}
+
+// Installer is the installer image of schematic id at Talos version, the
+// one for SecureBoot when secureBoot.
+func (f Factory) Installer(id, version string, secureBoot bool) string {
+	repo := "installer"
+	if secureBoot {
+		repo = "installer-secureboot"
+	}
+	return f.Registry + "/" + repo + "/" + id + ":" + version
+}
+
+// Image is the download URL of a boot image of schematic id at Talos
+// version: file is the factory's name for it (metal-amd64.iso,
+// metal-amd64.raw.zst, kernel-amd64 …).
+func (f Factory) Image(id, version, file string) string {
+	return strings.TrimSuffix(f.URL, "/") + "/image/" + id + "/" + version + "/" + file
+}
+
+// PXE is the iPXE script URL that boots schematic id at Talos version.
+func (f Factory) PXE(id, version, platform, arch string) string {
+	return strings.TrimSuffix(f.URL, "/") + "/pxe/" + id + "/" + version + "/" + platform + "-" + arch
+}

@@ -1,0 +1,145 @@
+package schematic
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestIDsTheFactoryPublishes checks the ID against schematics whose IDs the
+// Image Factory publishes (Talos's own default installer is the empty one;
+// the others are what the factory's site gives for those extensions, as
+// people quote them beside their installer images).
+func TestIDsTheFactoryPublishes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    Schematic
+		id   string
+	}{
+		{"empty", Schematic{}, EmptyID},
+		{"an empty list is no list", Schematic{Customization: Customization{ExtraKernelArgs: []string{}}}, EmptyID},
+		{"qemu-guest-agent", Schematic{Customization: Customization{SystemExtensions: SystemExtensions{
+			OfficialExtensions: []string{"siderolabs/qemu-guest-agent"}}}},
+			"ce4c980550dd2ab1b17bbf2b08801c7eb59418eafe8f279833297925d67c7515"},
+		{"iscsi-tools and util-linux-tools", Schematic{Customization: Customization{SystemExtensions: SystemExtensions{
+			OfficialExtensions: []string{"siderolabs/iscsi-tools", "siderolabs/util-linux-tools"}}}},
+			"613e1592b2da41ae5e265e8789429f22e121aab91cb4deb6bc3c0b6262961245"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := tc.s.ID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id != tc.id {
+				data, _ := tc.s.Marshal()
+				t.Fatalf("ID %s, the factory's is %s; canonical form:\n%s", id, tc.id, data)
+			}
+		})
+	}
+}
+
+// TestCanonicalForm pins the encoding of every field: order, four-space
+// indentation, sequences indented, empty fields left out.
+func TestCanonicalForm(t *testing.T) {
+	s := Schematic{
+		Overlay: Overlay{Image: "siderolabs/sbc-raspberrypi", Name: "rpi_generic"},
+		Customization: Customization{
+			ExtraKernelArgs:  []string{"net.ifnames=0", "console=ttyS0"},
+			Meta:             []MetaValue{{Key: 10, Value: "hello"}},
+			SystemExtensions: SystemExtensions{OfficialExtensions: []string{"siderolabs/iscsi-tools"}},
+		},
+	}
+	data, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `overlay:
+    image: siderolabs/sbc-raspberrypi
+    name: rpi_generic
+customization:
+    extraKernelArgs:
+        - net.ifnames=0
+        - console=ttyS0
+    meta:
+        - key: 10
+          value: hello
+    systemExtensions:
+        officialExtensions:
+            - siderolabs/iscsi-tools
+`
+	if string(data) != want {
+		t.Fatalf("canonical form:\n%s\nwant:\n%s", data, want)
+	}
+	// The order of extensions is part of the schematic: another order is another ID.
+	a, _ := Schematic{Customization: Customization{SystemExtensions: SystemExtensions{OfficialExtensions: []string{"siderolabs/a", "siderolabs/b"}}}}.ID()
+	b, _ := Schematic{Customization: Customization{SystemExtensions: SystemExtensions{OfficialExtensions: []string{"siderolabs/b", "siderolabs/a"}}}}.ID()
+	if a == b {
+		t.Fatal("two orders of extensions gave one ID")
+	}
+}
+
+func TestValidateRefusesWhatTheFactoryWouldNotBuild(t *testing.T) {
+	bad := Schematic{
+		Overlay: Overlay{Image: "siderolabs/sbc-raspberrypi"},
+		Customization: Customization{
+			ExtraKernelArgs:  []string{"a b", ""},
+			Meta:             []MetaValue{{Key: 10, Value: "x"}, {Key: 10, Value: "y"}},
+			SystemExtensions: SystemExtensions{OfficialExtensions: []string{"iscsi-tools", "siderolabs/x", "siderolabs/x", "Sidero/X"}},
+		},
+	}
+	errs := bad.Validate()
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Error())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{
+		`officialExtensions[0]: "iscsi-tools" is not an extension name`,
+		`officialExtensions[2]: "siderolabs/x" is listed twice`,
+		`officialExtensions[3]: "Sidero/X" is not an extension name`,
+		`extraKernelArgs[0]: "a b" must be one argument`,
+		`extraKernelArgs[1]: "" must be one argument`,
+		`meta[1]: key 10 is given twice`,
+		`overlay: an overlay needs both its image and its name`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no error saying %q in:\n%s", want, all)
+		}
+	}
+	if len(errs) != 7 {
+		t.Errorf("%d errors, want 7:\n%s", len(errs), all)
+	}
+	if errs := (Schematic{Customization: Customization{SystemExtensions: SystemExtensions{
+		OfficialExtensions: []string{"siderolabs/iscsi-tools"}}}}).Validate(); len(errs) != 0 {
+		t.Errorf("a good schematic: %v", errs)
+	}
+}
+
+func TestImageReferences(t *testing.T) {
+	f := Factory{Registry: "factory.example.com", URL: "https://factory.example.com/"}
+	if err := f.Check(); err != nil {
+		t.Fatal(err)
+	}
+	id := EmptyID
+	for got, want := range map[string]string{
+		f.Installer(id, "v1.14.1", false):             "factory.example.com/installer/" + id + ":v1.14.1",
+		f.Installer(id, "v1.14.1", true):              "factory.example.com/installer-secureboot/" + id + ":v1.14.1",
+		f.Image(id, "v1.14.1", "metal-amd64.iso"):     "https://factory.example.com/image/" + id + "/v1.14.1/metal-amd64.iso",
+		f.PXE(id, "v1.14.1", "metal", "amd64"):        "https://factory.example.com/pxe/" + id + "/v1.14.1/metal-amd64",
+		f.Image(id, "v1.14.1", "metal-amd64.raw.zst"): "https://factory.example.com/image/" + id + "/v1.14.1/metal-amd64.raw.zst",
+	} {
+		if got != want {
+			t.Errorf("%s, want %s", got, want)
+		}
+	}
+	for _, bad := range []Factory{
+		{Registry: "factory.example.com", URL: "http://factory.example.com"},
+		{Registry: "factory.example.com", URL: "factory.example.com"},
+		{Registry: "factory.example.com", URL: "https://user:pw@factory.example.com"},
+		{Registry: "factory.example.com/installer", URL: "https://factory.example.com"},
+		{Registry: "", URL: "https://factory.example.com"},
+	} {
+		if err := bad.Check(); err == nil {
+			t.Errorf("%+v was accepted", bad)
+		}
+	}
+}
