@@ -32,16 +32,3 @@ func TestControllerBuildsACluster(t *testing.T) {
 	t.Run("an impostor at a pinned address is sent nothing", d.ImpostorSentNothing)
 	t.Run("every status writer owns only its row of the table of status writers", d.StatusWritersKeepToTheirRows)
 }
-
-// TestControllerBuildsAV1_14Cluster builds a cluster of the v1.14 contract
-// on simulated Talos v1.14.1 nodes: its configs are laid out as v1.14 has
-// them (Kubernetes in documents of its own), the official talosctl v1.14.1
-// reads each of them, and patches roll out as on v1.13, a change that
-// needs a reboot staged and the node rebooted, one at a time.
-func TestControllerBuildsAV1_14Cluster(t *testing.T) {
-	d := itest.NewDemoClusterWith(t, itest.DemoSetup{TalosVersion: "v1.14.1", KubernetesVersion: "v1.37.0"})
-	t.Run("three control planes and two workers become Ready", d.BecomesReady)
-	t.Run("every node's config is of the v1.14 layout, read with talosctl v1.14.1", d.ConfigsOfItsLayout)
-	t.Run("a no-reboot patch applies everywhere without a reboot", d.NoRebootPatch)
-	t.Run("a reboot-required patch reboots one node at a time", d.RebootPatch)
-}

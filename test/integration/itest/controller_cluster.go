@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -32,7 +34,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.yaml.in/yaml/v4"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -378,12 +382,41 @@ func (d *DemoCluster) BootstrapAccess(t *testing.T) (*rest.Config, string) {
 	return rc, BootstrapTokenOf(d.Ctx, t, d.Ns, "demo")
 }
 
-// ConfigsOfItsLayout: the official talosctl of the cluster's version reads
-// every node's config, laid out as the cluster's contract has it: the
+// AdminTalosconfig writes an os:admin talosconfig of demo signed from its
+// bundle (read as the management cluster's admin, as a break-glass holder
+// would: Ichor hands out reader talosconfigs only) and returns its path.
+func (d *DemoCluster) AdminTalosconfig(t *testing.T) string {
+	t.Helper()
+	c := GetCluster(t, d.Ns, "demo")
+	s, err := kubernetes.NewForConfigOrDie(CP.AdminConfig).CoreV1().Secrets(d.Ns).Get(d.Ctx, secretsbundle.SecretName(c), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := secretsbundle.Parse(s.Data[secretsbundle.BundleKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := secrets.NewAdminCertificateAndKey(time.Now(), bundle.Certs.OS, role.MakeSet(role.Admin), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := clientconfig.NewConfig("demo", []string{HostOf(d.Nodes["cp-1"])}, bundle.Certs.OS.Crt, cert).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "talosconfig")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// ConfigsOfItsLayout: the official talosctl of each node's version reads,
+// as os:admin, every node's config, laid out as the cluster's contract has it: the
 // kubelet in a KubeletConfig document from v1.14 on, in machine.kubelet
 // before.
 func (d *DemoCluster) ConfigsOfItsLayout(t *testing.T) {
-	talosconfig := d.DownloadReaderTalosconfig(t)
+	talosconfig := d.AdminTalosconfig(t)
 	multidoc := !strings.HasPrefix(d.TalosVersion, "v1.13.")
 	for _, name := range d.Names {
 		out, err := TalosctlOn(d.Ctx, t, d.Nodes[name])(talosconfig, "get", "machineconfig", "-o", "yaml")
