@@ -400,7 +400,7 @@ func (d *DemoCluster) AdminTalosconfig(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := clientconfig.NewConfig("demo", []string{HostOf(d.Nodes["cp-1"])}, bundle.Certs.OS.Crt, cert).Bytes()
+	b, err := clientconfig.NewConfig("demo", []string{d.Nodes["cp-1"].Addr()}, bundle.Certs.OS.Crt, cert).Bytes()
 	if err != nil {
 		t.Fatal(err)
 	}
