@@ -114,3 +114,16 @@ func ComponentImage(cfg configconfig.Config, c ichorv1alpha1.KubernetesComponent
 	}
 	return ""
 }
+
+// InstallerImage is the installer image cfg names, in either layout: its
+// UnattendedInstallConfig's from the v1.14 contract on, machine.install's
+// before; "" when it names none.
+func InstallerImage(cfg configconfig.Config) string {
+	if u := cfg.UnattendedInstallConfig(); u != nil && u.InstallerImage() != "" {
+		return u.InstallerImage()
+	}
+	if m := cfg.Machine(); m != nil {
+		return m.Install().Image()
+	}
+	return ""
+}

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 )
 
@@ -55,5 +56,30 @@ func TestKubernetesVersionsMoveOneComponent(t *testing.T) {
 				t.Fatalf("changed %v (effect %s), want %v (effect %s)", paths, effect, tc.paths, tc.effect)
 			}
 		})
+	}
+}
+
+// TestInstallerImageOfEitherLayout reads the installer a rendered config
+// names, from machine.install (v1.13) or UnattendedInstallConfig (v1.14).
+func TestInstallerImageOfEitherLayout(t *testing.T) {
+	for _, version := range []string{"v1.13.0", "v1.14.1"} {
+		in := testInput(t, testMachine("w-1", ichorv1alpha1.MachineRoleWorker, nil))
+		in.Cluster.Spec.TalosVersion = version
+		in.InstallImage = "mirror.example.com/siderolabs/installer"
+		out, err := Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := configloader.NewFromBytes(out.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := InstallerImage(cfg), "mirror.example.com/siderolabs/installer:"+version; got != want {
+			t.Errorf("%s: installer %q, want %q", version, got, want)
+		}
+		_, inDocument := cfg.UnattendedInstallConfig().(interface{ InstallerImage() string })
+		if inDocument != (version == "v1.14.1") {
+			t.Errorf("%s: an UnattendedInstallConfig is %t", version, inDocument)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package operation
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -177,8 +178,8 @@ func (s *step) installerImage(ctx context.Context, target string) (string, error
 	return installerImage(ctx, s.r, s.node, target)
 }
 
-// installerImage is the installer of target for node: its config's
-// machine.install.image, or --install-image, at target's tag.
+// installerImage is the installer of target for node: the one its config
+// names, or --install-image, at target's tag.
 func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target string) (string, error) {
 	raw, err := node.Config(ctx)
 	if err != nil {
@@ -188,12 +189,9 @@ func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target 
 	if err != nil {
 		return "", fmt.Errorf("parse the node's config: %w", err)
 	}
-	image := r.Options.InstallImage
-	if cfg.Machine() != nil && cfg.Machine().Install().Image() != "" {
-		image = cfg.Machine().Install().Image()
-	}
+	image := cmp.Or(render.InstallerImage(cfg), r.Options.InstallImage)
 	if image == "" {
-		return "", errors.New("no installer image is known: the node's config names none (machine.install.image) and ichor-controller runs without --install-image")
+		return "", errors.New("no installer image is known: the node's config names none (machine.install.image, or UnattendedInstallConfig's installer.image from Talos v1.14) and ichor-controller runs without --install-image")
 	}
 	return imageref.WithTag(image, target), nil
 }
