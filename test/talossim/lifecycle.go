@@ -94,9 +94,9 @@ func (n *Node) startInstallLocked(cfg config.Provider) error {
 		n.installed = true
 		n.sw.installed = n.sw.running
 
-		// The installer of the config's machine.install.image is what lands on disk, as on a real node.
-		if m := n.active.Machine(); m != nil && m.Install().Image() != "" {
-			if v, err := installerVersion(m.Install().Image()); err == nil {
+		// The installer the config names is what lands on disk, as on a real node.
+		if image := installerImageOf(n.active); image != "" {
+			if v, err := installerVersion(image); err == nil {
 				n.sw.installed = v
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
+	"github.com/siderolabs/talos/pkg/machinery/config"
 )
 
 // Registry is the container registry the simulated nodes pull from: the image references it serves.
@@ -274,15 +275,29 @@ func (n *Node) Version() string {
 	return n.sw.running
 }
 
-// InstallImage returns the installer image the config the node runs names (machine.install.image), or ""
-// without a config.
+// InstallImage returns the installer image the config the node runs names (machine.install.image, or
+// UnattendedInstallConfig's installer.image from v1.14), or "" without a config.
 func (n *Node) InstallImage() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
-	if n.active == nil || n.active.Machine() == nil {
+	if n.active == nil {
 		return ""
 	}
 
-	return n.active.Machine().Install().Image()
+	return installerImageOf(n.active)
+}
+
+// installerImageOf is the installer a config names: its UnattendedInstallConfig's (Talos v1.14 installs
+// from that document when the config has one), else machine.install's.
+func installerImageOf(cfg config.Provider) string {
+	if u := cfg.UnattendedInstallConfig(); u != nil && u.InstallerImage() != "" {
+		return u.InstallerImage()
+	}
+
+	if m := cfg.Machine(); m != nil {
+		return m.Install().Image()
+	}
+
+	return ""
 }
