@@ -120,20 +120,20 @@ func ClusterVersion(c *ichorv1alpha1.TalosCluster) string {
 
 // baseConfig generates the machine's config from the cluster and machine
 // inputs alone, with machinery's generator, before any TalosConfigPatch.
-func baseConfig(in Input) (config.Provider, error) {
+func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 	cluster, m := in.Cluster, in.Machine
 	spec := cluster.Spec
 
 	contract, err := checkVersions(spec.TalosVersion, spec.KubernetesVersion)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkEndpoint(spec.ControlPlane.Endpoint); err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
+		return nil, nil, &InputError{Field: "TalosCluster.spec.controlPlane.endpoint", Err: err}
 	}
 	disk := InstallDisk(m)
 	if disk == "" {
-		return nil, &InputError{Field: "TalosMachine.spec.install.disk",
+		return nil, nil, &InputError{Field: "TalosMachine.spec.install.disk",
 			Err: errors.New("no install disk: the node reported none Ichor would pick (USB disks are not); set one")}
 	}
 
@@ -157,14 +157,14 @@ func baseConfig(in Input) (config.Provider, error) {
 		// Talos installs no CNI; Cilium is installed by Ichor with the cluster's values.
 		noCNI = true
 	default:
-		return nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
+		return nil, nil, &InputError{Field: "TalosCluster.spec.network.cni.name",
 			Err: fmt.Errorf("unknown CNI %q (want flannel, cilium or none)", spec.Network.CNI.Name)}
 	}
 
 	gen, err := generate.NewInput(cluster.Name, spec.ControlPlane.Endpoint,
 		strings.TrimPrefix(spec.KubernetesVersion, "v"), opts...)
 	if err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
+		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generator input: %w", err)}
 	}
 	if len(spec.Network.PodCIDRs) > 0 {
 		gen.PodNet = append([]string(nil), spec.Network.PodCIDRs...)
@@ -179,48 +179,48 @@ func baseConfig(in Input) (config.Provider, error) {
 	}
 	cfg, err := gen.Config(machineType)
 	if err != nil {
-		return nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
+		return nil, nil, &InputError{Field: "TalosCluster.spec", Err: fmt.Errorf("generate %s config: %w", machineType, err)}
 	}
 
 	if noCNI {
 		if cfg, err = withoutCNI(cfg, contract); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.network.cni.name", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.network.cni.name", Err: err}
 		}
 	}
 	if cfg, err = withKubernetesVersions(cfg, contract, m.Status.Kubernetes); err != nil {
-		return nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
+		return nil, nil, &InputError{Field: "TalosMachine.status.kubernetes", Err: err}
 	}
 	if len(in.TalosAcceptedCAs) > 0 || len(in.KubernetesAcceptedCAs) > 0 {
 		if cfg, err = withAcceptedCAs(cfg, contract, in.TalosAcceptedCAs, in.KubernetesAcceptedCAs); err != nil {
-			return nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
 		}
 	}
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
-			return nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
+			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}
 		}
 	}
 	if spec.Security.KubeletServingCertificates.Enabled {
 		if cfg, err = withServerTLSBootstrap(cfg, contract); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates", Err: err}
 		}
 	}
 	if e := spec.Security.DiskEncryption; e != nil {
 		if cfg, err = withDiskEncryption(cfg, contract, e, DiskKeySlots(cluster)); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.diskEncryption", Err: err}
 		}
 	}
 	if a := spec.Authentication; a != nil && machineType == machine.TypeControlPlane {
 		if cfg, err = withOIDCTrust(cfg, contract, a); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.authentication", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.authentication", Err: err}
 		}
 	}
 	if verifiesKubelets(cluster) && machineType == machine.TypeControlPlane {
 		if cfg, err = withKubeletCertificateAuthority(cfg, contract); err != nil {
-			return nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
+			return nil, nil, &InputError{Field: "TalosCluster.spec.security.kubeletServingCertificates.verifyFromAPIServer", Err: err}
 		}
 	}
-	return cfg, nil
+	return cfg, contract, nil
 }
 
 // checkVersions parses the Talos version into machinery's version contract and

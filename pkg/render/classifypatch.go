@@ -119,7 +119,7 @@ func referenceConfigs() ([]reference, error) {
 				ObjectMeta: metav1.ObjectMeta{Name: "reference-" + string(role)},
 				Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "reference", Role: role, Install: ichorv1alpha1.InstallSpec{Disk: "/dev/sda"}},
 			}
-			cfg, err := baseConfig(Input{Cluster: cluster, Machine: m, Secrets: bundle})
+			cfg, _, err := baseConfig(Input{Cluster: cluster, Machine: m, Secrets: bundle})
 			if err != nil {
 				referencesErr = err
 				return

@@ -26,7 +26,7 @@ func Render(in Input) (Rendered, error) {
 		return Rendered{}, &InputError{Field: "TalosCluster.spec.secretsRef", Err: errors.New("no secrets bundle given")}
 	}
 
-	base, err := baseConfig(in)
+	base, contract, err := baseConfig(in)
 	if err != nil {
 		return Rendered{}, err
 	}
@@ -34,12 +34,6 @@ func Render(in Input) (Rendered, error) {
 		// Before patches, only the cluster and machine specs shaped the config.
 		return Rendered{}, &InputError{Field: "TalosCluster.spec/TalosMachine.spec",
 			Err: fmt.Errorf("generated config is invalid before any patch: %w", err)}
-	}
-
-	// baseConfig parsed it already.
-	contract, err := config.ParseContractFromVersion(in.Cluster.Spec.TalosVersion)
-	if err != nil {
-		return Rendered{}, &InputError{Field: "TalosCluster.spec.talosVersion", Err: err}
 	}
 
 	patches, err := selectPatches(in.Cluster, in.Machine, in.Patches)

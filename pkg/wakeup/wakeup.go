@@ -43,9 +43,6 @@ func New(c clock.WithDelayedExecution) *Source {
 	return &Source{clock: c, pending: map[reconcile.Request]wake{}}
 }
 
-// Now is the time on the Source's clock.
-func (s *Source) Now() time.Time { return s.clock.Now() }
-
 // Source is what the controller watches.
 func (s *Source) Source() source.Source {
 	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {

@@ -26,16 +26,15 @@ import (
 	"ichor.dev/ichor/test/internal/proc"
 )
 
-// A version Ichor manages, and the talosctl of that version.
+// A version Ichor manages; talosctl gen config of that version is compared.
 type version struct {
 	talos    string // the cluster's spec.talosVersion
-	talosctl string // the binary in hack/build-talosctl.sh's bin directory
 	contract string // what talosctl gen config --talos-version takes
 }
 
 var versions = []version{
-	{talos: "v1.13.0", talosctl: "talosctl", contract: "v1.13"},
-	{talos: "v1.14.1", talosctl: "talosctl-v1.14.1", contract: "v1.14"},
+	{talos: "v1.13.0", contract: "v1.13"},
+	{talos: "v1.14.1", contract: "v1.14"},
 }
 
 // difference is a field (document key, then dotted path) where Ichor's
@@ -124,7 +123,7 @@ func TestRenderMatchesTalosctlGenConfig(t *testing.T) {
 			if err := os.WriteFile(secretsFile, bundleData, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.CommandContext(t.Context(), filepath.Join(dir, v.talosctl), "gen", "config", clusterName, endpoint,
+			cmd := exec.CommandContext(t.Context(), filepath.Join(dir, proc.TalosctlOf(v.talos)), "gen", "config", clusterName, endpoint,
 				"--with-secrets", secretsFile, "--talos-version", v.contract, "--kubernetes-version", kubernetes,
 				"--install-disk", installDisk, "--install-image", installImage(v),
 				"--with-docs=false", "--with-examples=false", "--output-dir", out, "--output-types", "controlplane,worker")

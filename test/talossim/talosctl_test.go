@@ -36,14 +36,14 @@ const talosctlTimeout = 45 * time.Second
 func talosctl(t *testing.T) string {
 	t.Helper()
 
-	return talosctlNamed(t, "talosctl")
+	return talosctlNamed(t, proc.TalosctlOf(DefaultVersion))
 }
 
 // talosctl1_14 is the official talosctl v1.14.1, which hack/build-talosctl.sh builds beside v1.13.0.
 func talosctl1_14(t *testing.T) string {
 	t.Helper()
 
-	return talosctlNamed(t, "talosctl-v1.14.1")
+	return talosctlNamed(t, proc.TalosctlOf("v1.14.1"))
 }
 
 func talosctlNamed(t *testing.T, name string) string {

@@ -296,15 +296,6 @@ func (d *DemoCluster) Talosctl(t *testing.T) func(talosconfig string, args ...st
 	return TalosctlOn(d.Ctx, t, d.Nodes["cp-1"])
 }
 
-// TalosctlOf names the official talosctl of Talos version, as
-// hack/build-talosctl.sh builds them.
-func TalosctlOf(version string) string {
-	if strings.HasPrefix(version, "v1.14.") {
-		return "talosctl-v1.14.1"
-	}
-	return "talosctl"
-}
-
 // TalosctlOn runs the official talosctl of node's version against it with a talosconfig,
 // in the talosconfig's directory (its HOME), and returns what it printed.
 func TalosctlOn(ctx context.Context, t *testing.T, node *talossim.Node) func(talosconfig string, args ...string) (string, error) {
@@ -316,7 +307,7 @@ func TalosctlOn(ctx context.Context, t *testing.T, node *talossim.Node) func(tal
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		dir := filepath.Dir(talosconfig)
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, TalosctlOf(node.Version())), append([]string{"--talosconfig", talosconfig, "--nodes", HostOf(node)}, args...)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, proc.TalosctlOf(node.Version())), append([]string{"--talosconfig", talosconfig, "--nodes", HostOf(node)}, args...)...)
 		cmd.Dir, cmd.Env = dir, []string{"HOME=" + dir}
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

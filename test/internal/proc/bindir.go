@@ -34,6 +34,15 @@ var BinDir = toolDir(BinDirEnv, "build-controlplane.sh")
 // ICHOR_TALOSCTL_BIN is unset.
 var TalosctlBinDir = toolDir(TalosctlBinDirEnv, "build-talosctl.sh")
 
+// TalosctlOf names the official talosctl of a Talos version in TalosctlBinDir, as
+// hack/build-talosctl.sh builds them: talosctl is v1.13.0, talosctl-v1.14.1 is v1.14.1.
+func TalosctlOf(version string) string {
+	if strings.HasPrefix(version, "v1.14.") {
+		return "talosctl-v1.14.1"
+	}
+	return "talosctl"
+}
+
 // SeaweedFSBinDir returns the directory holding weed, building it with hack/build-seaweedfs.sh when
 // ICHOR_SEAWEEDFS_BIN is unset.
 var SeaweedFSBinDir = toolDir(SeaweedFSBinDirEnv, "build-seaweedfs.sh")
