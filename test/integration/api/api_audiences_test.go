@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/test/integration/itest"
@@ -90,6 +93,17 @@ func TestOneMachinePerNodeAddress(t *testing.T) {
 	m.Status.Maintenance = &v1alpha1.MaintenanceStatus{CertificateFingerprint: "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=", SeenAt: metav1.Now()}
 	if _, err := itest.APIClient(t).IchorV1alpha1().TalosMachines(victim).UpdateStatus(ctx, m, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+
+	// Admission answers from the API server's informer (the package says
+	// so): wait, by dry run, until it has seen the pinned certificate.
+	probe := itest.APITalosMachine("probe", victim, "alpha")
+	probe.Spec.Address = held.Spec.Address
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := admin.TalosMachines(victim).Create(ctx, probe.DeepCopy(), metav1.CreateOptions{DryRun: itest.APIDryRun})
+		return apierrors.IsForbidden(err), nil
+	}); err != nil {
+		t.Fatalf("admission never saw the address held: %v", err)
 	}
 
 	operator := itest.APIClientFor(t, itest.OperatorClient(t)).IchorV1alpha1()
