@@ -69,7 +69,7 @@ func TestRenderOIDCTrust(t *testing.T) {
 		if len(roots) != 1 || !strings.Contains(roots[0], strings.TrimSpace(ca)) {
 			t.Errorf("trusted roots = %q, want the caBundle", roots)
 		}
-		effect, _, err := Classify(plain.Config, out.Config)
+		effect, _, err := Classify(plain.Config, out.Config, ApplyWithReboot)
 		if err != nil || effect != ichorv1alpha1.ConfigEffectAPIServerRestart {
 			t.Errorf("effect %s (%v), want APIServerRestart", effect, err)
 		}

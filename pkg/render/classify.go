@@ -29,11 +29,12 @@ type Change struct {
 }
 
 // Classify compares two rendered configs and returns the strongest effect of
-// the change, with every changed field and its effect, sorted by path. Equal
-// configs give None. Lists are compared whole, so a changed list is one change.
-// A nil or empty old config means a first apply, which needs a reboot-like
-// install; Classify refuses it rather than guess.
-func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
+// the change on a node that applies as model says, with every changed field
+// and its effect, sorted by path. Equal configs give None. Lists are
+// compared whole, so a changed list is one change. A nil or empty old
+// config means a first apply, which needs a reboot-like install; Classify
+// refuses it rather than guess.
+func Classify(old, new []byte, model ApplyModel) (ichorv1alpha1.ConfigEffect, []Change, error) {
 	if len(old) == 0 || len(new) == 0 {
 		return "", nil, errors.New("classify: both configs are needed; a first apply has no effect class")
 	}
@@ -54,13 +55,17 @@ func Classify(old, new []byte) (ichorv1alpha1.ConfigEffect, []Change, error) {
 	for _, key := range unionKeys(oldDocs, newDocs) {
 		for _, path := range diff(oldDocs[key].body, newDocs[key].body, nil) {
 			c := Change{}
+			var kind string
 			if key == v1alpha1Key {
 				c.Path = strings.Join(path, ".")
 				c.Effect = v1alpha1Effect(path, worker)
 			} else {
-				kind := cmp.Or(oldDocs[key].kind, newDocs[key].kind)
+				kind = cmp.Or(oldDocs[key].kind, newDocs[key].kind)
 				c.Path = key + ":" + strings.Join(path, ".")
 				c.Effect = documentEffect(kind)
+			}
+			if model == ApplyLive {
+				c.Effect = liveEffect(path, kind, c.Effect)
 			}
 			changes = append(changes, c)
 		}

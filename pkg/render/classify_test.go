@@ -75,7 +75,7 @@ func TestClassifyRenderedChanges(t *testing.T) {
 			}
 			old := renderWith(t, tc.role, "node-1")
 			next := renderWith(t, tc.role, hostname, tc.patches...)
-			effect, changes, err := Classify(old, next)
+			effect, changes, err := Classify(old, next, ApplyWithReboot)
 			if err != nil {
 				t.Fatalf("classify: %v", err)
 			}
@@ -126,7 +126,7 @@ func TestClassifyDocuments(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			effect, changes, err := Classify([]byte(tc.old), []byte(tc.new))
+			effect, changes, err := Classify([]byte(tc.old), []byte(tc.new), ApplyWithReboot)
 			if err != nil {
 				t.Fatalf("classify: %v", err)
 			}
@@ -147,7 +147,7 @@ func TestClassifyRefusesBadInput(t *testing.T) {
 		"not YAML":           {"version: v1alpha1\n", "machine: [\n"},
 		"duplicate document": {"version: v1alpha1\n", "version: v1alpha1\n---\nversion: v1alpha1\n"},
 	} {
-		if _, _, err := Classify([]byte(pair[0]), []byte(pair[1])); err == nil {
+		if _, _, err := Classify([]byte(pair[0]), []byte(pair[1]), ApplyWithReboot); err == nil {
 			t.Errorf("%s: classify succeeded", name)
 		}
 	}
@@ -243,7 +243,7 @@ func TestClassifyEncryptionSwitch(t *testing.T) {
 		{"unchanged", state(tpm), state(tpm), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			effect, _, err := Classify([]byte(tc.old), []byte(tc.new))
+			effect, _, err := Classify([]byte(tc.old), []byte(tc.new), ApplyWithReboot)
 			var reset *ResetRequiredError
 			if tc.reset == nil {
 				if err != nil {

@@ -1,7 +1,10 @@
 package render
 
 import (
+	"slices"
 	"strings"
+
+	"github.com/blang/semver/v4"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -192,6 +195,96 @@ var documentEffects = map[string]ichorv1alpha1.ConfigEffect{
 	"VethConfig":                   ichorv1alpha1.ConfigEffectNoReboot,
 	"FilesystemTrimConfig":         ichorv1alpha1.ConfigEffectNoReboot,
 	"FilesystemScrubConfig":        ichorv1alpha1.ConfigEffectNoReboot,
+}
+
+// ApplyModel is how the node that takes a config applies a change.
+type ApplyModel int
+
+const (
+	// ApplyWithReboot is Talos up to v1.13: ApplyConfiguration applies live
+	// only what machined's immediate-apply rule lists and needs a reboot for
+	// the rest. The tables above are written for it. It is the model of a
+	// node whose version is not known.
+	ApplyWithReboot ApplyModel = iota
+	// ApplyLive is Talos from v1.14 on: ApplyConfiguration has no reboot
+	// mode and every change is applied live, each controller converging to
+	// it; what only the boot sequence reads (liveBootTime) still waits for a
+	// reboot, and what only the installer reads for the next install or
+	// upgrade takes effect there, a reboot or not.
+	ApplyLive
+)
+
+// liveFrom is the first Talos version that applies every change live.
+var liveFrom = semver.MustParse("1.14.0-alpha.0")
+
+// ApplyModelOf is the apply model of a node running Talos version (v1.14.1);
+// ApplyWithReboot when the version is empty or does not parse.
+func ApplyModelOf(version string) ApplyModel {
+	v, err := semver.ParseTolerant(version)
+	if err != nil || v.LT(liveFrom) {
+		return ApplyWithReboot
+	}
+	return ApplyLive
+}
+
+// liveBootTime are the v1alpha1 fields and document kinds a node applying
+// live still takes only at a boot: read by its boot sequence (user files and
+// environment in the userSetup and env phases; the sandbox that workload
+// isolation runs CRI in, started with the services; the system volumes,
+// their mount options and encryption, prepared before them) or by the
+// filesystem's mount (disk quotas).
+var liveBootTime = []string{
+	"machine.files",
+	"machine.env",
+	"machine.systemDiskEncryption",
+	"machine.features.diskQuotaSupport",
+	"EnvironmentConfig",
+	"SecurityProfileConfig",
+	"VolumeConfig",
+}
+
+// liveNoReboot are the v1alpha1 sections and document kinds a node applying
+// live takes without one, where the tables above say Reboot: what only the
+// installer reads (the next install or upgrade applies it, a reboot would
+// not), and what a v1.14 controller converges to: user disks and volumes,
+// swap, udev rules.
+var liveNoReboot = []string{
+	"machine.install",
+	"machine.disks",
+	"machine.udev",
+	"UnattendedInstallConfig",
+	"UserVolumeConfig",
+	"RawVolumeConfig",
+	"ExistingVolumeConfig",
+	"SwapVolumeConfig",
+	"ZswapConfig",
+	"UdevRulesConfig",
+}
+
+// liveEffect is the effect on a node applying live of a change that the
+// tables above give effect: a boot-time field keeps Reboot; under cluster.
+// (the control plane's components, etcd, the cluster's secrets) a Reboot
+// becomes a restart of what reads it, kube-apiserver and etcd on a control
+// plane, one at a time; the fields and kinds of liveNoReboot need none.
+// Whatever Ichor has not studied keeps Reboot.
+func liveEffect(path []string, kind string, effect ichorv1alpha1.ConfigEffect) ichorv1alpha1.ConfigEffect {
+	if effect != ichorv1alpha1.ConfigEffectReboot {
+		return effect
+	}
+	matches := func(list []string) bool {
+		return slices.ContainsFunc(list, func(p string) bool {
+			return kind != "" && p == kind || kind == "" && hasPrefix(path, strings.Split(p, "."))
+		})
+	}
+	switch {
+	case matches(liveBootTime):
+		return ichorv1alpha1.ConfigEffectReboot
+	case matches(liveNoReboot):
+		return ichorv1alpha1.ConfigEffectNoReboot
+	case kind == "" && len(path) > 0 && path[0] == "cluster":
+		return ichorv1alpha1.ConfigEffectAPIServerRestart
+	}
+	return effect
 }
 
 // v1alpha1Effect is the effect of a change at path in the v1alpha1 document.

@@ -57,7 +57,7 @@ func TestRenderDiskEncryption(t *testing.T) {
 				}
 			}
 			var reset *ResetRequiredError
-			if _, _, err := Classify(plain.Config, out.Config); !errors.As(err, &reset) {
+			if _, _, err := Classify(plain.Config, out.Config, ApplyWithReboot); !errors.As(err, &reset) {
 				t.Errorf("encrypting an installed machine: %v, want a reset", err)
 			}
 		})
@@ -115,7 +115,7 @@ func TestRenderDiskKeyRotation(t *testing.T) {
 		if !slices.Equal(slots, c.want) {
 			t.Fatalf("%+v: slots %v, want %v", c.status.DiskKeyRotation, slots, c.want)
 		}
-		effect, _, err := Classify(prev, cfg)
+		effect, _, err := Classify(prev, cfg, ApplyWithReboot)
 		if err != nil || effect != ichorv1alpha1.ConfigEffectReboot {
 			t.Fatalf("%+v: effect %s, %v; want a reboot", c.status.DiskKeyRotation, effect, err)
 		}

@@ -44,7 +44,7 @@ func TestKubernetesVersionsMoveOneComponent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			effect, changes, err := Classify(before.Config, after.Config)
+			effect, changes, err := Classify(before.Config, after.Config, ApplyWithReboot)
 			if err != nil {
 				t.Fatal(err)
 			}

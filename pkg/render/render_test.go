@@ -474,7 +474,7 @@ func TestKubeletServingOptionOnlyAddsServerTLSBootstrap(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				effect, changes, err := Classify(off.Config, on.Config)
+				effect, changes, err := Classify(off.Config, on.Config, ApplyWithReboot)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -570,7 +570,7 @@ func TestKubeletCertificateAuthorityWaitsForTheLatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			effect, changes, err := Classify(before.Config, after.Config)
+			effect, changes, err := Classify(before.Config, after.Config, ApplyWithReboot)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -644,7 +644,7 @@ func TestRenderTalosTrust(t *testing.T) {
 		if hasKey := len(sec.IssuingCA().Key) > 0; hasKey != (role == ichorv1alpha1.MachineRoleControlPlane) {
 			t.Errorf("%s: machine.ca carries its key: %v", role, hasKey)
 		}
-		effect, _, err := Classify(before.Config, after.Config)
+		effect, _, err := Classify(before.Config, after.Config, ApplyWithReboot)
 		if err != nil || effect != ichorv1alpha1.ConfigEffectNoReboot {
 			t.Errorf("%s: accepting a CA is %s, %v; want NoReboot", role, effect, err)
 		}
@@ -693,7 +693,7 @@ func TestRenderKubernetesTrust(t *testing.T) {
 		if len(cfg.Machine().Security().AcceptedCAs()) != 0 {
 			t.Errorf("%s: machine.acceptedCAs set by a Kubernetes CA rotation", c.role)
 		}
-		effect, _, err := Classify(before.Config, after.Config)
+		effect, _, err := Classify(before.Config, after.Config, ApplyWithReboot)
 		if err != nil || effect != c.want {
 			t.Errorf("%s: accepting a Kubernetes CA is %s, %v; want %s", c.role, effect, err, c.want)
 		}

@@ -89,7 +89,7 @@ func TestConfigReadsAV1_14Config(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Config: %v", err)
 	}
-	effect, changes, err := render.Classify(cfg, got)
+	effect, changes, err := render.Classify(cfg, got, render.ApplyWithReboot)
 	if err != nil || effect != ichorv1alpha1.ConfigEffectNone {
 		t.Fatalf("the config read back differs from the one applied: %s %+v %v", effect, changes, err)
 	}

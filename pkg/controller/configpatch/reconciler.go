@@ -181,7 +181,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		}
 		applied := m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash == withPatch.Hash
 		if without, err := r.render(&cluster, m, others, bundle); err == nil {
-			effect, _, err := render.Classify(without.Config, withPatch.Config)
+			effect, _, err := render.Classify(without.Config, withPatch.Config, render.ApplyModelOf(cmp.Or(m.Status.TalosVersion, render.ClusterVersion(&cluster))))
 			var reset *render.ResetRequiredError
 			switch {
 			case errors.As(err, &reset) && m.Status.AppliedConfig != nil && !applied:

@@ -69,7 +69,7 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 	if err != nil {
 		return r.notRunning(s, v1alpha1.MachineReasonNotReachable, err.Error()), nil
 	}
-	effect, changes, err := render.Classify(current, rendered.Config)
+	effect, changes, err := r.classify(ctx, node, current, rendered.Config)
 	var reset *render.ResetRequiredError
 	if errors.As(err, &reset) {
 		return r.keepsItsConfig(ctx, s, err)
@@ -81,6 +81,26 @@ func (r *Reconciler) converge(ctx context.Context, s step, rendered render.Rende
 		return r.upToDate(ctx, s, node, rendered)
 	}
 	return r.rollOut(ctx, s, node, change{rendered: rendered, effect: effect, changes: changes}, creds)
+}
+
+// classify says what taking rendered takes the node that runs current.
+// What a change takes depends on how the node's Talos applies it
+// (render.ApplyModel); the node's own version decides, asked only when the
+// answer could differ: for a change that would reboot a node of the older
+// model.
+func (r *Reconciler) classify(ctx context.Context, node talos.Node, current, rendered []byte) (v1alpha1.ConfigEffect, []render.Change, error) {
+	effect, changes, err := render.Classify(current, rendered, render.ApplyWithReboot)
+	if err != nil || effect != v1alpha1.ConfigEffectReboot {
+		return effect, changes, err
+	}
+	version, err := node.Version(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("read the node's Talos version: %w", err)
+	}
+	if render.ApplyModelOf(version) == render.ApplyWithReboot {
+		return effect, changes, nil
+	}
+	return render.Classify(current, rendered, render.ApplyLive)
 }
 
 // keepsItsConfig records a node whose new config Talos takes only at
