@@ -61,6 +61,9 @@ func WriteStatus(ctx context.Context, c client.Client, m *v1alpha1.TalosMachine)
 		if a.Effect != "" {
 			ac.WithEffect(a.Effect)
 		}
+		if a.Contract != "" {
+			ac.WithContract(a.Contract)
+		}
 		st.WithAppliedConfig(ac)
 	}
 	st.WithConditions(statusapply.Conditions(m.Status.Conditions, ownedConditions(m)...)...)

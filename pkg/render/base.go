@@ -1,7 +1,6 @@
 package render
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -21,7 +20,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/imageref"
 )
 
 // withServerTLSBootstrap sets the kubelet's serverTLSBootstrap, the switch
@@ -142,9 +140,12 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 		generate.WithSecretsBundle(in.Secrets),
 		generate.WithInstallDisk(disk),
 	}
-	// The cluster's own (SecureBoot) installer, else the controller's.
-	if image := cmp.Or(spec.Security.SecureBoot.InstallerImage, in.InstallImage); image != "" {
-		opts = append(opts, generate.WithInstallImage(imageref.WithTag(image, ClusterVersion(cluster))))
+	installer, err := InstallerFor(cluster, m, in.ImageFactory, in.InstallImage)
+	if err != nil {
+		return nil, nil, err
+	}
+	if installer.Image != "" {
+		opts = append(opts, generate.WithInstallImage(installer.Image))
 	}
 	if spec.Network.DNSDomain != "" {
 		opts = append(opts, generate.WithDNSDomain(spec.Network.DNSDomain))

@@ -35,6 +35,10 @@ type Input struct {
 	// an upgrade moves it, so a machine that joins later installs the version
 	// the others run. Empty leaves machinery's default, which is empty.
 	InstallImage string
+	// ImageFactory is the installation's Image Factory
+	// (spec.settings.imageFactory), which builds the installer of the
+	// machine's schematic; nil for none. See InstallerFor.
+	ImageFactory *ichorv1alpha1.ImageFactory
 }
 
 // Rendered is a machine's complete, validated config.
@@ -47,6 +51,9 @@ type Rendered struct {
 	Applied []AppliedPatch
 	// Warnings are machinery's validation warnings; they do not stop rendering.
 	Warnings []string
+	// Contract is the version contract the config is rendered for (v1.14),
+	// which decides its layout.
+	Contract string
 }
 
 // AppliedPatch records one patch that went into a rendered config, with the

@@ -73,7 +73,21 @@ func Render(in Input) (Rendered, error) {
 	for i, p := range patches {
 		applied[i] = AppliedPatch{Patch: nameOf(p.patch), Generation: p.patch.Generation, Scope: p.scope}
 	}
-	return Rendered{Config: data, Hash: hex.EncodeToString(sum[:]), Applied: applied, Warnings: warnings}, nil
+	return Rendered{Config: data, Hash: hex.EncodeToString(sum[:]), Applied: applied, Warnings: warnings, Contract: contractName(contract)}, nil
+}
+
+// ContractOf is the name of the version contract of Talos version (v1.14.1
+// is of the v1.14 contract), as Rendered.Contract says it.
+func ContractOf(version string) (string, error) {
+	contract, err := config.ParseContractFromVersion(version)
+	if err != nil {
+		return "", err
+	}
+	return contractName(contract), nil
+}
+
+func contractName(c *config.VersionContract) string {
+	return fmt.Sprintf("v%d.%d", c.Major, c.Minor)
 }
 
 // blameInvalid names the patch that made the final config invalid: the one

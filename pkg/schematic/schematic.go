@@ -17,10 +17,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/apis/ichor/validation"
 )
 
 // Schematic is an Image Factory schematic, its fields in canonical order.
@@ -81,27 +83,22 @@ func (s Schematic) ID() (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// extensionName is an official extension's name: its publisher, a slash,
-// and its name (siderolabs/iscsi-tools).
-var extensionName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?/[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
-
 // Validate refuses what the factory would not build, each problem named
 // by its field.
 func (s Schematic) Validate() []error {
 	var errs []error
 	seen := map[string]bool{}
 	for i, e := range s.Customization.SystemExtensions.OfficialExtensions {
-		switch {
-		case !extensionName.MatchString(e):
-			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %q is not an extension name such as siderolabs/iscsi-tools", i, e))
-		case seen[e]:
+		if err := validation.CheckExtensionName(e); err != nil {
+			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %w", i, err))
+		} else if seen[e] {
 			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %q is listed twice", i, e))
 		}
 		seen[e] = true
 	}
 	for i, a := range s.Customization.ExtraKernelArgs {
-		if a == "" || strings.ContainsAny(a, " \t\n") {
-			errs = append(errs, fmt.Errorf("customization.extraKernelArgs[%d]: %q must be one argument, without spaces", i, a))
+		if err := validation.CheckKernelArg(a); err != nil {
+			errs = append(errs, fmt.Errorf("customization.extraKernelArgs[%d]: %w", i, err))
 		}
 	}
 	keys := map[uint8]bool{}
@@ -125,6 +122,38 @@ type Factory struct {
 	Registry string
 	// URL is the https address its boot images are downloaded from.
 	URL string
+}
+
+// FactoryOf is the factory an installation names; its registry defaults
+// to its URL's host.
+func FactoryOf(f *v1alpha1.ImageFactory) Factory {
+	out := Factory{URL: f.URL, Registry: f.Registry}
+	if out.Registry == "" {
+		if u, err := url.Parse(f.URL); err == nil {
+			out.Registry = u.Host
+		}
+	}
+	return out
+}
+
+// Of is the schematic an API object names; nil is the empty schematic.
+// Overlay options are a YAML mapping.
+func Of(s *v1alpha1.Schematic) (Schematic, error) {
+	var out Schematic
+	if s == nil {
+		return out, nil
+	}
+	out.Customization.SystemExtensions.OfficialExtensions = s.SystemExtensions
+	out.Customization.ExtraKernelArgs = s.ExtraKernelArgs
+	if o := s.Overlay; o != nil {
+		out.Overlay = Overlay{Name: o.Name, Image: o.Image}
+		if o.Options != "" {
+			if err := yaml.Unmarshal([]byte(o.Options), &out.Overlay.Options); err != nil {
+				return Schematic{}, fmt.Errorf("overlay options must be a YAML mapping: %w", err)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Check refuses a factory that is not an https URL and a registry host.

@@ -123,6 +123,10 @@ var FieldSubresources = []FieldSubresource{
 	specField(UserRoleAdmin, "talosclusters", "installer-image", "spec.security.secureBoot.installerImage", func(c *TalosCluster) *string {
 		return &c.Spec.Security.SecureBoot.InstallerImage
 	}),
+	// So does the schematic: its extensions and overlay run on the node,
+	// its kernel arguments decide how the node boots.
+	specField(UserRoleAdmin, "talosclusters", "schematic", "spec.schematic", func(c *TalosCluster) **Schematic { return &c.Spec.Schematic }),
+	specField(UserRoleAdmin, "talosmachines", "schematic", "spec.schematic", func(m *TalosMachine) **Schematic { return &m.Spec.Schematic }),
 	// Operators set the Kubernetes version as they build a cluster;
 	// ichor-controller, which writes no other spec, moves it at the end of a
 	// kubernetes-upgrade.

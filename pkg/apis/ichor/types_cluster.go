@@ -40,6 +40,8 @@ type TalosClusterSpec struct {
 	Paused bool
 	// backup schedules encrypted backups of the cluster's etcd and machine configs.
 	Backup *ClusterBackup
+	// schematic is the Image Factory schematic of the cluster's Talos image.
+	Schematic *Schematic
 }
 
 // ControlPlaneSpec describes the cluster's control-plane endpoint.
@@ -179,6 +181,8 @@ type TalosClusterStatus struct {
 	DiskKeySlot int32
 	// secretsDigest is the SHA-256 of the bundle the controller generated.
 	SecretsDigest string
+	// image says where the cluster's Talos image comes from.
+	Image *ImageStatus
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has moved

@@ -57,6 +57,8 @@ type InstallationSettings struct {
 	// ambientCredentialBuckets are the buckets a backup may reach with the
 	// controller's own cloud identity.
 	AmbientCredentialBuckets []string
+	// imageFactory is the Talos Image Factory machines install from.
+	ImageFactory *ImageFactory
 }
 
 // NamespaceProvisioningNetworks are the provisioning networks of one namespace.

@@ -31,6 +31,8 @@ type TalosMachineSpec struct {
 	// ExpectedFingerprint is the maintenance certificate's SPKI fingerprint
 	// the user read off the node: the only one Ichor pins, when set.
 	ExpectedFingerprint string
+	// schematic replaces the cluster's for this machine.
+	Schematic *Schematic
 }
 
 // InstallSpec says where Talos is installed.
@@ -168,6 +170,8 @@ type AppliedConfigStatus struct {
 	Effect ConfigEffect
 	// appliedAt is when the node accepted it.
 	AppliedAt metav1.Time
+	// contract is the Talos version contract the config was rendered for.
+	Contract string
 }
 
 // KubeletServingCertificateStatus records an approved kubelet serving certificate.

@@ -57,7 +57,8 @@ func (o *Options) reconcilers(s shared) []reconciler {
 		// A config patch's validity and the machines it applies to.
 		&configpatch.Reconciler{Client: c, Secrets: uncached, InstallImage: o.InstallImage},
 		// A cluster's bootstrap and health.
-		&taloscluster.Reconciler{Client: c, Secrets: uncached, Dialer: s.dialer, Recorder: s.recorder, Kubes: s.kubes},
+		&taloscluster.Reconciler{Client: c, Secrets: uncached, Dialer: s.dialer, Recorder: s.recorder, Kubes: s.kubes,
+			Options: taloscluster.Options{InstallImage: o.InstallImage}},
 		// A cluster's bootstrap token: it authenticates only while a kubelet needs it.
 		&bootstraptoken.Reconciler{Client: c, Secrets: uncached, Recorder: s.recorder, Kubes: s.kubes},
 		// Kubelet serving certificates: approved for the nodes they name.

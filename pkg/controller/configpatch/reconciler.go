@@ -27,6 +27,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/installation"
 	"ichor.dev/ichor/pkg/predicates"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/secretsbundle"
@@ -138,6 +139,10 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 		set(v1alpha1.PatchConditionApplied, metav1.ConditionFalse, v1alpha1.PatchReasonSecretsNotReady, "%v", err)
 		return ctrl.Result{RequeueAfter: retryInterval}, nil
 	}
+	settings, err := installation.Settings(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	var machines v1alpha1.TalosMachineList
 	if err := r.Client.List(ctx, &machines, clusterindex.InCluster(p.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, err
@@ -168,7 +173,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 			continue
 		}
 		targeted = append(targeted, m.Name)
-		withPatch, err := r.render(&cluster, m, with, bundle)
+		withPatch, err := r.render(&cluster, m, with, bundle, settings.ImageFactory)
 		var pe *render.PatchError
 		if errors.As(err, &pe) && pe.Patch.Name == p.Name {
 			set(v1alpha1.PatchConditionValid, metav1.ConditionFalse, string(pe.Reason), "machine %s: %v", m.Name, err)
@@ -180,7 +185,7 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 			continue
 		}
 		applied := m.Status.AppliedConfig != nil && m.Status.AppliedConfig.Hash == withPatch.Hash
-		if without, err := r.render(&cluster, m, others, bundle); err == nil {
+		if without, err := r.render(&cluster, m, others, bundle, settings.ImageFactory); err == nil {
 			effect, _, err := render.Classify(without.Config, withPatch.Config, render.ApplyModelOf(cmp.Or(m.Status.TalosVersion, render.ClusterVersion(&cluster))))
 			var reset *render.ResetRequiredError
 			switch {
@@ -217,7 +222,9 @@ func (r *Reconciler) evaluate(ctx context.Context, p *v1alpha1.TalosConfigPatch,
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *secretsbundle.Secrets) (render.Rendered, error) {
+func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine, patches []v1alpha1.TalosConfigPatch, bundle *secretsbundle.Secrets,
+	factory *v1alpha1.ImageFactory) (render.Rendered, error) {
 	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle.Bundle,
-		TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted, InstallImage: r.InstallImage})
+		TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted, InstallImage: r.InstallImage,
+		ImageFactory: factory})
 }

@@ -149,7 +149,7 @@ func (f *fixture) applied(name string) {
 	if err := f.client.List(ctx, &patches, clusterindex.InCluster(ns, cluster.Name)...); err != nil {
 		f.t.Fatal(err)
 	}
-	rendered, err := f.r.render(&cluster, &m, patches.Items, secrets)
+	rendered, err := f.r.render(&cluster, &m, patches.Items, secrets, nil)
 	if err != nil {
 		f.t.Fatalf("render %s: %v", name, err)
 	}

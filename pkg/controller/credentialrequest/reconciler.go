@@ -27,6 +27,7 @@ import (
 	"ichor.dev/ichor/pkg/bundlestore"
 	"ichor.dev/ichor/pkg/clusterindex"
 	"ichor.dev/ichor/pkg/events"
+	"ichor.dev/ichor/pkg/installation"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
 )
@@ -264,15 +265,11 @@ func (r *Reconciler) lifetime(ctx context.Context, purpose v1alpha1.CredentialPu
 		limit = MaxReaderTalosconfigLifetime
 		setting = func(l *v1alpha1.CredentialLifetimes) *metav1.Duration { return l.ReaderTalosconfig }
 	}
-	var inst v1alpha1.IchorInstallation
-	err := r.Client.Get(ctx, types.NamespacedName{Name: v1alpha1.InstallationName}, &inst)
-	if apierrors.IsNotFound(err) {
-		return limit, nil
-	}
+	settings, err := installation.Settings(ctx, r.Client)
 	if err != nil {
-		return 0, fmt.Errorf("read IchorInstallation %s: %w", v1alpha1.InstallationName, err)
+		return 0, err
 	}
-	if d := setting(&inst.Spec.Settings.CredentialLifetimes); d != nil && d.Duration > 0 && d.Duration < limit {
+	if d := setting(&settings.CredentialLifetimes); d != nil && d.Duration > 0 && d.Duration < limit {
 		return d.Duration, nil
 	}
 	return limit, nil

@@ -157,6 +157,8 @@ func (r *Reconciler) upToDate(ctx context.Context, s step, node talos.Node, rend
 func (r *Reconciler) recordRunning(ctx context.Context, s step, rendered render.Rendered) error {
 	m := s.m
 	if m.Status.AppliedConfig.Hash == rendered.Hash {
+		// Recorded before status said the contract: the config that runs says it.
+		m.Status.AppliedConfig.Contract = rendered.Contract
 		return nil
 	}
 	var fresh v1alpha1.TalosMachine
@@ -164,10 +166,11 @@ func (r *Reconciler) recordRunning(ctx context.Context, s step, rendered render.
 	switch {
 	case err == nil && fresh.Status.AppliedConfig != nil && fresh.Status.AppliedConfig.Hash == rendered.Hash:
 		m.Status.AppliedConfig = fresh.Status.AppliedConfig
+		m.Status.AppliedConfig.Contract = rendered.Contract
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read TalosMachine %s/%s: %w", m.Namespace, m.Name, err)
 	default:
-		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now}
+		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectNone, AppliedAt: s.now, Contract: rendered.Contract}
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 		// and presents its cluster's certificate now (its maintenance API
 		// is gone: the pin does not match, or the handshake fails for want
 		// of a client certificate). Record it; converge follows it.
-		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
+		m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now, Contract: rendered.Contract}
 		m.Status.Phase = v1alpha1.MachinePhaseConfiguring
 		intake.RecordConfigured(&m.Status, m.Generation, m.Spec.Address, s.now)
 		s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
@@ -79,7 +79,7 @@ func (r *Reconciler) install(ctx context.Context, s step, rendered render.Render
 	if err != nil {
 		return r.applyFailed(s, "InstallConfig", err), nil
 	}
-	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: rendered.Hash, Effect: v1alpha1.ConfigEffectReboot, AppliedAt: s.now, Contract: rendered.Contract}
 	m.Status.Phase = v1alpha1.MachinePhaseConfiguring
 	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonInstalled,
 		fmt.Sprintf("config %s installed over the maintenance API of the node presenting the pinned certificate", short(rendered.Hash)))

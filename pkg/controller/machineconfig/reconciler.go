@@ -53,6 +53,7 @@ import (
 	"ichor.dev/ichor/pkg/defaults"
 	"ichor.dev/ichor/pkg/disruption"
 	"ichor.dev/ichor/pkg/events"
+	"ichor.dev/ichor/pkg/installation"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 	"ichor.dev/ichor/pkg/workload"
@@ -125,7 +126,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.TalosMachine{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, approvalChanged(), kubernetesVersionsChanged(), deletionStarted()))).
 		Watches(&v1alpha1.TalosCluster{}, clusterindex.EnqueueMachines(r.Client),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased(), rotationMoved()))).
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, kubeletVerificationChanged(), disruptionReleased(), rotationMoved(), imageChanged()))).
 		Watches(&v1alpha1.TalosConfigPatch{}, clusterindex.EnqueueMachines(r.Client),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles}).
@@ -209,9 +210,13 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	if err := r.Client.List(ctx, &patches, clusterindex.InCluster(m.Namespace, cluster.Name)...); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list TalosConfigPatches of %s: %w", cluster.Name, err)
 	}
+	settings, err := installation.Settings(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	rendered, err := render.Render(render.Input{
 		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle.Bundle, TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted,
-		InstallImage: r.Options.InstallImage,
+		InstallImage: r.Options.InstallImage, ImageFactory: settings.ImageFactory,
 	})
 	if err != nil {
 		// Nothing is sent: a config that cannot be rendered whole is not applied in part.

@@ -237,7 +237,7 @@ func (r *Reconciler) apply(ctx context.Context, s step, node talos.Node, c chang
 		}
 		return r.applyFailed(s, "ApplyConfig", err), nil
 	}
-	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: c.rendered.Hash, Effect: c.effect, AppliedAt: s.now}
+	m.Status.AppliedConfig = &v1alpha1.AppliedConfigStatus{Hash: c.rendered.Hash, Effect: c.effect, AppliedAt: s.now, Contract: c.rendered.Contract}
 	what := describe(c.effect, c.changes)
 	s.set(v1alpha1.MachineConditionConfigApplied, metav1.ConditionTrue, v1alpha1.MachineReasonApplied, fmt.Sprintf("config %s applied (%s)", short(c.rendered.Hash), what))
 	if res.Rebooting {

@@ -71,6 +71,18 @@ func rotationMoved() predicate.Funcs {
 	}
 }
 
+// imageChanged passes a cluster whose installer changed (status.image):
+// the installation's image factory changed, which every config names.
+func imageChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.TalosCluster)
+			n, ok2 := e.ObjectNew.(*v1alpha1.TalosCluster)
+			return ok1 && ok2 && !equality.Semantic.DeepEqual(o.Status.Image, n.Status.Image)
+		},
+	}
+}
+
 // disruptionReleased passes a cluster whose disruption budget was given
 // back: the machines waiting for it try again.
 func disruptionReleased() predicate.Funcs {

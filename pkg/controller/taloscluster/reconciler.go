@@ -21,6 +21,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -47,6 +49,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// CredentialTTL is the lifetime of the certificates minted per reconcile. Default 10m.
 	CredentialTTL time.Duration
+	// InstallImage is ichor-controller's --install-image, the installer
+	// without an image factory; machineconfig renders with the same.
+	InstallImage string
 }
 
 func (o Options) withDefaults() Options {
@@ -93,7 +98,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named(ControllerName).
 		For(&v1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&v1alpha1.TalosMachine{}, clusterindex.EnqueueCluster(), builder.WithPredicates(predicates.NotOnlyServingCertificateRecorded)).
+		// The image factory decides every cluster's installer.
+		Watches(&v1alpha1.IchorInstallation{}, handler.EnqueueRequestsFromMapFunc(r.everyCluster),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// everyCluster enqueues every TalosCluster.
+func (r *Reconciler) everyCluster(ctx context.Context, _ client.Object) []ctrl.Request {
+	var list v1alpha1.TalosClusterList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "list TalosClusters for a change of the installation's settings")
+		return nil
+	}
+	out := make([]ctrl.Request, len(list.Items))
+	for i := range list.Items {
+		out[i] = ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return out
 }
 
 // view is what one reconcile learned, and the status it writes.
@@ -140,6 +162,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ctx, cancel := context.WithTimeout(ctx, r.Options.CallTimeout)
 	defer cancel()
 	r.observe(ctx, v)
+	if err := r.resolveImage(ctx, v); err != nil {
+		return ctrl.Result{}, err
+	}
+	contractCurrent(v)
 
 	r.summarize(v)
 	if cluster.Status.ObservedGeneration != cluster.Generation || !equality.Semantic.DeepEqual(before, &cluster.Status) {

@@ -45,6 +45,9 @@ func WriteStatus(ctx context.Context, c client.Client, cluster *v1alpha1.TalosCl
 	if s.KubernetesCA != "" {
 		st.WithKubernetesCA(s.KubernetesCA)
 	}
+	if i := s.Image; i != nil {
+		st.WithImage(ichorac.ImageStatus().WithSchematicID(i.SchematicID).WithInstaller(i.Installer).WithFactoryURL(i.FactoryURL))
+	}
 	st.WithConditions(statusapply.Conditions(s.Conditions, ownedConditions...)...)
 	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithStatus(st)
 	if err := c.Status().Apply(ctx, obj, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {

@@ -100,6 +100,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.IchorUserSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IchorUserStatus"):
 		return &ichorv1alpha1.IchorUserStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ImageFactory"):
+		return &ichorv1alpha1.ImageFactoryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ImageStatus"):
+		return &ichorv1alpha1.ImageStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InstallationSettings"):
 		return &ichorv1alpha1.InstallationSettingsApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InstallSpec"):
@@ -146,6 +150,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.RebootParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("S3Target"):
 		return &ichorv1alpha1.S3TargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Schematic"):
+		return &ichorv1alpha1.SchematicApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SchematicOverlay"):
+		return &ichorv1alpha1.SchematicOverlayApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
 		return &ichorv1alpha1.SecretKeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecureBootRequirement"):

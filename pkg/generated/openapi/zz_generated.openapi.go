@@ -72,6 +72,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.IchorUserPassword{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_IchorUserPassword(ref),
 		v1alpha1.IchorUserSpec{}.OpenAPIModelName():                   schema_pkg_apis_ichor_v1alpha1_IchorUserSpec(ref),
 		v1alpha1.IchorUserStatus{}.OpenAPIModelName():                 schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref),
+		v1alpha1.ImageFactory{}.OpenAPIModelName():                    schema_pkg_apis_ichor_v1alpha1_ImageFactory(ref),
+		v1alpha1.ImageStatus{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_ImageStatus(ref),
 		v1alpha1.InstallSpec{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_InstallSpec(ref),
 		v1alpha1.InstallationSettings{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_InstallationSettings(ref),
 		v1alpha1.KeyRotationParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref),
@@ -98,6 +100,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.PatchTarget{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_PatchTarget(ref),
 		v1alpha1.RebootParameters{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_RebootParameters(ref),
 		v1alpha1.S3Target{}.OpenAPIModelName():                        schema_pkg_apis_ichor_v1alpha1_S3Target(ref),
+		v1alpha1.Schematic{}.OpenAPIModelName():                       schema_pkg_apis_ichor_v1alpha1_Schematic(ref),
+		v1alpha1.SchematicOverlay{}.OpenAPIModelName():                schema_pkg_apis_ichor_v1alpha1_SchematicOverlay(ref),
 		v1alpha1.SecretKeySelector{}.OpenAPIModelName():               schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref),
 		v1alpha1.SecureBootRequirement{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_SecureBootRequirement(ref),
 		v1alpha1.TalosBackup{}.OpenAPIModelName():                     schema_pkg_apis_ichor_v1alpha1_TalosBackup(ref),
@@ -212,6 +216,13 @@ func schema_pkg_apis_ichor_v1alpha1_AppliedConfigStatus(ref common.ReferenceCall
 						SchemaProps: spec.SchemaProps{
 							Description: "appliedAt is when the node accepted it.",
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"contract": {
+						SchemaProps: spec.SchemaProps{
+							Description: "contract is the Talos version contract the config was rendered for (v1.14): the layout it is in.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},
@@ -1870,6 +1881,73 @@ func schema_pkg_apis_ichor_v1alpha1_IchorUserStatus(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_ImageFactory(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ImageFactory is the Talos Image Factory an installation's machines boot and install from: an https service that builds installer images and boot media for a schematic, and a registry that serves the installer images.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"url": {
+						SchemaProps: spec.SchemaProps{
+							Description: "url is the factory's https address; ISO, disk-image and PXE URLs are under it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"registry": {
+						SchemaProps: spec.SchemaProps{
+							Description: "registry is where its installer images are pulled from, as host[:port]; defaults to url's host.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"url"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_ImageStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ImageStatus says where a cluster's Talos image comes from.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"schematicID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "schematicID is the ID of the cluster's schematic (the empty schematic's when the cluster names none).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"installer": {
+						SchemaProps: spec.SchemaProps{
+							Description: "installer is the installer image of the schematic at the version the cluster runs: what a talos-upgrade pulls.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"factoryURL": {
+						SchemaProps: spec.SchemaProps{
+							Description: "factoryURL is the image factory's address, under which the boot media of the schematic are (ichor image-urls lists them).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"schematicID", "installer", "factoryURL"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_InstallSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1995,11 +2073,17 @@ func schema_pkg_apis_ichor_v1alpha1_InstallationSettings(ref common.ReferenceCal
 							},
 						},
 					},
+					"imageFactory": {
+						SchemaProps: spec.SchemaProps{
+							Description: "imageFactory is the Talos Image Factory machines install from (a self-hosted one, or a mirror, on air-gapped sites): every cluster's installer is <registry>/installer/<schematic ID>:<version> (or installer-secureboot). Without one, ichor-controller's --install-image is the installer, and a cluster that names a schematic does not render.",
+							Ref:         ref(v1alpha1.ImageFactory{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CredentialLifetimes{}.OpenAPIModelName(), v1alpha1.NamespaceProvisioningNetworks{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName()},
+			v1alpha1.CredentialLifetimes{}.OpenAPIModelName(), v1alpha1.ImageFactory{}.OpenAPIModelName(), v1alpha1.NamespaceProvisioningNetworks{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName()},
 	}
 }
 
@@ -3104,6 +3188,102 @@ func schema_pkg_apis_ichor_v1alpha1_S3Target(ref common.ReferenceCallback) commo
 	}
 }
 
+func schema_pkg_apis_ichor_v1alpha1_Schematic(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "Schematic is an Image Factory schematic: what a machine's Talos image carries besides Talos itself. The factory identifies it by a content hash (its ID), which names the installer image (<registry>/installer/<ID>:<version>) and the boot media.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"systemExtensions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "systemExtensions are official system extensions by name (siderolabs/iscsi-tools), in the order the ID hashes them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"extraKernelArgs": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "extraKernelArgs are kernel arguments the image boots with, besides Talos's own.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"overlay": {
+						SchemaProps: spec.SchemaProps{
+							Description: "overlay is the board overlay of single-board computers.",
+							Ref:         ref(v1alpha1.SchematicOverlay{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SchematicOverlay{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_SchematicOverlay(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SchematicOverlay is a board overlay of a schematic.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the overlay (rpi_generic).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "image is the overlay's image repository (siderolabs/sbc-raspberrypi).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"options": {
+						SchemaProps: spec.SchemaProps{
+							Description: "options are the overlay's options, as a YAML mapping.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "image"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_ichor_v1alpha1_SecretKeySelector(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -3586,12 +3766,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterSpec(ref common.ReferenceCallbac
 							Ref:         ref(v1alpha1.ClusterBackup{}.OpenAPIModelName()),
 						},
 					},
+					"schematic": {
+						SchemaProps: spec.SchemaProps{
+							Description: "schematic is the Image Factory schematic of the cluster's Talos image: the system extensions, kernel arguments and board overlay its machines install with. The installer comes from the installation's image factory (spec.settings.imageFactory of the IchorInstallation), which a schematic needs. A change is a no-reboot config change that takes effect at the next talos-upgrade (one to the version the cluster runs installs it).",
+							Ref:         ref(v1alpha1.Schematic{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"talosVersion", "kubernetesVersion", "controlPlane"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.ClusterAuthentication{}.OpenAPIModelName(), v1alpha1.ClusterBackup{}.OpenAPIModelName(), v1alpha1.ClusterNetwork{}.OpenAPIModelName(), v1alpha1.ClusterSecurity{}.OpenAPIModelName(), v1alpha1.ControlPlaneSpec{}.OpenAPIModelName(), v1alpha1.LocalSecretReference{}.OpenAPIModelName()},
+			v1alpha1.ClusterAuthentication{}.OpenAPIModelName(), v1alpha1.ClusterBackup{}.OpenAPIModelName(), v1alpha1.ClusterNetwork{}.OpenAPIModelName(), v1alpha1.ClusterSecurity{}.OpenAPIModelName(), v1alpha1.ControlPlaneSpec{}.OpenAPIModelName(), v1alpha1.LocalSecretReference{}.OpenAPIModelName(), v1alpha1.Schematic{}.OpenAPIModelName()},
 	}
 }
 
@@ -3722,11 +3908,17 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Format:      "",
 						},
 					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "image says where the cluster's Talos image comes from, when the installation has an image factory.",
+							Ref:         ref(v1alpha1.ImageStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.ImageStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -4359,12 +4551,18 @@ func schema_pkg_apis_ichor_v1alpha1_TalosMachineSpec(ref common.ReferenceCallbac
 							Format:      "",
 						},
 					},
+					"schematic": {
+						SchemaProps: spec.SchemaProps{
+							Description: "schematic replaces the cluster's spec.schematic for this machine (a board that needs an overlay, a node with a GPU's extensions).",
+							Ref:         ref(v1alpha1.Schematic{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"address"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.InstallSpec{}.OpenAPIModelName()},
+			v1alpha1.InstallSpec{}.OpenAPIModelName(), v1alpha1.Schematic{}.OpenAPIModelName()},
 	}
 }
 

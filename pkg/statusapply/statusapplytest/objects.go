@@ -30,7 +30,7 @@ func Machine() *v1alpha1.TalosMachine {
 				Disks: []v1alpha1.Disk{{Path: "/dev/sda", SizeBytes: 1 << 30, Model: "disk", Serial: "d-1", Transport: "sata"}}},
 			TalosVersion: "v1.13.0", NodeName: "m1",
 			Approval:                  &v1alpha1.ApprovalStatus{Decision: v1alpha1.ApprovalApproved, By: "carol", At: at},
-			AppliedConfig:             &v1alpha1.AppliedConfigStatus{Hash: strings.Repeat("ab", 32), Effect: v1alpha1.ConfigEffectReboot, AppliedAt: at},
+			AppliedConfig:             &v1alpha1.AppliedConfigStatus{Hash: strings.Repeat("ab", 32), Effect: v1alpha1.ConfigEffectReboot, AppliedAt: at, Contract: "v1.13"},
 			KubeletServingCertificate: &v1alpha1.KubeletServingCertificateStatus{Request: "csr-1", IssuedAt: &at, NotAfter: &at},
 			Kubernetes:                &v1alpha1.KubernetesVersions{APIServer: "v1.36.0", Kubelet: "v1.36.0"},
 			Security:                  &v1alpha1.MachineSecurityStatus{SecureBoot: true, BootedWithUKI: true},
@@ -61,6 +61,7 @@ func Cluster() *v1alpha1.TalosCluster {
 			DiskKeyRotation:   &v1alpha1.DiskKeyRotationStatus{Operation: "rekey", Phase: v1alpha1.DiskKeyRotationPhases[0], Slot: 1, Since: &at},
 			DiskKeySlot:       1,
 			SecretsDigest:     strings.Repeat("cd", 32),
+			Image:             &v1alpha1.ImageStatus{SchematicID: strings.Repeat("ef", 32), Installer: "factory.test/installer/x:v1.14.1", FactoryURL: "https://factory.test"},
 		},
 	}
 	c.Status.Conditions = conditions(c, c.Generation)

@@ -112,6 +112,14 @@ const (
 	// kubelets against the cluster CA. The kubelet serving approver sets it once
 	// every machine had a CA-signed serving certificate, and keeps it (a latch).
 	ClusterConditionKubeletServingVerified = "KubeletServingVerified"
+	// ClusterConditionConfigContract: every machine runs a config rendered
+	// for the cluster's version contract (spec.talosVersion), in its layout;
+	// False while a move of the contract rolls out. Not part of Ready.
+	ClusterConditionConfigContract = "ConfigContract"
+	// ClusterConditionImageReady: the cluster's installer image is known:
+	// from the installation's image factory for the cluster's schematic, or
+	// ichor-controller's --install-image. Not part of Ready.
+	ClusterConditionImageReady = "ImageReady"
 )
 
 // Reasons of the conditions of a TalosCluster.
@@ -156,6 +164,18 @@ const (
 	ClusterReasonAllIssued              = "AllIssued"
 	ClusterReasonWaitingForCertificates = "WaitingForCertificates"
 	ClusterReasonKubernetesUnreachable  = "KubernetesUnreachable"
+	// ClusterReasonContractCurrent: every machine's config is of the contract.
+	ClusterReasonContractCurrent = "ContractCurrent"
+	// ClusterReasonContractMoving: machines still run a config of another
+	// contract; the message says how many and how the move rolls out.
+	ClusterReasonContractMoving = "ContractMoving"
+	// ClusterReasonFromFactory: the installer comes from the image factory.
+	ClusterReasonFromFactory = "FromFactory"
+	// ClusterReasonFromInstallImage: the installer is --install-image (no factory).
+	ClusterReasonFromInstallImage = "FromInstallImage"
+	// ClusterReasonNoImageFactory: the cluster names a schematic and the
+	// installation has no image factory to build it.
+	ClusterReasonNoImageFactory = "NoImageFactory"
 )
 
 // Condition types of a TalosConfigPatch.

@@ -85,10 +85,11 @@ var statusWriters = []statusWriter{
 
 	// TalosCluster.
 	{kindCluster, FieldManagerClusterHealth,
-		"the cluster health reconciler (pkg/controller/taloscluster): machine counts, the bootstrap, etcd, the Kubernetes API, Nodes, Ready",
-		[]string{"phase", "observedGeneration", "machines", "talosVersion", "kubernetesVersion", "bootstrappedAt", "kubernetesCA"},
+		"the cluster health reconciler (pkg/controller/taloscluster): machine counts, the bootstrap, etcd, the Kubernetes API, Nodes, Ready, the installer image, the version contract of the machines' configs",
+		[]string{"phase", "observedGeneration", "machines", "talosVersion", "kubernetesVersion", "bootstrappedAt", "kubernetesCA", "image"},
 		[]string{ClusterConditionMachinesReady, ClusterConditionBootstrapped, ClusterConditionEtcdHealthy,
-			ClusterConditionKubernetesAPIReachable, ClusterConditionNodesReady, ClusterConditionReady}, nil},
+			ClusterConditionKubernetesAPIReachable, ClusterConditionNodesReady, ClusterConditionReady,
+			ClusterConditionImageReady, ClusterConditionConfigContract}, nil},
 	{kindCluster, FieldManagerBootstrapToken,
 		"the bootstrap token reconciler: whether the cluster's bootstrap token authenticates",
 		nil, []string{ClusterConditionBootstrapTokenEnabled}, nil},

@@ -7,6 +7,7 @@ import (
 
 // +genclient
 // +genclient:method=UpdateAuthentication,verb=update,subresource=authentication
+// +genclient:method=UpdateSchematic,verb=update,subresource=schematic
 // +genclient:method=Override,verb=create,subresource=override,input=Override,result=TalosCluster
 // (cilium-values and secret-references have no typed methods: the apply
 // configuration generator derives Go names from subresource names and cannot
@@ -53,6 +54,15 @@ type TalosClusterSpec struct {
 	// backup schedules encrypted backups of the cluster's etcd and machine configs.
 	// +optional
 	Backup *ClusterBackup `json:"backup,omitempty" protobuf:"bytes,10,opt,name=backup"`
+	// schematic is the Image Factory schematic of the cluster's Talos image:
+	// the system extensions, kernel arguments and board overlay its machines
+	// install with. The installer comes from the installation's image factory
+	// (spec.settings.imageFactory of the IchorInstallation), which a
+	// schematic needs. A change is a no-reboot config change that takes
+	// effect at the next talos-upgrade (one to the version the cluster runs
+	// installs it).
+	// +optional
+	Schematic *Schematic `json:"schematic,omitempty" protobuf:"bytes,11,opt,name=schematic"`
 }
 
 // ControlPlaneSpec describes the cluster's control-plane endpoint.
@@ -283,6 +293,10 @@ type TalosClusterStatus struct {
 	// whatever it claims of itself, is never used.
 	// +optional
 	SecretsDigest string `json:"secretsDigest,omitempty" protobuf:"bytes,16,opt,name=secretsDigest"`
+	// image says where the cluster's Talos image comes from, when the
+	// installation has an image factory.
+	// +optional
+	Image *ImageStatus `json:"image,omitempty" protobuf:"bytes,17,opt,name=image"`
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has

@@ -74,6 +74,13 @@ type InstallationSettings struct {
 	// +optional
 	// +listType=set
 	AmbientCredentialBuckets []string `json:"ambientCredentialBuckets,omitempty" protobuf:"bytes,7,rep,name=ambientCredentialBuckets"`
+	// imageFactory is the Talos Image Factory machines install from (a
+	// self-hosted one, or a mirror, on air-gapped sites): every cluster's
+	// installer is <registry>/installer/<schematic ID>:<version> (or
+	// installer-secureboot). Without one, ichor-controller's --install-image
+	// is the installer, and a cluster that names a schematic does not render.
+	// +optional
+	ImageFactory *ImageFactory `json:"imageFactory,omitempty" protobuf:"bytes,8,opt,name=imageFactory"`
 }
 
 // NamespaceProvisioningNetworks are the provisioning networks of one namespace.

@@ -4,6 +4,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:method=UpdateApproval,verb=update,subresource=approval
+// +genclient:method=UpdateSchematic,verb=update,subresource=schematic
 // +genclient:method=Override,verb=create,subresource=override,input=Override,result=TalosMachine
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
@@ -43,6 +44,10 @@ type TalosMachineSpec struct {
 	// Fixed once the machine is approved or rejected.
 	// +optional
 	ExpectedFingerprint string `json:"expectedFingerprint,omitempty" protobuf:"bytes,6,opt,name=expectedFingerprint"`
+	// schematic replaces the cluster's spec.schematic for this machine (a
+	// board that needs an overlay, a node with a GPU's extensions).
+	// +optional
+	Schematic *Schematic `json:"schematic,omitempty" protobuf:"bytes,7,opt,name=schematic"`
 }
 
 // InstallSpec says where Talos is installed.
@@ -242,6 +247,10 @@ type AppliedConfigStatus struct {
 	Effect ConfigEffect `json:"effect,omitempty" protobuf:"bytes,2,opt,name=effect,casttype=ConfigEffect"`
 	// appliedAt is when the node accepted it.
 	AppliedAt metav1.Time `json:"appliedAt" protobuf:"bytes,3,opt,name=appliedAt"`
+	// contract is the Talos version contract the config was rendered for
+	// (v1.14): the layout it is in.
+	// +optional
+	Contract string `json:"contract,omitempty" protobuf:"bytes,4,opt,name=contract"`
 }
 
 // KubeletServingCertificateStatus records an approved kubelet serving certificate.

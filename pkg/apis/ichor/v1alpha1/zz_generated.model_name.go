@@ -217,6 +217,16 @@ func (in IchorUserStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ImageFactory) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageFactory"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ImageStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InstallSpec) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallSpec"
 }
@@ -344,6 +354,16 @@ func (in RebootParameters) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in S3Target) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.S3Target"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in Schematic) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Schematic"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SchematicOverlay) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SchematicOverlay"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

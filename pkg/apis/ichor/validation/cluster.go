@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/blang/semver/v4"
+
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -37,6 +39,7 @@ func ValidateTalosClusterFieldUpdate(c, old *ichor.TalosCluster) field.ErrorList
 	errs := validateMetaUpdate(&c.ObjectMeta, &old.ObjectMeta)
 	spec := field.NewPath("spec")
 	errs = append(errs, validateTalosClusterSpec(&c.Spec, &old.Spec, spec)...)
+	errs = append(errs, validateContractMove(c.Spec.TalosVersion, old.Spec.TalosVersion, old.Status.TalosVersion, spec.Child("talosVersion"))...)
 	network := spec.Child("network")
 	errs = append(errs, validateImmutable(c.Spec.Network.PodCIDRs, old.Spec.Network.PodCIDRs, network.Child("podCIDRs"), "")...)
 	errs = append(errs, validateImmutable(c.Spec.Network.ServiceCIDRs, old.Spec.Network.ServiceCIDRs, network.Child("serviceCIDRs"), "")...)
@@ -162,6 +165,7 @@ func validateTalosClusterSpec(s, old *ichor.TalosClusterSpec, fldPath *field.Pat
 			errs = append(errs, field.NotSupported(fldPath.Child("security", "diskEncryption", "key"), e.Key, keys))
 		}
 	}
+	errs = append(errs, validateSchematic(s.Schematic, fldPath.Child("schematic"))...)
 	if img := s.Security.SecureBoot.InstallerImage; img != "" {
 		errs = append(errs, validateImageRepository(img, fldPath.Child("security", "secureBoot", "installerImage"))...)
 	}
@@ -171,6 +175,30 @@ func validateTalosClusterSpec(s, old *ichor.TalosClusterSpec, fldPath *field.Pat
 			"requires spec.security.kubeletServingCertificates.enabled"))
 	}
 	return errs
+}
+
+// validateContractMove refuses moving spec.talosVersion, the cluster's
+// version contract, to a Talos minor release newer than its machines run
+// (status.talosVersion): a node refuses a config of a newer contract, so
+// the machines are upgraded first (a talos-upgrade operation), then the
+// contract moves. A cluster whose machines report no version yet may move.
+func validateContractMove(spec, old, running string, fldPath *field.Path) field.ErrorList {
+	if spec == old || running == "" {
+		return nil
+	}
+	to, err1 := semver.ParseTolerant(spec)
+	from, err2 := semver.ParseTolerant(old)
+	runs, err3 := semver.ParseTolerant(running)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return nil // validateVersion says what is wrong
+	}
+	minor := func(v semver.Version) semver.Version { return semver.Version{Major: v.Major, Minor: v.Minor} }
+	if minor(to).GT(minor(from)) && minor(to).GT(minor(runs)) {
+		return field.ErrorList{field.Forbidden(fldPath, fmt.Sprintf(
+			"the cluster's machines run Talos %s, and a node refuses a config of the v%d.%d contract: "+
+				"upgrade them first (a talos-upgrade operation to %s), then move spec.talosVersion", running, to.Major, to.Minor, spec))}
+	}
+	return nil
 }
 
 // validateTalosRelease refuses a Talos version outside ichor.TalosReleases,

@@ -244,6 +244,23 @@ func TestValidateTalosCluster(t *testing.T) {
 			want: []fe{notSupported("spec.security.diskEncryption.key")},
 		},
 		{
+			name: "a schematic the factory builds",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools", "siderolabs/util-linux-tools"},
+					ExtraKernelArgs: []string{"net.ifnames=0"}, Overlay: &ichor.SchematicOverlay{Name: "rpi_generic", Image: "siderolabs/sbc-raspberrypi", Options: "configTxt: x\n"}}
+			},
+		},
+		{
+			name: "a schematic the factory would not build",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"iscsi-tools", "siderolabs/a", "siderolabs/a", "Siderolabs/B"},
+					ExtraKernelArgs: []string{"a b", ""}, Overlay: &ichor.SchematicOverlay{Image: "https://x/y", Options: "[1, 2]"}}
+			},
+			want: []fe{invalid("spec.schematic.systemExtensions[0]"), duplicate("spec.schematic.systemExtensions[2]"), invalid("spec.schematic.systemExtensions[3]"),
+				invalid("spec.schematic.extraKernelArgs[0]"), invalid("spec.schematic.extraKernelArgs[1]"),
+				required("spec.schematic.overlay.name"), invalid("spec.schematic.overlay.image"), invalid("spec.schematic.overlay.options")},
+		},
+		{
 			name:   "empty spec",
 			mutate: func(c *ichor.TalosCluster) { c.Spec = ichor.TalosClusterSpec{} },
 			want: []fe{
@@ -332,6 +349,11 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 			want: []fe{forbidden("spec.ciliumValues"), forbidden("spec.secretsRef"), forbidden("spec.authentication")},
 		},
 		{
+			name:   "the schematic changes only through its subresource",
+			mutate: func(c *ichor.TalosCluster) { c.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}} },
+			want:   []fe{forbidden("spec.schematic")},
+		},
+		{
 			name:   "update without resource version",
 			mutate: func(c *ichor.TalosCluster) { c.ResourceVersion = "" },
 			want:   []fe{invalid("metadata.resourceVersion")},
@@ -360,6 +382,33 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 	expectErrors(t, ValidateTalosClusterUpdate(c, old))
 	c.Spec.KubernetesVersion = "v1.35.0"
 	expectErrors(t, ValidateTalosClusterUpdate(c, old), invalid("spec.talosVersion"))
+}
+
+// TestValidateContractMove: spec.talosVersion, the contract, moves to a
+// newer minor release only once the machines run it.
+func TestValidateContractMove(t *testing.T) {
+	for _, tc := range []struct {
+		name, from, to, running string
+		want                    []fe
+	}{
+		{"machines on v1.13 refuse the v1.14 contract", "v1.13.0", "v1.14.1", "v1.13.5", []fe{forbidden("spec.talosVersion")}},
+		{"machines on v1.14 take it", "v1.13.0", "v1.14.1", "v1.14.1", nil},
+		{"no machine reports yet", "v1.13.0", "v1.14.1", "", nil},
+		{"a patch release of the same contract", "v1.13.0", "v1.13.5", "v1.13.0", nil},
+		{"back to an older contract", "v1.14.1", "v1.13.0", "v1.14.1", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := validCluster()
+			old.Spec.TalosVersion, old.Status.TalosVersion = tc.from, tc.running
+			c := old.DeepCopy()
+			c.Spec.TalosVersion = tc.to
+			errs := ValidateTalosClusterUpdate(c, old)
+			expectErrors(t, errs, tc.want...)
+			if len(tc.want) > 0 && !strings.Contains(errs.ToAggregate().Error(), "talos-upgrade") {
+				t.Errorf("the refusal does not say what to do: %v", errs)
+			}
+		})
+	}
 }
 
 func TestValidateTalosClusterStatusUpdate(t *testing.T) {

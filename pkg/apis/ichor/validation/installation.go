@@ -86,6 +86,7 @@ func validateInstallationSpec(s *ichor.IchorInstallationSpec, fldPath *field.Pat
 	errs = append(errs, validateNamespaceNetworks(s.Settings.NamespaceProvisioningNetworks, settings.Child("namespaceProvisioningNetworks"))...)
 	errs = append(errs, validateAudiences(s.Settings.ManagementAudiences, settings.Child("managementAudiences"))...)
 	errs = append(errs, validateAmbientBuckets(s.Settings.AmbientCredentialBuckets, settings.Child("ambientCredentialBuckets"))...)
+	errs = append(errs, validateImageFactory(s.Settings.ImageFactory, settings.Child("imageFactory"))...)
 	errs = append(errs, validateDuration(s.Settings.ScanInterval, settings.Child("scanInterval"), minScanInterval, 0)...)
 	lifetimes := settings.Child("credentialLifetimes")
 	errs = append(errs, validateDuration(s.Settings.CredentialLifetimes.TalosCredential, lifetimes.Child("talosCredential"), time.Minute, maxTalosCredentialLife)...)

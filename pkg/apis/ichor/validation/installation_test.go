@@ -51,6 +51,29 @@ func TestValidateIchorInstallation(t *testing.T) {
 			},
 		},
 		{
+			name: "an image factory, with and without a registry of its own",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.ImageFactory = &ichor.ImageFactory{URL: "https://factory.example.com", Registry: "mirror.example.com:5000"}
+			},
+		},
+		{
+			name:   "an image factory over http",
+			mutate: func(in *ichor.IchorInstallation) { in.Spec.Settings.ImageFactory = &ichor.ImageFactory{URL: "http://factory.example.com"} },
+			want:   []fe{invalid("spec.settings.imageFactory.url")},
+		},
+		{
+			name: "a registry with a scheme, a path or a bad port",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.ImageFactory = &ichor.ImageFactory{URL: "https://factory.example.com", Registry: "https://mirror.example.com/x"}
+			},
+			want: []fe{invalid("spec.settings.imageFactory.registry")},
+		},
+		{
+			name:   "an image factory without its URL",
+			mutate: func(in *ichor.IchorInstallation) { in.Spec.Settings.ImageFactory = &ichor.ImageFactory{Registry: "mirror.example.com"} },
+			want:   []fe{required("spec.settings.imageFactory.url")},
+		},
+		{
 			name: "valid tenants, audiences and ambient buckets",
 			mutate: func(in *ichor.IchorInstallation) {
 				s := &in.Spec.Settings

@@ -26,6 +26,14 @@ func ValidateTalosMachine(m *ichor.TalosMachine) field.ErrorList {
 // MachineReclaim. Once decided about, a machine keeps its address; before,
 // a new address drops what was learned at the old one (see the registry).
 func ValidateTalosMachineUpdate(m, old *ichor.TalosMachine) field.ErrorList {
+	errs := ValidateTalosMachineFieldUpdate(m, old)
+	return append(errs, validateFieldSubresources("talosmachines", m, old)...)
+}
+
+// ValidateTalosMachineFieldUpdate checks an update through a subresource
+// that writes one part of the spec (schematic): the whole object must stay
+// valid.
+func ValidateTalosMachineFieldUpdate(m, old *ichor.TalosMachine) field.ErrorList {
 	errs := validateMetaUpdate(&m.ObjectMeta, &old.ObjectMeta)
 	spec := field.NewPath("spec")
 	errs = append(errs, validateTalosMachineSpec(&m.Spec, spec)...)
@@ -66,6 +74,7 @@ func validateTalosMachineSpec(s *ichor.TalosMachineSpec, fldPath *field.Path) fi
 	if d := s.Install.Disk; d != "" && (!strings.HasPrefix(d, "/dev/") || len(d) == len("/dev/")) {
 		errs = append(errs, field.Invalid(fldPath.Child("install", "disk"), d, "must be a device path such as /dev/sda"))
 	}
+	errs = append(errs, validateSchematic(s.Schematic, fldPath.Child("schematic"))...)
 	return errs
 }
 

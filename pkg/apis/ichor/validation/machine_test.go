@@ -57,6 +57,7 @@ func TestValidateTalosMachine(t *testing.T) {
 				m.Spec.Address = "[fd00::3]:50000"
 				m.Spec.Hostname = "cp-1.prod.example.com"
 				m.Spec.Install.Disk = "/dev/nvme0n1"
+				m.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"siderolabs/nvidia-open-gpu-kernel-modules-lts"}}
 			},
 		},
 		{
@@ -189,6 +190,18 @@ func TestValidateTalosMachineUpdate(t *testing.T) {
 		want   []fe
 	}{
 		{name: "unchanged", old: validMachine, mutate: func(m *ichor.TalosMachine) {}},
+		{
+			name: "the schematic changes only through its subresource", old: validMachine,
+			mutate: func(m *ichor.TalosMachine) { m.Spec.Schematic = &ichor.Schematic{ExtraKernelArgs: []string{"init=/bin/sh"}} },
+			want:   []fe{forbidden("spec.schematic")},
+		},
+		{
+			name: "a bad schematic", old: validMachine,
+			mutate: func(m *ichor.TalosMachine) {
+				m.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"not an extension"}}
+			},
+			want: []fe{invalid("spec.schematic.systemExtensions[0]"), forbidden("spec.schematic")},
+		},
 		{
 			name: "assigning an unassigned machine",
 			old:  unassignedMachine,

@@ -45,6 +45,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: appliedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: contract
+      type:
+        scalar: string
     - name: effect
       type:
         scalar: string
@@ -573,6 +576,31 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: passwordSet
       type:
         scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageFactory
+  map:
+    fields:
+    - name: registry
+      type:
+        scalar: string
+    - name: url
+      type:
+        scalar: string
+      default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageStatus
+  map:
+    fields:
+    - name: factoryURL
+      type:
+        scalar: string
+      default: ""
+    - name: installer
+      type:
+        scalar: string
+      default: ""
+    - name: schematicID
+      type:
+        scalar: string
+      default: ""
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.InstallSpec
   map:
     fields:
@@ -592,6 +620,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.CredentialLifetimes
       default: {}
+    - name: imageFactory
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageFactory
     - name: managementAudiences
       type:
         list:
@@ -954,6 +985,38 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Schematic
+  map:
+    fields:
+    - name: extraKernelArgs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: overlay
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SchematicOverlay
+    - name: systemExtensions
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SchematicOverlay
+  map:
+    fields:
+    - name: image
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: options
+      type:
+        scalar: string
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.SecretKeySelector
   map:
     fields:
@@ -1100,6 +1163,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: paused
       type:
         scalar: boolean
+    - name: schematic
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Schematic
     - name: secretsRef
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.LocalSecretReference
@@ -1143,6 +1209,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: disruption
       type:
         namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.DisruptionStatus
+    - name: image
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.ImageStatus
     - name: kubernetesCA
       type:
         scalar: string
@@ -1360,6 +1429,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: role
       type:
         scalar: string
+    - name: schematic
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.Schematic
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.TalosMachineStatus
   map:
     fields:

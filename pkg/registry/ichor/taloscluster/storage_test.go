@@ -16,7 +16,8 @@ import (
 // field alone under server-side apply, and owns its own field.
 func TestFieldSubresourcesOwnOnlyTheirField(t *testing.T) {
 	owned := map[string]string{"cilium-values": "ciliumValues", "secret-references": "secretsRef", "authentication": "authentication",
-		"backup": "backup", "kubernetes-version": "kubernetesVersion", "installer-image": "security.secureBoot.installerImage"}
+		"backup": "backup", "kubernetes-version": "kubernetesVersion", "installer-image": "security.secureBoot.installerImage",
+		"schematic": "schematic"}
 	specPath := func(field string) fieldpath.Path {
 		p := []any{"spec"}
 		for _, f := range strings.Split(field, ".") {

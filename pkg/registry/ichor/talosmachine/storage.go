@@ -45,7 +45,8 @@ var Definition = &resource.Definition[*ichor.TalosMachine]{
 	StatusResetFields: []fieldpath.Path{fieldpath.MakePathOrDie("status", "approval"), fieldpath.MakePathOrDie("status", "override")},
 	// The controller adds and removes its finalizer through /finalizers,
 	// which writes nothing else.
-	Subresources: []resource.Subresource[*ichor.TalosMachine]{approval, resource.Finalizers[*ichor.TalosMachine]()},
+	Subresources: append([]resource.Subresource[*ichor.TalosMachine]{approval, resource.Finalizers[*ichor.TalosMachine]()},
+		resource.FieldSubresources[*ichor.TalosMachine]("talosmachines", v1alpha1.TalosMachine{}, validation.ValidateTalosMachineFieldUpdate)...),
 	Actions: []resource.Action[*ichor.TalosMachine]{
 		override.Action("TalosMachine", []ichor.SafetyCheck{ichor.CheckControlPlaneQuorum},
 			func(m *ichor.TalosMachine) **ichor.OverrideStatus { return &m.Status.Override }),

@@ -34,6 +34,9 @@ type AppliedConfigStatusApplyConfiguration struct {
 	Effect *ichorv1alpha1.ConfigEffect `json:"effect,omitempty"`
 	// appliedAt is when the node accepted it.
 	AppliedAt *v1.Time `json:"appliedAt,omitempty"`
+	// contract is the Talos version contract the config was rendered for
+	// (v1.14): the layout it is in.
+	Contract *string `json:"contract,omitempty"`
 }
 
 // AppliedConfigStatusApplyConfiguration constructs a declarative configuration of the AppliedConfigStatus type for use with
@@ -63,5 +66,13 @@ func (b *AppliedConfigStatusApplyConfiguration) WithEffect(value ichorv1alpha1.C
 // If called multiple times, the AppliedAt field is set to the value of the last call.
 func (b *AppliedConfigStatusApplyConfiguration) WithAppliedAt(value v1.Time) *AppliedConfigStatusApplyConfiguration {
 	b.AppliedAt = &value
+	return b
+}
+
+// WithContract sets the Contract field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Contract field is set to the value of the last call.
+func (b *AppliedConfigStatusApplyConfiguration) WithContract(value string) *AppliedConfigStatusApplyConfiguration {
+	b.Contract = &value
 	return b
 }

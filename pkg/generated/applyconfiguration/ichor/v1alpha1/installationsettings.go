@@ -56,6 +56,12 @@ type InstallationSettingsApplyConfiguration struct {
 	// elsewhere is refused, so that no namespace's admin can send backups,
 	// or read them back, wherever the controller's identity reaches.
 	AmbientCredentialBuckets []string `json:"ambientCredentialBuckets,omitempty"`
+	// imageFactory is the Talos Image Factory machines install from (a
+	// self-hosted one, or a mirror, on air-gapped sites): every cluster's
+	// installer is <registry>/installer/<schematic ID>:<version> (or
+	// installer-secureboot). Without one, ichor-controller's --install-image
+	// is the installer, and a cluster that names a schematic does not render.
+	ImageFactory *ImageFactoryApplyConfiguration `json:"imageFactory,omitempty"`
 }
 
 // InstallationSettingsApplyConfiguration constructs a declarative configuration of the InstallationSettings type for use with
@@ -128,5 +134,13 @@ func (b *InstallationSettingsApplyConfiguration) WithAmbientCredentialBuckets(va
 	for i := range values {
 		b.AmbientCredentialBuckets = append(b.AmbientCredentialBuckets, values[i])
 	}
+	return b
+}
+
+// WithImageFactory sets the ImageFactory field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ImageFactory field is set to the value of the last call.
+func (b *InstallationSettingsApplyConfiguration) WithImageFactory(value *ImageFactoryApplyConfiguration) *InstallationSettingsApplyConfiguration {
+	b.ImageFactory = value
 	return b
 }

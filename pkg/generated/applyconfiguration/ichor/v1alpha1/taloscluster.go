@@ -100,6 +100,12 @@ func ExtractTalosClusterOverride(talosCluster *ichorv1alpha1.TalosCluster, field
 	return ExtractTalosClusterFrom(talosCluster, fieldManager, "override")
 }
 
+// ExtractTalosClusterSchematic extracts the applied configuration owned by fieldManager from
+// talosCluster for the schematic subresource.
+func ExtractTalosClusterSchematic(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {
+	return ExtractTalosClusterFrom(talosCluster, fieldManager, "schematic")
+}
+
 // ExtractTalosClusterStatus extracts the applied configuration owned by fieldManager from
 // talosCluster for the status subresource.
 func ExtractTalosClusterStatus(talosCluster *ichorv1alpha1.TalosCluster, fieldManager string) (*TalosClusterApplyConfiguration, error) {

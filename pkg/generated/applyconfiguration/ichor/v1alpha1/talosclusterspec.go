@@ -44,6 +44,14 @@ type TalosClusterSpecApplyConfiguration struct {
 	Paused *bool `json:"paused,omitempty"`
 	// backup schedules encrypted backups of the cluster's etcd and machine configs.
 	Backup *ClusterBackupApplyConfiguration `json:"backup,omitempty"`
+	// schematic is the Image Factory schematic of the cluster's Talos image:
+	// the system extensions, kernel arguments and board overlay its machines
+	// install with. The installer comes from the installation's image factory
+	// (spec.settings.imageFactory of the IchorInstallation), which a
+	// schematic needs. A change is a no-reboot config change that takes
+	// effect at the next talos-upgrade (one to the version the cluster runs
+	// installs it).
+	Schematic *SchematicApplyConfiguration `json:"schematic,omitempty"`
 }
 
 // TalosClusterSpecApplyConfiguration constructs a declarative configuration of the TalosClusterSpec type for use with
@@ -129,5 +137,13 @@ func (b *TalosClusterSpecApplyConfiguration) WithPaused(value bool) *TalosCluste
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *TalosClusterSpecApplyConfiguration) WithBackup(value *ClusterBackupApplyConfiguration) *TalosClusterSpecApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithSchematic sets the Schematic field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Schematic field is set to the value of the last call.
+func (b *TalosClusterSpecApplyConfiguration) WithSchematic(value *SchematicApplyConfiguration) *TalosClusterSpecApplyConfiguration {
+	b.Schematic = value
 	return b
 }

@@ -80,6 +80,9 @@ type TalosClusterStatusApplyConfiguration struct {
 	// Secret of that name holding anything else, whoever created it and
 	// whatever it claims of itself, is never used.
 	SecretsDigest *string `json:"secretsDigest,omitempty"`
+	// image says where the cluster's Talos image comes from, when the
+	// installation has an image factory.
+	Image *ImageStatusApplyConfiguration `json:"image,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -218,5 +221,13 @@ func (b *TalosClusterStatusApplyConfiguration) WithDiskKeySlot(value int32) *Tal
 // If called multiple times, the SecretsDigest field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithSecretsDigest(value string) *TalosClusterStatusApplyConfiguration {
 	b.SecretsDigest = &value
+	return b
+}
+
+// WithImage sets the Image field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Image field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithImage(value *ImageStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.Image = value
 	return b
 }

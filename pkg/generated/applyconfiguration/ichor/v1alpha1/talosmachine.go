@@ -97,6 +97,12 @@ func ExtractTalosMachineOverride(talosMachine *ichorv1alpha1.TalosMachine, field
 	return ExtractTalosMachineFrom(talosMachine, fieldManager, "override")
 }
 
+// ExtractTalosMachineSchematic extracts the applied configuration owned by fieldManager from
+// talosMachine for the schematic subresource.
+func ExtractTalosMachineSchematic(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {
+	return ExtractTalosMachineFrom(talosMachine, fieldManager, "schematic")
+}
+
 // ExtractTalosMachineStatus extracts the applied configuration owned by fieldManager from
 // talosMachine for the status subresource.
 func ExtractTalosMachineStatus(talosMachine *ichorv1alpha1.TalosMachine, fieldManager string) (*TalosMachineApplyConfiguration, error) {

@@ -46,6 +46,9 @@ type TalosMachineSpecApplyConfiguration struct {
 	// answers; a node presenting another is reported and sent nothing.
 	// Fixed once the machine is approved or rejected.
 	ExpectedFingerprint *string `json:"expectedFingerprint,omitempty"`
+	// schematic replaces the cluster's spec.schematic for this machine (a
+	// board that needs an overlay, a node with a GPU's extensions).
+	Schematic *SchematicApplyConfiguration `json:"schematic,omitempty"`
 }
 
 // TalosMachineSpecApplyConfiguration constructs a declarative configuration of the TalosMachineSpec type for use with
@@ -99,5 +102,13 @@ func (b *TalosMachineSpecApplyConfiguration) WithInstall(value *InstallSpecApply
 // If called multiple times, the ExpectedFingerprint field is set to the value of the last call.
 func (b *TalosMachineSpecApplyConfiguration) WithExpectedFingerprint(value string) *TalosMachineSpecApplyConfiguration {
 	b.ExpectedFingerprint = &value
+	return b
+}
+
+// WithSchematic sets the Schematic field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Schematic field is set to the value of the last call.
+func (b *TalosMachineSpecApplyConfiguration) WithSchematic(value *SchematicApplyConfiguration) *TalosMachineSpecApplyConfiguration {
+	b.Schematic = value
 	return b
 }

@@ -52,6 +52,7 @@ type TalosClusterInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosCluster *applyconfigurationichorv1alpha1.TalosClusterApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosCluster, err error)
 	UpdateAuthentication(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (*ichorv1alpha1.TalosCluster, error)
+	UpdateSchematic(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (*ichorv1alpha1.TalosCluster, error)
 	Override(ctx context.Context, talosClusterName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (*ichorv1alpha1.TalosCluster, error)
 
 	TalosClusterExpansion
@@ -84,6 +85,21 @@ func (c *talosClusters) UpdateAuthentication(ctx context.Context, talosClusterNa
 		Resource("talosclusters").
 		Name(talosClusterName).
 		SubResource("authentication").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(talosCluster).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// UpdateSchematic takes the top resource name and the representation of a talosCluster and updates it. Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *talosClusters) UpdateSchematic(ctx context.Context, talosClusterName string, talosCluster *ichorv1alpha1.TalosCluster, opts v1.UpdateOptions) (result *ichorv1alpha1.TalosCluster, err error) {
+	result = &ichorv1alpha1.TalosCluster{}
+	err = c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("talosclusters").
+		Name(talosClusterName).
+		SubResource("schematic").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(talosCluster).
 		Do(ctx).

@@ -52,6 +52,7 @@ type TalosMachineInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, talosMachine *applyconfigurationichorv1alpha1.TalosMachineApplyConfiguration, opts v1.ApplyOptions) (result *ichorv1alpha1.TalosMachine, err error)
 	UpdateApproval(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (*ichorv1alpha1.TalosMachine, error)
+	UpdateSchematic(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (*ichorv1alpha1.TalosMachine, error)
 	Override(ctx context.Context, talosMachineName string, override *ichorv1alpha1.Override, opts v1.CreateOptions) (*ichorv1alpha1.TalosMachine, error)
 
 	TalosMachineExpansion
@@ -84,6 +85,21 @@ func (c *talosMachines) UpdateApproval(ctx context.Context, talosMachineName str
 		Resource("talosmachines").
 		Name(talosMachineName).
 		SubResource("approval").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(talosMachine).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// UpdateSchematic takes the top resource name and the representation of a talosMachine and updates it. Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *talosMachines) UpdateSchematic(ctx context.Context, talosMachineName string, talosMachine *ichorv1alpha1.TalosMachine, opts v1.UpdateOptions) (result *ichorv1alpha1.TalosMachine, err error) {
+	result = &ichorv1alpha1.TalosMachine{}
+	err = c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("talosmachines").
+		Name(talosMachineName).
+		SubResource("schematic").
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(talosMachine).
 		Do(ctx).

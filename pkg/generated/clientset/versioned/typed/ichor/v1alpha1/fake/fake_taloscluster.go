@@ -68,6 +68,18 @@ func (c *fakeTalosClusters) UpdateAuthentication(ctx context.Context, talosClust
 	return obj.(*v1alpha1.TalosCluster), err
 }
 
+// UpdateSchematic takes the representation of a talosCluster and updates it. Returns the server's representation of the talosCluster, and an error, if there is any.
+func (c *fakeTalosClusters) UpdateSchematic(ctx context.Context, talosClusterName string, talosCluster *v1alpha1.TalosCluster, opts v1.UpdateOptions) (result *v1alpha1.TalosCluster, err error) {
+	emptyResult := &v1alpha1.TalosCluster{}
+	obj, err := c.Fake.
+		Invokes(testing.NewUpdateSubresourceActionWithOptions(c.Resource(), "schematic", c.Namespace(), talosCluster, opts), &v1alpha1.TalosCluster{})
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosCluster), err
+}
+
 // Override takes the representation of a override and creates it.  Returns the server's representation of the talosCluster, and an error, if there is any.
 func (c *fakeTalosClusters) Override(ctx context.Context, talosClusterName string, override *v1alpha1.Override, opts v1.CreateOptions) (result *v1alpha1.TalosCluster, err error) {
 	emptyResult := &v1alpha1.TalosCluster{}

@@ -68,6 +68,18 @@ func (c *fakeTalosMachines) UpdateApproval(ctx context.Context, talosMachineName
 	return obj.(*v1alpha1.TalosMachine), err
 }
 
+// UpdateSchematic takes the representation of a talosMachine and updates it. Returns the server's representation of the talosMachine, and an error, if there is any.
+func (c *fakeTalosMachines) UpdateSchematic(ctx context.Context, talosMachineName string, talosMachine *v1alpha1.TalosMachine, opts v1.UpdateOptions) (result *v1alpha1.TalosMachine, err error) {
+	emptyResult := &v1alpha1.TalosMachine{}
+	obj, err := c.Fake.
+		Invokes(testing.NewUpdateSubresourceActionWithOptions(c.Resource(), "schematic", c.Namespace(), talosMachine, opts), &v1alpha1.TalosMachine{})
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.TalosMachine), err
+}
+
 // Override takes the representation of a override and creates it.  Returns the server's representation of the talosMachine, and an error, if there is any.
 func (c *fakeTalosMachines) Override(ctx context.Context, talosMachineName string, override *v1alpha1.Override, opts v1.CreateOptions) (result *v1alpha1.TalosMachine, err error) {
 	emptyResult := &v1alpha1.TalosMachine{}
