@@ -111,6 +111,7 @@ is made as you, so RBAC and the audit log name you.`,
 		newApprove(o, true), newApprove(o, false), newReclaim(o),
 		newStart(o), newWait(o), newOverride(o), newStatus(o),
 		newDownload(o), newUpload(o), newPassword(o), newInit(o), newBreakGlass(o),
+		newSchematic(o), newImageURLs(o),
 		newLogin(o), newLogout(o), newAuth(o), newKubeconfig(o),
 	} {
 		root.AddCommand(c)

@@ -178,12 +178,67 @@ func (f Factory) Installer(id, version string, secureBoot bool) string {
 	return f.Registry + "/" + repo + "/" + id + ":" + version
 }
 
+// ParseInstaller reads back an installer reference Installer made: the
+// factory's registry (URL is the factory's address, which the reference
+// does not hold), the schematic ID and the version.
+func ParseInstaller(ref, url string) (f Factory, id, version string, secureBoot bool, err error) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") || i == len(ref)-1 { // a registry's port is no tag
+		return Factory{}, "", "", false, fmt.Errorf("installer %q has no version tag", ref)
+	}
+	rest, version := ref[:i], ref[i+1:]
+	if version == "" {
+		return Factory{}, "", "", false, fmt.Errorf("installer %q has no version tag", ref)
+	}
+	for _, repo := range []string{"/installer-secureboot/", "/installer/"} {
+		if registry, id, found := strings.Cut(rest, repo); found && registry != "" && id != "" && !strings.Contains(id, "/") {
+			return Factory{Registry: registry, URL: url}, id, version, repo == "/installer-secureboot/", nil
+		}
+	}
+	return Factory{}, "", "", false, fmt.Errorf("installer %q is not an image factory's <registry>/installer/<schematic ID>:<version>", ref)
+}
+
 // Image is the download URL of a boot image of schematic id at Talos
 // version: file is the factory's name for it (metal-amd64.iso,
 // metal-amd64.raw.zst, kernel-amd64 …).
 func (f Factory) Image(id, version, file string) string {
 	return strings.TrimSuffix(f.URL, "/") + "/image/" + id + "/" + version + "/" + file
 }
+
+// Medium is one way to boot or install a schematic: its name for people
+// and where it is.
+type Medium struct {
+	// Name says what it is: iso, disk-image, pxe, kernel, initramfs, uki, installer.
+	Name string
+	// Ref is its URL, or the installer's image reference.
+	Ref string
+}
+
+// Media are the ways to boot schematic id at Talos version on a bare-metal
+// machine of arch (amd64, arm64), as the factory names them: the SecureBoot
+// ISO and UKI when secureBoot, else the ISO, the disk image, the PXE script
+// and the kernel and initramfs it boots; and the installer an upgrade pulls.
+func (f Factory) Media(id, version, arch string, secureBoot bool) []Medium {
+	file := func(name string) string { return f.Image(id, version, name) }
+	if secureBoot {
+		return []Medium{
+			{"iso", file("metal-" + arch + "-secureboot.iso")},
+			{"uki", file("metal-" + arch + "-secureboot-uki.efi")},
+			{"installer", f.Installer(id, version, true)},
+		}
+	}
+	return []Medium{
+		{"iso", file("metal-" + arch + ".iso")},
+		{"disk-image", file("metal-" + arch + ".raw.zst")},
+		{"pxe", f.PXE(id, version, "metal", arch)},
+		{"kernel", file("kernel-" + arch)},
+		{"initramfs", file("initramfs-" + arch + ".xz")},
+		{"installer", f.Installer(id, version, false)},
+	}
+}
+
+// Arches are the machine architectures the factory builds for.
+var Arches = []string{"amd64", "arm64"}
 
 // PXE is the iPXE script URL that boots schematic id at Talos version.
 func (f Factory) PXE(id, version, platform, arch string) string {

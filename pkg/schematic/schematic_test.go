@@ -143,3 +143,44 @@ func TestImageReferences(t *testing.T) {
 		}
 	}
 }
+
+// TestMedia pins the factory's names for what boots a schematic.
+func TestMedia(t *testing.T) {
+	f := Factory{URL: "https://factory.test/", Registry: "factory.test"}
+	var got []string
+	for _, m := range f.Media("abc", "v1.14.1", "arm64", false) {
+		got = append(got, m.Name+" "+m.Ref)
+	}
+	want := []string{
+		"iso https://factory.test/image/abc/v1.14.1/metal-arm64.iso",
+		"disk-image https://factory.test/image/abc/v1.14.1/metal-arm64.raw.zst",
+		"pxe https://factory.test/pxe/abc/v1.14.1/metal-arm64",
+		"kernel https://factory.test/image/abc/v1.14.1/kernel-arm64",
+		"initramfs https://factory.test/image/abc/v1.14.1/initramfs-arm64.xz",
+		"installer factory.test/installer/abc:v1.14.1",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("media:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	sb := f.Media("abc", "v1.14.1", "amd64", true)
+	if len(sb) != 3 || sb[0].Ref != "https://factory.test/image/abc/v1.14.1/metal-amd64-secureboot.iso" || sb[2].Ref != "factory.test/installer-secureboot/abc:v1.14.1" {
+		t.Errorf("SecureBoot media: %+v", sb)
+	}
+}
+
+func TestParseInstaller(t *testing.T) {
+	for _, f := range []Factory{{Registry: "factory.test", URL: "https://factory.test"}, {Registry: "mirror.test:5000", URL: "https://factory.test"}} {
+		for _, sb := range []bool{false, true} {
+			ref := f.Installer("abc", "v1.14.1", sb)
+			got, id, version, secureBoot, err := ParseInstaller(ref, f.URL)
+			if err != nil || got != f || id != "abc" || version != "v1.14.1" || secureBoot != sb {
+				t.Errorf("ParseInstaller(%q) = %+v %q %q %v %v", ref, got, id, version, secureBoot, err)
+			}
+		}
+	}
+	for _, bad := range []string{"factory.test/installer/abc", "mirror.test:5000/siderolabs/installer:v1.14.1", "factory.test/installer/a/b:v1"} {
+		if _, _, _, _, err := ParseInstaller(bad, "https://x"); err == nil {
+			t.Errorf("ParseInstaller(%q) succeeded", bad)
+		}
+	}
+}

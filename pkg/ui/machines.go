@@ -100,6 +100,7 @@ func (s *Server) renderCluster(w http.ResponseWriter, r *http.Request, se *sessi
 		return
 	}
 	data["Cluster"] = rowOf(c)
+	data["Image"] = imageOf(c)
 	rows, err := machinesIn(r.Context(), cs, ns, name)
 	if err != nil {
 		s.render(w, apiStatus(err), "cluster", withRefusal(data, err))

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/schematic"
 )
 
 var templateFuncs = template.FuncMap{
@@ -47,6 +48,41 @@ func rowOf(c *v1alpha1.TalosCluster) clusterRow {
 	}
 	slices.Sort(row.Unhealthy)
 	return row
+}
+
+// clusterImage is where a cluster's machines boot and install from.
+type clusterImage struct {
+	SchematicID, Installer string
+	// Media are the boot media by architecture.
+	Media []archMedia
+}
+
+type archMedia struct {
+	Arch  string
+	Media []schematic.Medium
+}
+
+// imageOf is c's image from its status, nil without an image factory.
+func imageOf(c *v1alpha1.TalosCluster) *clusterImage {
+	img := c.Status.Image
+	if img == nil {
+		return nil
+	}
+	factory, id, version, secureBoot, err := schematic.ParseInstaller(img.Installer, img.FactoryURL)
+	if err != nil {
+		return nil
+	}
+	out := &clusterImage{SchematicID: img.SchematicID, Installer: img.Installer}
+	for _, arch := range schematic.Arches {
+		var media []schematic.Medium
+		for _, m := range factory.Media(id, version, arch, secureBoot) {
+			if m.Name != "installer" {
+				media = append(media, m)
+			}
+		}
+		out.Media = append(out.Media, archMedia{Arch: arch, Media: media})
+	}
+	return out
 }
 
 // clusters lists the clusters the person may see, as that person.
