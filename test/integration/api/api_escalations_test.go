@@ -81,6 +81,9 @@ func TestAdminOnlyFieldsOnCreate(t *testing.T) {
 		{"spec.security.secureBoot.installerImage", "installer-image", func(c *v1alpha1.TalosCluster) {
 			c.Spec.Security.SecureBoot.InstallerImage = "factory.example/installer-secureboot/abc"
 		}},
+		{"spec.schematic", "schematic", func(c *v1alpha1.TalosCluster) {
+			c.Spec.Schematic = &v1alpha1.Schematic{ExtraKernelArgs: []string{"init=/bin/sh"}}
+		}},
 	} {
 		c := itest.APITalosCluster("shared", ns)
 		tc.mutate(c)
@@ -95,6 +98,27 @@ func TestAdminOnlyFieldsOnCreate(t *testing.T) {
 	}
 	if _, err := operator.Create(ctx, itest.APITalosCluster("plain", ns), metav1.CreateOptions{}); err != nil {
 		t.Errorf("operator's plain cluster: %v", err)
+	}
+
+	// A machine's own schematic, likewise: an operator places machines, an
+	// admin chooses what they boot.
+	m := itest.APITalosMachine("own-image", ns, "plain")
+	m.Spec.Schematic = &v1alpha1.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}}
+	machines := itest.APIClientFor(t, itest.OperatorClient(t)).IchorV1alpha1().TalosMachines(ns)
+	if _, err := machines.Create(ctx, m, metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `subresource "schematic"`) {
+		t.Errorf("operator's machine with a schematic: want Forbidden naming talosmachines/schematic, got %v", err)
+	}
+	m.Spec.Schematic = nil
+	if m, err := machines.Create(ctx, m, metav1.CreateOptions{}); err != nil {
+		t.Errorf("operator's plain machine: %v", err)
+	} else {
+		m.Spec.Schematic = &v1alpha1.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}}
+		if _, err := machines.UpdateSchematic(ctx, m.Name, m, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("operator's talosmachines/schematic: want Forbidden, got %v", err)
+		}
+		if _, err := itest.APIClient(t).IchorV1alpha1().TalosMachines(ns).UpdateSchematic(ctx, m.Name, m, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("admin's talosmachines/schematic: %v", err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
@@ -82,6 +83,16 @@ func (d *DemoCluster) MoveContractTo(version string) func(t *testing.T) {
 			})
 		}
 		WaitCluster(d.Ctx, t, d.Ns, "demo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+		contract := version[:strings.LastIndex(version, ".")]
+		c := WaitCluster(d.Ctx, t, d.Ns, "demo", v1alpha1.ClusterConditionConfigContract, metav1.ConditionTrue, v1alpha1.ClusterReasonContractCurrent)
+		if cond := meta.FindStatusCondition(c.Status.Conditions, v1alpha1.ClusterConditionConfigContract); !strings.Contains(cond.Message, contract) {
+			t.Errorf("ConfigContract does not name the %s contract: %s", contract, cond.Message)
+		}
+		for _, n := range d.Names {
+			if got := GetMachine(t, d.Ns, n).Status.AppliedConfig.Contract; got != contract {
+				t.Errorf("%s runs a config of the %q contract, want %s", n, got, contract)
+			}
+		}
 		controlPlanes := maps.Clone(d.Nodes)
 		for n, role := range d.Roles {
 			if role != v1alpha1.MachineRoleControlPlane {

@@ -15,6 +15,7 @@ func TestControllerBuildsAV1_14Cluster(t *testing.T) {
 	d := itest.NewDemoClusterWith(t, itest.DemoSetup{TalosVersion: "v1.14.1", KubernetesVersion: "v1.37.0"})
 	t.Run("three control planes and two workers become Ready", d.BecomesReady)
 	t.Run("every node's config is of the v1.14 layout, read with talosctl v1.14.1", d.ConfigsOfItsLayout)
+	t.Run("an admin gives it a schematic from an image factory: installers change without a reboot", d.ImageFactorySchematic)
 	t.Run("a no-reboot patch applies everywhere without a reboot", d.NoRebootPatch)
 	t.Run("a reboot-required patch reboots one node at a time", d.RebootPatch)
 }
