@@ -2,6 +2,7 @@ package talossim
 
 import (
 	"crypto/sha256"
+	"errors"
 	"encoding/base32"
 	"encoding/binary"
 	"fmt"
@@ -186,7 +187,8 @@ func (l *eventLog) next(cur *eventCursor) (events []*machine.Event, changed <-ch
 
 // Events streams the node's runtime events of the current boot: first an empty hello event, then the
 // events selected by the tail options, then new ones until the client cancels or the API goes down.
-// WithActorId keeps only that actor's events.
+// WithActorId keeps only that actor's events. The events recorded before the API went down are still
+// delivered: on a real node apid outlives the machined events that announce its stop.
 func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineService_EventsServer) error {
 	l := s.node.events
 
@@ -199,10 +201,11 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 		return err
 	}
 
-	for {
+	// send sends the next events, reporting false once the boot is over.
+	send := func() (<-chan struct{}, bool, error) {
 		events, changed, ok := l.next(&cur)
 		if !ok {
-			return nil
+			return nil, false, nil
 		}
 
 		for _, ev := range events {
@@ -210,12 +213,25 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 				continue
 			}
 
-			if err = srv.Send(ev); err != nil {
-				return err
+			if err := srv.Send(ev); err != nil {
+				return nil, false, err
 			}
 		}
 
+		return changed, true, nil
+	}
+
+	for {
+		changed, ok, err := send()
+		if !ok || err != nil {
+			return err
+		}
+
 		if err = s.waitStreamEnd(srv.Context(), changed); err != nil {
+			if errors.Is(err, errAPIDown) {
+				_, _, _ = send() //nolint:errcheck // best effort: the stream ends with err anyway
+			}
+
 			return err
 		}
 	}

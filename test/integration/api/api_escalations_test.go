@@ -102,6 +102,7 @@ func TestAdminOnlyFieldsOnCreate(t *testing.T) {
 
 	// A machine's own schematic, likewise: an operator places machines, an
 	// admin chooses what they boot.
+	itest.UseProvisioningNetworks(ctx, t, "10.5.0.0/24")
 	m := itest.APITalosMachine("own-image", ns, "plain")
 	m.Spec.Schematic = &v1alpha1.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}}
 	machines := itest.APIClientFor(t, itest.OperatorClient(t)).IchorV1alpha1().TalosMachines(ns)
