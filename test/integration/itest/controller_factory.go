@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,9 +91,14 @@ func (d *DemoCluster) ImageFactorySchematic(t *testing.T) {
 	}
 	d.InstallersAre(t, installer)
 
-	RunIchor(ctx, t, nil, "victor", "ichor:viewer", "-n", d.Ns, "image-urls", "demo").Ok(t, "ichor image-urls",
-		"installer  "+installer, "iso         "+FactoryURL+"/image/"+iscsiID+"/"+d.TalosVersion+"/metal-amd64.iso",
-		"pxe         "+FactoryURL+"/pxe/"+iscsiID+"/"+d.TalosVersion+"/metal-amd64")
+	urls := RunIchor(ctx, t, nil, "victor", "ichor:viewer", "-n", d.Ns, "image-urls", "demo")
+	urls.Ok(t, "ichor image-urls")
+	for name, want := range map[string]string{"installer": installer, "iso": FactoryURL + "/image/" + iscsiID + "/" + d.TalosVersion + "/metal-amd64.iso",
+		"pxe": FactoryURL + "/pxe/" + iscsiID + "/" + d.TalosVersion + "/metal-amd64"} {
+		if !slices.ContainsFunc(strings.Split(urls.Stdout, "\n"), func(l string) bool { return slices.Equal(strings.Fields(l), []string{name, want}) }) {
+			t.Errorf("ichor image-urls: no line %q %q in\n%s", name, want, urls.Stdout)
+		}
+	}
 
 	before, rebootsBefore = d.AppliedHashes(t), d.Reboots()
 	RunIchor(ctx, t, nil, "carol", "ichor:admin", "-n", d.Ns, "schematic", "demo", "--clear").Ok(t, "clearing the schematic")

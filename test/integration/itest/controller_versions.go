@@ -1,6 +1,7 @@
 package itest
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	ctrlcmd "ichor.dev/ichor/pkg/cmd/controller"
@@ -55,9 +57,14 @@ func (d *DemoCluster) UpgradeTo(version string) func(t *testing.T) {
 		for n := range d.Nodes {
 			WaitMachine(d.Ctx, t, d.Ns, n, "reports Talos "+version, func(m *v1alpha1.TalosMachine) bool { return m.Status.TalosVersion == version })
 		}
-		c := WaitCluster(d.Ctx, t, d.Ns, "demo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
-		if c.Status.TalosVersion != version || c.Spec.TalosVersion == version {
-			t.Errorf("after the upgrade: spec.talosVersion %s (the contract stays), status.talosVersion %s", c.Spec.TalosVersion, c.Status.TalosVersion)
+		WaitCluster(d.Ctx, t, d.Ns, "demo", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+		// The cluster may be Ready before it looked at the machines' versions.
+		var c *v1alpha1.TalosCluster
+		if err := wait.PollUntilContextTimeout(d.Ctx, ControllerPoll, ControllerWait, true, func(context.Context) (bool, error) {
+			c = GetCluster(t, d.Ns, "demo")
+			return c.Status.TalosVersion == version, nil
+		}); err != nil || c.Spec.TalosVersion == version {
+			t.Errorf("after the upgrade: spec.talosVersion %s (the contract stays), status.talosVersion %s (want %s)", c.Spec.TalosVersion, c.Status.TalosVersion, version)
 		}
 	}
 }
