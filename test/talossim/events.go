@@ -2,7 +2,6 @@ package talossim
 
 import (
 	"crypto/sha256"
-	"errors"
 	"encoding/base32"
 	"encoding/binary"
 	"fmt"
@@ -187,8 +186,7 @@ func (l *eventLog) next(cur *eventCursor) (events []*machine.Event, changed <-ch
 
 // Events streams the node's runtime events of the current boot: first an empty hello event, then the
 // events selected by the tail options, then new ones until the client cancels or the API goes down.
-// WithActorId keeps only that actor's events. The events recorded before the API went down are still
-// delivered: on a real node apid outlives the machined events that announce its stop.
+// WithActorId keeps only that actor's events.
 func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineService_EventsServer) error {
 	l := s.node.events
 
@@ -201,11 +199,10 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 		return err
 	}
 
-	// send sends the next events, reporting false once the boot is over.
-	send := func() (<-chan struct{}, bool, error) {
+	for {
 		events, changed, ok := l.next(&cur)
 		if !ok {
-			return nil, false, nil
+			return nil
 		}
 
 		for _, ev := range events {
@@ -213,25 +210,12 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 				continue
 			}
 
-			if err := srv.Send(ev); err != nil {
-				return nil, false, err
+			if err = srv.Send(ev); err != nil {
+				return err
 			}
-		}
-
-		return changed, true, nil
-	}
-
-	for {
-		changed, ok, err := send()
-		if !ok || err != nil {
-			return err
 		}
 
 		if err = s.waitStreamEnd(srv.Context(), changed); err != nil {
-			if errors.Is(err, errAPIDown) {
-				_, _, _ = send() //nolint:errcheck // best effort: the stream ends with err anyway
-			}
-
 			return err
 		}
 	}

@@ -48,9 +48,6 @@ type systemVolume struct {
 	luks *luksHeader
 	// status is what the last boot made of it.
 	status block.VolumeStatusSpec
-	// inUse: the last boot set the volume up, so its status is published. A boot without a config sets
-	// up none (Talos derives them from the config), and the volume's contents stay for a later boot.
-	inUse bool
 }
 
 // luksHeader holds the key slots of an encrypted volume.
@@ -172,10 +169,12 @@ func keyHandlers(cfg config.Provider, volume string) []keyHandler {
 	return hs
 }
 
-// prepareVolumesLocked prepares STATE, EPHEMERAL and the volumes in it (volumes_system.go) for a boot
-// into cfg and reports whether STATE opened.
+// prepareVolumesLocked prepares STATE and EPHEMERAL for a boot into cfg and reports whether STATE
+// opened.
 func (n *Node) prepareVolumesLocked(cfg config.Provider) bool {
-	n.unmountVolumesLocked()
+	if n.volumes == nil {
+		n.volumes = map[string]*systemVolume{}
+	}
 
 	for i, name := range preparedVolumes {
 		v := n.volumes[name]
@@ -195,8 +194,6 @@ func (n *Node) prepareVolumesLocked(cfg config.Provider) bool {
 			v.status = n.openLocked(v, name, i, keyHandlers(cfg, name))
 		}
 
-		v.inUse = true
-
 		if v.status.Phase == block.VolumePhaseFailed && name == volumeSTATE {
 			log.Printf("talossim: STATE did not open, the boot stops: %s", v.status.ErrorMessage)
 
@@ -204,20 +201,7 @@ func (n *Node) prepareVolumesLocked(cfg config.Provider) bool {
 		}
 	}
 
-	n.prepareDirVolumesLocked(cfg)
-
 	return true
-}
-
-// unmountVolumesLocked marks every volume unused, as at the start of a boot.
-func (n *Node) unmountVolumesLocked() {
-	if n.volumes == nil {
-		n.volumes = map[string]*systemVolume{}
-	}
-
-	for _, v := range n.volumes {
-		v.inUse = false
-	}
 }
 
 // formatLocked formats a new volume, encrypted with every configured key when there are keys.
@@ -373,25 +357,21 @@ func (n *Node) wipeVolumeLocked(name string) {
 	delete(n.volumes, name)
 }
 
-// volumeStatusesLocked are the statuses to publish: those of the volumes the last boot set up.
+// volumeStatusesLocked are the statuses to publish: those of the last boot's volumes.
 func (n *Node) volumeStatusesLocked() map[string]block.VolumeStatusSpec {
 	out := map[string]block.VolumeStatusSpec{}
 
 	for name, v := range n.volumes {
-		if v.inUse {
-			out[name] = v.status
-		}
+		out[name] = v.status
 	}
 
 	return out
 }
 
-// publishVolumes writes a VolumeStatus, labelled as a system volume like Talos's, for each volume set up
-// and removes the others.
+// publishVolumes writes a VolumeStatus for each prepared volume and removes the others.
 func publishVolumes(ctx context.Context, st state.State, volumes map[string]block.VolumeStatusSpec) error {
-	for _, name := range publishedVolumes {
+	for _, name := range preparedVolumes {
 		r := block.NewVolumeStatus(block.NamespaceName, name)
-		r.Metadata().Labels().Set(block.SystemVolumeLabel, "")
 
 		spec, ok := volumes[name]
 		if !ok {
