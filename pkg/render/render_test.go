@@ -652,18 +652,25 @@ func TestRenderTalosTrust(t *testing.T) {
 }
 
 // TestRenderKubernetesTrust: the Kubernetes CAs accepted during a CA
-// rotation become cluster.acceptedCAs, cluster.ca stays the bundle's
-// (with its key on control planes only), and the change restarts
-// kube-apiserver on a control plane and nothing that takes a worker away.
+// rotation come after the bundle's, which stays the issuing one (with its
+// key on control planes only), in either layout: cluster.ca and
+// cluster.acceptedCAs up to the v1.13 contract, KubeAPIServerCAConfig
+// from v1.14 (a worker's holds the issuing CA as its first accepted one).
+// The change restarts kube-apiserver on a control plane and nothing that
+// takes a worker away.
 func TestRenderKubernetesTrust(t *testing.T) {
 	for _, c := range []struct {
-		role ichorv1alpha1.MachineRole
-		want ichorv1alpha1.ConfigEffect
+		version string
+		role    ichorv1alpha1.MachineRole
+		want    ichorv1alpha1.ConfigEffect
 	}{
-		{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.ConfigEffectAPIServerRestart},
-		{ichorv1alpha1.MachineRoleWorker, ichorv1alpha1.ConfigEffectAPIServerRestart},
+		{"v1.13.0", ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.ConfigEffectAPIServerRestart},
+		{"v1.13.0", ichorv1alpha1.MachineRoleWorker, ichorv1alpha1.ConfigEffectAPIServerRestart},
+		{"v1.14.1", ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.ConfigEffectAPIServerRestart},
+		{"v1.14.1", ichorv1alpha1.MachineRoleWorker, ichorv1alpha1.ConfigEffectAPIServerRestart},
 	} {
 		in := testInput(t, testMachine("m-1", c.role, nil))
+		in.Cluster.Spec.TalosVersion = c.version
 		before, err := Render(in)
 		if err != nil {
 			t.Fatal(err)
@@ -684,7 +691,7 @@ func TestRenderKubernetesTrust(t *testing.T) {
 		// The accepted CAs begin with the issuing one.
 		cl := cfg.K8sAPIServerCAConfig()
 		if len(cl.AcceptedCAs()) != 2 || string(cl.AcceptedCAs()[1].Crt) != string(next.CrtPEM) || string(cl.AcceptedCAs()[0].Crt) != string(in.Secrets.Certs.K8s.Crt) {
-			t.Errorf("%s: cluster.acceptedCAs %d, issuing from the bundle %v", c.role, len(cl.AcceptedCAs()), string(cl.AcceptedCAs()[0].Crt) == string(in.Secrets.Certs.K8s.Crt))
+			t.Errorf("%s %s: accepted CAs %d, issuing from the bundle %v", c.version, c.role, len(cl.AcceptedCAs()), string(cl.AcceptedCAs()[0].Crt) == string(in.Secrets.Certs.K8s.Crt))
 		}
 		// Only a control plane holds the issuing CA's key.
 		if hasKey := cl.IssuingCA() != nil; hasKey != (c.role == ichorv1alpha1.MachineRoleControlPlane) {
@@ -695,7 +702,7 @@ func TestRenderKubernetesTrust(t *testing.T) {
 		}
 		effect, _, err := Classify(before.Config, after.Config, ApplyWithReboot)
 		if err != nil || effect != c.want {
-			t.Errorf("%s: accepting a Kubernetes CA is %s, %v; want %s", c.role, effect, err, c.want)
+			t.Errorf("%s %s: accepting a Kubernetes CA is %s, %v; want %s", c.version, c.role, effect, err, c.want)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"slices"
+
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
@@ -30,10 +32,15 @@ func withAcceptedCAs(cfg config.Provider, contract *config.VersionContract, talo
 	if err != nil || !multidoc(contract) {
 		return cfg, err
 	}
+	// The generator writes a control plane's CA as issuingCA, with its key,
+	// and a worker's as its first accepted CA, without: the rotation's other
+	// CA comes after what it wrote, as cluster.acceptedCAs comes after
+	// cluster.ca.
 	return editDocument(cfg, k8s.KubeAPIServerCAConfig, nil, func(d *k8s.KubeAPIServerCAConfigV1Alpha1) error {
-		d.APIAcceptedCAs = nil
 		for _, crt := range kubernetes {
-			d.APIAcceptedCAs = append(d.APIAcceptedCAs, string(crt))
+			if !slices.Contains(d.APIAcceptedCAs, string(crt)) {
+				d.APIAcceptedCAs = append(d.APIAcceptedCAs, string(crt))
+			}
 		}
 		return nil
 	})

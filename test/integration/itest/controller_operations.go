@@ -709,7 +709,13 @@ func NewOperationsCluster(t *testing.T) *DemoCluster {
 	registry := talossim.NewRegistry("siderolabs/installer:v1.13.0", "siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2")
 	return NewDemoClusterWith(t, DemoSetup{Registry: registry, KubernetesVersion: "v1.35.2", RealEtcdSnapshots: true, Tune: func(o *ctrlcmd.Options) {
 		o.InstallImage = "siderolabs/installer:v1.13.0"
-		o.OperationPollInterval = 250 * time.Millisecond
-		o.OperationStepTimeout = OperationStepTimeout
+		FastOperations(o)
 	}})
+}
+
+// FastOperations has operations look at their nodes four times a second,
+// and give a node the suite's step timeout.
+func FastOperations(o *ctrlcmd.Options) {
+	o.OperationPollInterval = 250 * time.Millisecond
+	o.OperationStepTimeout = OperationStepTimeout
 }
