@@ -32,7 +32,9 @@ type RolloutResult struct {
 	PeakHeap          uint64
 }
 
-func UpgradeRollout(b *testing.B, workers int, pullDelay time.Duration) RolloutResult {
+// UpgradeRollout upgrades a v1.13.0 cluster of three control planes and
+// workers to Talos target (v1.13.1, or v1.14.1 across a minor release).
+func UpgradeRollout(b *testing.B, workers int, pullDelay time.Duration, target string) RolloutResult {
 	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Minute)
 	defer cancel()
 	InstallControllerRBAC(ctx, b)
@@ -50,8 +52,8 @@ func UpgradeRollout(b *testing.B, workers int, pullDelay time.Duration) RolloutR
 apiVersion: ichor.dev/v1alpha1
 kind: TalosOperation
 metadata: {name: upgrade, namespace: %s}
-spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: v1.13.1}}
-`, ns))
+spec: {clusterName: rollout, type: talos-upgrade, talosUpgrade: {version: %s}}
+`, ns, target))
 	ops := APIClient(b).IchorV1alpha1().TalosOperations(ns)
 
 	stopHeap := make(chan struct{})

@@ -20,12 +20,15 @@ import (
 // installer, as a real node does (not counted in the floor: the node runs
 // meanwhile): the overhead shows how much of that the rollout hides by
 // pulling on the next nodes while one reboots.
-// Run: go test ./test/integration -run '^$' -bench TalosUpgradeRollout -benchtime 1x
+// The to=v1.14.1 cases upgrade across a minor release, from v1.13.0 to
+// v1.14.1, whose nodes boot into the other Talos's machined.
+// Run: go test ./test/integration/scale -run '^$' -bench TalosUpgradeRollout -benchtime 1x
 func BenchmarkTalosUpgradeRollout(b *testing.B) {
 	for _, c := range []struct {
 		workers int
 		pull    time.Duration
-	}{{10, 0}, {10, itest.UpgradePullDelay}, {100, 0}} {
+		to      string
+	}{{10, 0, "v1.13.1"}, {10, itest.UpgradePullDelay, "v1.13.1"}, {100, 0, "v1.13.1"}, {10, 0, "v1.14.1"}, {100, 0, "v1.14.1"}} {
 		if testing.Short() && c.workers > 10 {
 			continue
 		}
@@ -33,9 +36,12 @@ func BenchmarkTalosUpgradeRollout(b *testing.B) {
 		if c.pull > 0 {
 			name += ",pull=" + c.pull.String()
 		}
+		if c.to != "v1.13.1" {
+			name += ",to=" + c.to
+		}
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
-				r := itest.UpgradeRollout(b, c.workers, c.pull)
+				r := itest.UpgradeRollout(b, c.workers, c.pull, c.to)
 				b.ReportMetric(r.Total.Seconds(), "total-s")
 				b.ReportMetric(r.Floor.Seconds(), "floor-s")
 				b.ReportMetric(r.Total.Seconds()/r.Floor.Seconds(), "total/floor")
