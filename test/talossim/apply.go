@@ -190,7 +190,7 @@ func (s *machineServer) ApplyConfiguration(ctx context.Context, in *machine.Appl
 	validationMode := simMode{installed: installed}
 
 	warnings, err := cfg.ValidateAsClient(validationMode)
-	if err = errors.Join(err, installRequiredUpTo1_13(cfg, validationMode, running)); err != nil {
+	if err = errors.Join(err, installRequiredUpTo1_13(cfg, validationMode, running), refuseVolumeConfigsUnknownTo1_13(cfg, running)); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 

@@ -116,8 +116,8 @@ func (c *EtcdCluster) Revision() int64 {
 }
 
 // Bootstrapped reports whether the cluster has a member that still holds its data: a cluster whose
-// members' nodes all lost their EPHEMERAL partition is gone, whatever its member list still says, and a
-// Bootstrap (with or without a snapshot to recover) starts a new one.
+// members' nodes all lost their etcd data (their ETCD volume, see volumes_system.go) is gone, whatever its
+// member list still says, and a Bootstrap (with or without a snapshot to recover) starts a new one.
 func (c *EtcdCluster) Bootstrapped() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -129,8 +129,9 @@ func (c *EtcdCluster) liveLocked() bool {
 	return slices.ContainsFunc(c.members, func(m *clusterMember) bool { return !m.dataLost })
 }
 
-// loseData records that member id's node wiped its etcd data directory (a reset of EPHEMERAL without
-// leaving the cluster first): the member stays listed, as in etcd, but no longer holds the data.
+// loseData records that member id's node wiped its etcd data directory without leaving the cluster
+// first (a reset of its ETCD volume: of EPHEMERAL where ETCD is a directory on it, of the ETCD partition
+// where a VolumeConfig promoted it): the member stays listed, as in etcd, but no longer holds the data.
 func (c *EtcdCluster) loseData(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log"
 	"sync"
@@ -43,6 +44,10 @@ type eventLog struct {
 	base    int // absolute position of events[0]
 	events  []recordedEvent
 	changed chan struct{} // closed and replaced on every change
+	// prev are the events of the boot before, which its watchers still drain: what machined recorded
+	// before apid went down had been sent.
+	prev     []recordedEvent
+	prevBase int
 }
 
 // newEventLog returns an empty log whose event IDs carry a node-specific part derived from seed.
@@ -102,10 +107,19 @@ func (l *eventLog) reset() {
 	defer l.mu.Unlock()
 
 	l.epoch++
+	l.prev, l.prevBase = l.events, l.base
 	l.base += len(l.events)
 	l.events = nil
 	l.notifyLocked()
 }
+
+// closedChan is a channel that is always ready.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+
+	return c
+}()
 
 // notifyLocked wakes every watcher.
 func (l *eventLog) notifyLocked() {
@@ -166,10 +180,22 @@ func (l *eventLog) start(req *machine.EventsRequest) (eventCursor, error) {
 }
 
 // next returns the events after cur and advances it, plus a channel closed on the next change; ok is
-// false once the boot (epoch) is over or the watcher fell behind the buffer, which ends the watch.
+// false once the boot (epoch) is over and its events delivered, or the watcher fell behind the buffer,
+// which ends the watch.
 func (l *eventLog) next(cur *eventCursor) (events []*machine.Event, changed <-chan struct{}, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+
+	// A watcher of the boot before gets the rest of that boot's events, then its watch ends.
+	if end := l.prevBase + len(l.prev); cur.epoch+1 == l.epoch && cur.pos >= l.prevBase && cur.pos < end {
+		for _, ev := range l.prev[cur.pos-l.prevBase:] {
+			events = append(events, ev.msg)
+		}
+
+		cur.pos = end
+
+		return events, closedChan, true
+	}
 
 	if cur.epoch != l.epoch || cur.pos < l.base {
 		return nil, nil, false
@@ -186,7 +212,8 @@ func (l *eventLog) next(cur *eventCursor) (events []*machine.Event, changed <-ch
 
 // Events streams the node's runtime events of the current boot: first an empty hello event, then the
 // events selected by the tail options, then new ones until the client cancels or the API goes down.
-// WithActorId keeps only that actor's events.
+// WithActorId keeps only that actor's events. The events recorded before the API went down are still
+// delivered: on a real node apid outlives the machined events that announce its stop.
 func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineService_EventsServer) error {
 	l := s.node.events
 
@@ -199,10 +226,11 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 		return err
 	}
 
-	for {
+	// send sends the next events, reporting false once the boot is over.
+	send := func() (<-chan struct{}, bool, error) {
 		events, changed, ok := l.next(&cur)
 		if !ok {
-			return nil
+			return nil, false, nil
 		}
 
 		for _, ev := range events {
@@ -210,12 +238,25 @@ func (s *machineServer) Events(req *machine.EventsRequest, srv machine.MachineSe
 				continue
 			}
 
-			if err = srv.Send(ev); err != nil {
-				return err
+			if err := srv.Send(ev); err != nil {
+				return nil, false, err
 			}
 		}
 
+		return changed, true, nil
+	}
+
+	for {
+		changed, ok, err := send()
+		if !ok || err != nil {
+			return err
+		}
+
 		if err = s.waitStreamEnd(srv.Context(), changed); err != nil {
+			if errors.Is(err, errAPIDown) {
+				_, _, _ = send() // best effort: the stream ends with err anyway
+			}
+
 			return err
 		}
 	}

@@ -70,9 +70,15 @@ type Faults struct {
 	// requests from now on.
 	KubeletServingExtraDNSNames []string
 
-	// UpgradeFails makes the installer of every LifecycleService.Upgrade exit with code 1, saying this, as
-	// an installer that cannot write the system disk does. Nothing is installed.
+	// UpgradeFails makes the installer of every upgrade (LifecycleService.Upgrade, MachineService.Upgrade,
+	// a staged upgrade at boot) fail, saying this, as an installer that cannot write the system disk
+	// does: it exits 1, or 7 if it is of Talos v1.14 or later (installer.go). Nothing is installed.
 	UpgradeFails string
+
+	// InstallerFails maps installer image references to the error their installer fails with, as
+	// UpgradeFails does, wherever the node runs it: an upgrade, or the install from maintenance mode.
+	// The map is not copied: do not change it after SetFaults.
+	InstallerFails map[string]string
 
 	// NeverBoots makes the node's next reboots end powered off instead of booting, like hardware that does
 	// not come back: the API stays down until PowerOn.
@@ -91,6 +97,16 @@ type faultState struct {
 	impostor *impostor
 	received [][]byte // configs the impostors were given, oldest first
 	conns    connSet
+	changed  chan struct{} // closed by the next SetFaults; made when something waits for it
+}
+
+// faultsChangedLocked returns a channel closed by the next SetFaults.
+func (n *Node) faultsChangedLocked() <-chan struct{} {
+	if n.faults.changed == nil {
+		n.faults.changed = make(chan struct{})
+	}
+
+	return n.faults.changed
 }
 
 // SetFaults replaces the node's faults with f (see Faults for each one's effect). It returns ErrStopped
@@ -128,6 +144,11 @@ func (n *Node) SetFaults(f Faults) error {
 
 	old := n.faults.set
 	n.faults.set = f
+
+	if n.faults.changed != nil {
+		close(n.faults.changed)
+		n.faults.changed = nil
+	}
 
 	var retired *impostor
 
@@ -410,12 +431,4 @@ func (s *impostorServer) ApplyConfiguration(_ context.Context, in *machine.Apply
 		Mode:        mode,
 		ModeDetails: details,
 	}}}, nil
-}
-
-// upgradeFault is the UpgradeFails fault, or "".
-func (n *Node) upgradeFault() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-
-	return n.faults.set.UpgradeFails
 }

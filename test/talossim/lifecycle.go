@@ -8,12 +8,17 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 )
 
-// software tracks the Talos versions of a node: the one running, the one installed on disk (booted
-// next), and an upgrade staged for the next boot.
+// software tracks the Talos versions of a node, and the installer images they came from ("" when
+// unknown): the one running, the one installed on disk (booted next), and an upgrade staged for the
+// next boot.
 type software struct {
 	running   string
 	installed string
 	staged    string
+
+	runningImage   string
+	installedImage string
+	stagedImage    string
 }
 
 // delay waits d, returning false if the node is stopped first.
@@ -68,10 +73,19 @@ func (n *Node) recordSequenceLocked(sequence, actorID string) {
 	n.events.add(&machine.SequenceEvent{Sequence: sequence, Action: machine.SequenceEvent_START}, actorID)
 }
 
-// startInstallLocked activates cfg applied in maintenance mode and runs install → reboot → boot.
+// startInstallLocked activates cfg applied in maintenance mode and runs install → reboot → boot
+// (install.go has what a failed installer does).
 func (n *Node) startInstallLocked(cfg config.Provider) error {
 	n.active, n.persisted = cfg, cfg
 	gen := n.beginSequenceLocked()
+
+	// From v1.14 the UnattendedInstallController installs a config with an UnattendedInstallConfig;
+	// the install sequence installs the others.
+	n.startUnattendedLocked()
+
+	if n.unattended == nil {
+		n.recordSequenceLocked("install", "")
+	}
 
 	if err := n.setPhaseLocked(PhaseInstalling); err != nil {
 		return err
@@ -84,30 +98,7 @@ func (n *Node) startInstallLocked(cfg config.Provider) error {
 			return
 		}
 
-		n.mu.Lock()
-		if !n.currentLocked(gen) {
-			n.mu.Unlock()
-
-			return
-		}
-
-		n.installed = true
-		n.sw.installed = n.sw.running
-
-		// The installer the config names is what lands on disk, as on a real node.
-		if image := installerImageOf(n.active); image != "" {
-			if v, err := installerVersion(image); err == nil {
-				n.sw.installed = v
-			}
-		}
-		err := n.enterRebootLocked()
-		n.mu.Unlock()
-
-		if err != nil {
-			log.Printf("talossim: entering reboot after install: %v", err)
-		}
-
-		n.finishReboot(gen)
+		n.install(gen)
 	})
 
 	return nil
@@ -186,22 +177,24 @@ func (n *Node) bootLocked() {
 		n.persisted = nil // nothing was written to disk
 	}
 
-	if n.installed && n.sw.staged != "" {
-		n.sw.installed = n.sw.staged
+	if !n.installStagedLocked() {
+		return
 	}
 
-	n.sw.staged = ""
-	n.sw.running = n.opts.Version
+	n.sw.running, n.sw.runningImage = n.opts.Version, ""
 
 	if n.installed && n.sw.installed != "" {
-		n.sw.running = n.sw.installed
+		n.sw.running, n.sw.runningImage = n.sw.installed, n.sw.installedImage
 	}
 
 	n.active = n.persisted
 	n.sequence = false
 	n.etcdLocal.stopped = false
+	n.bootUnattendedLocked()
 
-	if n.installed && n.configuredLocked() && !n.prepareVolumesLocked(n.active) {
+	if !n.installed || !n.configuredLocked() {
+		n.unmountVolumesLocked()
+	} else if !n.prepareVolumesLocked(n.active) {
 		// The config lives on STATE: a boot that cannot open it stops there.
 		if err := n.publishLocked(); err != nil {
 			log.Printf("talossim: publishing boot state: %v", err)

@@ -142,10 +142,12 @@ type lifecycleServer struct {
 	node *Node
 }
 
-// Upgrade runs the installer of the source image: progress messages, then the installer's exit code. Like
+// Upgrade runs the installer of the source image (installer.go): its output, then its exit code. Like
 // Talos it refuses a second install or upgrade while one runs, a node that is not installed, and an image
-// that is not in the node's image store; the installer's own preflight (the upgrade path) fails with exit
-// code 1. Cancelling the stream kills the installer: nothing is written.
+// that is not in the node's image store; the installer's own failures (its pre-flight check of the
+// upgrade path, the faults) end the stream normally, with a non-zero exit code, and install nothing.
+// Cancelling the stream kills the installer: nothing is written. The node keeps running its version
+// until the next reboot.
 func (s *lifecycleServer) Upgrade(in *machine.LifecycleServiceUpgradeRequest, srv grpc.ServerStreamingServer[machine.LifecycleServiceUpgradeResponse]) error {
 	n := s.node
 	ref := in.GetSource().GetImageName()
@@ -175,7 +177,7 @@ func (s *lifecycleServer) Upgrade(in *machine.LifecycleServiceUpgradeRequest, sr
 	}
 
 	n.lifecycleBusy = true
-	host := n.sw.running
+	run := n.runInstallerLocked(ref, n.sw.running, true)
 	n.mu.Unlock()
 
 	defer func() {
@@ -195,35 +197,18 @@ func (s *lifecycleServer) Upgrade(in *machine.LifecycleServiceUpgradeRequest, sr
 		}})
 	}
 
-	if err := send(fmt.Sprintf("running installer %s", ref)); err != nil {
-		return err
+	for _, line := range run.lines {
+		if err := send(line); err != nil {
+			return err
+		}
 	}
 
-	target, err := installerVersion(ref)
-	if err == nil {
-		err = upgradeableFrom(target, host)
-	}
-
-	if err != nil {
-		if err := send("preflight checks failed: " + err.Error()); err != nil {
+	if run.failed() {
+		if err := send(run.last); err != nil {
 			return err
 		}
 
-		return exit(1)
-	}
-
-	if fault := n.upgradeFault(); fault != "" {
-		if err := send("error installing: " + fault); err != nil {
-			return err
-		}
-
-		return exit(1)
-	}
-
-	for _, msg := range []string{"upgrading Talos " + host + " to " + target, "writing the boot assets to the system disk"} {
-		if err := send(msg); err != nil {
-			return err
-		}
+		return exit(run.code)
 	}
 
 	t := time.NewTimer(n.opts.UpgradeDelay)
@@ -238,10 +223,10 @@ func (s *lifecycleServer) Upgrade(in *machine.LifecycleServiceUpgradeRequest, sr
 	}
 
 	n.mu.Lock()
-	n.sw.installed = target
+	n.sw.installed, n.sw.installedImage = run.version, ref
 	n.mu.Unlock()
 
-	if err := send("upgrade of the system disk completed; the new version runs after the next reboot"); err != nil {
+	if err := send(run.last); err != nil {
 		return err
 	}
 
@@ -273,6 +258,16 @@ func (n *Node) Version() string {
 	defer n.mu.Unlock()
 
 	return n.sw.running
+}
+
+// RunningImage returns the installer image the running Talos was installed from (by the install, or the
+// last upgrade, that the boot runs), "" while the node runs from its boot media. Two images of one
+// version (say, Image Factory schematics) tell apart what a Talos version alone does not.
+func (n *Node) RunningImage() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.sw.runningImage
 }
 
 // InstallImage returns the installer image the config the node runs names (machine.install.image, or

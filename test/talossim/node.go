@@ -24,6 +24,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 )
 
 // Phase is the lifecycle stage of a simulated node.
@@ -99,14 +100,19 @@ type Node struct {
 	images map[string]bool
 	// lifecycleBusy is true while a LifecycleService install or upgrade runs.
 	lifecycleBusy bool
-	etcdLocal     etcdLocal
-	lastReset     *machine.ResetRequest
-	diskWipes     map[string]int // user disk path → wipes (reset.go)
-	faults        faultState     // run-time fault injection (faults.go)
-	kubelet       *kubelet       // the running simulated kubelet, nil when none runs (kubelet.go)
-	// kubeletCerts are the kubelet's certificates on the EPHEMERAL partition; nil once wiped.
+	// unattended is the UnattendedInstallStatus of a v1.14 install from an UnattendedInstallConfig, nil
+	// without one (install.go).
+	unattended *runtime.UnattendedInstallStatusSpec
+	etcdLocal  etcdLocal
+	lastReset  *machine.ResetRequest
+	diskWipes  map[string]int // user disk path → wipes (reset.go)
+	faults     faultState     // run-time fault injection (faults.go)
+	kubelet    *kubelet       // the running simulated kubelet, nil when none runs (kubelet.go)
+	// kubeletCerts are the kubelet's certificates in /var/lib/kubelet (the KUBELET volume, on EPHEMERAL
+	// unless promoted); nil once wiped.
 	kubeletCerts *kubeletCerts
-	// volumes are STATE and EPHEMERAL as the last boot prepared them (volumes.go).
+	// volumes are STATE, EPHEMERAL and the volumes in it as the last boot prepared them (volumes.go,
+	// volumes_system.go).
 	volumes map[string]*systemVolume
 
 	// faultsMu serializes SetFaults calls; taken before mu.
@@ -346,6 +352,7 @@ func (n *Node) publishLocked() error {
 		version:      n.sw.running,
 		etcdMemberID: n.etcdLocal.memberID,
 		volumes:      n.volumeStatusesLocked(),
+		unattended:   n.unattended,
 	})
 }
 

@@ -67,6 +67,10 @@ type Options struct {
 	// RebootDelay is how long the node stays in PhaseRebooting (API down), and how long it takes to boot
 	// after PowerOn.
 	RebootDelay time.Duration
+	// ResetDelay is how long a Reset's sequence runs with the API up (after the drain of a graceful
+	// one) before its stopAllServices task takes the API down for the wipe: a real node's first stops its
+	// pods, leaves etcd and unmounts its volumes. Zero: the API goes down as the Reset call returns.
+	ResetDelay time.Duration
 	// Etcd is the simulated etcd cluster the node's etcd member belongs to once it is a control plane;
 	// control planes of one cluster must share it. Default: a cluster of this node alone.
 	Etcd *EtcdCluster

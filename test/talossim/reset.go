@@ -13,7 +13,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 )
 
-// System volume labels of an installed node that ResetRequest.SystemPartitionsToWipe may name.
+// The partitions of an installed node's system disk. ResetRequest.SystemPartitionsToWipe names them, and
+// the volumes of volumes_system.go, by label.
 const (
 	volumeEFI       = "EFI"
 	volumeMETA      = "META"
@@ -21,7 +22,7 @@ const (
 	volumeEPHEMERAL = "EPHEMERAL"
 )
 
-// systemVolumes are the volumes of an installed node, in partition order.
+// systemVolumes are the partitions of an installed node, in partition order.
 var systemVolumes = []string{volumeEFI, volumeMETA, volumeSTATE, volumeEPHEMERAL}
 
 // DiskWipes returns how many times each user disk was wiped by a reset.
@@ -45,10 +46,13 @@ func (n *Node) LastReset() *machine.ResetRequest {
 }
 
 // Reset validates the request like machined, then resets the node asynchronously: with Graceful, the
-// node is first cordoned and drained (its API up meanwhile) and a control plane leaves etcd; the selected disks are wiped; then the node reboots (Reboot) or
+// node is first cordoned and drained (its API up meanwhile) and a control plane leaves etcd; after
+// Options.ResetDelay the API goes down, the selected disks are wiped; then the node reboots (Reboot) or
 // powers off. Wiping the system disk (modes ALL and SYSTEM_DISK without SystemPartitionsToWipe) or
 // its STATE volume removes the config and the node comes back in maintenance mode with a new
-// maintenance certificate; USER_DISKS keeps the system intact.
+// maintenance certificate; USER_DISKS keeps the system intact. Wiping EPHEMERAL wipes etcd's data and
+// the kubelet's where they are directories on it, as they always are before Talos v1.14; a volume a
+// VolumeConfig placed on a partition of its own is wiped by its label (volumes_system.go).
 func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*machine.ResetResponse, error) {
 	actorID, err := randomUUID()
 	if err != nil {
@@ -80,13 +84,16 @@ func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*mac
 
 	req := proto.CloneOf(in)
 
-	// A graceful reset drains the node first (drain.go), its API up meanwhile.
+	// A graceful reset drains the node first (drain.go), and the sequence runs Options.ResetDelay, its
+	// API up meanwhile.
 	spec, kubeletRuns := n.kubeletSpecLocked()
-	if req.GetGraceful() && kubeletRuns && n.joinedLocked() {
+	if drain := req.GetGraceful() && kubeletRuns && n.joinedLocked(); drain || n.opts.ResetDelay > 0 {
 		n.wg.Go(func() {
-			n.drain(spec, "reset")
+			if drain {
+				n.drain(spec, "reset")
+			}
 
-			if n.resetAfterDrain(gen) {
+			if n.delay(n.opts.ResetDelay) && n.resetAfterDrain(gen, actorID) {
 				n.runReset(gen, req)
 			}
 		})
@@ -94,7 +101,7 @@ func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*mac
 		return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil
 	}
 
-	if err = n.stopForResetLocked(); err != nil {
+	if err = n.stopForResetLocked(actorID); err != nil {
 		return nil, err
 	}
 
@@ -103,15 +110,20 @@ func (s *machineServer) Reset(_ context.Context, in *machine.ResetRequest) (*mac
 	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actorID}}}, nil
 }
 
-// stopForResetLocked takes the API down for the wipe.
-func (n *Node) stopForResetLocked() error {
+// stopForResetLocked takes the API down for the wipe. That is the reset sequence's stopEverything phase,
+// whose stopAllServices task stops apid: like machined, the node records the start of both first, and
+// `talosctl reset --wait` waits for that task (action.StopAllServicesEventFn) before it looks for the
+// node coming back.
+func (n *Node) stopForResetLocked(actorID string) error {
+	n.events.add(&machine.PhaseEvent{Phase: "stopEverything", Action: machine.PhaseEvent_START}, actorID)
+	n.events.add(&machine.TaskEvent{Task: "stopAllServices", Action: machine.TaskEvent_START}, actorID)
 	n.replaceAPILocked(true)
 
 	return n.setPhaseLocked(PhaseResetting)
 }
 
 // resetAfterDrain stops the node for its wipe once drained, unless another sequence took over.
-func (n *Node) resetAfterDrain(gen uint64) bool {
+func (n *Node) resetAfterDrain(gen uint64, actorID string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
@@ -119,7 +131,7 @@ func (n *Node) resetAfterDrain(gen uint64) bool {
 		return false
 	}
 
-	if err := n.stopForResetLocked(); err != nil {
+	if err := n.stopForResetLocked(actorID); err != nil {
 		log.Printf("talossim: stopping for the reset: %v", err)
 	}
 
@@ -151,14 +163,15 @@ func (n *Node) validateResetLocked(in *machine.ResetRequest) error {
 			return errors.New("reset failed: invalid input, wipe mode USER_DISKS doesn't support SystemPartitionsToWipe parameter")
 		}
 
-		for _, spec := range in.GetSystemPartitionsToWipe() {
-			if !slices.Contains(systemVolumes, spec.GetLabel()) {
-				return fmt.Errorf("failed to get volume status with label %q: resource VolumeStatuses.block.talos.dev(runtime/%s@undefined) doesn't exist",
-					spec.GetLabel(), spec.GetLabel())
-			}
+		wiped := map[string]bool{}
 
-			if !n.installed {
-				return fmt.Errorf("failed to reset: volume %q is not located", spec.GetLabel())
+		for _, spec := range in.GetSystemPartitionsToWipe() {
+			wiped[spec.GetLabel()] = wiped[spec.GetLabel()] || spec.GetWipe()
+		}
+
+		for _, spec := range in.GetSystemPartitionsToWipe() {
+			if err := n.resetVolumeLocked(spec.GetLabel(), wiped); err != nil {
+				return err
 			}
 		}
 	}
@@ -247,8 +260,12 @@ func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
 
 	wipe := map[string]bool{}
 
-	if len(req.GetSystemPartitionsToWipe()) == 0 {
+	if len(req.GetSystemPartitionsToWipe()) == 0 { // the whole system disk
 		for _, v := range systemVolumes {
+			wipe[v] = true
+		}
+
+		for v := range n.volumes {
 			wipe[v] = true
 		}
 	}
@@ -259,21 +276,24 @@ func (n *Node) wipeLocked(req *machine.ResetRequest) bool {
 
 	if wipe[volumeEFI] { // nothing bootable left: the machine boots its install media again
 		n.installed = false
-		n.sw.installed = ""
+		n.sw.installed, n.sw.installedImage = "", ""
 	}
 
 	if wipe[volumeMETA] {
-		n.sw.staged = ""
+		n.sw.staged, n.sw.stagedImage = "", ""
+	}
+
+	// A promoted volume (its own partition) is wiped when named; one that is a directory goes with
+	// EPHEMERAL, which the request then names too (resetVolumeLocked).
+	for _, d := range dirVolumes {
+		if wipe[d.id] && !n.isDirectoryLocked(d.id) {
+			n.loseVolumeDataLocked(d.id)
+			n.wipeVolumeLocked(d.id)
+		}
 	}
 
 	if wipe[volumeEPHEMERAL] {
-		if id := n.etcdLocal.memberID; id != 0 {
-			n.etcd.loseData(id) // a member still listed in the cluster stays there, as on a real node
-		}
-
-		n.etcdLocal.memberID = 0
-		n.dropRecoveryLocked()
-		n.kubeletCerts = nil // /var/lib/kubelet
+		n.wipeEphemeralLocked()
 	}
 
 	if wipe[volumeSTATE] {

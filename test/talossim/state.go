@@ -95,6 +95,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&runtime.MachineStatus{},
 		&runtime.SecurityState{},
 		&runtime.Version{},
+		&runtime.UnattendedInstallStatus{},
 		&etcd.Member{},
 		&config.MachineConfig{},
 		&config.MachineType{},
@@ -284,6 +285,7 @@ type nodeView struct {
 	etcdMemberID uint64       // 0: no local etcd member
 	kubelet      *kubeletSpec // the kubelet that runs; nil when none does
 	volumes      map[string]block.VolumeStatusSpec
+	unattended   *runtime.UnattendedInstallStatusSpec
 }
 
 // publishDynamic writes the resources derived from the phase, the running version, the local etcd
@@ -347,6 +349,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	if err := publishVolumes(ctx, st, v.volumes); err != nil {
+		return err
+	}
+
+	if err := publishUnattended(ctx, st, v.unattended); err != nil {
 		return err
 	}
 

@@ -62,6 +62,13 @@ func talosctlNamed(t *testing.T, name string) string {
 	return path
 }
 
+// talosctl1_13RebootDelay is how long a node that talosctl v1.13 reboots with --wait stays down. That
+// talosctl resumes watching events one second after the reboot began, asking for new events only; a
+// node back by then has already said it runs, and the watch waits for gRPC to drop the connection (about
+// 40 s). Down longer, as a real node is, the node is unavailable then, so talosctl replays the new boot's
+// events. (talosctl v1.14 resumes after the last event it saw and does not care.)
+const talosctl1_13RebootDelay = 2 * time.Second
+
 // talosctlResult is what one talosctl invocation printed and how it exited.
 type talosctlResult struct {
 	args           []string
@@ -313,7 +320,7 @@ func TestTalosctlRebootWait(t *testing.T) {
 		Hostname:    "cp-reboot",
 		Addresses:   []netip.Prefix{netip.MustParsePrefix("10.5.0.8/24")},
 		Etcd:        &EtcdCluster{Name: "talosctl-reboot"},
-		RebootDelay: 300 * time.Millisecond,
+		RebootDelay: talosctl1_13RebootDelay,
 	})
 
 	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
@@ -345,7 +352,8 @@ func TestTalosctlRebootWait(t *testing.T) {
 // TestTalosctlUpgrade runs the official talosctl v1.13 upgrade against a control plane: it takes the
 // LifecycleService path (ImageService.Pull, then LifecycleService.Upgrade with its exit code), then
 // reboots and waits for the new boot, as it does against a real node. An image the registry does not
-// serve fails at the pull and leaves the node as it was.
+// serve fails at the pull, and an installer that fails (a v1.13 installer exits 1) fails the upgrade
+// before the reboot; both leave the node as it was.
 func TestTalosctlUpgrade(t *testing.T) {
 	t.Parallel()
 
@@ -355,8 +363,8 @@ func TestTalosctlUpgrade(t *testing.T) {
 		Hostname:    "cp-upgrade",
 		Addresses:   []netip.Prefix{netip.MustParsePrefix("10.5.0.9/24")},
 		Etcd:        &EtcdCluster{Name: "talosctl-upgrade"},
-		RebootDelay: 300 * time.Millisecond,
-		Registry:    NewRegistry("siderolabs/installer:v1.13.1"),
+		RebootDelay: talosctl1_13RebootDelay,
+		Registry:    NewRegistry("siderolabs/installer:v1.13.1", "siderolabs/installer:v1.13.2"),
 	})
 
 	adminCfg := writeTalosconfig(t, n, cl, role.Admin)
@@ -369,7 +377,19 @@ func TestTalosctlUpgrade(t *testing.T) {
 		t.Fatalf("after a failed pull the node runs %s", v)
 	}
 
+	if err := n.SetFaults(Faults{InstallerFails: map[string]string{"siderolabs/installer:v1.13.2": "failed to install bootloader: input/output error"}}); err != nil {
+		t.Fatal(err)
+	}
+
 	before := n.BootID()
+	r := runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "upgrade", "--drain=false", "--wait", "--progress=plain",
+		"--image", "siderolabs/installer:v1.13.2").mustFail(t, "error during upgrade: node "+nodeIP+": upgrade failed with exit code 1")
+	wantLine(t, r, r.stderr, regexp.QuoteMeta(nodeIP+": failed to install bootloader: input/output error"))
+
+	if n.BootID() != before || n.Version() != "v1.13.0" {
+		t.Fatalf("after a failed installer: boot ID %s (was %s), version %s", n.BootID(), before, n.Version())
+	}
+
 	runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", nodeIP, "upgrade", "--drain=false", "--wait", "--progress=plain",
 		"--image", "siderolabs/installer:v1.13.1").mustSucceed(t)
 

@@ -37,7 +37,8 @@ func installerVersion(image string) (string, error) {
 // Upgrade upgrades an installed node to the version of the installer image's tag. Without Stage the
 // node goes through PhaseUpgrading (API up, Options.UpgradeDelay) and reboots into the new version.
 // With Stage, like Talos, the node reboots right away and the staged image is installed during that
-// boot, so the old version runs until the reboot. On a control plane, unless Force, the etcd checks
+// boot, so the old version runs until the reboot. An installer that fails (installer.go) fails the
+// upgrade sequence, which the events report, and the node reboots into the version it ran. On a control plane, unless Force, the etcd checks
 // Talos makes first apply: a cluster must be reachable and must not have exactly two members.
 func (s *machineServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (*machine.UpgradeResponse, error) {
 	actorID, err := randomUUID()
@@ -70,7 +71,8 @@ func (s *machineServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (
 	resp := &machine.UpgradeResponse{Messages: []*machine.Upgrade{{Ack: "Upgrade request received", ActorId: actorID}}}
 
 	if in.GetStage() {
-		n.sw.staged = target // written to META before the reboot sequence is even attempted
+		// written to META before the reboot sequence is even attempted
+		n.sw.staged, n.sw.stagedImage = target, in.GetImage()
 
 		return resp, n.requestRebootLocked("stageUpgrade", actorID)
 	}
@@ -86,6 +88,8 @@ func (s *machineServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (
 		return nil, err
 	}
 
+	image := in.GetImage()
+
 	n.wg.Go(func() {
 		if !n.delay(n.opts.UpgradeDelay) {
 			return
@@ -98,7 +102,14 @@ func (s *machineServer) Upgrade(_ context.Context, in *machine.UpgradeRequest) (
 			return
 		}
 
-		n.sw.installed = target
+		// The installer fails the upgrade sequence, and machined reboots into the version installed.
+		if run := n.runInstallerLocked(image, n.sw.running, true); run.failed() {
+			log.Printf("talossim: the installer of %s failed with exit code %d: %s", image, run.code, run.last)
+			n.sequenceFailedLocked("upgrade", n.upgradePhaseLocked(), run, actorID)
+		} else {
+			n.sw.installed, n.sw.installedImage = run.version, image
+		}
+
 		err := n.enterRebootLocked()
 		n.mu.Unlock()
 

@@ -48,6 +48,12 @@ type systemVolume struct {
 	luks *luksHeader
 	// status is what the last boot made of it.
 	status block.VolumeStatusSpec
+	// inUse: the last boot set the volume up, so its status is published. A boot without a config sets
+	// up none (Talos derives them from the config), and the volume's contents stay for a later boot.
+	inUse bool
+	// partition is the volume's partition number on the system disk, given when it was created; 0 for
+	// a directory.
+	partition int
 }
 
 // luksHeader holds the key slots of an encrypted volume.
@@ -169,39 +175,65 @@ func keyHandlers(cfg config.Provider, volume string) []keyHandler {
 	return hs
 }
 
-// prepareVolumesLocked prepares STATE and EPHEMERAL for a boot into cfg and reports whether STATE
-// opened.
+// prepareVolumesLocked prepares STATE, EPHEMERAL and the volumes in it (volumes_system.go) for a boot
+// into cfg and reports whether STATE opened.
 func (n *Node) prepareVolumesLocked(cfg config.Provider) bool {
+	n.unmountVolumesLocked()
+
+	if v := n.preparePartitionLocked(volumeSTATE, keyHandlers(cfg, volumeSTATE)); v.status.Phase == block.VolumePhaseFailed {
+		log.Printf("talossim: STATE did not open, the boot stops: %s", v.status.ErrorMessage)
+
+		return false
+	}
+
+	n.prepareEphemeralLocked(cfg)
+
+	return true
+}
+
+// preparePartitionLocked prepares the partition volume name: creates it (on the first free partition
+// number from 3: EFI and META come first), formats it when it never was and opens it.
+func (n *Node) preparePartitionLocked(name string, handlers []keyHandler) *systemVolume {
+	v := n.volumes[name]
+	if v == nil || v.partition == 0 {
+		v = &systemVolume{partition: n.freePartitionLocked()}
+		n.volumes[name] = v
+	}
+
+	if !v.formatted {
+		if err := n.formatLocked(v, name, handlers); err != nil {
+			// Nothing was written: the next boot formats again.
+			v.status = failedVolume(v.partition, fmt.Sprintf("error formatting and encrypting volume: %v", err))
+		}
+	}
+
+	if v.formatted {
+		v.status = n.openLocked(v, name, handlers)
+	}
+
+	v.inUse = true
+
+	return v
+}
+
+// freePartitionLocked is the lowest partition number from 3 that no volume has.
+func (n *Node) freePartitionLocked() int {
+	for p := 3; ; p++ {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(n.volumes)), func(v *systemVolume) bool { return v.partition == p }) {
+			return p
+		}
+	}
+}
+
+// unmountVolumesLocked marks every volume unused, as at the start of a boot.
+func (n *Node) unmountVolumesLocked() {
 	if n.volumes == nil {
 		n.volumes = map[string]*systemVolume{}
 	}
 
-	for i, name := range preparedVolumes {
-		v := n.volumes[name]
-		if v == nil {
-			v = &systemVolume{}
-			n.volumes[name] = v
-		}
-
-		if !v.formatted {
-			if err := n.formatLocked(v, name, keyHandlers(cfg, name)); err != nil {
-				// Nothing was written: the next boot formats again.
-				v.status = failedVolume(name, i, fmt.Sprintf("error formatting and encrypting volume: %v", err))
-			}
-		}
-
-		if v.formatted {
-			v.status = n.openLocked(v, name, i, keyHandlers(cfg, name))
-		}
-
-		if v.status.Phase == block.VolumePhaseFailed && name == volumeSTATE {
-			log.Printf("talossim: STATE did not open, the boot stops: %s", v.status.ErrorMessage)
-
-			return false
-		}
+	for _, v := range n.volumes {
+		v.inUse = false
 	}
-
-	return true
 }
 
 // formatLocked formats a new volume, encrypted with every configured key when there are keys.
@@ -230,17 +262,17 @@ func (n *Node) formatLocked(v *systemVolume, name string, handlers []keyHandler)
 
 // openLocked opens v with the first configured key that unlocks it, syncs its key slots and returns
 // its status.
-func (n *Node) openLocked(v *systemVolume, name string, index int, handlers []keyHandler) block.VolumeStatusSpec {
+func (n *Node) openLocked(v *systemVolume, name string, handlers []keyHandler) block.VolumeStatusSpec {
 	switch {
 	case v.luks == nil && len(handlers) == 0:
-		st := readyVolume(name, index)
+		st := readyVolume(v.partition)
 		st.EncryptionProvider = block.EncryptionProviderNone
 
 		return st
 	case v.luks == nil:
-		return failedVolume(name, index, "block dev type mismatch: xfs != luks")
+		return failedVolume(v.partition, "block dev type mismatch: xfs != luks")
 	case len(handlers) == 0:
-		return failedVolume(name, index, "filesystem type mismatch: luks != xfs")
+		return failedVolume(v.partition, "filesystem type mismatch: luks != xfs")
 	}
 
 	used := -1
@@ -265,10 +297,10 @@ func (n *Node) openLocked(v *systemVolume, name string, index int, handlers []ke
 	}
 
 	if used < 0 {
-		return failedVolume(name, index, fmt.Sprintf("error opening encrypted volume: no handlers available to get encryption keys from: %v", errors.Join(errs...)))
+		return failedVolume(v.partition, fmt.Sprintf("error opening encrypted volume: no handlers available to get encryption keys from: %v", errors.Join(errs...)))
 	}
 
-	st := readyVolume(name, index)
+	st := readyVolume(v.partition)
 	st.EncryptionProvider = block.EncryptionProviderLUKS2
 	st.EncryptionSlot = &used
 	st.EncryptionFailedSyncs = n.syncKeysLocked(v.luks, name, used, handlers)
@@ -325,14 +357,14 @@ func (n *Node) syncKeysLocked(header *luksHeader, name string, used int, handler
 	return failed
 }
 
-// readyVolume is the status of a system volume that opened.
-func readyVolume(name string, index int) block.VolumeStatusSpec {
+// readyVolume is the status of a system volume on partition number partition of /dev/sda that opened.
+func readyVolume(partition int) block.VolumeStatusSpec {
 	st := block.VolumeStatusSpec{
 		Phase:          block.VolumePhaseReady,
 		Type:           block.VolumeTypePartition,
-		Location:       "/dev/sda" + strconv.Itoa(index+3),
+		Location:       "/dev/sda" + strconv.Itoa(partition),
 		ParentLocation: "/dev/sda",
-		PartitionIndex: index + 3,
+		PartitionIndex: partition,
 		Filesystem:     block.FilesystemTypeXFS,
 	}
 	st.MountLocation = st.Location
@@ -340,9 +372,9 @@ func readyVolume(name string, index int) block.VolumeStatusSpec {
 	return st
 }
 
-// failedVolume is the status of a system volume that did not open.
-func failedVolume(name string, index int, msg string) block.VolumeStatusSpec {
-	st := readyVolume(name, index)
+// failedVolume is the status of a system volume on partition number partition that did not open.
+func failedVolume(partition int, msg string) block.VolumeStatusSpec {
+	st := readyVolume(partition)
 	st.PreFailPhase = block.VolumePhaseLocated
 	st.Phase = block.VolumePhaseFailed
 	st.ErrorMessage = msg
@@ -357,21 +389,25 @@ func (n *Node) wipeVolumeLocked(name string) {
 	delete(n.volumes, name)
 }
 
-// volumeStatusesLocked are the statuses to publish: those of the last boot's volumes.
+// volumeStatusesLocked are the statuses to publish: those of the volumes the last boot set up.
 func (n *Node) volumeStatusesLocked() map[string]block.VolumeStatusSpec {
 	out := map[string]block.VolumeStatusSpec{}
 
 	for name, v := range n.volumes {
-		out[name] = v.status
+		if v.inUse {
+			out[name] = v.status
+		}
 	}
 
 	return out
 }
 
-// publishVolumes writes a VolumeStatus for each prepared volume and removes the others.
+// publishVolumes writes a VolumeStatus, labelled as a system volume like Talos's, for each volume set up
+// and removes the others.
 func publishVolumes(ctx context.Context, st state.State, volumes map[string]block.VolumeStatusSpec) error {
-	for _, name := range preparedVolumes {
+	for _, name := range publishedVolumes {
 		r := block.NewVolumeStatus(block.NamespaceName, name)
+		r.Metadata().Labels().Set(block.SystemVolumeLabel, "")
 
 		spec, ok := volumes[name]
 		if !ok {
