@@ -349,9 +349,11 @@ func TestValidateTalosClusterUpdate(t *testing.T) {
 			want: []fe{forbidden("spec.ciliumValues"), forbidden("spec.secretsRef"), forbidden("spec.authentication")},
 		},
 		{
-			name:   "the schematic changes only through its subresource",
-			mutate: func(c *ichor.TalosCluster) { c.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}} },
-			want:   []fe{forbidden("spec.schematic")},
+			name: "the schematic changes only through its subresource",
+			mutate: func(c *ichor.TalosCluster) {
+				c.Spec.Schematic = &ichor.Schematic{SystemExtensions: []string{"siderolabs/iscsi-tools"}}
+			},
+			want: []fe{forbidden("spec.schematic")},
 		},
 		{
 			name:   "update without resource version",

@@ -57,9 +57,11 @@ func TestValidateIchorInstallation(t *testing.T) {
 			},
 		},
 		{
-			name:   "an image factory over http",
-			mutate: func(in *ichor.IchorInstallation) { in.Spec.Settings.ImageFactory = &ichor.ImageFactory{URL: "http://factory.example.com"} },
-			want:   []fe{invalid("spec.settings.imageFactory.url")},
+			name: "an image factory over http",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.ImageFactory = &ichor.ImageFactory{URL: "http://factory.example.com"}
+			},
+			want: []fe{invalid("spec.settings.imageFactory.url")},
 		},
 		{
 			name: "a registry with a scheme, a path or a bad port",
@@ -69,9 +71,11 @@ func TestValidateIchorInstallation(t *testing.T) {
 			want: []fe{invalid("spec.settings.imageFactory.registry")},
 		},
 		{
-			name:   "an image factory without its URL",
-			mutate: func(in *ichor.IchorInstallation) { in.Spec.Settings.ImageFactory = &ichor.ImageFactory{Registry: "mirror.example.com"} },
-			want:   []fe{required("spec.settings.imageFactory.url")},
+			name: "an image factory without its URL",
+			mutate: func(in *ichor.IchorInstallation) {
+				in.Spec.Settings.ImageFactory = &ichor.ImageFactory{Registry: "mirror.example.com"}
+			},
+			want: []fe{required("spec.settings.imageFactory.url")},
 		},
 		{
 			name: "valid tenants, audiences and ambient buckets",

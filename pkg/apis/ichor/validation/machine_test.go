@@ -192,8 +192,10 @@ func TestValidateTalosMachineUpdate(t *testing.T) {
 		{name: "unchanged", old: validMachine, mutate: func(m *ichor.TalosMachine) {}},
 		{
 			name: "the schematic changes only through its subresource", old: validMachine,
-			mutate: func(m *ichor.TalosMachine) { m.Spec.Schematic = &ichor.Schematic{ExtraKernelArgs: []string{"init=/bin/sh"}} },
-			want:   []fe{forbidden("spec.schematic")},
+			mutate: func(m *ichor.TalosMachine) {
+				m.Spec.Schematic = &ichor.Schematic{ExtraKernelArgs: []string{"init=/bin/sh"}}
+			},
+			want: []fe{forbidden("spec.schematic")},
 		},
 		{
 			name: "a bad schematic", old: validMachine,
