@@ -221,7 +221,7 @@ func TestRenderedSecurityIsPrivileged(t *testing.T) {
 				c.Spec.Security = ichorv1alpha1.ClusterSecurity{
 					KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{Enabled: true, VerifyFromAPIServer: true},
 					DiskEncryption:             &ichorv1alpha1.DiskEncryption{Key: ichorv1alpha1.DiskEncryptionKeyTPM},
-					SecureBoot:                 ichorv1alpha1.SecureBootRequirement{InstallerImage: "factory.talos.dev/installer-secureboot/abc"},
+					SecureBoot:                 ichorv1alpha1.SecureBootRequirement{InstallerImage: "factory.test/installer-secureboot/abc"},
 				}
 				c.Spec.Authentication = &ichorv1alpha1.ClusterAuthentication{IssuerURL: "https://issuer.example.com", ClientID: "kubernetes",
 					UsernameClaim: "email", GroupsClaim: "groups", CABundle: ca}

@@ -16,6 +16,7 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
@@ -211,17 +212,58 @@ func (n *machineryNode) EtcdLeave(ctx context.Context) error {
 }
 
 // WipeEtcdData implements Node as `talosctl reset --graceful=false --reboot
-// --system-labels-to-wipe EPHEMERAL` does.
+// --system-labels-to-wipe EPHEMERAL` does, or ETCD where that is a
+// partition, as Talos's own etcd tests decide from its VolumeStatus.
 func (n *machineryNode) WipeEtcdData(ctx context.Context) error {
-	err := n.c.ResetGeneric(ctx, &machineapi.ResetRequest{
+	label := "EPHEMERAL"
+	v, err := n.Volume(ctx, "ETCD")
+	switch {
+	case err == nil && v.Type == block.VolumeTypePartition.String():
+		label = "ETCD"
+	case err != nil && !errors.Is(err, ErrNoVolume):
+		return err
+	}
+	err = n.c.ResetGeneric(ctx, &machineapi.ResetRequest{
 		Graceful:               false,
 		Reboot:                 true,
-		SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+		SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: label, Wipe: true}},
 	})
 	if err != nil {
-		return n.v.explain("wipe EPHEMERAL", err)
+		return n.v.explain("wipe "+label, err)
 	}
 	return nil
+}
+
+// promotedPartitions are the PromotedVolumes the node keeps on partitions
+// of their own, from their VolumeStatus.
+func (n *machineryNode) promotedPartitions(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, id := range PromotedVolumes {
+		v, err := n.Volume(ctx, id)
+		switch {
+		case errors.Is(err, ErrNoVolume):
+		case err != nil:
+			return nil, err
+		case v.Type == block.VolumeTypePartition.String():
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// Schematic implements Node from the node's ExtensionStatus resources, as
+// Talos's ImageFactorySchematicController reads them.
+func (n *machineryNode) Schematic(ctx context.Context) (string, error) {
+	list, err := safe.StateListAll[*runtime.ExtensionStatus](ctx, n.c.COSI)
+	if err != nil {
+		return "", n.v.explain("read the node's extensions", err)
+	}
+	for ext := range list.All() {
+		if m := ext.TypedSpec().Metadata; m.Name == constants.ImageFactorySchematicExtensionName {
+			return m.Version, nil
+		}
+	}
+	return "", nil
 }
 
 // RestartService implements Node.
@@ -276,7 +318,19 @@ func (n *machineryNode) Reset(ctx context.Context, r ResetRequest) error {
 		Mode:            wipeModes[r.Mode],
 		UserDisksToWipe: r.UserDisks,
 	}
-	for _, label := range r.SystemLabels {
+	labels := slices.Clone(r.SystemLabels)
+	if slices.Contains(labels, "EPHEMERAL") {
+		promoted, err := n.promotedPartitions(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range promoted {
+			if !slices.Contains(labels, id) {
+				labels = append(labels, id)
+			}
+		}
+	}
+	for _, label := range labels {
 		req.SystemPartitionsToWipe = append(req.SystemPartitionsToWipe, &machineapi.ResetPartitionSpec{Label: label, Wipe: true})
 	}
 	if err := n.c.ResetGeneric(ctx, req); err != nil {
@@ -427,6 +481,7 @@ func (n *machineryNode) Volume(ctx context.Context, id string) (*Volume, error) 
 	}
 	spec := v.TypedSpec()
 	return &Volume{
+		Type:           spec.Type.String(),
 		Phase:          spec.Phase.String(),
 		Encrypted:      spec.EncryptionProvider == block.EncryptionProviderLUKS2,
 		OpenedWithSlot: spec.EncryptionSlot,

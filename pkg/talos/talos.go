@@ -117,9 +117,11 @@ type Node interface {
 	// EtcdLeave removes the node's member from its etcd cluster; the node's
 	// etcd stays stopped until its next boot.
 	EtcdLeave(ctx context.Context) error
-	// WipeEtcdData wipes the node's EPHEMERAL partition (etcd's data, the
-	// kubelet's state) without leaving etcd or draining, and reboots it into
-	// the config it runs, as Talos's disaster-recovery guide does.
+	// WipeEtcdData wipes etcd's data without leaving etcd or draining, and
+	// reboots the node into the config it runs, as Talos's
+	// disaster-recovery guide does: the node's ETCD volume where it is a
+	// partition of its own (Talos v1.14, given a VolumeConfig), else the
+	// EPHEMERAL partition it is a directory of (with the kubelet's state).
 	WipeEtcdData(ctx context.Context) error
 	// EtcdRecover uploads an etcd snapshot, as `talosctl bootstrap
 	// --recover-from` does, for BootstrapRecover to restore.
@@ -139,6 +141,11 @@ type Node interface {
 	EtcdDisarmAlarms(ctx context.Context) ([]string, error)
 	// Version reads the Talos version the node runs (v1.13.0).
 	Version(ctx context.Context) (string, error)
+	// Schematic reads the ID of the Image Factory schematic the node
+	// booted, from the extension the factory puts in every image it builds
+	// (Talos v1.14 also shows it as its ImageFactorySchematic resource);
+	// "" for an image no factory built.
+	Schematic(ctx context.Context) (string, error)
 	// APIServerConfigVersion reads the version of a control plane's
 	// APIServerConfig resource, which goes up with every change of what
 	// shapes its kube-apiserver: once kube-apiserver runs it, its static
@@ -324,7 +331,14 @@ type Volume struct {
 	FailedSyncs []string
 	// Error is why a failed volume failed.
 	Error string
+	// Type is how it is backed: partition, directory, …
+	Type string
 }
+
+// PromotedVolumes are the system volumes Talos v1.14 keeps as directories
+// on EPHEMERAL unless a VolumeConfig gives them a partition of their own:
+// a wipe of EPHEMERAL wipes them only as directories.
+var PromotedVolumes = []string{"ETCD", "CRI", "KUBELET", "LOG"}
 
 // ErrNoVolume: the node has no such volume.
 var ErrNoVolume = errors.New("the node has no such volume")
@@ -336,6 +350,8 @@ type ResetRequest struct {
 	Mode     WipeMode
 	// SystemLabels, when set, wipe only these system volumes (STATE,
 	// EPHEMERAL) instead of the whole system disk (--system-labels-to-wipe).
+	// With EPHEMERAL go the PromotedVolumes the node keeps on partitions of
+	// their own, as they would with it as directories.
 	SystemLabels []string
 	// UserDisks are the user disks to wipe (--user-disks-to-wipe).
 	UserDisks []string

@@ -53,7 +53,7 @@ func TestUpgradeInstallerFails(t *testing.T) {
 		msg                  string
 	}{
 		{"v1.13", "v1.13.0", "siderolabs/installer:v1.13.1", newCluster(t), `task "upgrade" failed: exit code 1`},
-		{"v1.14", "v1.14.1", "factory.talos.dev/metal-installer/abc:v1.14.1", cl1_14, `task "upgrade" failed: exit code 7`},
+		{"v1.14", "v1.14.1", "factory.test/metal-installer/abc:v1.14.1", cl1_14, `task "upgrade" failed: exit code 7`},
 		{"v1.14 node, v1.12 installer's pre-flight", "v1.14.1", "siderolabs/installer:v1.12.0", cl1_14, `task "upgrade" failed: exit code 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,7 +193,7 @@ func TestInstallFailsUnattended(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	image := "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1"
+	image := "factory.test/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1"
 	cfg := patch(t, cl.cp, "apiVersion: v1alpha1\nkind: UnattendedInstallConfig\ninstaller:\n  image: "+image+
 		"\nprovisioning:\n  diskSelector:\n    match: disk.dev_path == \"/dev/sda\"\n")
 	n := startNode(t, Options{Version: "v1.14.1"})
@@ -266,7 +266,7 @@ func TestLifecycleUpgradeExitCodes(t *testing.T) {
 
 	ctx := testContext(t)
 	cl := newCluster(t)
-	broken := "factory.talos.dev/metal-installer/abc:v1.14.1"
+	broken := "factory.test/metal-installer/abc:v1.14.1"
 	n, c := workerNode(t, cl, Options{UpgradeDelay: time.Millisecond})
 
 	if err := n.SetFaults(Faults{InstallerFails: map[string]string{broken: "error writing the boot partition: input/output error"}}); err != nil {

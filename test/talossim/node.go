@@ -350,6 +350,7 @@ func (n *Node) publishLocked() error {
 		active:       n.active,
 		persisted:    n.persisted,
 		version:      n.sw.running,
+		image:        n.sw.runningImage,
 		etcdMemberID: n.etcdLocal.memberID,
 		volumes:      n.volumeStatusesLocked(),
 		unattended:   n.unattended,

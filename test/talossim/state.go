@@ -96,6 +96,8 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&runtime.SecurityState{},
 		&runtime.Version{},
 		&runtime.UnattendedInstallStatus{},
+		&runtime.ExtensionStatus{},
+		&runtime.ImageFactorySchematic{},
 		&etcd.Member{},
 		&config.MachineConfig{},
 		&config.MachineType{},
@@ -282,6 +284,7 @@ type nodeView struct {
 	active       talosconfig.Provider
 	persisted    talosconfig.Provider
 	version      string       // running Talos version
+	image        string       // the installer image the running version came from
 	etcdMemberID uint64       // 0: no local etcd member
 	kubelet      *kubeletSpec // the kubelet that runs; nil when none does
 	volumes      map[string]block.VolumeStatusSpec
@@ -349,6 +352,10 @@ func publishDynamic(ctx context.Context, st state.State, v nodeView) error {
 	}
 
 	if err := publishVolumes(ctx, st, v.volumes); err != nil {
+		return err
+	}
+
+	if err := publishSchematic(ctx, st, v.version, v.image); err != nil {
 		return err
 	}
 

@@ -65,8 +65,8 @@ func TestTalosctl1_14Upgrade(t *testing.T) {
 	t.Parallel()
 
 	bin := talosctl1_14(t)
-	schematic := "factory.talos.dev/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1"
-	broken := "factory.talos.dev/metal-installer/0000000000000000000000000000000000000000000000000000000000000000:v1.14.1"
+	schematic := "factory.test/metal-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.14.1"
+	broken := "factory.test/metal-installer/0000000000000000000000000000000000000000000000000000000000000000:v1.14.1"
 	n, _, adminCfg := controlPlane1_14(t, "10.5.0.31", nil, Options{Registry: NewRegistry(schematic, broken)})
 	node := "10.5.0.31"
 	ctx := testContext(t)
@@ -80,6 +80,12 @@ func TestTalosctl1_14Upgrade(t *testing.T) {
 	if after := n.BootID(); after == before || n.Version() != "v1.14.1" || n.RunningImage() != schematic || n.Phase() != PhaseRunning {
 		t.Fatalf("after talosctl upgrade --wait: boot ID %s (was %s), version %s from %q, phase %s", after, before, n.Version(), n.RunningImage(), n.Phase())
 	}
+	// The factory's image carries its schematic, as an extension and as v1.14's resource.
+	const id = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", node, "get", "extensions").mustSucceed(t)
+	wantLine(t, r, r.stdout, regexp.QuoteMeta(node)+`\s+runtime\s+ExtensionStatus\s+0\s+\d+\s+schematic\s+`+id+`$`)
+	r = runTalosctl(t, bin, "", "--talosconfig", adminCfg, "--nodes", node, "get", "imagefactoryschematic").mustSucceed(t)
+	wantLine(t, r, r.stdout, regexp.QuoteMeta(node)+`\s+runtime\s+ImageFactorySchematic\s+image-factory-schematic\s+\d+\s+`+id+`\s+Image Factory\s+https://factory\.test$`)
 
 	if err := n.SetFaults(Faults{InstallerFails: map[string]string{broken: "failed to install bootloader: input/output error"}}); err != nil {
 		t.Fatal(err)

@@ -461,6 +461,38 @@ func TestUpgradeSurvivesACrashAtEveryWrite(t *testing.T) {
 	}
 }
 
+// TestUpgradeToAnotherSchematic: an upgrade to the version the nodes run
+// reinstalls only those that booted another schematic than their config's
+// Image Factory installer names, under the budget; a node that booted it
+// is done without a reboot.
+func TestUpgradeToAnotherSchematic(t *testing.T) {
+	f := newFixture(t, started("upgrade", v1alpha1.TalosOperationSpec{ClusterName: "demo", Type: v1alpha1.OperationTalosUpgrade,
+		TalosUpgrade: &v1alpha1.TalosUpgradeParameters{Version: "v1.13.0"}}))
+	const installer = "factory.test/installer/613e15"
+	for _, name := range machineNames {
+		n := f.node(name)
+		n.Config = []byte("version: v1alpha1\nmachine:\n  type: worker\n  install:\n    image: " + installer + ":v1.13.0\n")
+		n.Schematic, n.TalosVersion = "376567", "v1.13.0"
+	}
+	f.node("worker-1").Schematic = "613e15"
+	op := f.run("upgrade")
+	if op.Status.Phase != v1alpha1.OperationSucceeded {
+		t.Fatalf("ended %s: %+v", op.Status.Phase, op.Status)
+	}
+	for _, name := range machineNames {
+		n, again := f.node(name), name != "worker-1"
+		if wantBoots := map[bool]int{true: 1, false: 0}[again]; n.Boots != wantBoots || n.Schematic != "613e15" || n.TalosVersion != "v1.13.0" {
+			t.Errorf("%s booted %d times (want %d), runs %s of schematic %s (calls %v)", name, n.Boots, wantBoots, n.TalosVersion, n.Schematic, n.Calls)
+		}
+		if got := slices.Contains(n.Calls, "upgrade "+installer+":v1.13.0"); got != again {
+			t.Errorf("%s ran the installer: %v (calls %v)", name, got, n.Calls)
+		}
+	}
+	if f.mostAway != 1 || !f.budgetFree() {
+		t.Errorf("%d nodes away at once; budget free %v", f.mostAway, f.budgetFree())
+	}
+}
+
 // TestRebootInBatches: with maxUnavailable 2, the control planes still
 // reboot one at a time and the workers two at a time, whichever status
 // write is lost; each node reboots once and the budget ends free.

@@ -21,6 +21,7 @@ import (
 	ichorac "ichor.dev/ichor/pkg/generated/applyconfiguration/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/imageref"
 	"ichor.dev/ichor/pkg/render"
+	"ichor.dev/ichor/pkg/schematic"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -47,8 +48,18 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	if err != nil {
 		return s.wait("reading the node's Talos version: %v", err)
 	}
+	what := fmt.Sprintf("upgrading Talos %s to %s", running, target)
 	if running == target {
-		return s.done(ctx, "runs Talos %s already", target)
+		differs, err := s.schematicDiffers(cctx, target)
+		if err != nil {
+			return s.wait("reading the node's schematic: %v", err)
+		}
+		if differs == "" {
+			return s.done(ctx, "runs Talos %s already", target)
+		}
+		// The same version of another schematic: its installer installs
+		// the new extensions, as any upgrade, under the budget.
+		what = fmt.Sprintf("installing Talos %s again: %s", target, differs)
 	}
 	if err := upgradePath(running, target, meta.IsStatusConditionTrue(s.x.op.Status.Conditions, v1alpha1.OperationConditionDowngradeOverridden)); err != nil {
 		return s.failed(ctx, "%v", err)
@@ -94,7 +105,7 @@ func startTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 		}
 		return s.node.Reboot(cctx, false)
 	}
-	return s.reboot(ctx, fmt.Sprintf("upgrading Talos %s to %s", running, target), prepare, call)
+	return s.reboot(ctx, what, prepare, call)
 }
 
 // followTalosUpgrade waits for the node to be back at the new version,
@@ -136,6 +147,11 @@ func followTalosUpgrade(ctx context.Context, s *step) (ctrl.Result, error) {
 	}
 	if running != target {
 		return s.failed(ctx, "the node rebooted into Talos %s, not %s: the installer's boot assets did not take", running, target)
+	}
+	if differs, err := s.schematicDiffers(cctx, target); err != nil {
+		return s.wait("reading the node's schematic: %v", err)
+	} else if differs != "" {
+		return s.failed(ctx, "the node rebooted into Talos %s, but %s: the installer's image did not take", running, differs)
 	}
 	// The node runs the new version: the machine's status says so while
 	// its Node is awaited.
@@ -194,6 +210,25 @@ func installerImage(ctx context.Context, r *Reconciler, node talos.Node, target 
 		return "", errors.New("no installer image is known: the node's config names none (machine.install.image, or UnattendedInstallConfig's installer.image from Talos v1.14) and ichor-controller runs without --install-image")
 	}
 	return imageref.WithTag(image, target), nil
+}
+
+// schematicDiffers says how the schematic of the installer the node's config
+// names at target differs from the one the node booted, or "" when they
+// are one (or the installer is no Image Factory's, which names none).
+func (s *step) schematicDiffers(ctx context.Context, target string) (string, error) {
+	image, err := s.installerImage(ctx, target)
+	if err != nil {
+		return "", nil // no installer: nothing to install
+	}
+	_, want, _, _, err := schematic.ParseInstaller(image, "")
+	if err != nil {
+		return "", nil
+	}
+	have, err := s.node.Schematic(ctx)
+	if err != nil || have == want {
+		return "", err
+	}
+	return fmt.Sprintf("the node booted schematic %q, its config names %s", have, image), nil
 }
 
 // checkTalosUpgrade refuses, before any node is touched, an upgrade to a

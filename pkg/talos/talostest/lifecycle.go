@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"ichor.dev/ichor/pkg/schematic"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -74,6 +75,7 @@ func (d *Dialer) Boot() {
 			}
 			if n.Staged != "" {
 				n.TalosVersion, n.Staged = n.Staged, ""
+				n.Schematic, n.stagedSchematic = n.stagedSchematic, ""
 			}
 			n.Stage = "running"
 			if !n.prepareVolumes() {
@@ -157,5 +159,9 @@ func (s *session) Upgrade(_ context.Context, image string) error {
 		return &talos.InstallerError{ExitCode: 1, Output: []string{s.n.RefuseUpgrade}}
 	}
 	s.n.Staged = image[strings.LastIndexByte(image, ':')+1:]
+	s.n.stagedSchematic = ""
+	if _, id, _, _, err := schematic.ParseInstaller(image, ""); err == nil {
+		s.n.stagedSchematic = id
+	}
 	return nil
 }

@@ -39,6 +39,15 @@ func (s *session) Config(context.Context) ([]byte, error) {
 	return slices.Clone(s.n.Config), nil
 }
 
+func (s *session) Schematic(context.Context) (string, error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if err := s.refused(); err != nil {
+		return "", err
+	}
+	return s.n.Schematic, nil
+}
+
 func (s *session) Version(context.Context) (string, error) {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()

@@ -38,6 +38,9 @@ type Node struct {
 	TalosVersion string
 	// Staged is a version an upgrade installed; the next boot runs it.
 	Staged string
+	// Schematic is the Image Factory schematic of the image the node
+	// booted; an upgrade to a factory's installer stages its own.
+	Schematic, stagedSchematic string
 	// RefuseUpgrade, when set, makes the installer exit 1 saying it.
 	RefuseUpgrade string
 	// NeverBoots keeps the node from coming back from a reboot.
