@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"go.yaml.in/yaml/v4"
@@ -16,6 +17,7 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/schematic"
+	"ichor.dev/ichor/test/talossim"
 )
 
 // The Image Factory the demo cluster's installers come from, once an admin
@@ -130,6 +132,49 @@ func (d *DemoCluster) InstallersAre(t *testing.T, want string) {
 		}
 		if got := render.InstallerImage(cfg); got != want {
 			t.Errorf("%s installs %q, want %q", name, got, want)
+		}
+	}
+}
+
+// SchematicUpgrade: the nodes booted an installer of no factory; their
+// configs now name the factory's. An operator's talos-upgrade to the
+// version they run installs it: each node reboots once, one control plane
+// at a time, and then runs the factory's image, whose schematic talosctl
+// reads on every node. Another such upgrade finds nothing to do.
+func (d *DemoCluster) SchematicUpgrade(t *testing.T) {
+	before, since := d.Reboots(), time.Now()
+	spec := "clusterName: demo\ntype: talos-upgrade\ntalosUpgrade: {version: " + d.TalosVersion + "}"
+	d.CreateOperation(t, Operator, "reinstall", spec)
+	d.StartOperation(t, Operator, "reinstall")
+	d.WaitOperationEnds(t, "reinstall", v1alpha1.OperationSucceeded)
+	RebootedOnce(t, before, d.Reboots())
+	controlPlanes := map[string]*talossim.Node{}
+	for n, role := range d.Roles {
+		if role == v1alpha1.MachineRoleControlPlane {
+			controlPlanes[n] = d.Nodes[n]
+		}
+	}
+	if most, when := MostAwayAtOnce(controlPlanes, since); most != 1 {
+		t.Errorf("at most %d control planes were away at once (%s), want exactly 1", most, when)
+	}
+	talosconfig := d.AdminTalosconfig(t)
+	for _, name := range d.Names {
+		out, err := TalosctlOn(d.Ctx, t, d.Nodes[name])(talosconfig, "get", "imagefactoryschematic", "-o", "jsonpath={.spec.schematicId}")
+		if err != nil || strings.TrimSpace(out) != schematic.EmptyID {
+			t.Errorf("%s: talosctl get imagefactoryschematic: %q, %v; want %s", name, out, err, schematic.EmptyID)
+		}
+	}
+
+	before = d.Reboots()
+	d.CreateOperation(t, Operator, "reinstall-again", spec)
+	d.StartOperation(t, Operator, "reinstall-again")
+	op := d.WaitOperationEnds(t, "reinstall-again", v1alpha1.OperationSucceeded)
+	if !maps.Equal(before, d.Reboots()) {
+		t.Errorf("an upgrade to what the nodes run rebooted them: %v -> %v", before, d.Reboots())
+	}
+	for _, s := range op.Status.Steps {
+		if !strings.Contains(s.Message, "runs Talos "+d.TalosVersion+" already") {
+			t.Errorf("step %s: %s", s.Machine, s.Message)
 		}
 	}
 }

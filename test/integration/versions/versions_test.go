@@ -16,6 +16,7 @@ func TestControllerBuildsAV1_14Cluster(t *testing.T) {
 	t.Run("three control planes and two workers become Ready", d.BecomesReady)
 	t.Run("every node's config is of the v1.14 layout, read with talosctl v1.14.1", d.ConfigsOfItsLayout)
 	t.Run("an admin gives it a schematic from an image factory: installers change without a reboot", d.ImageFactorySchematic)
+	t.Run("a talos-upgrade to the version it runs installs the factory's image, one node at a time", d.SchematicUpgrade)
 	t.Run("a no-reboot patch applies everywhere without a reboot", d.NoRebootPatch)
 	t.Run("a reboot-required patch reboots one node at a time", d.RebootPatch)
 }
