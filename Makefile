@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane docs verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane docs licenses verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -58,6 +58,9 @@ test-ha-full: ## The HA fault tests with each fault under ten times the load.
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
 	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) run ./test/bench/cmd/ichor-bench -ichor-apiserver $(BIN)/ichor-apiserver $(BENCH_FLAGS)
+
+licenses: ## List the licence of every module Ichor's commands link; fails on one Apache-2.0 distribution does not allow.
+	$(GO) run ./hack/licenses
 
 verify: verify-no-binaries verify-codegen verify-docs fmt vet ## Check generated code and docs, formatting, vet, and that no binary is tracked.
 
