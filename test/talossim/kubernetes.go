@@ -523,7 +523,9 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 		"--enable-admission-plugins=NodeRestriction",
 		"--enable-bootstrap-token-auth=true",
 		"--service-account-issuer=" + endpoint,
-		"--service-account-key-file=" + f.serviceAccountKey, "--service-account-signing-key-file=" + f.serviceAccountKey,
+		"--service-account-key-file=" + filepath.Join(dir, serviceAccountPubFile),
+		"--service-account-signing-key-file=" + filepath.Join(dir, serviceAccountKeyFile),
+		"--encryption-provider-config=" + filepath.Join(dir, encryptionConfigFile),
 		"--service-cluster-ip-range=" + strings.Join(prefixStrings(k8sNetwork(cfg).ServiceCIDRs()), ","),
 		// No pods run here: the kubernetes Service would point at loopback.
 		"--endpoint-reconciler-type=none",
@@ -543,6 +545,14 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 
 	spec := apiServerSpecOf(cfg)
 	if err = spec.writeHost(r.hostDir()); err != nil {
+		return err
+	}
+
+	if spec.keysErr != nil {
+		return spec.keysErr
+	}
+
+	if err = spec.keys.write(dir); err != nil {
 		return err
 	}
 
@@ -687,7 +697,6 @@ const nodesGroup = "system:nodes"
 type kubePKI struct {
 	acceptedCAs, issuingCACert, issuingCAKey                             string
 	servingCert, servingKey                                              string
-	serviceAccountKey                                                    string
 	etcdCA, etcdServerCert, etcdServerKey, etcdClientCert, etcdClientKey string
 	frontProxyCA, frontProxyCert, frontProxyKey                          string
 	adminCert, adminKey                                                  string
@@ -750,17 +759,6 @@ func writeKubePKI(dir string, cfg talosconfig.Config, endpoint string, bindIP ne
 		serverCert("kube-scheduler", []string{"localhost", "127.0.0.1"}))
 	schedCert, schedKey := w.issue(ca, "kube-scheduler-client", clientCert("system:kube-scheduler"))
 	f.schedulerKubeconfig = w.kubeconfig("kube-scheduler.kubeconfig", endpoint, f.acceptedCAs, schedCert, schedKey)
-
-	var sa *x509.PEMEncodedKey
-	if c := cfg.K8sServiceAccountConfig(); c != nil {
-		sa = c.IssuingKey()
-	}
-
-	if sa == nil || len(sa.Key) == 0 {
-		return f, errors.New("machine config has no cluster.serviceAccount key")
-	}
-
-	f.serviceAccountKey = w.file("service-account.key", sa.Key, 0o600)
 
 	cluster := cfg.Cluster()
 	if cluster == nil {

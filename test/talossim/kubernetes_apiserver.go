@@ -36,7 +36,7 @@ import (
 var simAPIServerFlags = []string{
 	"bind-address", "advertise-address", "secure-port", "tls-cert-file", "tls-private-key-file",
 	"etcd-servers", "etcd-cafile", "etcd-certfile", "etcd-keyfile", "client-ca-file",
-	"service-account-issuer", "service-account-key-file", "service-account-signing-key-file",
+	"service-account-issuer", "service-account-key-file", "service-account-signing-key-file", "encryption-provider-config",
 	"requestheader-client-ca-file", "requestheader-allowed-names", "requestheader-username-headers",
 	"requestheader-group-headers", "requestheader-extra-headers-prefix", "proxy-client-cert-file",
 	"proxy-client-key-file", "endpoint-reconciler-type",
@@ -56,6 +56,10 @@ type apiServerSpec struct {
 	// issued from.
 	cas string
 	cfg talosconfig.Config
+	// keys are its service-account keys and its encryption config
+	// (kubernetes_keys.go); keysErr why they could not be read.
+	keys    apiServerKeys
+	keysErr error
 }
 
 func apiServerSpecOf(cfg config.Provider) apiServerSpec {
@@ -81,6 +85,7 @@ func apiServerSpecOf(cfg config.Provider) apiServerSpec {
 	}
 
 	s.cfg, s.cas = cfg, clusterCAs(cfg)
+	s.keys, s.keysErr = apiServerKeysOf(cfg)
 
 	return s
 }
@@ -114,6 +119,7 @@ func (s apiServerSpec) key() string {
 
 	fmt.Fprintf(&b, "roots %q\n", s.roots)
 	fmt.Fprintf(&b, "cas %q\n", s.cas)
+	fmt.Fprintf(&b, "keys %s\n", s.keys.digest())
 
 	return b.String()
 }
@@ -272,6 +278,15 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 			return fmt.Errorf("issuing the control plane's certificates from the rotated CAs: %w", err)
 		}
 	}
+
+	if spec.keysErr != nil {
+		return spec.keysErr
+	}
+
+	if err := spec.keys.write(r.dir); err != nil {
+		return err
+	}
+
 
 	if err := spec.writeHost(r.hostDir()); err != nil {
 		return err
