@@ -287,7 +287,6 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 		return err
 	}
 
-
 	if err := spec.writeHost(r.hostDir()); err != nil {
 		return err
 	}
