@@ -490,14 +490,24 @@ func (n *machineryNode) Volume(ctx context.Context, id string) (*Volume, error) 
 	}, nil
 }
 
-// APIServerConfigVersion implements Node.
-func (n *machineryNode) APIServerConfigVersion(ctx context.Context) (string, error) {
+// APIServerVersions implements Node.
+func (n *machineryNode) APIServerVersions(ctx context.Context) (APIServerVersions, error) {
+	var v APIServerVersions
 	c, err := safe.StateGetByID[*k8s.APIServerConfig](ctx, n.c.COSI, k8s.APIServerConfigID)
 	switch {
 	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
-		return "", nil
+		return v, nil
 	case err != nil:
-		return "", n.v.explain("read the API server's config", err)
+		return v, n.v.explain("read the API server's config", err)
 	}
-	return c.Metadata().Version().String(), nil
+	v.Config = c.Metadata().Version().String()
+	files, err := safe.StateGetByID[*k8s.ConfigStatus](ctx, n.c.COSI, k8s.ConfigStatusStaticPodID)
+	switch {
+	case status.Code(err) == codes.NotFound || state.IsNotFoundError(err):
+	case err != nil:
+		return v, n.v.explain("read the status of the API server's configuration files", err)
+	default:
+		v.ConfigFiles = files.TypedSpec().Version
+	}
+	return v, nil
 }

@@ -146,12 +146,11 @@ type Node interface {
 	// (Talos v1.14 also shows it as its ImageFactorySchematic resource);
 	// "" for an image no factory built.
 	Schematic(ctx context.Context) (string, error)
-	// APIServerConfigVersion reads the version of a control plane's
-	// APIServerConfig resource, which goes up with every change of what
-	// shapes its kube-apiserver: once kube-apiserver runs it, its static
-	// pod carries it in the talos.dev/config-version annotation, as
-	// `talosctl upgrade-k8s` checks. "" on a node without one (a worker).
-	APIServerConfigVersion(ctx context.Context) (string, error)
+	// APIServerVersions reads the versions of what shapes a control
+	// plane's kube-apiserver, which its static pod carries once it runs
+	// them, as `talosctl upgrade-k8s` checks the first. Zero on a node
+	// without kube-apiserver (a worker).
+	APIServerVersions(ctx context.Context) (APIServerVersions, error)
 	// TalosCA reads the node's Talos API trust, as talosctl rotate-ca
 	// does: from its OSRoot resource, which only os:admin may read.
 	TalosCA(ctx context.Context) (*TalosCA, error)
@@ -333,6 +332,20 @@ type Volume struct {
 	Error string
 	// Type is how it is backed: partition, directory, …
 	Type string
+}
+
+// APIServerVersions are the versions a control plane's kube-apiserver
+// static pod carries once it runs what its node's config says.
+type APIServerVersions struct {
+	// Config is the APIServerConfig resource's version (its flags, image,
+	// environment): the pod's talos.dev/config-version.
+	Config string
+	// ConfigFiles is the version of the configuration files Talos renders
+	// for it (admission, audit, authorization and, from v1.14,
+	// authentication), the ConfigStatus static-pods resource's: the pod's
+	// talos.dev/config-file-version. A change of these alone restarts
+	// kube-apiserver with the same Config. "" when the node has none.
+	ConfigFiles string
 }
 
 // PromotedVolumes are the system volumes Talos v1.14 keeps as directories

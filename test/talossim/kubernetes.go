@@ -570,7 +570,7 @@ func (k *Kubernetes) startProcesses(ctx context.Context, r *kubeRun, cfg config.
 	r.apiSpec, r.cas = spec.key(), spec.cas
 	k.mu.Unlock()
 
-	apiserver, err := k.startProcess(r, dir, "kube-apiserver", spec.flags(args, r.hostDir())...)
+	apiserver, err := k.startProcess(r, dir, "kube-apiserver", append(spec.flags(args, r.hostDir()), spec.keys.flags(dir)...)...)
 	if err != nil {
 		return err
 	}

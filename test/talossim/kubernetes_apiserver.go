@@ -37,6 +37,7 @@ var simAPIServerFlags = []string{
 	"bind-address", "advertise-address", "secure-port", "tls-cert-file", "tls-private-key-file",
 	"etcd-servers", "etcd-cafile", "etcd-certfile", "etcd-keyfile", "client-ca-file",
 	"service-account-issuer", "service-account-key-file", "service-account-signing-key-file", "encryption-provider-config",
+	"authentication-config",
 	"requestheader-client-ca-file", "requestheader-allowed-names", "requestheader-username-headers",
 	"requestheader-group-headers", "requestheader-extra-headers-prefix", "proxy-client-cert-file",
 	"proxy-client-key-file", "endpoint-reconciler-type",
@@ -294,7 +295,7 @@ func (k *Kubernetes) restartAPIServer(ctx context.Context, r *kubeRun, spec apiS
 	old := r.procs[r.apiIndex]
 	_ = old.Stop(15 * time.Second)
 
-	p, err := proc.Start(r.dir, "kube-apiserver", filepath.Join(k.BinDir, "kube-apiserver"), spec.flags(r.apiBase, r.hostDir())...)
+	p, err := proc.Start(r.dir, "kube-apiserver", filepath.Join(k.BinDir, "kube-apiserver"), append(spec.flags(r.apiBase, r.hostDir()), spec.keys.flags(r.dir)...)...)
 	if err != nil {
 		return err
 	}

@@ -20,19 +20,25 @@ import (
 // encryptionconfig.yaml encrypts Secrets at rest: KubeEtcdEncryptionConfig's
 // configuration from v1.14, else the one Talos builds from the cluster's
 // secretbox (key2) and aescbc (key1) secrets, with identity last to read
-// what was written before. A change of any of them restarts kube-apiserver,
-// as Talos replaces its static pod.
+// what was written before. From v1.14, KubeAuthenticationConfig becomes
+// authentication-config.yaml (--authentication-config, which Talos keeps to
+// itself), whose JWT authenticators replace the --oidc-* flags. A change of
+// any of them restarts kube-apiserver, as Talos replaces its static pod.
 
 // The files, in the run's directory.
 const (
 	serviceAccountKeyFile = "service-account.key"
 	serviceAccountPubFile = "service-account.pub"
 	encryptionConfigFile  = "encryptionconfig.yaml"
+	authenticationFile    = "authentication-config.yaml"
 )
 
 // apiServerKeys are the keys of a control plane's config.
 type apiServerKeys struct {
 	signing, accepted, encryption []byte
+	// authentication is the structured authentication configuration; nil
+	// when the config has none (v1.13's --oidc-* flags).
+	authentication []byte
 }
 
 // apiServerKeysOf reads the keys from cfg.
@@ -59,7 +65,29 @@ func apiServerKeysOf(cfg talosconfig.Config) (apiServerKeys, error) {
 
 	k.encryption = enc
 
+	if api, authn := cfg.K8sAPIServerConfig(), cfg.K8sAuthenticationConfig(); api != nil && api.UseAuthenticationConfig() && authn != nil {
+		doc := map[string]any{}
+		for key, v := range authn.Configuration() {
+			doc[key] = v
+		}
+
+		doc["apiVersion"], doc["kind"] = "apiserver.config.k8s.io/v1beta1", "AuthenticationConfiguration"
+
+		if k.authentication, err = yaml.Marshal(doc); err != nil {
+			return k, fmt.Errorf("authentication config: %w", err)
+		}
+	}
+
 	return k, nil
+}
+
+// flags are kube-apiserver's flags for the files in dir beyond the run's own.
+func (k apiServerKeys) flags(dir string) []string {
+	if k.authentication == nil {
+		return nil
+	}
+
+	return []string{"--authentication-config=" + filepath.Join(dir, authenticationFile)}
 }
 
 // encryptionConfigOf is the EncryptionConfiguration Talos gives kube-apiserver.
@@ -101,7 +129,7 @@ func encryptionConfigOf(cfg talosconfig.Config) ([]byte, error) {
 // digest identifies the keys, for the spec's key, without holding them.
 func (k apiServerKeys) digest() string {
 	h := sha256.New()
-	for _, b := range [][]byte{k.signing, k.accepted, k.encryption} {
+	for _, b := range [][]byte{k.signing, k.accepted, k.encryption, k.authentication} {
 		h.Write(b)
 		h.Write([]byte{0})
 	}
@@ -111,7 +139,12 @@ func (k apiServerKeys) digest() string {
 
 // write writes the keys' files into dir.
 func (k apiServerKeys) write(dir string) error {
-	for name, data := range map[string][]byte{serviceAccountKeyFile: k.signing, serviceAccountPubFile: k.accepted, encryptionConfigFile: k.encryption} {
+	for name, data := range map[string][]byte{serviceAccountKeyFile: k.signing, serviceAccountPubFile: k.accepted, encryptionConfigFile: k.encryption,
+		authenticationFile: k.authentication} {
+		if data == nil {
+			continue
+		}
+
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			return err
 		}

@@ -102,6 +102,7 @@ func newResourceState(ctx context.Context) (state.State, error) {
 		&config.MachineConfig{},
 		&config.MachineType{},
 		&k8s.APIServerConfig{},
+		&k8s.ConfigStatus{},
 		&k8s.ControllerManagerConfig{},
 		&k8s.SchedulerConfig{},
 		&k8s.KubeletSpec{},

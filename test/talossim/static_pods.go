@@ -25,8 +25,12 @@ import (
 // runs it and publishes its mirror pod (kube-system/<component>-<nodename>) to the API server. Here the
 // config resources are published with the node's other resources (publishDynamic) and the simulated
 // kubelet keeps the mirror pods in step with them, Running and Ready, as `talosctl upgrade-k8s` and
-// Ichor's kubernetes-upgrade watch them. No container runs: the cluster's one real kube-apiserver and
-// kube-controller-manager (kubernetes.go) serve every control plane whatever their pods say.
+// Ichor's kubernetes-upgrade watch them. The configuration files Talos renders for kube-apiserver
+// (its structured authentication configuration, here) have a version of their own, the
+// ConfigStatus static-pods resource's, which its pod carries in talos.dev/config-file-version: a
+// change of them alone restarts kube-apiserver with the same config version. No container runs:
+// the cluster's one real kube-apiserver and kube-controller-manager (kubernetes.go) serve every
+// control plane whatever their pods say.
 
 // staticPodComponents are the control-plane components with a static pod, by config resource type.
 var staticPodComponents = []struct {
@@ -65,7 +69,19 @@ func controlPlaneConfigs(cfg talosconfig.Provider) []resource.Resource {
 	sched.TypedSpec().ExtraArgs = argValues(scheduler.ExtraArgs())
 	sched.TypedSpec().EnvironmentVariables = scheduler.Env()
 
-	return []resource.Resource{api, cm, sched}
+	files := k8s.NewConfigStatus(k8s.ControlPlaneNamespaceName, k8s.ConfigStatusStaticPodID)
+	files.TypedSpec().Ready = true
+	files.TypedSpec().Version = configFilesVersion(cfg)
+
+	return []resource.Resource{api, cm, sched, files}
+}
+
+// configFilesVersion identifies the configuration files of kube-apiserver that cfg renders.
+func configFilesVersion(cfg talosconfig.Provider) string {
+	keys, _ := apiServerKeysOf(cfg)
+	sum := sha256.Sum256(keys.authentication)
+
+	return hex.EncodeToString(sum[:4])
 }
 
 func argValues(args map[string][]string) map[string]k8s.ArgValues {
@@ -100,13 +116,15 @@ func publishControlPlaneConfigs(ctx context.Context, st state.State, v nodeView)
 		}
 	}
 
-	return nil
+	return removeResource(ctx, st, k8s.NewConfigStatus(k8s.ControlPlaneNamespaceName, k8s.ConfigStatusStaticPodID).Metadata())
 }
 
 // staticPod is the mirror pod of one component as the kubelet last wrote it.
 type staticPod struct {
 	image   string
 	version string
+	// files is the version of kube-apiserver's configuration files.
+	files string
 }
 
 // staticPodOf reads component c's config resource: its image and config version.
@@ -127,7 +145,17 @@ func staticPodOf(ctx context.Context, st state.State, id resource.ID, typ resour
 		image = spec.Image
 	}
 
-	return staticPod{image: image, version: r.Metadata().Version().String()}, true
+	pod := staticPod{image: image, version: r.Metadata().Version().String()}
+
+	if typ == k8s.APIServerConfigType {
+		if files, err := st.Get(ctx, k8s.NewConfigStatus(k8s.ControlPlaneNamespaceName, k8s.ConfigStatusStaticPodID).Metadata()); err == nil {
+			if spec, ok := files.Spec().(*k8s.ConfigStatusSpec); ok {
+				pod.files = spec.Version
+			}
+		}
+	}
+
+	return pod, true
 }
 
 // mirrorPods keeps a control plane's mirror pods in step with its component configs.
@@ -184,7 +212,7 @@ func (m *mirrorPods) replace(ctx context.Context, component, name string, want s
 		return err
 	}
 
-	sum := sha256.Sum256([]byte(want.image + "\x00" + want.version))
+	sum := sha256.Sum256([]byte(want.image + "\x00" + want.version + "\x00" + want.files))
 	hash := hex.EncodeToString(sum[:16])
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -208,6 +236,10 @@ func (m *mirrorPods) replace(ctx context.Context, component, name string, want s
 			Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers:        []corev1.Container{{Name: component, Image: want.image}},
 		},
+	}
+
+	if want.files != "" {
+		pod.Annotations[constants.AnnotationStaticPodConfigFileVersion] = want.files
 	}
 
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})

@@ -28,14 +28,17 @@ func restartsAPIServer(c *v1alpha1.TalosCluster, m *v1alpha1.TalosMachine) bool 
 // apiServerWaits says what a control plane still waits for before its
 // kube-apiserver serves the config the node runs, or "": its static pod
 // (mirror pod kube-apiserver-<node>) carries the version of the node's
-// APIServerConfig in talos.dev/config-version and is Ready, which is how
-// `talosctl upgrade-k8s` tells that a control plane took a change. The
-// version is read from the node itself.
+// APIServerConfig in talos.dev/config-version, which is how `talosctl
+// upgrade-k8s` tells that a control plane took a change, and that of its
+// configuration files in talos.dev/config-file-version (a change of the
+// structured authentication configuration alone moves only that one), and
+// is Ready. The versions are read from the node itself.
 func (r *Reconciler) apiServerWaits(ctx context.Context, s step, node talos.Node, bundle *secrets.Bundle) (string, error) {
-	version, err := node.APIServerConfigVersion(ctx)
+	versions, err := node.APIServerVersions(ctx)
 	if err != nil {
 		return fmt.Sprintf("reading the node's APIServerConfig: %v", err), nil
 	}
+	version := versions.Config
 	if version == "" {
 		return "", nil // not a control plane after all: nothing restarts
 	}
@@ -68,6 +71,10 @@ func (r *Reconciler) apiServerWaits(ctx context.Context, s step, node talos.Node
 		return fmt.Sprintf("waiting for kube-apiserver on %s to run config version %s (its static pod runs %s); "+
 			"if the new flags keep it from starting, fix them: no other control plane takes the change meanwhile",
 			s.m.Status.NodeName, version, got), nil
+	}
+	if files := versions.ConfigFiles; files != "" && pod.Annotations[constants.AnnotationStaticPodConfigFileVersion] != files {
+		return fmt.Sprintf("waiting for kube-apiserver on %s to run its configuration files at version %s (its static pod runs %q)",
+			s.m.Status.NodeName, files, pod.Annotations[constants.AnnotationStaticPodConfigFileVersion]), nil
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {

@@ -83,7 +83,23 @@ func TestAPIServerRestartWaitsForTheStaticPod(t *testing.T) {
 		t.Fatalf("cp1 gave the budget back while its kube-apiserver was not Ready: %+v", h)
 	}
 
+	// At the new config version, Ready, but its configuration files (the
+	// structured authentication configuration …) moved too: still waiting.
+	nodes["cp1"].APIServerConfigFilesVersion = "b2"
 	mirror("node-uuid-1", "4", true)
+	f.reconcile("cp1")
+	if m := f.get("cp1"); reason(m, v1alpha1.MachineConditionReady) != v1alpha1.MachineReasonAPIServerRestarting {
+		t.Fatalf("cp1 before its kube-apiserver runs the new configuration files: %s %+v", m.Status.Phase, m.Status.Conditions)
+	}
+
+	pod, err := kube.CoreV1().Pods(metav1.NamespaceSystem).Get(context.Background(), "kube-apiserver-node-uuid-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations[constants.AnnotationStaticPodConfigFileVersion] = "b2"
+	if _, err := kube.CoreV1().Pods(metav1.NamespaceSystem).Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	f.reconcile("cp1")
 	if m := f.get("cp1"); m.Status.Phase != v1alpha1.MachinePhaseReady {
 		t.Fatalf("cp1 once its kube-apiserver serves: %s %+v", m.Status.Phase, m.Status.Conditions)

@@ -97,13 +97,13 @@ func (s *session) Security(context.Context) (*talos.Security, error) {
 	return &talos.Security{SecureBoot: s.n.SecureBoot, BootedWithUKI: s.n.SecureBoot, ModuleSignatureEnforced: true}, nil
 }
 
-func (s *session) APIServerConfigVersion(context.Context) (string, error) {
+func (s *session) APIServerVersions(context.Context) (talos.APIServerVersions, error) {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	if err := s.refused(); err != nil {
-		return "", err
+		return talos.APIServerVersions{}, err
 	}
-	return s.n.APIServerConfigVersion, nil
+	return talos.APIServerVersions{Config: s.n.APIServerConfigVersion, ConfigFiles: s.n.APIServerConfigFilesVersion}, nil
 }
 
 // TalosCA reads the trust of the config the node runs, as Talos's OSRoot

@@ -68,6 +68,9 @@ type Node struct {
 	// APIServerConfig resource; a test moves it as Talos does when a
 	// change reaches kube-apiserver.
 	APIServerConfigVersion string
+	// APIServerConfigFilesVersion is that of its configuration files
+	// (ConfigStatus static-pods); "" for none.
+	APIServerConfigFilesVersion string
 	// KeySlots are the LUKS2 key slots of the node's STATE and EPHEMERAL
 	// (modelled as one) when its config encrypts them. Every boot opens
 	// them with the first configured slot they hold, then syncs them with

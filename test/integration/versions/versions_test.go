@@ -15,6 +15,7 @@ func TestControllerBuildsAV1_14Cluster(t *testing.T) {
 	d := itest.NewDemoClusterWith(t, itest.DemoSetup{TalosVersion: "v1.14.1", KubernetesVersion: "v1.37.0"})
 	t.Run("three control planes and two workers become Ready", d.BecomesReady)
 	t.Run("every node's config is of the v1.14 layout, read with talosctl v1.14.1", d.ConfigsOfItsLayout)
+	t.Run("the cluster trusts the OpenID provider through KubeAuthenticationConfig; people reach it as themselves", d.OIDCTrust)
 	t.Run("an admin gives it a schematic from an image factory: installers change without a reboot", d.ImageFactorySchematic)
 	t.Run("a talos-upgrade to the version it runs installs the factory's image, one node at a time", d.SchematicUpgrade)
 	t.Run("a no-reboot patch applies everywhere without a reboot", d.NoRebootPatch)
