@@ -196,6 +196,11 @@ func baseConfig(in Input) (config.Provider, *config.VersionContract, error) {
 			return nil, nil, &InputError{Field: "TalosCluster.status.caRotation", Err: err}
 		}
 	}
+	if machineType == machine.TypeControlPlane {
+		if cfg, err = withKubernetesKeys(cfg, contract, in.ServiceAccountAcceptedKeys, in.EncryptionKeys); err != nil {
+			return nil, nil, &InputError{Field: "the key rotation's keys", Err: err}
+		}
+	}
 	if m.Spec.Hostname != "" {
 		if cfg, err = withHostname(cfg, m.Spec.Hostname); err != nil {
 			return nil, nil, &InputError{Field: "TalosMachine.spec.hostname", Err: err}

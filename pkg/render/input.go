@@ -35,6 +35,16 @@ type Input struct {
 	// an upgrade moves it, so a machine that joins later installs the version
 	// the others run. Empty leaves machinery's default, which is empty.
 	InstallImage string
+	// ServiceAccountAcceptedKeys are the PEM public keys of service-account
+	// signing keys a control plane's kube-apiserver accepts besides the
+	// bundle's (KubeServiceAccountConfig's accepted keys): a key rotation's
+	// other key. The v1.14 contract on.
+	ServiceAccountAcceptedKeys [][]byte
+	// EncryptionKeys, when set, are the secretbox keys a control plane's
+	// kube-apiserver encrypts Secrets at rest with, in order: the first
+	// encrypts, each decrypts (KubeEtcdEncryptionConfig). Nil: the bundle's
+	// secret alone, as Talos names it. The v1.14 contract on.
+	EncryptionKeys []EncryptionKey
 	// ImageFactory is the installation's Image Factory
 	// (spec.settings.imageFactory), which builds the installer of the
 	// machine's schematic; nil for none. See InstallerFor.
