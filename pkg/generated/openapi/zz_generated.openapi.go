@@ -628,7 +628,7 @@ func schema_pkg_apis_ichor_v1alpha1_ClusterAuthentication(ref common.ReferenceCa
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver: people signed in at that issuer reach the cluster as oidc:<username>, in groups oidc:<group>. The prefix is fixed, so that no token can name a system: user or group. It is rendered into the control planes' kube-apiserver flags (--oidc-*), a change that restarts kube-apiserver and is rolled out one control plane at a time, without a reboot.",
+				Description: "ClusterAuthentication is the OIDC trust of the cluster's kube-apiserver: people signed in at that issuer reach the cluster as oidc:<username>, in groups oidc:<group>. The prefix is fixed, so that no token can name a system: user or group. It is rendered into the control planes' kube-apiserver flags (--oidc-*) up to the v1.13 contract, and from v1.14 into a JWT authenticator of KubeAuthenticationConfig, which also refuses a token without email_verified: a change that restarts kube-apiserver and is rolled out one control plane at a time, without a reboot.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"issuerURL": {
