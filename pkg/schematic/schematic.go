@@ -22,7 +22,6 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
-	"ichor.dev/ichor/pkg/apis/ichor/validation"
 )
 
 // Schematic is an Image Factory schematic, its fields in canonical order.
@@ -83,37 +82,6 @@ func (s Schematic) ID() (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// Validate refuses what the factory would not build, each problem named
-// by its field.
-func (s Schematic) Validate() []error {
-	var errs []error
-	seen := map[string]bool{}
-	for i, e := range s.Customization.SystemExtensions.OfficialExtensions {
-		if err := validation.CheckExtensionName(e); err != nil {
-			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %w", i, err))
-		} else if seen[e] {
-			errs = append(errs, fmt.Errorf("customization.systemExtensions.officialExtensions[%d]: %q is listed twice", i, e))
-		}
-		seen[e] = true
-	}
-	for i, a := range s.Customization.ExtraKernelArgs {
-		if err := validation.CheckKernelArg(a); err != nil {
-			errs = append(errs, fmt.Errorf("customization.extraKernelArgs[%d]: %w", i, err))
-		}
-	}
-	keys := map[uint8]bool{}
-	for i, m := range s.Customization.Meta {
-		if keys[m.Key] {
-			errs = append(errs, fmt.Errorf("customization.meta[%d]: key %d is given twice", i, m.Key))
-		}
-		keys[m.Key] = true
-	}
-	if (s.Overlay.Image == "") != (s.Overlay.Name == "") {
-		errs = append(errs, fmt.Errorf("overlay: an overlay needs both its image and its name"))
-	}
-	return errs
-}
-
 // Factory is an Image Factory: its image registry and its HTTP address
 // (the same host for the public factory; a self-hosted one or a mirror may
 // differ).
@@ -154,18 +122,6 @@ func Of(s *v1alpha1.Schematic) (Schematic, error) {
 		}
 	}
 	return out, nil
-}
-
-// Check refuses a factory that is not an https URL and a registry host.
-func (f Factory) Check() error {
-	u, err := url.Parse(f.URL)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" {
-		return fmt.Errorf("the factory's URL %q must be an https URL with a host", f.URL)
-	}
-	if f.Registry == "" || strings.ContainsAny(f.Registry, "/ @") {
-		return fmt.Errorf("the factory's registry %q must be a host[:port]", f.Registry)
-	}
-	return nil
 }
 
 // Installer is the installer image of schematic id at Talos version, the

@@ -359,6 +359,17 @@ func (d *DemoCluster) PatchSettles(t *testing.T, name string, effect v1alpha1.Co
 	}
 }
 
+// ControlPlaneNodes are demo's control planes' nodes, by machine name.
+func (d *DemoCluster) ControlPlaneNodes() map[string]*talossim.Node {
+	out := map[string]*talossim.Node{}
+	for n, role := range d.Roles {
+		if role == v1alpha1.MachineRoleControlPlane {
+			out[n] = d.Nodes[n]
+		}
+	}
+	return out
+}
+
 // Reboots is how many times each of demo's nodes rebooted.
 func (d *DemoCluster) Reboots() map[string]int {
 	counts := map[string]int{}

@@ -17,7 +17,6 @@ import (
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/schematic"
-	"ichor.dev/ichor/test/talossim"
 )
 
 // The Image Factory the demo cluster's installers come from, once an admin
@@ -148,13 +147,7 @@ func (d *DemoCluster) SchematicUpgrade(t *testing.T) {
 	d.StartOperation(t, Operator, "reinstall")
 	d.WaitOperationEnds(t, "reinstall", v1alpha1.OperationSucceeded)
 	RebootedOnce(t, before, d.Reboots())
-	controlPlanes := map[string]*talossim.Node{}
-	for n, role := range d.Roles {
-		if role == v1alpha1.MachineRoleControlPlane {
-			controlPlanes[n] = d.Nodes[n]
-		}
-	}
-	if most, when := MostAwayAtOnce(controlPlanes, since); most != 1 {
+	if most, when := MostAwayAtOnce(d.ControlPlaneNodes(), since); most != 1 {
 		t.Errorf("at most %d control planes were away at once (%s), want exactly 1", most, when)
 	}
 	talosconfig := d.AdminTalosconfig(t)

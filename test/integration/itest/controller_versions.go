@@ -3,7 +3,6 @@ package itest
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -44,13 +43,7 @@ func (d *DemoCluster) UpgradeTo(version string) func(t *testing.T) {
 				t.Errorf("%s runs Talos %s after the upgrade", node, v)
 			}
 		}
-		controlPlanes := map[string]*talossim.Node{}
-		for n, role := range d.Roles {
-			if role == v1alpha1.MachineRoleControlPlane {
-				controlPlanes[n] = d.Nodes[n]
-			}
-		}
-		if most, when := MostAwayAtOnce(controlPlanes, since); most != 1 {
+		if most, when := MostAwayAtOnce(d.ControlPlaneNodes(), since); most != 1 {
 			t.Errorf("at most %d control planes were away at once (%s), want exactly 1", most, when)
 		}
 		RebootedOnce(t, before, d.Reboots())
@@ -100,13 +93,7 @@ func (d *DemoCluster) MoveContractTo(version string) func(t *testing.T) {
 				t.Errorf("%s runs a config of the %q contract, want %s", n, got, contract)
 			}
 		}
-		controlPlanes := maps.Clone(d.Nodes)
-		for n, role := range d.Roles {
-			if role != v1alpha1.MachineRoleControlPlane {
-				delete(controlPlanes, n)
-			}
-		}
-		if most, when := MostAwayAtOnce(controlPlanes, since); most > 1 {
+		if most, when := MostAwayAtOnce(d.ControlPlaneNodes(), since); most > 1 {
 			t.Errorf("%d control planes were away at once (%s), want at most 1", most, when)
 		}
 	}

@@ -17,16 +17,16 @@ import (
 // and its name (siderolabs/iscsi-tools).
 var extensionName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?/[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
 
-// CheckExtensionName refuses a name that is not an official extension's.
-func CheckExtensionName(name string) error {
+// checkExtensionName refuses a name that is not an official extension's.
+func checkExtensionName(name string) error {
 	if !extensionName.MatchString(name) {
 		return fmt.Errorf("%q is not an extension name such as siderolabs/iscsi-tools", name)
 	}
 	return nil
 }
 
-// CheckKernelArg refuses what is not one kernel argument.
-func CheckKernelArg(arg string) error {
+// checkKernelArg refuses what is not one kernel argument.
+func checkKernelArg(arg string) error {
 	if arg == "" || strings.ContainsAny(arg, " \t\n") {
 		return fmt.Errorf("%q must be one argument, without spaces", arg)
 	}
@@ -51,7 +51,7 @@ func validateSchematic(s *ichor.Schematic, fldPath *field.Path) field.ErrorList 
 	}
 	seen := sets.New[string]()
 	for i, e := range s.SystemExtensions {
-		if err := CheckExtensionName(e); err != nil {
+		if err := checkExtensionName(e); err != nil {
 			errs = append(errs, field.Invalid(extensions.Index(i), e, err.Error()))
 		} else if seen.Has(e) {
 			errs = append(errs, field.Duplicate(extensions.Index(i), e))
@@ -63,7 +63,7 @@ func validateSchematic(s *ichor.Schematic, fldPath *field.Path) field.ErrorList 
 		errs = append(errs, field.TooMany(args, len(s.ExtraKernelArgs), maxSchematicItems))
 	}
 	for i, a := range s.ExtraKernelArgs {
-		if err := CheckKernelArg(a); err != nil {
+		if err := checkKernelArg(a); err != nil {
 			errs = append(errs, field.Invalid(args.Index(i), a, err.Error()))
 		}
 	}
