@@ -40,6 +40,9 @@ type PacketCapture struct {
 	Promiscuous bool
 	// SnapLength is the most bytes kept of each packet; 0 lets the node decide.
 	SnapLength uint32
+	// Duration is how long to capture; 0 captures until the caller's
+	// context ends.
+	Duration time.Duration
 }
 
 // PacketCapture implements Node with the call `talosctl pcap` makes.
@@ -52,13 +55,41 @@ func (n *machineryNode) PacketCapture(ctx context.Context, pc PacketCapture) (io
 		}
 		return nil, n.v.explain("read link "+pc.Interface, err)
 	}
+	cancel := context.CancelFunc(func() {})
+	if pc.Duration > 0 {
+		ctx, cancel = context.WithTimeout(ctx, pc.Duration)
+	}
 	r, err := n.c.PacketCapture(ctx, &machineapi.PacketCaptureRequest{
 		Interface: pc.Interface, Promiscuous: pc.Promiscuous, SnapLen: pc.SnapLength,
 	})
 	if err != nil {
+		cancel()
 		return nil, n.v.explain("capture packets on "+pc.Interface, err)
 	}
-	return r, nil
+	return &timedCapture{ReadCloser: r, timed: pc.Duration > 0, cancel: cancel}, nil
+}
+
+// timedCapture ends a capture cleanly when its time is up. The deadline
+// travels to the node as the call's grpc-timeout, so the stream fails with
+// DeadlineExceeded from whichever side notices first: this process's timer,
+// or the node's status arriving before that timer has fired.
+type timedCapture struct {
+	io.ReadCloser
+	timed  bool
+	cancel context.CancelFunc
+}
+
+func (c *timedCapture) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if err != nil && c.timed && (errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded) {
+		return n, io.EOF
+	}
+	return n, err
+}
+
+func (c *timedCapture) Close() error {
+	defer c.cancel()
+	return c.ReadCloser.Close()
 }
 
 // bundleResources are the COSI resources a support bundle holds, the ones

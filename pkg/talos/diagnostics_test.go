@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
@@ -132,6 +133,16 @@ func TestPacketCaptureAsOperator(t *testing.T) {
 		t.Errorf("pcap header: magic %#x snaplen %d", magic, snap)
 	}
 	cancel()
+	_ = r.Close()
+
+	// A timed capture ends cleanly however its deadline is noticed.
+	r, err = operator.PacketCapture(ctx, talos.PacketCapture{Interface: "eth0", Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("PacketCapture: %v", err)
+	}
+	if pcap, err := io.ReadAll(r); err != nil || len(pcap) < 24 {
+		t.Errorf("a timed capture read %d bytes and ended with %v, want a pcap file and io.EOF", len(pcap), err)
+	}
 	_ = r.Close()
 
 	// os:reader may not capture: machined allows it to operators and admins.

@@ -89,7 +89,8 @@ type Node interface {
 	// logs, kernel log and main resources to w, as far as os:reader can
 	// read them.
 	SupportBundle(ctx context.Context, w io.Writer) error
-	// PacketCapture streams a pcap capture of one link until ctx ends. A
+	// PacketCapture streams a pcap capture of one link for pc.Duration (or
+	// until ctx ends); the stream ends with io.EOF when the time is up. A
 	// link the node does not have is ErrNoSuchLink. The caller closes the
 	// stream; the session must stay open until then.
 	PacketCapture(ctx context.Context, pc PacketCapture) (io.ReadCloser, error)

@@ -413,8 +413,16 @@ func (s *machineServer) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv machine
 		}
 	}
 
+	hold, sent := s.node.etcd.takeHold(), 0
+
 	for chunk := range slices.Chunk(snap, snapshotChunkSize) {
 		if err := srv.Send(&common.Data{Bytes: chunk}); err != nil {
+			return err
+		}
+
+		sent += len(chunk)
+
+		if err := hold.pause(srv.Context(), sent); err != nil {
 			return err
 		}
 	}

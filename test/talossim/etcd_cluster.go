@@ -1,6 +1,7 @@
 package talossim
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"google.golang.org/grpc/status"
 )
 
 // DefaultSnapshotSize is the size of an EtcdSnapshot when EtcdCluster.SnapshotSize is zero: a 1 MiB
@@ -75,6 +77,7 @@ type EtcdCluster struct {
 	raftTerm  uint64
 	dataSeed  uint64
 	nodes     []*Node // attached nodes, in Start order
+	hold      *SnapshotHold
 }
 
 // clusterMember is a member plus its share of backend fragmentation, and whether its node wiped its
@@ -434,6 +437,66 @@ func (c *EtcdCluster) PrepareSnapshot() error {
 	_, err := c.snapshot()
 
 	return err
+}
+
+// SnapshotHold pauses the next EtcdSnapshot stream of the cluster once it has sent a number of bytes,
+// until released: what lets a test tell that a download streams through every hop, by how far the
+// client got while the node sends nothing more.
+type SnapshotHold struct {
+	at      int
+	reached chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+// HoldSnapshot makes the next EtcdSnapshot stream pause after at bytes (rounded up to a whole chunk).
+func (c *EtcdCluster) HoldSnapshot(at int) *SnapshotHold {
+	h := &SnapshotHold{at: at, reached: make(chan struct{}), release: make(chan struct{})}
+
+	c.mu.Lock()
+	c.hold = h
+	c.mu.Unlock()
+
+	return h
+}
+
+// Reached is closed once the stream has sent the hold's bytes and paused.
+func (h *SnapshotHold) Reached() <-chan struct{} { return h.reached }
+
+// Release lets the stream go on; calling it again does nothing.
+func (h *SnapshotHold) Release() { h.once.Do(func() { close(h.release) }) }
+
+// takeHold returns the hold for the stream starting now, if any, and clears it.
+func (c *EtcdCluster) takeHold() *SnapshotHold {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	h := c.hold
+	c.hold = nil
+
+	return h
+}
+
+// pause blocks a stream that has sent sent bytes at the hold, until it is released or ctx ends.
+func (h *SnapshotHold) pause(ctx context.Context, sent int) error {
+	if h == nil || sent < h.at {
+		return nil
+	}
+
+	select {
+	case <-h.reached:
+		return nil
+	default:
+	}
+
+	close(h.reached)
+
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
 }
 
 // snapshot returns the snapshot of the cluster's data at the current revision.

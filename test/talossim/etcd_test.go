@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 
@@ -335,6 +336,26 @@ func TestEtcdSnapshotAndRecover(t *testing.T) {
 
 	if len(first) != wantSnapshotSize(size) || len(first) != 74*4096+32 || !bytes.Equal(first, second) {
 		t.Fatalf("snapshots at one revision: %d and %d bytes, equal %v", len(first), len(second), bytes.Equal(first, second))
+	}
+
+	// A held stream pauses after the bytes asked for, which the client can
+	// read, and sends the rest once released.
+	hold := source.HoldSnapshot(3 * snapshotChunkSize)
+	r, err := admin.EtcdSnapshot(ctx, &machineapi.EtcdSnapshotRequest{})
+	if err != nil {
+		t.Fatalf("EtcdSnapshot: %v", err)
+	}
+
+	head := make([]byte, 3*snapshotChunkSize)
+	if _, err := io.ReadFull(r, head); err != nil || !bytes.Equal(head, first[:len(head)]) {
+		t.Fatalf("the first chunks of a held snapshot: %v", err)
+	}
+
+	<-hold.Reached()
+	hold.Release()
+
+	if rest, err := readAll(r); err != nil || !bytes.Equal(append(head, rest...), first) {
+		t.Fatalf("a released snapshot: %d more bytes, %v", len(rest), err)
 	}
 
 	source.AdvanceRevision(1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"time"
 
@@ -71,12 +70,11 @@ func packetCapture(_ context.Context, r request[*ichor.TalosMachine, *ichor.Pack
 		if err != nil {
 			return nil, err
 		}
-		captureCtx, cancel := context.WithTimeout(ctx, duration)
-		body, err := node.PacketCapture(captureCtx, talos.PacketCapture{
+		body, err := node.PacketCapture(ctx, talos.PacketCapture{
 			Interface: o.Interface, Promiscuous: o.Promiscuous, SnapLength: uint32(o.SnapLength), //nolint:gosec // validated
+			Duration: duration,
 		})
 		if err != nil {
-			cancel()
 			_ = node.Close()
 			if errors.Is(err, talos.ErrNoSuchLink) {
 				return nil, apierrors.NewInvalid(ichor.Kind("PacketCaptureOptions"), m.Name, field.ErrorList{
@@ -84,23 +82,6 @@ func packetCapture(_ context.Context, r request[*ichor.TalosMachine, *ichor.Pack
 			}
 			return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("packet capture on TalosMachine %s: %v", m.Name, err))
 		}
-		return &opened{
-			body: &timedCapture{ReadCloser: body, ctx: captureCtx}, release: func() { cancel(); _ = node.Close() }, credential: credential,
-		}, nil
+		return &opened{body: body, release: func() { _ = node.Close() }, credential: credential}, nil
 	}, nil
-}
-
-// timedCapture ends the capture cleanly when its time is up: the node's
-// stream then fails with the deadline, which is the capture's end.
-type timedCapture struct {
-	io.ReadCloser
-	ctx context.Context
-}
-
-func (c *timedCapture) Read(p []byte) (int, error) {
-	n, err := c.ReadCloser.Read(p)
-	if err != nil && errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
-		return n, io.EOF
-	}
-	return n, err
 }
