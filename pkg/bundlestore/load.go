@@ -39,10 +39,11 @@ func refuse(reason, format string, args ...any) *Refusal {
 }
 
 // Load reads the secrets in force for cluster (see secretsbundle.Secrets)
-// with reader (one that does not cache): its bundle, and during a CA
-// rotation the rotation's new CAs. A generated bundle, and a rotation's
-// CAs, are used only when they are what ichor-controller recorded the
-// digest of. Its errors name the Secret and what is wrong, never a value.
+// with reader (one that does not cache): its bundle, during a CA rotation
+// the rotation's new CAs, and during a key rotation its new keys. A
+// generated bundle, and a rotation's CAs or keys, are used only when they
+// are what ichor-controller recorded the digest of. Its errors name the
+// Secret and what is wrong, never a value.
 func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster) (*secretsbundle.Secrets, error) {
 	rotation := cluster.Status.CARotation
 	var next *secretsbundle.RotationCAs
@@ -58,30 +59,43 @@ func Load(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosClus
 				"recreate it from a copy, or restore the CAs by hand", cluster.Namespace, cluster.Name, rotation.Phase, secretsbundle.RotationSecretName(cluster))
 		}
 	}
-	bundle, err := loadBundle(ctx, reader, cluster, next)
+	keyRotation := cluster.Status.KubernetesKeyRotation
+	var keys *secretsbundle.RotationKeys
+	if keyRotation != nil {
+		var err error
+		if keys, err = LoadRotationKeys(ctx, reader, cluster); err != nil {
+			return nil, err
+		}
+		if keys == nil && keyRotation.Phase != v1alpha1.CARotationAcceptNew {
+			return nil, fmt.Errorf("TalosCluster %s/%s is in phase %s of a key rotation, but Secret %s with the new keys is gone: "+
+				"recreate it from a copy, or restore the keys by hand", cluster.Namespace, cluster.Name, keyRotation.Phase, secretsbundle.KeysSecretName(cluster))
+		}
+	}
+	bundle, err := loadBundle(ctx, reader, cluster, next, keys)
 	if err != nil {
 		return nil, err
 	}
-	return secretsbundle.InForce(bundle, rotation, next), nil
+	return secretsbundle.InForce(bundle, rotation, next).WithKeys(keyRotation, keys, cluster.Status.SecretsEncryptionKeyName)
 }
 
 // loadBundle reads the bundle of cluster's Secret (see BundleOf).
-func loadBundle(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster, next *secretsbundle.RotationCAs) (*secrets.Bundle, error) {
+func loadBundle(ctx context.Context, reader client.Reader, cluster *v1alpha1.TalosCluster, next *secretsbundle.RotationCAs, keys *secretsbundle.RotationKeys) (*secrets.Bundle, error) {
 	var s corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: secretsbundle.SecretName(cluster)}, &s); err != nil {
 		return nil, fmt.Errorf("read the secrets bundle of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	return BundleOf(cluster, &s, next)
+	return BundleOf(cluster, &s, next, keys)
 }
 
 // BundleOf is the bundle Secret s holds for cluster, or a Refusal. One
 // named by spec.secretsRef is an admin's choice. One ichor-controller
 // generated is used only if its bytes are those whose digest it recorded
 // in status.secretsDigest before it wrote them — whoever created the Secret
-// and whatever its owners, labels or annotations say — or, while a CA
-// rotation's end writes next into it (StoreCAs records the new digest
-// first), the bundle that becomes that one with next.
-func BundleOf(cluster *v1alpha1.TalosCluster, s *corev1.Secret, next *secretsbundle.RotationCAs) (*secrets.Bundle, error) {
+// and whatever its owners, labels or annotations say — or, while a
+// rotation's end writes the new CAs next or keys into it (StoreCAs and
+// StoreKeys record the new digest first), the bundle that becomes that one
+// with them.
+func BundleOf(cluster *v1alpha1.TalosCluster, s *corev1.Secret, next *secretsbundle.RotationCAs, keys *secretsbundle.RotationKeys) (*secrets.Bundle, error) {
 	data := s.Data[secretsbundle.BundleKey]
 	digest := secretsbundle.Digest(data)
 	if want := cluster.Status.SecretsDigest; cluster.Spec.SecretsRef == nil && digest != want {
@@ -90,17 +104,17 @@ func BundleOf(cluster *v1alpha1.TalosCluster, s *corev1.Secret, next *secretsbun
 				"Secret %s/%s exists but was not generated for this cluster (status.secretsDigest records no bundle); it is neither used nor overwritten. "+
 					"Delete it to have one generated, or name it in spec.secretsRef to use it", s.Namespace, s.Name)
 		}
-		if next == nil {
-			return nil, DigestMismatch(cluster)
-		}
 		bundle, err := parsed.parse(digest, data)
 		if err != nil {
 			return nil, DigestMismatch(cluster)
 		}
-		if stored, changed, err := secretsbundle.WithCAs(bundle, next); err != nil || !changed || secretsbundle.Digest(stored) != want {
-			return nil, DigestMismatch(cluster)
+		becomes := func(stored []byte, changed bool, err error) bool {
+			return err == nil && changed && secretsbundle.Digest(stored) == want
 		}
-		return bundle, nil
+		if (next != nil && becomes(secretsbundle.WithCAs(bundle, next))) || (keys != nil && becomes(secretsbundle.WithKeys(bundle, keys))) {
+			return bundle, nil
+		}
+		return nil, DigestMismatch(cluster)
 	}
 	bundle, err := parsed.parse(digest, data)
 	if err != nil {

@@ -119,7 +119,7 @@ func DeleteRotationCAs(ctx context.Context, c client.Client, reader client.Reade
 	if err != nil {
 		return foreign
 	}
-	bundle, err := loadBundle(ctx, reader, cluster, nil)
+	bundle, err := loadBundle(ctx, reader, cluster, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func StoreCAs(ctx context.Context, c client.Client, reader client.Reader, cluste
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: name}, &s); err != nil {
 		return fmt.Errorf("read the secrets bundle of TalosCluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
-	bundle, err := BundleOf(cluster, &s, cas)
+	bundle, err := BundleOf(cluster, &s, cas, nil)
 	if err != nil {
 		return err
 	}

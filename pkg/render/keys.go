@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
 )
 
@@ -83,4 +84,70 @@ func withKubernetesKeys(cfg config.Provider, contract *config.VersionContract, a
 		}
 		return errors.New("KubeEtcdEncryptionConfig has no secretbox provider to put the keys in")
 	})
+}
+
+// KubernetesKeys are the service-account keys and secretbox keys a
+// control plane's config gives kube-apiserver.
+type KubernetesKeys struct {
+	// Issuing is the PEM private key that signs service-account tokens.
+	Issuing []byte
+	// Accepted are the PEM public keys accepted besides it.
+	Accepted [][]byte
+	// Encryption are the secretbox keys, in order.
+	Encryption []EncryptionKey
+}
+
+// ConfiguredKubernetesKeys reads the Kubernetes keys of a control plane's
+// config of the v1.14 contract (KubeServiceAccountConfig,
+// KubeEtcdEncryptionConfig): what kube-apiserver runs with once it serves
+// that config.
+func ConfiguredKubernetesKeys(data []byte) (*KubernetesKeys, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("the node's config: %w", err)
+	}
+	out := &KubernetesKeys{}
+	for _, doc := range cfg.Documents() {
+		switch d := doc.(type) {
+		case *k8s.KubeServiceAccountConfigV1Alpha1:
+			out.Issuing = []byte(d.ServiceIssuer.PrivateKey)
+			for _, k := range d.ServiceAccepted.PublicKeys {
+				out.Accepted = append(out.Accepted, []byte(k))
+			}
+		case *k8s.KubeEtcdEncryptionConfigV1Alpha1:
+			resources, _ := d.Config.Object["resources"].([]any)
+			for _, r := range resources {
+				r, _ := r.(map[string]any)
+				providers, _ := r["providers"].([]any)
+				for _, p := range providers {
+					box, ok := p.(map[string]any)["secretbox"].(map[string]any)
+					if !ok || out.Encryption != nil {
+						continue
+					}
+					keys, _ := box["keys"].([]any)
+					for _, k := range keys {
+						k, _ := k.(map[string]any)
+						name, _ := k["name"].(string)
+						secret, _ := k["secret"].(string)
+						out.Encryption = append(out.Encryption, EncryptionKey{Name: name, Secret: secret})
+					}
+				}
+			}
+		}
+	}
+	if out.Issuing == nil {
+		return nil, errors.New("the node's config has no KubeServiceAccountConfig: it is not a control plane of the v1.14 contract")
+	}
+	return out, nil
+}
+
+// KubernetesKeysRotate reports whether control planes of the contract of
+// Talos version take several service-account and secretbox keys (from the
+// v1.14 contract on), and names the contract as Rendered.Contract does.
+func KubernetesKeysRotate(version string) (contract string, ok bool, err error) {
+	c, err := config.ParseContractFromVersion(version)
+	if err != nil {
+		return "", false, err
+	}
+	return contractName(c), multidoc(c), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	"ichor.dev/ichor/pkg/render"
 	"ichor.dev/ichor/pkg/talos"
 )
 
@@ -27,6 +28,16 @@ type Secrets struct {
 	// KubernetesAccepted are those of the Kubernetes CAs accepted besides
 	// Certs.K8s (cluster.acceptedCAs), likewise.
 	KubernetesAccepted [][]byte
+	// ServiceAccountAccepted are the PEM public keys of the
+	// service-account keys kube-apiserver accepts besides the one that
+	// signs (Certs.K8sServiceAccount): during a key rotation, the other
+	// key; otherwise none.
+	ServiceAccountAccepted [][]byte
+	// EncryptionKeys are the secretbox keys kube-apiserver encrypts
+	// Secrets with, the first encrypting, each decrypting: during a key
+	// rotation, both; nil when the bundle's key alone is in force under
+	// Talos's own name for it.
+	EncryptionKeys []render.EncryptionKey
 }
 
 // TalosCA is the PEM of every Talos API CA a client trusts a node's

@@ -183,6 +183,23 @@ type TalosClusterStatus struct {
 	SecretsDigest string
 	// image says where the cluster's Talos image comes from.
 	Image *ImageStatus
+	// kubernetesKeyRotation is the rotation of the service-account signing
+	// key or the secrets-encryption key under way.
+	KubernetesKeyRotation *KubernetesKeyRotationStatus
+	// secretsEncryptionKeyName is the name kube-apiserver knows the
+	// bundle's secretbox key by; empty: Talos's own, key2.
+	SecretsEncryptionKeyName string
+}
+
+// KubernetesKeyRotationStatus is a rotation of Kubernetes keys under way
+// on a cluster; see v1alpha1.
+type KubernetesKeyRotationStatus struct {
+	Operation         string
+	Phase             CARotationPhase
+	Since             *metav1.Time
+	ServiceAccount    bool
+	SecretsEncryption bool
+	SecretDigest      string
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has moved

@@ -93,6 +93,13 @@ const (
 	ActionDropOldDiskKey StepAction = "drop-old-disk-key"
 )
 
+// The steps of a key-rotation of Kubernetes keys; see v1alpha1.
+const (
+	ActionAcceptNewKeys    StepAction = "accept-new-keys"
+	ActionIssueFromNewKeys StepAction = "issue-from-new-keys"
+	ActionDropOldKeys      StepAction = "drop-old-keys"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -126,8 +133,12 @@ type TalosOperationSpec struct {
 // v1alpha1.
 type RotatableKey string
 
-// KeyDiskEncryption is the key that unlocks STATE and EPHEMERAL.
-const KeyDiskEncryption RotatableKey = "diskEncryption"
+// The keys a key-rotation replaces; see v1alpha1.
+const (
+	KeyDiskEncryption    RotatableKey = "diskEncryption"
+	KeyServiceAccount    RotatableKey = "serviceAccount"
+	KeySecretsEncryption RotatableKey = "secretsEncryption"
+)
 
 // KeyRotationParameters say which of the cluster's keys a key-rotation
 // replaces.

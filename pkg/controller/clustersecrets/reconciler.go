@@ -192,7 +192,11 @@ func (r *Reconciler) ensureBundle(ctx context.Context, cluster *v1alpha1.TalosCl
 	if err != nil {
 		return refused(err)
 	}
-	if _, err := bundlestore.BundleOf(cluster, &secret, next); err != nil {
+	keys, err := bundlestore.LoadRotationKeys(ctx, r.Secrets, cluster)
+	if err != nil {
+		return refused(err)
+	}
+	if _, err := bundlestore.BundleOf(cluster, &secret, next, keys); err != nil {
 		return refused(err)
 	}
 	if generated {

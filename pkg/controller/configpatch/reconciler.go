@@ -226,5 +226,6 @@ func (r *Reconciler) render(cluster *v1alpha1.TalosCluster, m *v1alpha1.TalosMac
 	factory *v1alpha1.ImageFactory) (render.Rendered, error) {
 	return render.Render(render.Input{Cluster: cluster, Machine: m, Patches: patches, Secrets: bundle.Bundle,
 		TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted, InstallImage: r.InstallImage,
+		ServiceAccountAcceptedKeys: bundle.ServiceAccountAccepted, EncryptionKeys: bundle.EncryptionKeys,
 		ImageFactory: factory})
 }

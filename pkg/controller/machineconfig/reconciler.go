@@ -216,6 +216,7 @@ func (r *Reconciler) reconcile(ctx context.Context, s step) (ctrl.Result, error)
 	}
 	rendered, err := render.Render(render.Input{
 		Cluster: &cluster, Machine: m, Patches: patches.Items, Secrets: bundle.Bundle, TalosAcceptedCAs: bundle.TalosAccepted, KubernetesAcceptedCAs: bundle.KubernetesAccepted,
+		ServiceAccountAcceptedKeys: bundle.ServiceAccountAccepted, EncryptionKeys: bundle.EncryptionKeys,
 		InstallImage: r.Options.InstallImage, ImageFactory: settings.ImageFactory,
 	})
 	if err != nil {

@@ -62,7 +62,7 @@ var caPhaseActions = map[v1alpha1.StepAction]v1alpha1.CARotationPhase{
 }
 
 // caRotationSteps are every machine's step in each phase, phase by phase.
-func caRotationSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+func caRotationSteps(_ *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	var steps []v1alpha1.OperationStep
 	for _, action := range []v1alpha1.StepAction{v1alpha1.ActionAcceptNewCA, v1alpha1.ActionIssueFromNewCA, v1alpha1.ActionDropOldCA} {
 		for _, m := range targets {

@@ -17,7 +17,8 @@ import (
 	"ichor.dev/ichor/pkg/talos"
 )
 
-// A key-rotation of the disk-encryption key replaces the TPM-sealed key
+// A key-rotation of the disk-encryption key (of Kubernetes keys:
+// kuberneteskeys.go) replaces the TPM-sealed key
 // that unlocks every machine's STATE and EPHEMERAL, the way Talos can: it
 // syncs a volume's LUKS2 key slots with its config when it opens the
 // volume at boot, enrolling a slot the config adds and removing one it no
@@ -48,8 +49,12 @@ var diskKeyPhaseActions = map[v1alpha1.StepAction]v1alpha1.DiskKeyRotationPhase{
 	v1alpha1.ActionDropOldDiskKey: v1alpha1.DiskKeyRotationDropOld,
 }
 
-// keyRotationSteps are every machine's step in each phase, phase by phase.
-func keyRotationSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+// keyRotationSteps are every machine's step in each phase, phase by phase
+// (kubernetesKeySteps for Kubernetes keys).
+func keyRotationSteps(op *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+	if kubernetesKeysOf(op) {
+		return kubernetesKeySteps(targets)
+	}
 	var steps []v1alpha1.OperationStep
 	for _, action := range []v1alpha1.StepAction{v1alpha1.ActionAddDiskKey, v1alpha1.ActionDropOldDiskKey} {
 		for _, m := range targets {
@@ -68,6 +73,9 @@ func keyRotationDryRun(op *v1alpha1.TalosOperation) bool {
 // in a form that rotates, and one while another runs; one that a failed
 // or deleted operation left is taken over.
 func (r *Reconciler) checkKeyRotation(ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
+	if kubernetesKeysOf(op) {
+		return r.checkKubernetesKeys(ctx, op, cluster, targets)
+	}
 	enc := cluster.Spec.Security.DiskEncryption
 	switch {
 	case len(targets) == 0:
@@ -97,6 +105,9 @@ func (r *Reconciler) checkKeyRotation(ctx context.Context, op *v1alpha1.TalosOpe
 // not there or further yet, and follows the machine's node into it. A dry
 // run says what the phase would change and touches nothing.
 func startKeyRotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
+	if kubernetesKeysOf(s.x.op) {
+		return startKubernetesKeysStep(ctx, s)
+	}
 	phase := diskKeyPhaseActions[s.record().Action]
 	old := int(s.cluster.Status.DiskKeySlot)
 	next := 1 - min(old, 1)
@@ -156,6 +167,9 @@ func (r *Reconciler) enterDiskKeyPhase(ctx context.Context, x *run, phase v1alph
 // slots in force (what the cluster's phase says) and to have opened STATE
 // and EPHEMERAL with one of them, every slot synced.
 func followKeyRotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
+	if kubernetesKeysOf(s.x.op) {
+		return followKubernetesKeysStep(ctx, s)
+	}
 	cctx, cancel := s.call(ctx)
 	defer cancel()
 	phase := diskKeyPhaseActions[s.record().Action]
@@ -223,6 +237,9 @@ func volumesDiffer(ctx context.Context, node talos.Node, slots []int, phase v1al
 // finishKeyRotation records the new key's slot as the cluster's and ends
 // its rotation, in one write. It may run again after a restart.
 func (r *Reconciler) finishKeyRotation(ctx context.Context, x *run) error {
+	if kubernetesKeysOf(x.op) {
+		return r.finishKubernetesKeys(ctx, x)
+	}
 	if keyRotationDryRun(x.op) {
 		return nil
 	}

@@ -51,7 +51,7 @@ import (
 // kubernetesSteps are the steps of a kubernetes-upgrade of targets
 // (control planes first): each control-plane component on each control
 // plane, then every machine's kubelet.
-func kubernetesSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+func kubernetesSteps(_ *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	var steps []v1alpha1.OperationStep
 	for _, c := range v1alpha1.KubernetesComponents {
 		for _, m := range targets {

@@ -52,7 +52,7 @@ const (
 
 // restoreSteps are an etcd-restore's steps over the targets, control planes
 // first: the first control plane is the one the snapshot is recovered on.
-func restoreSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+func restoreSteps(_ *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	cps, workers := byRole(targets)
 	if len(cps) == 0 {
 		return nil

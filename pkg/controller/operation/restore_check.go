@@ -23,7 +23,7 @@ import (
 // control planes whose config is not final, and a node at a target's
 // address that is not that machine (checkRestoreNodes).
 func (r *Reconciler) checkRestore(ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
-	if len(restoreSteps(targets)) == 0 {
+	if len(restoreSteps(op, targets)) == 0 {
 		return fmt.Sprintf("TalosCluster %s has no configured control plane to restore etcd on", cluster.Name), nil
 	}
 	for _, m := range targets {

@@ -36,7 +36,7 @@ import (
 
 // shutdownSteps are a shutdown's steps over the targets: the backup on the
 // first control plane, the workers, then the control planes.
-func shutdownSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+func shutdownSteps(_ *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	cps, workers := byRole(targets)
 	if len(cps) == 0 {
 		return nil
@@ -51,7 +51,7 @@ func shutdownSteps(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 // checkShutdown refuses a shutdown of a cluster that has no control plane
 // or no backup settings: its first step is a backup.
 func (r *Reconciler) checkShutdown(_ context.Context, _ *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error) {
-	if len(shutdownSteps(targets)) == 0 {
+	if len(shutdownSteps(nil, targets)) == 0 {
 		return fmt.Sprintf("TalosCluster %s has no configured control plane", cluster.Name), nil
 	}
 	if cluster.Spec.Backup == nil {

@@ -104,7 +104,7 @@ func (r *Reconciler) begin(ctx context.Context, x *run) (ctrl.Result, error) {
 	if stepsOf == nil {
 		stepsOf = oneStepEach
 	}
-	op.Status.Steps = stepsOf(targets)
+	op.Status.Steps = stepsOf(op, targets)
 	x.set(v1alpha1.OperationConditionProgressing, metav1.ConditionTrue, v1alpha1.OperationReasonStepRunning,
 		"%d steps to run", len(op.Status.Steps))
 	events.Record(r.Recorder, op, nil, v1alpha1.EventOperationRunning, "Start",

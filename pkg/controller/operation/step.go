@@ -31,7 +31,7 @@ type kind struct {
 	// follow looks at a Running step: done, failed, or still going.
 	follow stepFunc
 	// steps are the steps over the targets, in order; nil: one per target.
-	steps func(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep
+	steps func(op *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep
 	// check, when set, says why the operation must not start (it then
 	// fails), or ""; a waitError it returns makes the operation wait.
 	check func(r *Reconciler, ctx context.Context, op *v1alpha1.TalosOperation, cluster *v1alpha1.TalosCluster, targets []*v1alpha1.TalosMachine) (string, error)

@@ -84,7 +84,7 @@ func byRole(machines []*v1alpha1.TalosMachine) (controlPlanes, workers []string)
 }
 
 // oneStepEach is the steps of a kind without its own: one per target.
-func oneStepEach(targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
+func oneStepEach(_ *v1alpha1.TalosOperation, targets []*v1alpha1.TalosMachine) []v1alpha1.OperationStep {
 	steps := make([]v1alpha1.OperationStep, len(targets))
 	for i, m := range targets {
 		steps[i] = v1alpha1.OperationStep{Machine: m.Name, Phase: v1alpha1.OperationPending}

@@ -114,6 +114,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &ichorv1alpha1.KubeletServingCertificatesApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubeletServingCertificateStatus"):
 		return &ichorv1alpha1.KubeletServingCertificateStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesKeyRotationStatus"):
+		return &ichorv1alpha1.KubernetesKeyRotationStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesUpgradeParameters"):
 		return &ichorv1alpha1.KubernetesUpgradeParametersApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("KubernetesVersions"):

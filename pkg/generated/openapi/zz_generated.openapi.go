@@ -79,6 +79,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.KeyRotationParameters{}.OpenAPIModelName():           schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref),
 		v1alpha1.KubeletServingCertificateStatus{}.OpenAPIModelName(): schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificateStatus(ref),
 		v1alpha1.KubeletServingCertificates{}.OpenAPIModelName():      schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificates(ref),
+		v1alpha1.KubernetesKeyRotationStatus{}.OpenAPIModelName():     schema_pkg_apis_ichor_v1alpha1_KubernetesKeyRotationStatus(ref),
 		v1alpha1.KubernetesUpgradeParameters{}.OpenAPIModelName():     schema_pkg_apis_ichor_v1alpha1_KubernetesUpgradeParameters(ref),
 		v1alpha1.KubernetesVersions{}.OpenAPIModelName():              schema_pkg_apis_ichor_v1alpha1_KubernetesVersions(ref),
 		v1alpha1.LocalSecretReference{}.OpenAPIModelName():            schema_pkg_apis_ichor_v1alpha1_LocalSecretReference(ref),
@@ -2101,14 +2102,14 @@ func schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref common.ReferenceCa
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "keys to rotate. Defaults to [diskEncryption], the one key Talos v1.13 can rotate on running machines. Talos has no rotation for the secretbox key that encrypts Kubernetes Secrets at rest, nor for the service account signing key: they are refused, saying so.",
+							Description: "keys to rotate. Defaults to [diskEncryption]. serviceAccount and secretsEncryption need the v1.14 contract (Talos v1.13 takes one key of each) and rotate together or alone, but not with diskEncryption, whose phases are reboots of every machine.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
 									SchemaProps: spec.SchemaProps{
 										Type:   []string{"string"},
 										Format: "",
-										Enum:   []interface{}{"diskEncryption"},
+										Enum:   []interface{}{"diskEncryption", "secretsEncryption", "serviceAccount"},
 									},
 								},
 							},
@@ -2187,6 +2188,66 @@ func schema_pkg_apis_ichor_v1alpha1_KubeletServingCertificates(ref common.Refere
 				},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_ichor_v1alpha1_KubernetesKeyRotationStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "KubernetesKeyRotationStatus is a rotation of a cluster's Kubernetes keys under way, in the three phases of a CA rotation: the new key accepted beside the old one (AcceptNew), then the new key signing and encrypting with the old one still accepted (IssueNew), then the new key alone (DropOld). Between the last two, every Secret is written again, so that none is left encrypted with the old key.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"operation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "operation is the key-rotation TalosOperation that runs it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "phase the control planes' configs are rendered at.\n\nPossible enum values:\n - `\"AcceptNew\"` : machine.acceptedCAs holds the new CA; the old one still issues, and Ichor still signs with it.\n - `\"DropOld\"` : the new CA issues and nothing else is accepted.\n - `\"IssueNew\"` : the new CA issues (machine.ca), the old one is accepted; Ichor signs with the new one.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"AcceptNew", "DropOld", "IssueNew"},
+						},
+					},
+					"since": {
+						SchemaProps: spec.SchemaProps{
+							Description: "since is when the rotation entered its phase.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"serviceAccount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serviceAccount: the rotation replaces the service-account signing key.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"secretsEncryption": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secretsEncryption: the rotation replaces the secretbox key that encrypts Secrets at rest.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"secretDigest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secretDigest is the SHA-256 of the new keys ichor-controller generated, recorded before their Secret is written: a Secret of that name holding other keys is never used.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"operation", "phase"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2863,10 +2924,10 @@ func schema_pkg_apis_ichor_v1alpha1_OperationStep(ref common.ReferenceCallback) 
 					},
 					"action": {
 						SchemaProps: spec.SchemaProps{
-							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"accept-new-ca\"` checks that the machine's node accepts the new CA beside the old one, and a client certificate from the new CA.\n - `\"add-new-disk-key\"` checks that the machine's node booted with the new key slot beside the old one, opened STATE and EPHEMERAL with the old key and enrolled the new one without a failure.\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"drop-old-ca\"` checks that the node accepts the new CA alone.\n - `\"drop-old-disk-key\"` checks that the node booted with the new key slot alone, opened STATE and EPHEMERAL with it and removed the old one.\n - `\"issue-from-new-ca\"` checks that the node's Talos API certificate comes from the new CA, the old one still accepted.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
+							Description: "action is what an etcd-restore step does on the machine.\n\nPossible enum values:\n - `\"accept-new-ca\"` checks that the machine's node accepts the new CA beside the old one, and a client certificate from the new CA.\n - `\"accept-new-keys\"` checks that the control plane's kube-apiserver runs with the new keys accepted beside the old ones.\n - `\"add-new-disk-key\"` checks that the machine's node booted with the new key slot beside the old one, opened STATE and EPHEMERAL with the old key and enrolled the new one without a failure.\n - `\"backup\"` creates a TalosBackup of the cluster (its etcd snapshot and every machine's config) and waits for it to succeed.\n - `\"drop-old-ca\"` checks that the node accepts the new CA alone.\n - `\"drop-old-disk-key\"` checks that the node booted with the new key slot alone, opened STATE and EPHEMERAL with it and removed the old one.\n - `\"drop-old-keys\"` writes every Secret again (first step only), then checks that the kube-apiserver runs with the new keys alone.\n - `\"issue-from-new-ca\"` checks that the node's Talos API certificate comes from the new CA, the old one still accepted.\n - `\"issue-from-new-keys\"` checks that it signs and encrypts with the new keys, the old ones still accepted.\n - `\"join-etcd\"` waits for the machine to join the recovered etcd.\n - `\"leave-etcd\"` removes the machine's member from etcd; its etcd stays stopped until it reboots.\n - `\"recover-etcd\"` uploads the snapshot, bootstraps etcd from it, and waits until the cluster's kube-apiserver serves the snapshot's data.\n - `\"restart-kubelet\"` restarts the machine's kubelet.\n - `\"wipe-etcd\"` resets the machine's EPHEMERAL partition (its etcd data) without leaving etcd, and reboots it.",
 							Type:        []string{"string"},
 							Format:      "",
-							Enum:        []interface{}{"accept-new-ca", "add-new-disk-key", "backup", "drop-old-ca", "drop-old-disk-key", "issue-from-new-ca", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
+							Enum:        []interface{}{"accept-new-ca", "accept-new-keys", "add-new-disk-key", "backup", "drop-old-ca", "drop-old-disk-key", "drop-old-keys", "issue-from-new-ca", "issue-from-new-keys", "join-etcd", "leave-etcd", "recover-etcd", "restart-kubelet", "wipe-etcd"},
 						},
 					},
 					"acceptedAt": {
@@ -3914,11 +3975,24 @@ func schema_pkg_apis_ichor_v1alpha1_TalosClusterStatus(ref common.ReferenceCallb
 							Ref:         ref(v1alpha1.ImageStatus{}.OpenAPIModelName()),
 						},
 					},
+					"kubernetesKeyRotation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubernetesKeyRotation is the rotation of the service-account signing key, the secrets-encryption key or both under way: the control planes' configs are rendered at its phase. The new keys wait in a Secret of their own; the secrets bundle changes only when the rotation completes.",
+							Ref:         ref(v1alpha1.KubernetesKeyRotationStatus{}.OpenAPIModelName()),
+						},
+					},
+					"secretsEncryptionKeyName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "secretsEncryptionKeyName is the name kube-apiserver knows the bundle's secretbox key by: Secrets at rest carry the name of the key that encrypted them, so a key keeps its name for as long as it is in force. Empty: Talos's own name for the bundle's key, key2.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.ImageStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CARotationStatus{}.OpenAPIModelName(), v1alpha1.ClusterBackupStatus{}.OpenAPIModelName(), v1alpha1.ClusterCredentialsStatus{}.OpenAPIModelName(), v1alpha1.DiskKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.DisruptionStatus{}.OpenAPIModelName(), v1alpha1.ImageStatus{}.OpenAPIModelName(), v1alpha1.KubernetesKeyRotationStatus{}.OpenAPIModelName(), v1alpha1.MachineCounts{}.OpenAPIModelName(), v1alpha1.OverrideStatus{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 

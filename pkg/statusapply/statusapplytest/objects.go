@@ -62,6 +62,9 @@ func Cluster() *v1alpha1.TalosCluster {
 			DiskKeySlot:       1,
 			SecretsDigest:     strings.Repeat("cd", 32),
 			Image:             &v1alpha1.ImageStatus{SchematicID: strings.Repeat("ef", 32), Installer: "factory.test/installer/x:v1.14.1", FactoryURL: "https://factory.test"},
+			KubernetesKeyRotation: &v1alpha1.KubernetesKeyRotationStatus{Operation: "rekey-kube", Phase: v1alpha1.CARotationAcceptNew, Since: &at,
+				ServiceAccount: true, SecretsEncryption: true, SecretDigest: "sha256:" + strings.Repeat("ab", 32)},
+			SecretsEncryptionKeyName: "key3",
 		},
 	}
 	c.Status.Conditions = conditions(c, c.Generation)

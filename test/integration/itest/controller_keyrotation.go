@@ -26,12 +26,22 @@ func (d *DemoCluster) DiskKeyRotation(t *testing.T) {
 	}
 	wantSlots(0)
 
-	// Keys Talos cannot rotate are refused at create, naming the one it can.
+	// A key by another name is refused at create, naming the keys there are.
 	out, err := CP.KubectlWithInput(ctx, []byte("apiVersion: ichor.dev/v1alpha1\nkind: TalosOperation\nmetadata: {name: rotate-secretbox, namespace: "+d.Ns+"}\nspec: {clusterName: demo, type: key-rotation, keyRotation: {keys: [secretbox]}}\n"),
 		append(Admin, "create", "-f", "-")...)
-	if msg := out + ErrString(err); err == nil || !strings.Contains(msg, "spec.keyRotation.keys[0]: Invalid value: \"secretbox\": Talos v1.13 cannot rotate the secretbox key") ||
-		!strings.Contains(msg, `a key-rotation rotates "diskEncryption"`) {
+	if msg := out + ErrString(err); err == nil || !strings.Contains(msg, "spec.keyRotation.keys[0]: Invalid value: \"secretbox\": the secretbox key that encrypts Kubernetes Secrets at rest is named secretsEncryption") ||
+		!strings.Contains(msg, `a key-rotation rotates "diskEncryption", "serviceAccount", "secretsEncryption"`) {
 		t.Errorf("a key-rotation of the secretbox key: %v\n%s", err, out)
+	}
+	// On the v1.13 contract, whose control planes take one key of each, a
+	// rotation of the secrets-encryption key fails before it touches anything.
+	d.CreateOperation(t, Admin, "rotate-kube-keys", "clusterName: demo\ntype: key-rotation\nkeyRotation: {keys: [secretsEncryption]}")
+	d.StartOperation(t, Admin, "rotate-kube-keys")
+	if op := d.WaitOperationEnds(t, "rotate-kube-keys", v1alpha1.OperationFailed); !strings.Contains(DescribeOperation(op), "renders the v1.13 contract, whose control planes take one service-account key and one secretbox key") {
+		t.Errorf("a key-rotation of the secretbox key on the v1.13 contract: %s", DescribeOperation(op))
+	}
+	if c := GetCluster(t, d.Ns, "demo"); c.Status.KubernetesKeyRotation != nil {
+		t.Errorf("a refused key-rotation moved the cluster: %+v", c.Status.KubernetesKeyRotation)
 	}
 
 	// An operator may create one, not start it.

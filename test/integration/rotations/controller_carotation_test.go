@@ -15,12 +15,14 @@ func TestControllerRotatesCAs(t *testing.T) {
 	t.Run("an admin rotates both CAs in Talos's three phases; kubectl works throughout", d.CARotation)
 }
 
-// TestControllerRotatesCAsOn1_14: the same on simulated Talos v1.14.1
-// nodes with configs of the v1.14 contract, which hold the Kubernetes CAs
-// in KubeAPIServerCAConfig (its issuing and accepted CAs) rather than in
-// cluster.ca and cluster.acceptedCAs.
-func TestControllerRotatesCAsOn1_14(t *testing.T) {
+// TestControllerRotatesCAsAndKeysOn1_14: the same on simulated Talos
+// v1.14.1 nodes with configs of the v1.14 contract, which hold the
+// Kubernetes CAs in KubeAPIServerCAConfig (its issuing and accepted CAs)
+// rather than in cluster.ca and cluster.acceptedCAs; then the rotation
+// that contract newly allows, of the service-account and secretbox keys.
+func TestControllerRotatesCAsAndKeysOn1_14(t *testing.T) {
 	d := itest.NewDemoClusterWith(t, itest.DemoSetup{TalosVersion: "v1.14.1", KubernetesVersion: "v1.37.0", RealEtcdSnapshots: true, Tune: itest.FastOperations})
 	t.Run("three control planes and two workers become Ready", d.BecomesReady)
 	t.Run("an admin rotates both CAs in Talos's three phases; kubectl works throughout", d.CARotation)
+	t.Run("an admin rotates the service-account and secretbox keys; no Secret or token is lost before the drop", d.KubernetesKeyRotation)
 }

@@ -32,6 +32,9 @@ const (
 	EventDiskKeyRotated       EventReason = "DiskKeyRotated"
 	EventCARotationPhase      EventReason = "CARotationPhase"
 	EventCARotated            EventReason = "CARotated"
+	EventKeyRotationPhase     EventReason = "KeyRotationPhase"
+	EventSecretsRewritten     EventReason = "SecretsRewritten"
+	EventKeysRotated          EventReason = "KeysRotated"
 )
 
 // Reasons of the Events on a TalosMachine.
@@ -165,6 +168,12 @@ var eventReasons = []eventReason{
 		"A ca-rotation moved into the phase the message names."},
 	{EventCARotated, normal, []string{kindCluster},
 		"A ca-rotation ended: every node trusts the new CAs alone; an admin downloads the new credentials once (talosclusters/credentials)."},
+	{EventKeyRotationPhase, normal, []string{kindCluster},
+		"A key-rotation of the service-account or secrets-encryption key moved into the phase the message names."},
+	{EventSecretsRewritten, normal, []string{kindCluster},
+		"A key-rotation of the secrets-encryption key wrote every Secret again, encrypting it with the new key, before the old key is dropped."},
+	{EventKeysRotated, normal, []string{kindCluster},
+		"A key-rotation of the service-account or secrets-encryption key ended: the control planes sign and encrypt with the new keys alone, and the secrets bundle holds them."},
 
 	// TalosMachine, ichor-controller.
 	{EventDiscovered, normal, []string{kindMachine},

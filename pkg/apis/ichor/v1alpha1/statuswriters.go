@@ -34,6 +34,7 @@ const (
 	FieldManagerBackup         = "ichor-backup"
 	FieldManagerCARotation     = "ichor-ca-rotation"
 	FieldManagerKeyRotation    = "ichor-key-rotation"
+	FieldManagerKubernetesKeys = "ichor-kubernetes-key-rotation"
 	FieldManagerConfigPatch    = "ichor-configpatch"
 )
 
@@ -112,11 +113,14 @@ var statusWriters = []statusWriter{
 		"a ca-rotation TalosOperation: the phase of the rotation in progress",
 		[]string{"caRotation"}, nil, nil},
 	{kindCluster, FieldManagerKeyRotation,
-		"a disk-key-rotation TalosOperation: the phase of the rotation in progress",
+		"a key-rotation TalosOperation of the disk-encryption key: the phase of the rotation in progress",
 		[]string{"diskKeyRotation"}, nil, nil},
+	{kindCluster, FieldManagerKubernetesKeys,
+		"a key-rotation TalosOperation of Kubernetes keys: the phase of the rotation in progress",
+		[]string{"kubernetesKeyRotation"}, nil, nil},
 	{kindCluster, "",
-		"patches under ichor-controller's default name: a rotation's end (the CA certificate, new admin credentials, the key slot), the credentials' one download; and the API server's talosclusters/override",
-		[]string{"kubernetesCA", "credentials", "diskKeySlot", "override"}, nil, nil},
+		"patches under ichor-controller's default name: a rotation's end (the CA certificate, new admin credentials, the key slot, the secretbox key's name), the credentials' one download; and the API server's talosclusters/override",
+		[]string{"kubernetesCA", "credentials", "diskKeySlot", "secretsEncryptionKeyName", "override"}, nil, nil},
 
 	// TalosConfigPatch.
 	{kindConfigPatch, FieldManagerConfigPatch,

@@ -299,6 +299,47 @@ type TalosClusterStatus struct {
 	// installation has an image factory.
 	// +optional
 	Image *ImageStatus `json:"image,omitempty" protobuf:"bytes,17,opt,name=image"`
+	// kubernetesKeyRotation is the rotation of the service-account signing
+	// key, the secrets-encryption key or both under way: the control
+	// planes' configs are rendered at its phase. The new keys wait in a
+	// Secret of their own; the secrets bundle changes only when the
+	// rotation completes.
+	// +optional
+	KubernetesKeyRotation *KubernetesKeyRotationStatus `json:"kubernetesKeyRotation,omitempty" protobuf:"bytes,18,opt,name=kubernetesKeyRotation"`
+	// secretsEncryptionKeyName is the name kube-apiserver knows the
+	// bundle's secretbox key by: Secrets at rest carry the name of the key
+	// that encrypted them, so a key keeps its name for as long as it is in
+	// force. Empty: Talos's own name for the bundle's key, key2.
+	// +optional
+	SecretsEncryptionKeyName string `json:"secretsEncryptionKeyName,omitempty" protobuf:"bytes,19,opt,name=secretsEncryptionKeyName"`
+}
+
+// KubernetesKeyRotationStatus is a rotation of a cluster's Kubernetes keys
+// under way, in the three phases of a CA rotation: the new key accepted
+// beside the old one (AcceptNew), then the new key signing and encrypting
+// with the old one still accepted (IssueNew), then the new key alone
+// (DropOld). Between the last two, every Secret is written again, so that
+// none is left encrypted with the old key.
+type KubernetesKeyRotationStatus struct {
+	// operation is the key-rotation TalosOperation that runs it.
+	Operation string `json:"operation" protobuf:"bytes,1,opt,name=operation"`
+	// phase the control planes' configs are rendered at.
+	Phase CARotationPhase `json:"phase" protobuf:"bytes,2,opt,name=phase,casttype=CARotationPhase"`
+	// since is when the rotation entered its phase.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty" protobuf:"bytes,3,opt,name=since"`
+	// serviceAccount: the rotation replaces the service-account signing key.
+	// +optional
+	ServiceAccount bool `json:"serviceAccount,omitempty" protobuf:"varint,4,opt,name=serviceAccount"`
+	// secretsEncryption: the rotation replaces the secretbox key that
+	// encrypts Secrets at rest.
+	// +optional
+	SecretsEncryption bool `json:"secretsEncryption,omitempty" protobuf:"varint,5,opt,name=secretsEncryption"`
+	// secretDigest is the SHA-256 of the new keys ichor-controller
+	// generated, recorded before their Secret is written: a Secret of that
+	// name holding other keys is never used.
+	// +optional
+	SecretDigest string `json:"secretDigest,omitempty" protobuf:"bytes,6,opt,name=secretDigest"`
 }
 
 // DiskKeyRotationPhase is how far a disk-encryption key rotation has

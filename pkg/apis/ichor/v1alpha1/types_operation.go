@@ -118,6 +118,21 @@ const (
 	ActionDropOldDiskKey StepAction = "drop-old-disk-key"
 )
 
+// The steps of a key-rotation of Kubernetes keys (serviceAccount,
+// secretsEncryption): each control plane, in the three phases of
+// KubernetesKeyRotationStatus.
+const (
+	// ActionAcceptNewKeys checks that the control plane's kube-apiserver
+	// runs with the new keys accepted beside the old ones.
+	ActionAcceptNewKeys StepAction = "accept-new-keys"
+	// ActionIssueFromNewKeys checks that it signs and encrypts with the new
+	// keys, the old ones still accepted.
+	ActionIssueFromNewKeys StepAction = "issue-from-new-keys"
+	// ActionDropOldKeys writes every Secret again (first step only), then
+	// checks that the kube-apiserver runs with the new keys alone.
+	ActionDropOldKeys StepAction = "drop-old-keys"
+)
+
 // TalosOperationSpec says what to do and to which machines.
 type TalosOperationSpec struct {
 	// clusterName is the TalosCluster in this namespace the operation acts on.
@@ -173,15 +188,29 @@ const (
 	// TPM-sealed key in a second slot (one reboot of each machine), then
 	// drops the old slot (a second reboot), one machine at a time.
 	KeyDiskEncryption RotatableKey = "diskEncryption"
+	// KeyServiceAccount is the key kube-apiserver signs service-account
+	// tokens with, on clusters of the v1.14 contract
+	// (KubeServiceAccountConfig accepts other keys beside it): the control
+	// planes accept the new key, then sign with it, the old one still
+	// accepted, then drop the old one, one control plane at a time (a
+	// restart of kube-apiserver each, no reboot). A token signed with the
+	// old key works until the last phase.
+	KeyServiceAccount RotatableKey = "serviceAccount"
+	// KeySecretsEncryption is the secretbox key kube-apiserver encrypts
+	// Secrets at rest with, on clusters of the v1.14 contract
+	// (KubeEtcdEncryptionConfig takes several keys): the same three
+	// phases, and between the last two every Secret is written again, so
+	// none is left that only the old key reads.
+	KeySecretsEncryption RotatableKey = "secretsEncryption"
 )
 
 // KeyRotationParameters say which of the cluster's keys a key-rotation
 // replaces.
 type KeyRotationParameters struct {
-	// keys to rotate. Defaults to [diskEncryption], the one key Talos v1.13
-	// can rotate on running machines. Talos has no rotation for the
-	// secretbox key that encrypts Kubernetes Secrets at rest, nor for the
-	// service account signing key: they are refused, saying so.
+	// keys to rotate. Defaults to [diskEncryption]. serviceAccount and
+	// secretsEncryption need the v1.14 contract (Talos v1.13 takes one key
+	// of each) and rotate together or alone, but not with diskEncryption,
+	// whose phases are reboots of every machine.
 	// +optional
 	// +listType=set
 	Keys []RotatableKey `json:"keys,omitempty" protobuf:"bytes,1,rep,name=keys,casttype=RotatableKey"`

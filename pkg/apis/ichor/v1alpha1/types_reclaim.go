@@ -90,13 +90,18 @@ type UnmanagedMachine struct {
 // SecretTypeTalosconfig is the type of a Secret holding a talosconfig that
 // its owner hands over for one reset: ichor-controller uses it for that reset
 // only and deletes it when the reset ends. ichor-controller deletes no Secret
-// of another type but SecretTypeCARotation.
+// of another type but SecretTypeCARotation and SecretTypeKeyRotation.
 const SecretTypeTalosconfig corev1.SecretType = "ichor.dev/talosconfig"
 
 // SecretTypeCARotation is the type of the Secret that holds the new CAs
 // (Talos API, Kubernetes) while a ca-rotation runs; ichor-controller
 // deletes it once the secrets bundle holds them.
 const SecretTypeCARotation corev1.SecretType = "ichor.dev/ca-rotation"
+
+// SecretTypeKeyRotation is the type of the Secret that holds the new
+// Kubernetes keys (service-account, secretbox) while a key-rotation runs;
+// ichor-controller deletes it once the secrets bundle holds them.
+const SecretTypeKeyRotation corev1.SecretType = "ichor.dev/key-rotation"
 
 // LabelMachineReclaim marks the TalosMachine a MachineReclaim created, valued
 // with the reclaim's name.

@@ -252,6 +252,11 @@ func (in KubeletServingCertificates) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in KubernetesKeyRotationStatus) OpenAPIModelName() string {
+	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesKeyRotationStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in KubernetesUpgradeParameters) OpenAPIModelName() string {
 	return "dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters"
 }

@@ -72,6 +72,7 @@ var StepActions = []ichor.StepAction{
 	ichor.ActionBackup,
 	ichor.ActionAcceptNewCA, ichor.ActionIssueFromNewCA, ichor.ActionDropOldCA,
 	ichor.ActionAddDiskKey, ichor.ActionDropOldDiskKey,
+	ichor.ActionAcceptNewKeys, ichor.ActionIssueFromNewKeys, ichor.ActionDropOldKeys,
 }
 
 // KubernetesComponents are the components a kubernetes-upgrade moves, in its order.
@@ -202,23 +203,22 @@ const maxUnavailableLimit = 100
 var wipeModes = []ichor.WipeMode{ichor.WipeModeAll, ichor.WipeModeSystemDisk, ichor.WipeModeUserDisks}
 
 // RotatableKeys are the keys a key-rotation can replace.
-var RotatableKeys = []ichor.RotatableKey{ichor.KeyDiskEncryption}
+var RotatableKeys = []ichor.RotatableKey{ichor.KeyDiskEncryption, ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
 
-// unrotatableKeys are keys people ask to rotate that Talos v1.13 cannot,
-// and why; a key-rotation naming one is refused, saying so.
+// KubernetesKeys are the keys that rotate in kube-apiserver's three phases,
+// together or alone; the disk-encryption key rotates by itself.
+var KubernetesKeys = []ichor.RotatableKey{ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
+
+// unrotatableKeys are names people use for keys, and what to do instead.
 var unrotatableKeys = map[ichor.RotatableKey]string{
-	"secretbox": "Talos v1.13 cannot rotate the secretbox key that encrypts Kubernetes Secrets at rest: " +
-		"its config takes one key, and kube-apiserver would no longer read the Secrets written under the old one",
-	"aescbc": "Talos v1.13 cannot rotate the aescbc key that encrypts Kubernetes Secrets at rest: " +
-		"its config takes one key, and kube-apiserver would no longer read the Secrets written under the old one",
-	"serviceAccount": "Talos v1.13 cannot rotate the service account signing key: its config takes one key, " +
-		"and every service account token signed with the old one would stop working at once",
+	"secretbox":    "the secretbox key that encrypts Kubernetes Secrets at rest is named secretsEncryption",
+	"aescbc":       "the aescbc key only decrypts what clusters of older Talos versions wrote; the key that encrypts is secretsEncryption",
 	"talosCA":      "the Talos API CA is rotated by a ca-rotation, not a key-rotation",
 	"kubernetesCA": "the Kubernetes CA is rotated by a ca-rotation, not a key-rotation",
 }
 
 // validateKeyRotation checks the keys a key-rotation names: each one it
-// can rotate, once.
+// can rotate, once, and the disk-encryption key alone.
 func validateKeyRotation(r *ichor.KeyRotationParameters, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	p := fldPath.Child("keys")
@@ -236,6 +236,10 @@ func validateKeyRotation(r *ichor.KeyRotationParameters, fldPath *field.Path) fi
 			errs = append(errs, field.Duplicate(p.Index(i), k))
 		}
 		seen.Insert(k)
+	}
+	if seen.Has(ichor.KeyDiskEncryption) && seen.HasAny(KubernetesKeys...) {
+		errs = append(errs, field.Invalid(p, r.Keys, fmt.Sprintf("%q rotates by rebooting every machine twice, %s by restarting kube-apiserver "+
+			"on each control plane: rotate them in two key-rotations", ichor.KeyDiskEncryption, quoteList(KubernetesKeys))))
 	}
 	return errs
 }

@@ -362,13 +362,28 @@ func TestValidateTalosOperation(t *testing.T) {
 			want:   []fe{required("spec.keyRotation.keys")},
 		},
 		{
-			name: "key rotation of keys Talos cannot rotate, of an unknown one, and of one twice",
+			name: "key rotation of keys by other names, of an unknown one, and of one twice",
 			typ:  ichor.OperationKeyRotation,
 			mutate: func(s *ichor.TalosOperationSpec) {
-				s.KeyRotation.Keys = []ichor.RotatableKey{"secretbox", "serviceAccount", "talosCA", "luks", ichor.KeyDiskEncryption, ichor.KeyDiskEncryption}
+				s.KeyRotation.Keys = []ichor.RotatableKey{"secretbox", "aescbc", "talosCA", "luks", ichor.KeyDiskEncryption, ichor.KeyDiskEncryption}
 			},
 			want: []fe{invalid("spec.keyRotation.keys[0]"), invalid("spec.keyRotation.keys[1]"), invalid("spec.keyRotation.keys[2]"),
 				notSupported("spec.keyRotation.keys[3]"), duplicate("spec.keyRotation.keys[5]")},
+		},
+		{
+			name: "key rotation of the disk-encryption key with a Kubernetes key",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.Keys = []ichor.RotatableKey{ichor.KeyDiskEncryption, ichor.KeySecretsEncryption}
+			},
+			want: []fe{invalid("spec.keyRotation.keys")},
+		},
+		{
+			name: "key rotation of both Kubernetes keys",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.Keys = []ichor.RotatableKey{ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
+			},
 		},
 		{
 			name:   "key rotation of some machines",

@@ -683,6 +683,29 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: verifyFromAPIServer
       type:
         scalar: boolean
+- name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesKeyRotationStatus
+  map:
+    fields:
+    - name: operation
+      type:
+        scalar: string
+      default: ""
+    - name: phase
+      type:
+        scalar: string
+      default: ""
+    - name: secretDigest
+      type:
+        scalar: string
+    - name: secretsEncryption
+      type:
+        scalar: boolean
+    - name: serviceAccount
+      type:
+        scalar: boolean
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesUpgradeParameters
   map:
     fields:
@@ -1215,6 +1238,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: kubernetesCA
       type:
         scalar: string
+    - name: kubernetesKeyRotation
+      type:
+        namedType: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubernetesKeyRotationStatus
     - name: kubernetesVersion
       type:
         scalar: string
@@ -1232,6 +1258,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: secretsDigest
+      type:
+        scalar: string
+    - name: secretsEncryptionKeyName
       type:
         scalar: string
     - name: talosVersion

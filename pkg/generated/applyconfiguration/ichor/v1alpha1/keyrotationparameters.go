@@ -28,10 +28,10 @@ import (
 // KeyRotationParameters say which of the cluster's keys a key-rotation
 // replaces.
 type KeyRotationParametersApplyConfiguration struct {
-	// keys to rotate. Defaults to [diskEncryption], the one key Talos v1.13
-	// can rotate on running machines. Talos has no rotation for the
-	// secretbox key that encrypts Kubernetes Secrets at rest, nor for the
-	// service account signing key: they are refused, saying so.
+	// keys to rotate. Defaults to [diskEncryption]. serviceAccount and
+	// secretsEncryption need the v1.14 contract (Talos v1.13 takes one key
+	// of each) and rotate together or alone, but not with diskEncryption,
+	// whose phases are reboots of every machine.
 	Keys []ichorv1alpha1.RotatableKey `json:"keys,omitempty"`
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without touching a node.

@@ -83,6 +83,17 @@ type TalosClusterStatusApplyConfiguration struct {
 	// image says where the cluster's Talos image comes from, when the
 	// installation has an image factory.
 	Image *ImageStatusApplyConfiguration `json:"image,omitempty"`
+	// kubernetesKeyRotation is the rotation of the service-account signing
+	// key, the secrets-encryption key or both under way: the control
+	// planes' configs are rendered at its phase. The new keys wait in a
+	// Secret of their own; the secrets bundle changes only when the
+	// rotation completes.
+	KubernetesKeyRotation *KubernetesKeyRotationStatusApplyConfiguration `json:"kubernetesKeyRotation,omitempty"`
+	// secretsEncryptionKeyName is the name kube-apiserver knows the
+	// bundle's secretbox key by: Secrets at rest carry the name of the key
+	// that encrypted them, so a key keeps its name for as long as it is in
+	// force. Empty: Talos's own name for the bundle's key, key2.
+	SecretsEncryptionKeyName *string `json:"secretsEncryptionKeyName,omitempty"`
 }
 
 // TalosClusterStatusApplyConfiguration constructs a declarative configuration of the TalosClusterStatus type for use with
@@ -229,5 +240,21 @@ func (b *TalosClusterStatusApplyConfiguration) WithSecretsDigest(value string) *
 // If called multiple times, the Image field is set to the value of the last call.
 func (b *TalosClusterStatusApplyConfiguration) WithImage(value *ImageStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
 	b.Image = value
+	return b
+}
+
+// WithKubernetesKeyRotation sets the KubernetesKeyRotation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KubernetesKeyRotation field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithKubernetesKeyRotation(value *KubernetesKeyRotationStatusApplyConfiguration) *TalosClusterStatusApplyConfiguration {
+	b.KubernetesKeyRotation = value
+	return b
+}
+
+// WithSecretsEncryptionKeyName sets the SecretsEncryptionKeyName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SecretsEncryptionKeyName field is set to the value of the last call.
+func (b *TalosClusterStatusApplyConfiguration) WithSecretsEncryptionKeyName(value string) *TalosClusterStatusApplyConfiguration {
+	b.SecretsEncryptionKeyName = &value
 	return b
 }
