@@ -143,8 +143,9 @@ const (
 // KeyRotationParameters say which of the cluster's keys a key-rotation
 // replaces.
 type KeyRotationParameters struct {
-	Keys   []RotatableKey
-	DryRun bool
+	Keys                      []RotatableKey
+	DryRun                    bool
+	ServiceAccountGracePeriod *metav1.Duration
 }
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation replaces.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -149,6 +150,13 @@ func startKubernetesKeysStep(ctx context.Context, s *step) (ctrl.Result, error) 
 	if keyRotationDryRun(s.x.op) {
 		return s.done(ctx, "dry run: %s", what)
 	}
+	if cur := s.cluster.Status.KubernetesKeyRotation; sa && phase == v1alpha1.CARotationDropOld && cur != nil && cur.Phase == v1alpha1.CARotationIssueNew {
+		if until := graceEnds(s.x.op); s.r.Now().Before(until) {
+			return s.waitFor(v1alpha1.OperationReasonKeyGracePeriod,
+				"the old service-account key stays accepted until %s (keyRotation.serviceAccountGracePeriod), so that the kubelets renew every pod's token with the new key",
+				until.UTC().Format(time.RFC3339))
+		}
+	}
 	if cur := s.cluster.Status.KubernetesKeyRotation; enc && phase == v1alpha1.CARotationDropOld && cur != nil && cur.Phase == v1alpha1.CARotationIssueNew {
 		written, err := workload.RewriteSecrets(ctx, s.bundle.Bundle, s.cluster.Spec.ControlPlane.Endpoint, s.r.Now(), s.bundle.KubernetesAccepted...)
 		if err != nil {
@@ -173,6 +181,22 @@ func startKubernetesKeysStep(ctx context.Context, s *step) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: s.r.Options.StepPollInterval}, nil
+}
+
+// graceEnds is when op may drop the old service-account key: its grace
+// period after the last control plane signed with the new one.
+func graceEnds(op *v1alpha1.TalosOperation) time.Time {
+	var signed time.Time
+	for _, st := range op.Status.Steps {
+		if st.Action == v1alpha1.ActionIssueFromNewKeys && st.CompletedAt != nil && st.CompletedAt.After(signed) {
+			signed = st.CompletedAt.Time
+		}
+	}
+	grace := v1alpha1.DefaultServiceAccountGracePeriod
+	if g := op.Spec.KeyRotation.ServiceAccountGracePeriod; g != nil {
+		grace = g.Duration
+	}
+	return signed.Add(grace)
 }
 
 // describeKeyPhase says what a phase changes in a control plane's config.

@@ -2122,9 +2122,17 @@ func schema_pkg_apis_ichor_v1alpha1_KeyRotationParameters(ref common.ReferenceCa
 							Format:      "",
 						},
 					},
+					"serviceAccountGracePeriod": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serviceAccountGracePeriod is how long the old service-account key stays accepted once the new one signs on every control plane, before it is dropped: a kubelet renews a pod's projected token once it is a day old (kube-apiserver extends the hour it asks for to a year), so a shorter period leaves running pods holding tokens of the dropped key until their kubelet renews them. Defaults to 24h when serviceAccount is rotated; 0s drops the old key at once. At most 720h.",
+							Ref:         ref(v1.Duration{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1.Duration{}.OpenAPIModelName()},
 	}
 }
 

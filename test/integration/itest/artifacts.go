@@ -136,8 +136,9 @@ func LeastPrivilegeViolations(role string, rules []rbacv1.PolicyRule) []string {
 // SecretsHolder is the one role that may touch Secrets, bound to
 // ichor-controller only in the namespaces that hold TalosClusters: it reads
 // each cluster's secrets bundle by name, creates the ones it generates and
-// writes a rotated CA into one, and deletes the talosconfig a user hands
-// over to a MachineReclaim and a rotation's new CA once the bundle holds it
+// writes a rotated CA or rotated keys into one, and deletes the talosconfig
+// a user hands over to a MachineReclaim and a rotation's new CAs or keys
+// once the bundle holds them
 // (ValidatingAdmissionPolicies refuse it any other update or deletion).
 // secretsHolderVerbs is all it may do with them: no list or watch (bundles
 // are never cached).

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +59,10 @@ func (d *DemoCluster) KubernetesKeyRotation(t *testing.T) {
 	if err == nil || !strings.Contains(out+err.Error(), "forbidden") {
 		t.Errorf("an operator started a key-rotation: %v\n%s", err, out)
 	}
+	// The old service-account key stays accepted a day by default.
+	if out := MustKubectl(ctx, t, append(Operator, "-n", d.Ns, "get", "talosoperation", "rekey-by-operator", "-o", "jsonpath={.spec.keyRotation.serviceAccountGracePeriod}")...); out != "24h0m0s" {
+		t.Errorf("the default grace period of the old service-account key: %q, want 24h0m0s", out)
+	}
 
 	// What must survive: a Secret written with the old secretbox key, and
 	// a token signed with the old service-account key.
@@ -81,7 +86,7 @@ func (d *DemoCluster) KubernetesKeyRotation(t *testing.T) {
 		d.Controller.Stop()
 		d.Controller = RunController(d.Parent, d.Tune)
 	}()
-	d.CreateOperation(t, Admin, "rekey-kube", "clusterName: demo\ntype: key-rotation\nkeyRotation: {keys: [serviceAccount, secretsEncryption]}")
+	d.CreateOperation(t, Admin, "rekey-kube", "clusterName: demo\ntype: key-rotation\nkeyRotation: {keys: [serviceAccount, secretsEncryption], serviceAccountGracePeriod: 30s}")
 	d.StartOperation(t, Admin, "rekey-kube")
 	var seen []v1alpha1.CARotationPhase
 	var newToken string
@@ -125,6 +130,13 @@ func (d *DemoCluster) KubernetesKeyRotation(t *testing.T) {
 			}
 			newToken = tokenKubeconfig(t, dir, "new-token", d.Endpoint, before.Certs.K8s.Crt,
 				strings.TrimSpace(workloadKubectl(ctx, t, admin, "create", "token", "rotation-probe", "-n", "default", "--duration=2h")))
+			// The old key stays for the grace period, and the operation says so.
+			if err := wait.PollUntilContextTimeout(ctx, ControllerPoll, ClusterWait, true, func(context.Context) (bool, error) {
+				c := meta.FindStatusCondition(getOperation(t, d.Ns, "rekey-kube").Status.Conditions, v1alpha1.OperationConditionProgressing)
+				return c != nil && c.Reason == v1alpha1.OperationReasonKeyGracePeriod && strings.Contains(c.Message, "the old service-account key stays accepted until"), nil
+			}); err != nil {
+				t.Errorf("the operation never said it waits for the grace period: %v", err)
+			}
 		}
 		return false, nil
 	})

@@ -277,6 +277,9 @@ const (
 	OperationReasonCompleted           = "Completed"
 	OperationReasonOverridden          = "Overridden"
 	OperationReasonDraining            = "Draining"
+	// OperationReasonKeyGracePeriod: a key rotation waits for the kubelets
+	// to renew pods' service-account tokens before it drops the old key.
+	OperationReasonKeyGracePeriod = "KeyGracePeriod"
 	// OperationReasonPrecheckFailed: a check before the first step refused
 	// the operation (an upgrade path Kubernetes or Talos refuses, objects of
 	// an API the new version removes).

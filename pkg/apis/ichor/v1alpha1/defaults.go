@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,11 +90,20 @@ func SetDefaults_TalosOperationSpec(obj *TalosOperationSpec) {
 	}
 }
 
-// SetDefaults_KeyRotationParameters rotates the disk-encryption key, the
-// one key Talos can rotate, unless told which.
+// DefaultServiceAccountGracePeriod is how long a rotation keeps the old
+// service-account key accepted once the new one signs: the age at which a
+// kubelet renews a pod's projected token whatever its expiry.
+const DefaultServiceAccountGracePeriod = 24 * time.Hour
+
+// SetDefaults_KeyRotationParameters rotates the disk-encryption key unless
+// told which, and keeps a rotated service-account key accepted for
+// DefaultServiceAccountGracePeriod unless told how long.
 func SetDefaults_KeyRotationParameters(obj *KeyRotationParameters) {
 	if len(obj.Keys) == 0 {
 		obj.Keys = []RotatableKey{KeyDiskEncryption}
+	}
+	if obj.ServiceAccountGracePeriod == nil && slices.Contains(obj.Keys, KeyServiceAccount) {
+		obj.ServiceAccountGracePeriod = &metav1.Duration{Duration: DefaultServiceAccountGracePeriod}
 	}
 }
 

@@ -2288,6 +2288,18 @@ func (m *KeyRotationParameters) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.ServiceAccountGracePeriod != nil {
+		{
+			size, err := m.ServiceAccountGracePeriod.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x1a
+	}
 	i--
 	if m.DryRun {
 		dAtA[i] = 1
@@ -6333,6 +6345,10 @@ func (m *KeyRotationParameters) Size() (n int) {
 		}
 	}
 	n += 2
+	if m.ServiceAccountGracePeriod != nil {
+		l = m.ServiceAccountGracePeriod.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -8075,6 +8091,7 @@ func (this *KeyRotationParameters) String() string {
 	s := strings.Join([]string{`&KeyRotationParameters{`,
 		`Keys:` + fmt.Sprintf("%v", this.Keys) + `,`,
 		`DryRun:` + fmt.Sprintf("%v", this.DryRun) + `,`,
+		`ServiceAccountGracePeriod:` + strings.Replace(fmt.Sprintf("%v", this.ServiceAccountGracePeriod), "Duration", "v1.Duration", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -15416,6 +15433,42 @@ func (m *KeyRotationParameters) Unmarshal(dAtA []byte) error {
 				}
 			}
 			m.DryRun = bool(v != 0)
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ServiceAccountGracePeriod", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.ServiceAccountGracePeriod == nil {
+				m.ServiceAccountGracePeriod = &v1.Duration{}
+			}
+			if err := m.ServiceAccountGracePeriod.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

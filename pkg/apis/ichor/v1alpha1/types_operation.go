@@ -218,6 +218,15 @@ type KeyRotationParameters struct {
 	// machine without touching a node.
 	// +optional
 	DryRun bool `json:"dryRun,omitempty" protobuf:"varint,2,opt,name=dryRun"`
+	// serviceAccountGracePeriod is how long the old service-account key
+	// stays accepted once the new one signs on every control plane, before
+	// it is dropped: a kubelet renews a pod's projected token once it is a
+	// day old (kube-apiserver extends the hour it asks for to a year), so a
+	// shorter period leaves running pods holding tokens of the dropped key
+	// until their kubelet renews them. Defaults to 24h when serviceAccount
+	// is rotated; 0s drops the old key at once. At most 720h.
+	// +optional
+	ServiceAccountGracePeriod *metav1.Duration `json:"serviceAccountGracePeriod,omitempty" protobuf:"bytes,3,opt,name=serviceAccountGracePeriod"`
 }
 
 // CARotationParameters say which of the cluster's CAs a ca-rotation

@@ -1000,6 +1000,11 @@ func (in *KeyRotationParameters) DeepCopyInto(out *KeyRotationParameters) {
 		*out = make([]RotatableKey, len(*in))
 		copy(*out, *in)
 	}
+	if in.ServiceAccountGracePeriod != nil {
+		in, out := &in.ServiceAccountGracePeriod, &out.ServiceAccountGracePeriod
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	return
 }
 

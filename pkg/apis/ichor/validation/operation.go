@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -205,6 +206,10 @@ var wipeModes = []ichor.WipeMode{ichor.WipeModeAll, ichor.WipeModeSystemDisk, ic
 // RotatableKeys are the keys a key-rotation can replace.
 var RotatableKeys = []ichor.RotatableKey{ichor.KeyDiskEncryption, ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
 
+// MaxServiceAccountGracePeriod bounds keyRotation.serviceAccountGracePeriod:
+// a month, past which an old key is no longer being rotated away.
+const MaxServiceAccountGracePeriod = 720 * time.Hour
+
 // KubernetesKeys are the keys that rotate in kube-apiserver's three phases,
 // together or alone; the disk-encryption key rotates by itself.
 var KubernetesKeys = []ichor.RotatableKey{ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
@@ -236,6 +241,14 @@ func validateKeyRotation(r *ichor.KeyRotationParameters, fldPath *field.Path) fi
 			errs = append(errs, field.Duplicate(p.Index(i), k))
 		}
 		seen.Insert(k)
+	}
+	if g := r.ServiceAccountGracePeriod; g != nil {
+		switch gp := fldPath.Child("serviceAccountGracePeriod"); {
+		case !seen.Has(ichor.KeyServiceAccount):
+			errs = append(errs, field.Forbidden(gp, fmt.Sprintf("only a rotation of %q keeps an old key accepted for a while", ichor.KeyServiceAccount)))
+		case g.Duration < 0 || g.Duration > MaxServiceAccountGracePeriod:
+			errs = append(errs, field.Invalid(gp, g.Duration.String(), fmt.Sprintf("must be between 0s and %s", MaxServiceAccountGracePeriod)))
+		}
 	}
 	if seen.Has(ichor.KeyDiskEncryption) && seen.HasAny(KubernetesKeys...) {
 		errs = append(errs, field.Invalid(p, r.Keys, fmt.Sprintf("%q rotates by rebooting every machine twice, %s by restarting kube-apiserver "+

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -379,10 +380,37 @@ func TestValidateTalosOperation(t *testing.T) {
 			want: []fe{invalid("spec.keyRotation.keys")},
 		},
 		{
-			name: "key rotation of both Kubernetes keys",
+			name: "key rotation with a grace period for a key it does not rotate, and one out of range",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.ServiceAccountGracePeriod = &metav1.Duration{Duration: time.Hour}
+			},
+			want: []fe{forbidden("spec.keyRotation.serviceAccountGracePeriod")},
+		},
+		{
+			name: "key rotation of the service-account key with a negative grace period",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.Keys = []ichor.RotatableKey{ichor.KeyServiceAccount}
+				s.KeyRotation.ServiceAccountGracePeriod = &metav1.Duration{Duration: -time.Second}
+			},
+			want: []fe{invalid("spec.keyRotation.serviceAccountGracePeriod")},
+		},
+		{
+			name: "key rotation of the service-account key with a grace period past a month",
+			typ:  ichor.OperationKeyRotation,
+			mutate: func(s *ichor.TalosOperationSpec) {
+				s.KeyRotation.Keys = []ichor.RotatableKey{ichor.KeyServiceAccount}
+				s.KeyRotation.ServiceAccountGracePeriod = &metav1.Duration{Duration: 721 * time.Hour}
+			},
+			want: []fe{invalid("spec.keyRotation.serviceAccountGracePeriod")},
+		},
+		{
+			name: "key rotation of both Kubernetes keys, the old service-account key dropped at once",
 			typ:  ichor.OperationKeyRotation,
 			mutate: func(s *ichor.TalosOperationSpec) {
 				s.KeyRotation.Keys = []ichor.RotatableKey{ichor.KeyServiceAccount, ichor.KeySecretsEncryption}
+				s.KeyRotation.ServiceAccountGracePeriod = &metav1.Duration{}
 			},
 		},
 		{

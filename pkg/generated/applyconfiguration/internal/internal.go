@@ -661,6 +661,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: associative
+    - name: serviceAccountGracePeriod
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
 - name: dev.ichor.ichor.pkg.apis.ichor.v1alpha1.KubeletServingCertificateStatus
   map:
     fields:

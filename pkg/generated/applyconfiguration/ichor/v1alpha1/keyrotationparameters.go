@@ -20,6 +20,7 @@ package v1alpha1
 
 import (
 	ichorv1alpha1 "ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // KeyRotationParametersApplyConfiguration represents a declarative configuration of the KeyRotationParameters type for use
@@ -36,6 +37,14 @@ type KeyRotationParametersApplyConfiguration struct {
 	// dryRun reports, step by step, what the rotation would change on each
 	// machine without touching a node.
 	DryRun *bool `json:"dryRun,omitempty"`
+	// serviceAccountGracePeriod is how long the old service-account key
+	// stays accepted once the new one signs on every control plane, before
+	// it is dropped: a kubelet renews a pod's projected token once it is a
+	// day old (kube-apiserver extends the hour it asks for to a year), so a
+	// shorter period leaves running pods holding tokens of the dropped key
+	// until their kubelet renews them. Defaults to 24h when serviceAccount
+	// is rotated; 0s drops the old key at once. At most 720h.
+	ServiceAccountGracePeriod *v1.Duration `json:"serviceAccountGracePeriod,omitempty"`
 }
 
 // KeyRotationParametersApplyConfiguration constructs a declarative configuration of the KeyRotationParameters type for use with
@@ -59,5 +68,13 @@ func (b *KeyRotationParametersApplyConfiguration) WithKeys(values ...ichorv1alph
 // If called multiple times, the DryRun field is set to the value of the last call.
 func (b *KeyRotationParametersApplyConfiguration) WithDryRun(value bool) *KeyRotationParametersApplyConfiguration {
 	b.DryRun = &value
+	return b
+}
+
+// WithServiceAccountGracePeriod sets the ServiceAccountGracePeriod field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServiceAccountGracePeriod field is set to the value of the last call.
+func (b *KeyRotationParametersApplyConfiguration) WithServiceAccountGracePeriod(value v1.Duration) *KeyRotationParametersApplyConfiguration {
+	b.ServiceAccountGracePeriod = &value
 	return b
 }
