@@ -182,9 +182,9 @@ func (d *DemoCluster) KubernetesKeyRotation(t *testing.T) {
 	if out, err := workloadKubectlResult(ctx, newToken, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); err != nil || out != "system:serviceaccount:default:rotation-probe" {
 		t.Errorf("the token signed in phase IssueNew: %v\n%s", err, out)
 	}
-	// Each control plane's config, as talosctl v1.14.1 reads it, has the
-	// new keys alone.
-	config := d.DownloadReaderTalosconfig(t)
+	// Each control plane's config, as talosctl v1.14.1 reads it (its
+	// secrets take os:admin), has the new keys alone.
+	config := d.AdminTalosconfig(t)
 	for name, node := range d.Nodes {
 		if !strings.HasPrefix(name, "cp-") {
 			continue
