@@ -12,7 +12,7 @@ TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane docs licenses verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane docs images push licenses verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -29,10 +29,11 @@ controlplane: ## Build (or reuse) kube-apiserver, kube-controller-manager, kubec
 	@$(CONTROLPLANE) >/dev/null
 
 # The packages whose tests need an external binary (the control plane, talosctl, SeaweedFS,
-# Chromium): each integration package starts a control plane of its own.
-INTEGRATION_PKGS := ./test/integration/... ./test/talossim/... ./test/talosgen/... ./test/bench/...
+# Chromium), each starting a control plane of its own, and the image build (every command for two
+# platforms, twice).
+INTEGRATION_PKGS := ./test/integration/... ./test/talossim/... ./test/talosgen/... ./test/bench/... ./hack/images/...
 # Every other package: the fast inner loop.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/talossim -e /test/talosgen -e /test/bench)
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/talossim -e /test/talosgen -e /test/bench -e /hack/images)
 # How many test binaries run at once. The integration packages mostly wait on simulated nodes and
 # timers, so more of them than cores keeps both cores busy.
 TEST_PARALLEL ?= 8
@@ -58,6 +59,13 @@ test-ha-full: ## The HA fault tests with each fault under ten times the load.
 bench: ## Measure ichor.dev against the same schema served as CRDs; table on stdout, JSON in .local/bench/.
 	$(GO) build -o $(BIN)/ichor-apiserver ./cmd/ichor-apiserver
 	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" $(GO) run ./test/bench/cmd/ichor-bench -ichor-apiserver $(BIN)/ichor-apiserver $(BENCH_FLAGS)
+
+images: ## Build every component's OCI image (amd64, arm64, with SBOMs) into .local/images: an OCI layout and one archive each.
+	$(GO) run ./hack/images
+
+push: ## Build the images and push them, with their SBOMs, to REGISTRY (host[:port][/path]), with your Docker credentials.
+	@test -n "$(REGISTRY)" || { echo "make push REGISTRY=host[:port][/path]" >&2; exit 2; }
+	$(GO) run ./hack/images -push $(REGISTRY)
 
 licenses: ## List the licence of every module Ichor's commands link; fails on one Apache-2.0 distribution does not allow.
 	$(GO) run ./hack/licenses
