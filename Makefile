@@ -7,6 +7,7 @@ CONTROLPLANE  := bash hack/build-controlplane.sh
 TALOSCTL      := bash hack/build-talosctl.sh
 SEAWEEDFS     := bash hack/build-seaweedfs.sh
 CHROMIUM      := bash hack/install-chromium.sh
+RUNC          := bash hack/install-runc.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
@@ -39,7 +40,8 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/ta
 TEST_PARALLEL ?= 8
 # Runs its command with the external binaries built or found in the cache, named in the environment.
 WITH_BINARIES = bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium"
+	runc="$$($(RUNC))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" ICHOR_RUNC="$$runc"
 
 unit: ## The tests that need no external binary, with -race; unchanged packages' results come from Go's test cache.
 	$(GO) test -race $(UNIT_PKGS)

@@ -117,28 +117,31 @@ func main() {
 	}
 	out := flag.String("out", filepath.Join(root, ".local", "images"), "where to write the OCI layout (OUT/oci) and the tarballs")
 	version := flag.String("version", "", "the images' tag (default: v0.1.0-<commit>)")
-	push := flag.String("push", "", "after building, push the images and their SBOMs to this registry (host[:port][/path])")
+	push := flag.String("push", "", "then push the images and their SBOMs to this registry (host[:port][/path])")
+	noBuild := flag.Bool("no-build", false, "push the images already in OUT/oci, without building them")
 	flag.Parse()
-	src, err := SourceOf(root)
-	if err != nil {
-		fail(err)
-	}
-	if *version != "" {
-		src.Version = *version
-	}
-	built, err := Build(Options{Root: root, Out: *out, Source: src, Components: Components, Platforms: Platforms})
-	if err != nil {
-		fail(err)
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "IMAGE\tINDEX\tPLATFORM\tSIZE\n")
-	for _, b := range built {
-		for _, img := range b.Images {
-			fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%.1f MiB\n", b.Component.Name, src.Version, b.Index, img.Platform.Architecture, float64(img.Size)/(1<<20))
+	if !*noBuild {
+		src, err := SourceOf(root)
+		if err != nil {
+			fail(err)
 		}
+		if *version != "" {
+			src.Version = *version
+		}
+		built, err := Build(Options{Root: root, Out: *out, Source: src, Components: Components, Platforms: Platforms})
+		if err != nil {
+			fail(err)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "IMAGE\tINDEX\tPLATFORM\tSIZE\n")
+		for _, b := range built {
+			for _, img := range b.Images {
+				fmt.Fprintf(tw, "%s:%s\t%s\t%s\t%.1f MiB\n", b.Component.Name, src.Version, b.Index, img.Platform.Architecture, float64(img.Size)/(1<<20))
+			}
+		}
+		_ = tw.Flush()
+		fmt.Printf("OCI layout: %s; archives: %s/<image>.oci.tar\n", filepath.Join(*out, "oci"), *out)
 	}
-	_ = tw.Flush()
-	fmt.Printf("OCI layout: %s; archives: %s/<image>.oci.tar\n", filepath.Join(*out, "oci"), *out)
 	if *push != "" {
 		refs, err := Push(filepath.Join(*out, "oci"), *push)
 		for _, r := range refs {

@@ -3,17 +3,24 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"crypto/x509"
 	"debug/elf"
 	"encoding/json"
+	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -23,12 +30,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-// TestImagesAreReproducibleAndComplete builds every image twice from this
-// tree and wants the same digests; then looks inside them as a runtime
-// would: each platform's binary is a static ELF for its architecture, run
-// as the non-root user /etc/passwd names, with CA certificates Go's TLS
-// reads; each image has its SBOM attached, listing what the binary links
-// with their licences; each component's archive is an OCI layout.
+// TestImagesAreReproducibleAndComplete runs `go run ./hack/images` (what
+// make images runs) twice on this tree and wants the same digests; then
+// looks inside the images as a runtime would: each platform's binary is a
+// static ELF for its architecture, run as the non-root user /etc/passwd
+// names, with CA certificates Go's TLS reads; each image has its SBOM
+// attached, listing what the binary links with their licences; each
+// component's archive is an OCI layout; the images of this machine's
+// architecture run in runc. Last, it pushes them to a registry on loopback.
+// The builds run in their own process: under the race detector, compressing
+// the layers alone would take most of the test's time limit.
 func TestImagesAreReproducibleAndComplete(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -38,59 +49,39 @@ func TestImagesAreReproducibleAndComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func() (string, []Built) {
-		out := t.TempDir()
-		built, err := Build(Options{Root: root, Out: out, Source: src, Components: Components, Platforms: Platforms})
+	images := func(env []string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("go", append([]string{"run", "./hack/images"}, args...)...)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("go run ./hack/images %v: %v\n%s", args, err, out)
 		}
-		return out, built
+		return string(out)
 	}
-	out, first := build()
-	_, second := build()
-	for i := range first {
-		if first[i].Index != second[i].Index {
-			t.Errorf("%s: index %s, then %s from the same tree", first[i].Component.Name, first[i].Index, second[i].Index)
-		}
+	out, again := t.TempDir(), t.TempDir()
+	t.Log(images(nil, "-out", out))
+	images(nil, "-out", again)
+	first, err := layoutOf(filepath.Join(out, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := layoutOf(filepath.Join(again, "oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(first.refs, second.refs) || len(first.refs) != len(Components) {
+		t.Errorf("two builds of the same tree: %v, then %v", first.refs, second.refs)
 	}
 
-	lp, err := layout.FromPath(filepath.Join(out, "oci"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs := map[string]v1.Hash{}
-	sboms := map[v1.Hash]v1.Descriptor{} // by the image they describe
-	for _, d := range manifest.Manifests {
-		if d.ArtifactType == string(SBOMMediaType) {
-			raw, err := lp.Bytes(d.Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var m v1.Manifest
-			if err := json.Unmarshal(raw, &m); err != nil || m.Subject == nil {
-				t.Fatalf("SBOM artifact %s: no subject (%v)", d.Digest, err)
-			}
-			sboms[m.Subject.Digest] = m.Layers[0]
+	runc := runcPath(t, root)
+	for _, c := range Components {
+		digest, ok := first.refs[c.Name+":"+src.Version]
+		if !ok {
+			t.Errorf("%s: the layout names %v, not %s:%s", c.Name, first.refs, c.Name, src.Version)
 			continue
 		}
-		refs[d.Annotations["org.opencontainers.image.ref.name"]] = d.Digest
-	}
-	for _, b := range first {
-		name := b.Component.Name
-		digest, ok := refs[name+":"+src.Version]
-		if !ok || digest != b.Index {
-			t.Errorf("%s: the layout names %v, want %s:%s at %s", name, refs, name, src.Version, b.Index)
-			continue
-		}
-		idx, err := top.ImageIndex(digest)
+		idx, err := first.top.ImageIndex(digest)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,39 +91,48 @@ func TestImagesAreReproducibleAndComplete(t *testing.T) {
 		}
 		var archs []string
 		for _, d := range im.Manifests {
-			archs = append(archs, d.Platform.Architecture)
+			arch := d.Platform.Architecture
+			archs = append(archs, arch)
 			img, err := idx.Image(d.Digest)
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkImage(t, b.Component, d.Platform.Architecture, img)
-			layer, ok := sboms[d.Digest]
-			if !ok {
-				t.Errorf("%s %s: no SBOM describes it", name, d.Platform.Architecture)
-				continue
+			checkImage(t, c, arch, img)
+			if layer, ok := first.sboms[d.Digest]; !ok {
+				t.Errorf("%s %s: no SBOM describes it", c.Name, arch)
+			} else {
+				checkSBOM(t, first.path, c, layer)
 			}
-			checkSBOM(t, lp, b.Component, layer)
+			// As a runtime runs it: its entrypoint, as its user, on its
+			// read-only root, in namespaces of its own (a network of its
+			// own loopback alone).
+			if arch == runtime.GOARCH {
+				if out := runInRunc(t, runc, img, "--help"); !strings.Contains(strings.ToLower(out), "usage") {
+					t.Errorf("%s --help in runc printed no usage:\n%s", c.Name, out)
+				}
+			}
 		}
 		if !slices.Equal(archs, []string{"amd64", "arm64"}) {
-			t.Errorf("%s: platforms %v", name, archs)
+			t.Errorf("%s: platforms %v", c.Name, archs)
 		}
-		if ar, err := os.ReadFile(filepath.Join(out, name+".oci.tar")); err != nil || !tarHas(ar, "index.json", "oci-layout") {
-			t.Errorf("%s: the archive is not an OCI layout: %v", name, err)
+		if ar, err := os.ReadFile(filepath.Join(out, c.Name+".oci.tar")); err != nil || !tarHas(ar, "index.json", "oci-layout") {
+			t.Errorf("%s: the archive is not an OCI layout: %v", c.Name, err)
 		}
 	}
 
-	// Pushed to a registry (one served over TLS on loopback here), each
-	// image keeps its digest, and its SBOM is among its referrers.
+	// make push, to a registry served over TLS on loopback here: each image
+	// keeps its digest, and its SBOM is among its referrers.
 	srv := httptest.NewTLSServer(registry.New(registry.WithReferrersSupport(true), registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "https://")
-	trust := remote.WithTransport(srv.Client().Transport)
-	pushed, err := Push(filepath.Join(out, "oci"), host+"/ichor", trust)
-	if err != nil || len(pushed) != len(Components) {
-		t.Fatalf("push: %v (%d pushed)", err, len(pushed))
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	for _, b := range first {
-		ref, err := name.ParseReference(host + "/ichor/" + b.Component.Name + ":" + src.Version)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	images([]string{"SSL_CERT_FILE=" + caFile, "DOCKER_CONFIG=" + t.TempDir()}, "-out", out, "-no-build", "-push", host+"/ichor")
+	trust := remote.WithTransport(srv.Client().Transport)
+	for _, c := range Components {
+		ref, err := name.ParseReference(host + "/ichor/" + c.Name + ":" + src.Version)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,30 +140,79 @@ func TestImagesAreReproducibleAndComplete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d, _ := idx.Digest(); d != b.Index {
-			t.Errorf("%s: pushed as %s, built as %s", b.Component.Name, d, b.Index)
+		if d, _ := idx.Digest(); d != first.refs[c.Name+":"+src.Version] {
+			t.Errorf("%s: pushed as %s, built as %s", c.Name, d, first.refs[c.Name+":"+src.Version])
 		}
-		img := b.Images[0]
-		referrers, err := remote.Referrers(ref.Context().Digest(img.Digest.String()), trust)
+		im, err := idx.IndexManifest()
 		if err != nil {
 			t.Fatal(err)
 		}
-		rm, _ := referrers.IndexManifest()
-		if len(rm.Manifests) != 1 || rm.Manifests[0].Digest != img.SBOM {
-			t.Errorf("%s: the referrers of its %s image are %+v, want its SBOM %s", b.Component.Name, img.Platform.Architecture, rm.Manifests, img.SBOM)
-			continue
-		}
-		// The registry's summary may take the artifact's type from its
-		// config; the manifest itself says.
-		got, err := remote.Get(ref.Context().Digest(img.SBOM.String()), trust)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := v1.ParseManifest(bytes.NewReader(got.Manifest))
-		if err != nil || m.ArtifactType != string(SBOMMediaType) || len(m.Layers) != 1 || m.Layers[0].MediaType != SBOMMediaType {
-			t.Errorf("%s: the pushed SBOM artifact: %+v (%v)", b.Component.Name, m, err)
+		for _, d := range im.Manifests {
+			referrers, err := remote.Referrers(ref.Context().Digest(d.Digest.String()), trust)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rm, _ := referrers.IndexManifest()
+			if len(rm.Manifests) != 1 || rm.Manifests[0].Digest != first.sbomOf[d.Digest] {
+				t.Errorf("%s: the referrers of its %s image are %+v, want its SBOM %s", c.Name, d.Platform.Architecture, rm.Manifests, first.sbomOf[d.Digest])
+				continue
+			}
+			// The registry's summary may take the artifact's type from
+			// its config; the manifest itself says.
+			got, err := remote.Get(ref.Context().Digest(rm.Manifests[0].Digest.String()), trust)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := v1.ParseManifest(bytes.NewReader(got.Manifest))
+			if err != nil || m.ArtifactType != string(SBOMMediaType) || len(m.Layers) != 1 || m.Layers[0].MediaType != SBOMMediaType {
+				t.Errorf("%s: the pushed SBOM artifact: %+v (%v)", c.Name, m, err)
+			}
 		}
 	}
+}
+
+// builtLayout is what an OCI layout hack/images wrote holds.
+type builtLayout struct {
+	path layout.Path
+	top  v1.ImageIndex
+	// refs are the components' index digests, by ref name.
+	refs map[string]v1.Hash
+	// sboms are the SBOM layers, and sbomOf the SBOM artifacts, by the
+	// image they describe.
+	sboms  map[v1.Hash]v1.Descriptor
+	sbomOf map[v1.Hash]v1.Hash
+}
+
+func layoutOf(dir string) (*builtLayout, error) {
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	top, err := lp.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	b := &builtLayout{path: lp, top: top, refs: map[string]v1.Hash{}, sboms: map[v1.Hash]v1.Descriptor{}, sbomOf: map[v1.Hash]v1.Hash{}}
+	for _, d := range manifest.Manifests {
+		if d.ArtifactType != string(SBOMMediaType) {
+			b.refs[d.Annotations["org.opencontainers.image.ref.name"]] = d.Digest
+			continue
+		}
+		raw, err := lp.Bytes(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		var m v1.Manifest
+		if err := json.Unmarshal(raw, &m); err != nil || m.Subject == nil || len(m.Layers) != 1 {
+			return nil, fmt.Errorf("SBOM artifact %s: no subject or no document (%v)", d.Digest, err)
+		}
+		b.sboms[m.Subject.Digest], b.sbomOf[m.Subject.Digest] = m.Layers[0], d.Digest
+	}
+	return b, nil
 }
 
 // checkImage looks at one image's config and files.
@@ -258,4 +307,134 @@ func tarHas(data []byte, names ...string) bool {
 		seen[h.Name] = true
 	}
 	return !slices.ContainsFunc(names, func(n string) bool { return !seen[n] })
+}
+
+// runcPath is Debian's runc: ICHOR_RUNC, or what hack/install-runc.sh
+// installs and prints.
+func runcPath(t *testing.T, root string) string {
+	t.Helper()
+	if p := os.Getenv("ICHOR_RUNC"); p != "" {
+		return p
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "hack", "install-runc.sh"))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/install-runc.sh: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// runInRunc unpacks img into an OCI bundle and runs its entrypoint with
+// args, as the user its config names, on a read-only root with /tmp a
+// tmpfs; it returns what the process printed, and fails the test unless it
+// exits 0.
+func runInRunc(t *testing.T, runc string, img v1.Image, args ...string) string {
+	t.Helper()
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := t.TempDir()
+	rootfs := filepath.Join(bundle, "rootfs")
+	if err := unpack(mutate.Extract(img), rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("runc spec: %v\n%s", err, out)
+	}
+	specPath := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	var uid, gid int
+	if _, err := fmt.Sscanf(cfg.Config.User, "%d:%d", &uid, &gid); err != nil {
+		t.Fatalf("the image's user %q is not uid:gid", cfg.Config.User)
+	}
+	process := spec["process"].(map[string]any)
+	process["terminal"] = false
+	process["args"] = append(slices.Clone(cfg.Config.Entrypoint), args...)
+	process["env"] = cfg.Config.Env
+	process["cwd"] = cmp.Or(cfg.Config.WorkingDir, "/")
+	process["user"] = map[string]any{"uid": uid, "gid": gid}
+	spec["root"] = map[string]any{"path": "rootfs", "readonly": true}
+	spec["mounts"] = append(spec["mounts"].([]any), map[string]any{
+		"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "mode=1777"}})
+	if data, err = json.Marshal(spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(specPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	id := fmt.Sprintf("ichor-image-test-%d", time.Now().UnixNano())
+	cmd := exec.Command(runc, "--root", state, "run", "--bundle", bundle, id)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+		t.Fatalf("runc run %v: %v\n%s", process["args"], err, out.String())
+	}
+	return out.String()
+}
+
+// unpack writes a flattened image filesystem (mutate.Extract's tar) to dir.
+func unpack(r io.ReadCloser, dir string) error {
+	defer r.Close() //nolint:errcheck
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, os.FileMode(h.Mode)&os.ModePerm|modeBits(h.Mode)); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
+				return err
+			}
+		}
+		if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
+			return err
+		}
+	}
+}
+
+// modeBits are the sticky, setuid and setgid bits of a tar mode.
+func modeBits(mode int64) os.FileMode {
+	var m os.FileMode
+	if mode&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return m
 }

@@ -42,6 +42,7 @@ func TestStatusFieldManagersHaveRows(t *testing.T) {
 		{cluster, backup.FieldManager},
 		{cluster, operation.CARotationFieldManager},
 		{cluster, operation.DiskKeyRotationFieldManager},
+		{cluster, operation.KubernetesKeysFieldManager},
 		{patch, configpatch.FieldManager},
 	}
 	for _, obj := range []runtime.Object{machine, cluster, patch} {

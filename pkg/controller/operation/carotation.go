@@ -3,7 +3,6 @@ package operation
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"ichor.dev/ichor/pkg/apis/ichor/v1alpha1"
 	"ichor.dev/ichor/pkg/bundlestore"
@@ -111,15 +109,10 @@ func (r *Reconciler) checkCARotation(ctx context.Context, op *v1alpha1.TalosOper
 		return fmt.Sprintf("TalosCluster %s is in phase %s of a rotation of its %s left by TalosOperation %s: "+
 			"a ca-rotation that takes it over must rotate the same CAs", cluster.Name, cur.Phase, rotatedCAs(cur.Talos, cur.Kubernetes), cur.Operation), nil
 	}
-	var other v1alpha1.TalosOperation
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: cur.Operation}, &other)
-	if client.IgnoreNotFound(err) != nil {
+	if busy, err := r.rotatingElsewhere(ctx, op, cur.Operation); err != nil || !busy {
 		return "", err
 	}
-	if err == nil && other.Status.Phase != v1alpha1.OperationFailed && other.Status.Phase != v1alpha1.OperationSucceeded {
-		return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's %s (phase %s)", cur.Operation, cluster.Name, rotatedCAs(cur.Talos, cur.Kubernetes), cur.Phase), nil
-	}
-	return "", nil
+	return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's %s (phase %s)", cur.Operation, cluster.Name, rotatedCAs(cur.Talos, cur.Kubernetes), cur.Phase), nil
 }
 
 // startCARotationStep moves the cluster into the step's phase, if it is
@@ -134,11 +127,7 @@ func startCARotationStep(ctx context.Context, s *step) (ctrl.Result, error) {
 		return s.done(ctx, "dry run: %s", what)
 	}
 	if err := s.r.enterCAPhase(ctx, s.x, phase); err != nil {
-		var refusal *bundlestore.Refusal
-		if errors.As(err, &refusal) {
-			return s.failed(ctx, "%s", refusal.Message)
-		}
-		return ctrl.Result{}, err
+		return s.failOnRefusal(ctx, err)
 	}
 	if err := s.begin(ctx, "", "waiting for the node to take the config of phase %s: %s", phase, what); err != nil {
 		return ctrl.Result{}, err
@@ -197,63 +186,47 @@ func (r *Reconciler) enterCAPhase(ctx context.Context, x *run, phase v1alpha1.CA
 	if err != nil {
 		return err
 	}
-	err = r.enterCAPhaseOf(ctx, x, cluster, phase)
-	var refusal *bundlestore.Refusal
-	if errors.As(err, &refusal) {
-		events.Record(r.Recorder, cluster, x.op, v1alpha1.EventReason(refusal.Reason), "RotateCA", "%s", refusal.Message)
-	}
-	return err
+	return r.refusedOnCluster(cluster, x.op, "RotateCA", r.enterCAPhaseOf(ctx, x, cluster, phase))
 }
 
 func (r *Reconciler) enterCAPhaseOf(ctx context.Context, x *run, cluster *v1alpha1.TalosCluster, phase v1alpha1.CARotationPhase) error {
-	cur := cluster.Status.CARotation
-	if cur != nil && slices.Index(v1alpha1.CARotationPhases, cur.Phase) > slices.Index(v1alpha1.CARotationPhases, phase) {
-		phase = cur.Phase // taken over where it is
-	}
 	talosCA, kubernetesCA := rotatesCAs(x.op)
-	var next, fresh *secretsbundle.RotationCAs
-	if cur == nil {
-		// Nothing may stand in the new CAs' place but what an ended
-		// rotation left.
-		if err := bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster); err != nil {
-			return err
-		}
-	} else {
-		var err error
-		if next, err = bundlestore.LoadRotationCAs(ctx, r.Secrets, cluster); err != nil {
-			return err
-		}
-	}
-	if next == nil {
-		if phase != v1alpha1.CARotationAcceptNew {
-			return fmt.Errorf("TalosCluster %s is in phase %s of a CA rotation, but Secret %s with the new CAs is gone: "+
-				"recreate it from a copy, or restore the CAs by hand", cluster.Name, phase, secretsbundle.RotationSecretName(cluster))
-		}
-		var err error
-		if fresh, err = secretsbundle.NewRotationCAs(cluster, talosCA, kubernetesCA, r.Now()); err != nil {
-			return err
-		}
-		next = fresh
-	}
-	if cur != nil && cur.Operation == x.op.Name && cur.Phase == phase && cur.SecretDigest == next.Digest {
-		return nil // there already
-	}
-	since := metav1.NewTime(r.Now())
-	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithResourceVersion(cluster.ResourceVersion).
-		WithStatus(ichorac.TalosClusterStatus().WithCARotation(ichorac.CARotationStatus().
-			WithOperation(x.op.Name).WithPhase(phase).WithSince(since).WithTalos(talosCA).WithKubernetes(kubernetesCA).
-			WithSecretDigest(next.Digest)))
-	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("move TalosCluster %s into phase %s of its CA rotation: %w", cluster.Name, phase, err)
-	}
-	events.Record(r.Recorder, cluster, x.op, v1alpha1.EventCARotationPhase, "RotateCA",
-		"TalosOperation %s moved the rotation of the %s into phase %s", x.op.Name, rotatedCAs(talosCA, kubernetesCA), phase)
-	// The secrets in force changed: read them again.
-	x.cluster, x.bundle = nil, nil
-	if fresh != nil {
-		return bundlestore.StoreRotationCAs(ctx, r.Client, cluster, fresh)
-	}
-	return nil
+	return threePhases[*secretsbundle.RotationCAs]{
+		rotation: "CA rotation", material: "CAs", secretName: secretsbundle.RotationSecretName,
+		recorded: func(c *v1alpha1.TalosCluster) (string, v1alpha1.CARotationPhase, string, bool) {
+			if cur := c.Status.CARotation; cur != nil {
+				return cur.Operation, cur.Phase, cur.SecretDigest, true
+			}
+			return "", "", "", false
+		},
+		load: func(ctx context.Context, c *v1alpha1.TalosCluster) (*secretsbundle.RotationCAs, bool, error) {
+			cas, err := bundlestore.LoadRotationCAs(ctx, r.Secrets, c)
+			return cas, cas != nil, err
+		},
+		remove: func(ctx context.Context, c *v1alpha1.TalosCluster) error {
+			return bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, c)
+		},
+		generate: func(_ context.Context, c *v1alpha1.TalosCluster) (*secretsbundle.RotationCAs, error) {
+			return secretsbundle.NewRotationCAs(c, talosCA, kubernetesCA, r.Now())
+		},
+		digestOf: func(cas *secretsbundle.RotationCAs) string { return cas.Digest },
+		store: func(ctx context.Context, c *v1alpha1.TalosCluster, cas *secretsbundle.RotationCAs) error {
+			return bundlestore.StoreRotationCAs(ctx, r.Client, c, cas)
+		},
+		record: func(ctx context.Context, c *v1alpha1.TalosCluster, op *v1alpha1.TalosOperation, phase v1alpha1.CARotationPhase, digest string) error {
+			since := metav1.NewTime(r.Now())
+			obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
+				WithStatus(ichorac.TalosClusterStatus().WithCARotation(ichorac.CARotationStatus().
+					WithOperation(op.Name).WithPhase(phase).WithSince(since).WithTalos(talosCA).WithKubernetes(kubernetesCA).
+					WithSecretDigest(digest)))
+			if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(CARotationFieldManager), client.ForceOwnership); err != nil {
+				return err
+			}
+			events.Record(r.Recorder, c, op, v1alpha1.EventCARotationPhase, "RotateCA",
+				"TalosOperation %s moved the rotation of the %s into phase %s", op.Name, rotatedCAs(talosCA, kubernetesCA), phase)
+			return nil
+		},
+	}.enter(ctx, x, cluster, phase)
 }
 
 // followCARotationStep waits for the machine's node to run the trust in
@@ -443,11 +416,5 @@ func (r *Reconciler) finishCARotation(ctx context.Context, x *run) error {
 	}
 	// The rotation's Secret goes once the bundle holds its CAs; a Secret
 	// that is not the rotation's is not the rotation's to delete.
-	err = bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster)
-	var refusal *bundlestore.Refusal
-	if errors.As(err, &refusal) {
-		log.FromContext(ctx).Info("Left a Secret in the place of the rotation's", "reason", refusal.Reason, "message", refusal.Message)
-		return nil
-	}
-	return err
+	return leaveRefused(ctx, bundlestore.DeleteRotationCAs(ctx, r.Client, r.Secrets, cluster))
 }

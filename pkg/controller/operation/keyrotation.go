@@ -90,15 +90,10 @@ func (r *Reconciler) checkKeyRotation(ctx context.Context, op *v1alpha1.TalosOpe
 	if cur == nil || cur.Operation == op.Name {
 		return "", nil
 	}
-	var other v1alpha1.TalosOperation
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: cur.Operation}, &other)
-	if client.IgnoreNotFound(err) != nil {
+	if busy, err := r.rotatingElsewhere(ctx, op, cur.Operation); err != nil || !busy {
 		return "", err
 	}
-	if err == nil && other.Status.Phase != v1alpha1.OperationFailed && other.Status.Phase != v1alpha1.OperationSucceeded {
-		return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's disk-encryption key (phase %s)", cur.Operation, cluster.Name, cur.Phase), nil
-	}
-	return "", nil
+	return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's disk-encryption key (phase %s)", cur.Operation, cluster.Name, cur.Phase), nil
 }
 
 // startKeyRotationStep moves the cluster into the step's phase, if it is

@@ -3,7 +3,6 @@ package operation
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,6 +44,9 @@ import (
 // recorded by digest first, as a CA rotation's CAs; the bundle takes them
 // at the end, with the new secretbox key's name (status.
 // secretsEncryptionKeyName), in the write that ends the rotation.
+
+// KubernetesKeysFieldManager owns a cluster's status.kubernetesKeyRotation.
+const KubernetesKeysFieldManager = v1alpha1.FieldManagerKubernetesKeys
 
 // kubernetesKeyActions are the steps' actions, by the phase each checks.
 var kubernetesKeyActions = map[v1alpha1.StepAction]v1alpha1.CARotationPhase{
@@ -128,15 +130,10 @@ func (r *Reconciler) checkKubernetesKeys(ctx context.Context, op *v1alpha1.Talos
 		return fmt.Sprintf("TalosCluster %s is in phase %s of a rotation of its %s left by TalosOperation %s: "+
 			"a key-rotation that takes it over must rotate the same keys", cluster.Name, cur.Phase, rotatedKeys(cur.ServiceAccount, cur.SecretsEncryption), cur.Operation), nil
 	}
-	var other v1alpha1.TalosOperation
-	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: cur.Operation}, &other)
-	if client.IgnoreNotFound(err) != nil {
+	if busy, err := r.rotatingElsewhere(ctx, op, cur.Operation); err != nil || !busy {
 		return "", err
 	}
-	if err == nil && other.Status.Phase != v1alpha1.OperationFailed && other.Status.Phase != v1alpha1.OperationSucceeded {
-		return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's %s (phase %s)", cur.Operation, cluster.Name, rotatedKeys(cur.ServiceAccount, cur.SecretsEncryption), cur.Phase), nil
-	}
-	return "", nil
+	return fmt.Sprintf("TalosOperation %s is rotating TalosCluster %s's %s (phase %s)", cur.Operation, cluster.Name, rotatedKeys(cur.ServiceAccount, cur.SecretsEncryption), cur.Phase), nil
 }
 
 // startKubernetesKeysStep moves the cluster into the step's phase, if it is
@@ -171,11 +168,7 @@ func startKubernetesKeysStep(ctx context.Context, s *step) (ctrl.Result, error) 
 		what = fmt.Sprintf("wrote all %d Secrets again with the new key; %s", written, what)
 	}
 	if err := s.r.enterKeyPhase(ctx, s.x, phase); err != nil {
-		var refusal *bundlestore.Refusal
-		if errors.As(err, &refusal) {
-			return s.failed(ctx, "%s", refusal.Message)
-		}
-		return ctrl.Result{}, err
+		return s.failOnRefusal(ctx, err)
 	}
 	if err := s.begin(ctx, "", "waiting for the control plane to serve the keys of phase %s: %s", phase, what); err != nil {
 		return ctrl.Result{}, err
@@ -236,65 +229,51 @@ func (r *Reconciler) enterKeyPhase(ctx context.Context, x *run, phase v1alpha1.C
 	if err != nil {
 		return err
 	}
-	err = r.enterKeyPhaseOf(ctx, x, cluster, phase)
-	var refusal *bundlestore.Refusal
-	if errors.As(err, &refusal) {
-		events.Record(r.Recorder, cluster, x.op, v1alpha1.EventReason(refusal.Reason), "RotateKeys", "%s", refusal.Message)
-	}
-	return err
+	return r.refusedOnCluster(cluster, x.op, "RotateKeys", r.enterKeyPhaseOf(ctx, x, cluster, phase))
 }
 
 func (r *Reconciler) enterKeyPhaseOf(ctx context.Context, x *run, cluster *v1alpha1.TalosCluster, phase v1alpha1.CARotationPhase) error {
-	cur := cluster.Status.KubernetesKeyRotation
-	if cur != nil && slices.Index(v1alpha1.CARotationPhases, cur.Phase) > slices.Index(v1alpha1.CARotationPhases, phase) {
-		phase = cur.Phase // taken over where it is
-	}
 	sa, enc := rotatesKubernetesKeys(x.op)
-	var next, fresh *secretsbundle.RotationKeys
-	if cur == nil {
-		// Nothing may stand in the new keys' place but what an ended
-		// rotation left.
-		if err := bundlestore.DeleteRotationKeys(ctx, r.Client, r.Secrets, cluster); err != nil {
-			return err
-		}
-	} else {
-		var err error
-		if next, err = bundlestore.LoadRotationKeys(ctx, r.Secrets, cluster); err != nil {
-			return err
-		}
-	}
-	if next == nil {
-		if phase != v1alpha1.CARotationAcceptNew {
-			return fmt.Errorf("TalosCluster %s is in phase %s of a key rotation, but Secret %s with the new keys is gone: "+
-				"recreate it from a copy, or restore the keys by hand", cluster.Name, phase, secretsbundle.KeysSecretName(cluster))
-		}
-		bundle, err := bundlestore.Load(ctx, r.Secrets, cluster)
-		if err != nil {
-			return err
-		}
-		if fresh, err = secretsbundle.NewRotationKeys(cluster, bundle.Bundle, sa, enc); err != nil {
-			return err
-		}
-		next = fresh
-	}
-	if cur != nil && cur.Operation == x.op.Name && cur.Phase == phase && cur.SecretDigest == next.Digest {
-		return nil // there already
-	}
-	since := metav1.NewTime(r.Now())
-	obj := ichorac.TalosCluster(cluster.Name, cluster.Namespace).WithResourceVersion(cluster.ResourceVersion).
-		WithStatus(ichorac.TalosClusterStatus().WithKubernetesKeyRotation(ichorac.KubernetesKeyRotationStatus().
-			WithOperation(x.op.Name).WithPhase(phase).WithSince(since).WithServiceAccount(sa).WithSecretsEncryption(enc).
-			WithSecretDigest(next.Digest)))
-	if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(v1alpha1.FieldManagerKubernetesKeys), client.ForceOwnership); err != nil {
-		return fmt.Errorf("move TalosCluster %s into phase %s of its key rotation: %w", cluster.Name, phase, err)
-	}
-	events.Record(r.Recorder, cluster, x.op, v1alpha1.EventKeyRotationPhase, "RotateKeys",
-		"TalosOperation %s moved the rotation of the %s into phase %s", x.op.Name, rotatedKeys(sa, enc), phase)
-	x.cluster, x.bundle = nil, nil
-	if fresh != nil {
-		return bundlestore.StoreRotationKeys(ctx, r.Client, cluster, fresh)
-	}
-	return nil
+	return threePhases[*secretsbundle.RotationKeys]{
+		rotation: "key rotation", material: "keys", secretName: secretsbundle.KeysSecretName,
+		recorded: func(c *v1alpha1.TalosCluster) (string, v1alpha1.CARotationPhase, string, bool) {
+			if cur := c.Status.KubernetesKeyRotation; cur != nil {
+				return cur.Operation, cur.Phase, cur.SecretDigest, true
+			}
+			return "", "", "", false
+		},
+		load: func(ctx context.Context, c *v1alpha1.TalosCluster) (*secretsbundle.RotationKeys, bool, error) {
+			keys, err := bundlestore.LoadRotationKeys(ctx, r.Secrets, c)
+			return keys, keys != nil, err
+		},
+		remove: func(ctx context.Context, c *v1alpha1.TalosCluster) error {
+			return bundlestore.DeleteRotationKeys(ctx, r.Client, r.Secrets, c)
+		},
+		generate: func(ctx context.Context, c *v1alpha1.TalosCluster) (*secretsbundle.RotationKeys, error) {
+			bundle, err := bundlestore.Load(ctx, r.Secrets, c)
+			if err != nil {
+				return nil, err
+			}
+			return secretsbundle.NewRotationKeys(c, bundle.Bundle, sa, enc)
+		},
+		digestOf: func(keys *secretsbundle.RotationKeys) string { return keys.Digest },
+		store: func(ctx context.Context, c *v1alpha1.TalosCluster, keys *secretsbundle.RotationKeys) error {
+			return bundlestore.StoreRotationKeys(ctx, r.Client, c, keys)
+		},
+		record: func(ctx context.Context, c *v1alpha1.TalosCluster, op *v1alpha1.TalosOperation, phase v1alpha1.CARotationPhase, digest string) error {
+			since := metav1.NewTime(r.Now())
+			obj := ichorac.TalosCluster(c.Name, c.Namespace).WithResourceVersion(c.ResourceVersion).
+				WithStatus(ichorac.TalosClusterStatus().WithKubernetesKeyRotation(ichorac.KubernetesKeyRotationStatus().
+					WithOperation(op.Name).WithPhase(phase).WithSince(since).WithServiceAccount(sa).WithSecretsEncryption(enc).
+					WithSecretDigest(digest)))
+			if err := r.Client.Status().Apply(ctx, obj, client.FieldOwner(KubernetesKeysFieldManager), client.ForceOwnership); err != nil {
+				return err
+			}
+			events.Record(r.Recorder, c, op, v1alpha1.EventKeyRotationPhase, "RotateKeys",
+				"TalosOperation %s moved the rotation of the %s into phase %s", op.Name, rotatedKeys(sa, enc), phase)
+			return nil
+		},
+	}.enter(ctx, x, cluster, phase)
 }
 
 // followKubernetesKeysStep waits for the control plane's node to run the
@@ -402,11 +381,5 @@ func (r *Reconciler) finishKubernetesKeys(ctx context.Context, x *run) error {
 			"TalosOperation %s rotated the %s: every control plane signs and encrypts with the new keys alone, and the secrets bundle holds them",
 			x.op.Name, rotatedKeys(cur.ServiceAccount, cur.SecretsEncryption))
 	}
-	err = bundlestore.DeleteRotationKeys(ctx, r.Client, r.Secrets, cluster)
-	var refusal *bundlestore.Refusal
-	if errors.As(err, &refusal) {
-		log.FromContext(ctx).Info("Left a Secret in the place of the rotation's", "reason", refusal.Reason, "message", refusal.Message)
-		return nil
-	}
-	return err
+	return leaveRefused(ctx, bundlestore.DeleteRotationKeys(ctx, r.Client, r.Secrets, cluster))
 }
