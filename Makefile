@@ -95,9 +95,9 @@ fmt:
 vet:
 	$(GO) vet ./...
 
-run: build ## Start etcd, kube-apiserver and ichor-apiserver locally; writes .local/kubeconfig.
+run: build ## Start the whole management plane locally (and simulated machines, an OpenID provider, an S3 backup target); writes .local/kubeconfig.
 	@mkdir -p .local
-	bin="$$($(CONTROLPLANE))" && ICHOR_CONTROLPLANE_BIN="$$bin" exec $(BIN)/ichor-local
+	bin="$$($(CONTROLPLANE))" && sbin="$$($(SEAWEEDFS))" && ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_SEAWEEDFS_BIN="$$sbin" exec $(BIN)/ichor-local
 
 clean:
 	rm -rf $(BIN) .local

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"filippo.io/age"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +36,7 @@ import (
 
 	"ichor.dev/ichor/test/harness"
 	"ichor.dev/ichor/test/internal/proc"
+	"ichor.dev/ichor/test/objectstore"
 	"ichor.dev/ichor/test/oidcprovider"
 	"ichor.dev/ichor/test/talossim"
 )
@@ -120,6 +122,12 @@ func run() error {
 	}
 	defer ui.proc.Stop(15 * time.Second) //nolint:errcheck
 
+	store, target, err := startBackupTarget(ctx, dir, filepath.Dir(*kubeconfig))
+	if err != nil {
+		return err
+	}
+	defer store.Stop()
+
 	data, err := os.ReadFile(cp.AdminKubeconfig)
 	if err != nil {
 		return err
@@ -157,6 +165,16 @@ Simulated Talos machines in maintenance mode (Talos API address, certificate fin
 	for _, n := range nodes {
 		fmt.Printf("  %-18s %s\n", n.Addr(), n.MaintenanceFingerprint())
 	}
+	fmt.Printf(`
+A backup target: SeaweedFS's S3 API at %s, bucket %s (its CA: %s).
+For a TalosCluster demo in namespace demo, as an admin:
+
+  kubectl --kubeconfig %s -n demo apply -f %s
+  kubectl --kubeconfig %s -n demo patch taloscluster demo --subresource=backup --type=merge --patch-file %s
+
+The patch holds a schedule, the target, a retention and the public key of the age identity in %s,
+which decrypts the backups (an etcd-restore's identitySecret); see docs/backups.md.
+`, store.Endpoint, backupBucket, target.caFile, *kubeconfig, target.secretFile, *kubeconfig, target.patchFile, target.keyFile)
 	fmt.Print("\nPress Ctrl-C to stop.\n")
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "stopping")
@@ -386,4 +404,70 @@ func writeServerOnlyKubeconfig(cp *harness.ControlPlane, path string) error {
 	only.Contexts["local"] = &clientcmdapi.Context{Cluster: "local"}
 	only.CurrentContext = "local"
 	return clientcmd.WriteToFile(*only, path)
+}
+
+// backupBucket is the bucket `make run` creates for backups.
+const backupBucket = "ichor-backups"
+
+// backupTarget are the files a newcomer applies to back up to the local
+// object store.
+type backupTarget struct {
+	keyFile, caFile, secretFile, patchFile string
+}
+
+// startBackupTarget starts SeaweedFS's S3 API on loopback with a bucket for
+// backups, and writes into out its CA, a Secret of its credentials and a
+// patch of spec.backup naming it, to apply in a cluster's namespace.
+func startBackupTarget(ctx context.Context, dir, out string) (*objectstore.Server, backupTarget, error) {
+	storeDir := filepath.Join(dir, "s3")
+	if err := os.MkdirAll(storeDir, 0o700); err != nil {
+		return nil, backupTarget{}, err
+	}
+	store, err := objectstore.Start(ctx, storeDir)
+	if err != nil {
+		return nil, backupTarget{}, fmt.Errorf("start the local object store: %w", err)
+	}
+	if err := store.CreateBucket(ctx, backupBucket); err != nil {
+		store.Stop()
+		return nil, backupTarget{}, err
+	}
+	// The backups' age identity, as age-keygen writes it: what an
+	// etcd-restore decrypts with.
+	identity, err := age.GenerateX25519Identity()
+	if err != nil {
+		return nil, backupTarget{}, err
+	}
+	t := backupTarget{
+		keyFile:    filepath.Join(out, "backup.key"),
+		caFile:     filepath.Join(out, "backup-target-ca.crt"),
+		secretFile: filepath.Join(out, "backup-credentials.yaml"),
+		patchFile:  filepath.Join(out, "backup-target-patch.yaml"),
+	}
+	secret, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"name": "local-s3-backups"},
+		"stringData": map[string]string{"accessKeyID": store.Admin.AccessKeyID, "secretAccessKey": store.Admin.SecretAccessKey},
+	})
+	if err != nil {
+		return nil, backupTarget{}, err
+	}
+	patch, err := yaml.Marshal(map[string]any{"spec": map[string]any{"backup": map[string]any{
+		"schedule": "@every 6h",
+		"target": map[string]any{"s3": map[string]any{
+			"bucket": backupBucket, "region": objectstore.Region, "endpoint": store.Endpoint, "forcePathStyle": true,
+			"caBundle": string(store.CAPEM), "credentialsRef": map[string]string{"name": "local-s3-backups"},
+		}},
+		"encryption": map[string]any{"recipients": []string{identity.Recipient().String()}},
+		"retention":  map[string]any{"count": 14},
+	}}})
+	if err != nil {
+		return nil, backupTarget{}, err
+	}
+	key := fmt.Sprintf("# public key: %s\n%s\n", identity.Recipient(), identity)
+	for file, data := range map[string][]byte{t.keyFile: []byte(key), t.caFile: store.CAPEM, t.secretFile: secret, t.patchFile: patch} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			return nil, backupTarget{}, err
+		}
+	}
+	return store, t, nil
 }
