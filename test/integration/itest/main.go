@@ -62,5 +62,11 @@ func run(m *testing.M, shape Shape) int {
 		return 1
 	}
 	defer CP.Stop()
+	// The ichor CLI a package's tests built (IchorBin) goes with them.
+	defer func() {
+		if IchorBinDir != "" {
+			_ = os.RemoveAll(IchorBinDir)
+		}
+	}()
 	return m.Run()
 }
