@@ -8,12 +8,13 @@ TALOSCTL      := bash hack/build-talosctl.sh
 SEAWEEDFS     := bash hack/build-seaweedfs.sh
 CHROMIUM      := bash hack/install-chromium.sh
 RUNC          := bash hack/install-runc.sh
+HELM          := bash hack/build-helm.sh
 # Per-test-binary timeout; the slowest package starts a whole control plane.
 TEST_TIMEOUT  ?= 30m
 # Flags of `make bench` (go run ./test/bench/cmd/ichor-bench -h), e.g. BENCH_FLAGS=-list-sizes=1000,5000
 BENCH_FLAGS   ?=
 
-.PHONY: all build controlplane docs images push licenses verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
+.PHONY: all build controlplane docs manifests verify-manifests images push licenses verify-docs unit integration test test-ha test-ha-full bench verify verify-codegen verify-no-binaries codegen fmt vet run clean
 
 all: build
 
@@ -40,8 +41,9 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration/ -e /test/ta
 TEST_PARALLEL ?= 8
 # Runs its command with the external binaries built or found in the cache, named in the environment.
 WITH_BINARIES = bin="$$($(CONTROLPLANE))" && tbin="$$($(TALOSCTL))" && sbin="$$($(SEAWEEDFS))" && chromium="$$($(CHROMIUM))" && \
-	runc="$$($(RUNC))" && \
-	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" ICHOR_RUNC="$$runc"
+	runc="$$($(RUNC))" && hbin="$$($(HELM))" && \
+	ICHOR_CONTROLPLANE_BIN="$$bin" ICHOR_TALOSCTL_BIN="$$tbin" ICHOR_SEAWEEDFS_BIN="$$sbin" ICHOR_CHROMIUM="$$chromium" ICHOR_RUNC="$$runc" \
+	ICHOR_HELM_BIN="$$hbin"
 
 unit: ## The tests that need no external binary, with -race; unchanged packages' results come from Go's test cache.
 	$(GO) test -race $(UNIT_PKGS)
@@ -72,7 +74,7 @@ push: ## Build the images and push them, with their SBOMs, to REGISTRY (host[:po
 licenses: ## List the licence of every module Ichor's commands link; fails on one Apache-2.0 distribution does not allow.
 	$(GO) run ./hack/licenses
 
-verify: verify-no-binaries verify-codegen verify-docs fmt vet ## Check generated code and docs, formatting, vet, and that no binary is tracked.
+verify: verify-no-binaries verify-codegen verify-docs verify-manifests fmt vet ## Check generated code and docs, formatting, vet, and that no binary is tracked.
 
 verify-no-binaries:
 	bash hack/verify-no-binaries.sh
@@ -85,6 +87,12 @@ docs: ## Regenerate the reference pages under docs/reference from the code's tab
 
 verify-docs:
 	$(GO) run ./hack/docgen -check
+
+manifests: ## Render artifacts/ from the Helm chart charts/ichor (helm template with its ci/ values files).
+	$(GO) run ./hack/manifests
+
+verify-manifests:
+	$(GO) run ./hack/manifests -check
 
 codegen: ## Regenerate deepcopy, conversions, defaults, protobuf, OpenAPI, clientset, listers, informers and the benchmark's CRDs.
 	bash hack/update-codegen.sh

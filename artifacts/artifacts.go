@@ -1,8 +1,16 @@
-// Package artifacts holds the manifests that install Ichor; Go code that
-// must agree with them reads them from here.
+// Package artifacts holds the manifests that install Ichor, rendered from
+// the Helm chart charts/ichor (make manifests), and the management
+// kube-apiserver's own configuration; Go code that must agree with them
+// reads them from here.
 package artifacts
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
 
 // Roles is roles.yaml: Ichor's user roles and the rules they aggregate.
 //
@@ -20,14 +28,29 @@ var AuditPolicy []byte
 //go:embed kube-apiserver/audit-policy.yaml
 var KubeAPIServerAuditPolicy []byte
 
-// Installation is installation/ichor.yaml: the IchorInstallation singleton
-// as an installation starts it.
-//
-//go:embed installation/ichor.yaml
-var Installation []byte
+//go:embed installation.yaml
+var installationConfigMap []byte
+
+// Installation is the IchorInstallation singleton as an installation starts
+// it: installation.yaml's ConfigMap, which ichor-apiserver creates it from
+// (--bootstrap-installation-file).
+var Installation = mustConfigMapFile(installationConfigMap, "installation.yaml")
 
 // AuthenticationConfig is kube-apiserver/authentication-config.yaml: the
 // management cluster's kube-apiserver's JWT issuers.
 //
 //go:embed kube-apiserver/authentication-config.yaml
 var AuthenticationConfig []byte
+
+// mustConfigMapFile is the file key of the ConfigMap in manifest.
+func mustConfigMapFile(manifest []byte, key string) []byte {
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(manifest, &cm); err != nil {
+		panic(fmt.Sprintf("artifacts: %v", err))
+	}
+	data, ok := cm.Data[key]
+	if !ok {
+		panic(fmt.Sprintf("artifacts: ConfigMap %s has no %s", cm.Name, key))
+	}
+	return []byte(data)
+}

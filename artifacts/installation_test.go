@@ -19,7 +19,7 @@ func TestInstallationNamesEveryManagementAudience(t *testing.T) {
 		t.Fatal(err)
 	}
 	if in.Name != v1alpha1.InstallationName {
-		t.Errorf("installation/ichor.yaml names %q, want the singleton %q", in.Name, v1alpha1.InstallationName)
+		t.Errorf("installation.yaml names %q, want the singleton %q", in.Name, v1alpha1.InstallationName)
 	}
 	var authn struct {
 		JWT []struct {

@@ -27,6 +27,9 @@ type Config struct {
 	IchorInformers externalversions.SharedInformerFactory
 	// Controller is ichor-controller's upload endpoint; a zero URL refuses uploads.
 	Controller talosbackup.Controller
+	// BootstrapInstallation is created once the server serves, unless an
+	// IchorInstallation exists; nil creates none.
+	BootstrapInstallation *v1alpha1.IchorInstallation
 }
 
 // CompletedConfig is a Config with its defaults filled in.
@@ -37,6 +40,7 @@ type CompletedConfig struct {
 	kube       *rest.Config
 	informers  externalversions.SharedInformerFactory
 	controller talosbackup.Controller
+	bootstrap  *v1alpha1.IchorInstallation
 }
 
 // Server is a running ichor-apiserver.
@@ -46,7 +50,8 @@ type Server struct {
 
 // Complete fills in the defaults the generic server derives.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig, informers: c.IchorInformers, controller: c.Controller}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), kube: c.GenericConfig.ClientConfig, informers: c.IchorInformers, controller: c.Controller,
+		bootstrap: c.BootstrapInstallation}
 }
 
 // New builds the server and installs the ichor.dev group.
@@ -88,6 +93,11 @@ func (c CompletedConfig) New() (*Server, error) {
 			c.informers.Start(ctx.Done())
 			return nil
 		}); err != nil {
+			return nil, err
+		}
+	}
+	if c.bootstrap != nil {
+		if err := addInstallationBootstrap(generic, c.bootstrap); err != nil {
 			return nil, err
 		}
 	}

@@ -36,10 +36,13 @@ type Options struct {
 	IchorEmbeddedEtcd bool
 	// IchorArgs are extra ichor-apiserver flags, after the harness's own.
 	IchorArgs []string
-	// HA runs the shape artifacts/ha installs: IchorReplicas processes of
+	// HA runs the shape artifacts/ha (the chart with two replicas) installs: IchorReplicas processes of
 	// IchorBinary behind one Service, on an etcd cluster of their own of
 	// IchorEtcdMembers members.
 	HA bool
+	// NoIchor starts etcd, kube-apiserver and kube-controller-manager only,
+	// for a test that installs Ichor itself (the chart).
+	NoIchor bool
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -164,6 +167,9 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	}
 	if err = cp.startControllerManager(ctx, ports[3]); err != nil {
 		return nil, err
+	}
+	if opts.NoIchor {
+		return cp, nil
 	}
 	if err = cp.installIchorAccess(ctx); err != nil {
 		return nil, err

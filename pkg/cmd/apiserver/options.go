@@ -54,6 +54,9 @@ type Options struct {
 	AskCollectionFirst bool
 	// Controller is ichor-controller's upload endpoint.
 	Controller talosbackup.Controller
+	// BootstrapInstallationFile holds the IchorInstallation to create when
+	// there is none.
+	BootstrapInstallationFile string
 }
 
 // NewOptions returns options with Ichor's defaults.
@@ -95,6 +98,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"https URL of ichor-controller's upload endpoint (its --upload-bind-address), which talosbackups/NAME/upload streams snapshots to; empty refuses uploads.")
 	fs.StringVar(&o.Controller.CAFile, "controller-upload-ca-file", o.Controller.CAFile,
 		"CA certificates that issue the upload endpoint's serving certificate.")
+	fs.StringVar(&o.BootstrapInstallationFile, "bootstrap-installation-file", o.BootstrapInstallationFile,
+		"An IchorInstallation (YAML or JSON) to create once the server serves, unless one exists; an existing one is never changed. "+
+			"The server is not ready until the installation exists.")
 }
 
 // UsesEmbeddedEtcd is true when no external etcd was named.
@@ -127,6 +133,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Controller.URL != "" && o.Controller.CAFile == "" {
 		errs = append(errs, fmt.Errorf("--controller-upload-url needs --controller-upload-ca-file"))
+	}
+	if o.BootstrapInstallationFile != "" {
+		if _, err := apiserver.ReadBootstrapInstallation(o.BootstrapInstallationFile); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, o.Recommended.Validate()...)
 	return utilerrors.NewAggregate(errs)
@@ -176,7 +187,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if rh := cfg.Authentication.RequestHeaderConfig; rh != nil && cfg.Authentication.Authenticator != nil {
 		cfg.Authentication.Authenticator = frontproxy.New(rh, cfg.Authentication.Authenticator)
 	}
-	return &apiserver.Config{GenericConfig: cfg, IchorInformers: informers, Controller: o.Controller}, nil
+	c := &apiserver.Config{GenericConfig: cfg, IchorInformers: informers, Controller: o.Controller}
+	if o.BootstrapInstallationFile != "" {
+		var err error
+		if c.BootstrapInstallation, err = apiserver.ReadBootstrapInstallation(o.BootstrapInstallationFile); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // applyStorageCodec makes etcd values v1alpha1 objects in the

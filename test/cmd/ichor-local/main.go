@@ -374,7 +374,7 @@ func firstAdmin(ctx context.Context, cp *harness.ControlPlane, dir string) (loca
 	// The installation as artifacts/ starts it, with Ichor users on.
 	var in v1alpha1.IchorInstallation
 	if err := yaml.UnmarshalStrict(artifacts.Installation, &in); err != nil {
-		return s, fmt.Errorf("artifacts/installation/ichor.yaml: %w", err)
+		return s, fmt.Errorf("artifacts/installation.yaml: %w", err)
 	}
 	in.Spec.Settings.UsersEnabled = true
 	if _, err := ichor.IchorV1alpha1().IchorInstallations().Create(ctx, &in, metav1.CreateOptions{}); err != nil {

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,8 +14,8 @@ import (
 	"ichor.dev/ichor/test/integration/itest"
 )
 
-// TestArtifactsHA: artifacts/ha is every file of artifacts/ (each object
-// once) in the shape the HA tests run: two ichor-apiservers on an external
+// TestArtifactsHA: artifacts/ha (the chart with ci/ha-values.yaml) is every
+// object of artifacts/ in the shape the HA tests run: two ichor-apiservers on an external
 // etcd (deployment.yaml's flags, the embedded etcd's swapped for the
 // external one's, and no volume for it), one kept through drains, spread
 // over nodes, and two ichor-controllers electing a leader; kube-apiserver
@@ -24,12 +23,8 @@ import (
 func TestArtifactsHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), itest.KubectlTimeout)
 	defer cancel()
-	root, _, docs := itest.ReadArtifacts(t)
-	base := map[string][]byte{}
-	for _, d := range docs {
-		base[d.Meta.Kind+" "+d.Ns+"/"+d.Name] = d.Data
-	}
-	ha := itest.Kustomized(ctx, t, filepath.Join(root, "ha"))
+	base := itest.ArtifactObjects(t, ".")
+	ha := itest.ArtifactObjects(t, "ha")
 	for key := range base {
 		if _, ok := ha[key]; !ok && key != "PersistentVolumeClaim ichor-system/ichor-etcd" {
 			t.Errorf("artifacts/ha lacks %s", key)

@@ -35,14 +35,21 @@ type ArtifactDoc struct {
 // documents that hold only comments.
 func ReadArtifacts(t testing.TB) (dir string, files []string, docs []ArtifactDoc) {
 	t.Helper()
+	return ReadArtifactsIn(t, ".")
+}
+
+// ReadArtifactsIn is ReadArtifacts of the directory sub of artifacts/ (ha,
+// optional).
+func ReadArtifactsIn(t testing.TB, sub string) (dir string, files []string, docs []ArtifactDoc) {
+	t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir = filepath.Join(root, "artifacts")
+	dir = filepath.Join(root, "artifacts", sub)
 	files, err = filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no artifacts/*.yaml: %v", err)
+		t.Fatalf("no %s/*.yaml: %v", dir, err)
 	}
 	for _, file := range files {
 		f, err := os.Open(file)

@@ -1,44 +1,19 @@
 package itest
 
 import (
-	"bufio"
-	"context"
-	"errors"
-	"io"
-	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
 
-// Kustomized builds the kustomization in dir as README says, and returns
-// its objects by "Kind namespace/name".
-func Kustomized(ctx context.Context, t *testing.T, dir string) map[string][]byte {
+// ArtifactObjects are the objects of artifacts/<sub> by "Kind namespace/name".
+func ArtifactObjects(t *testing.T, sub string) map[string][]byte {
 	t.Helper()
-	out, _, err := RunKubectl(ctx, t, nil, "kustomize", "--load-restrictor=LoadRestrictionsNone", dir)
-	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v", dir, err)
-	}
+	_, _, docs := ReadArtifactsIn(t, sub)
 	objs := map[string][]byte{}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var head struct {
-			Kind     string
-			Metadata struct{ Name, Namespace string }
-		}
-		if err := yaml.Unmarshal(doc, &head); err != nil {
-			t.Fatal(err)
-		}
-		objs[head.Kind+" "+head.Metadata.Namespace+"/"+head.Metadata.Name] = doc
+	for _, d := range docs {
+		objs[d.Meta.Kind+" "+d.Ns+"/"+d.Name] = d.Data
 	}
 	return objs
 }

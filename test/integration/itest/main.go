@@ -29,6 +29,9 @@ const (
 	// binary behind one Service, on an etcd cluster of three members of
 	// their own.
 	HA
+	// Bare runs no Ichor at all: etcd, kube-apiserver and
+	// kube-controller-manager, for tests that install Ichor themselves.
+	Bare
 )
 
 // Main starts a control plane of shape, runs the package's tests on it,
@@ -55,6 +58,7 @@ func run(m *testing.M, shape Shape) int {
 		}
 		opts.HA = true
 	}
+	opts.NoIchor = shape == Bare
 	var err error
 	CP, err = harness.Start(ctx, opts)
 	if err != nil {
