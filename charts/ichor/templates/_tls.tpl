@@ -1,6 +1,6 @@
 {{/*
-The certificates of the chart, one table: each Secret, what it serves and the
-names it is valid for. Every other template is built from it.
+The certificates of the chart, one table: each Secret, the names it is valid
+for and the chart's CA that issues it. Every other template is built from it.
 */}}
 {{- define "ichor.certificates" -}}
 {{- $ns := .Release.Namespace -}}
@@ -10,23 +10,28 @@ names it is valid for. Every other template is built from it.
 {{- end -}}
 apiserver:
   secret: ichor-apiserver-tls
+  ca: ichor-ca
   dnsNames: {{ toJson (get $svc "ichor-apiserver") }}
 controller:
   secret: ichor-controller-tls
+  ca: ichor-ca
   dnsNames: {{ toJson (get $svc "ichor-controller") }}
 {{- if .Values.auth.enabled }}
 auth:
   secret: ichor-auth-tls
+  ca: ichor-ca
   dnsNames: {{ toJson (prepend (get $svc "ichor-auth") (include "ichor.urlHost" .Values.auth.issuerURL) | uniq) }}
 {{- end }}
 {{- if .Values.ui.enabled }}
 ui:
   secret: ichor-ui-tls
+  ca: ichor-ca
   dnsNames: {{ toJson (prepend (get $svc "ichor-ui") (include "ichor.urlHost" .Values.ui.url) | uniq) }}
 uiClient:
   # The client certificate ichor-ui presents to ichor-auth, from a CA of its
   # own that ichor-auth trusts to name each browser (--trusted-proxy-ca-file).
   secret: ichor-ui-client-tls
+  ca: ichor-ui-client-ca
   client: true
   dnsNames: [ichor-ui]
 {{- end }}
@@ -47,8 +52,11 @@ new CA's).
 {{- $days := int .Values.tls.validityDays -}}
 {{- $renewAfter := add $now (mul (sub $days (int .Values.tls.renewBeforeDays)) 86400) -}}
 {{- $out := dict -}}
+{{- $certs := include "ichor.certificates" . | fromYaml -}}
+{{- $caNames := list -}}
+{{- range $certs }}{{ $caNames = append $caNames .ca }}{{ end -}}
 {{- $cas := dict -}}
-{{- range $caName := list "ichor-ca" "ichor-ui-client-ca" -}}
+{{- range $caName := $caNames | uniq -}}
 {{- $old := lookup "v1" "Secret" $ns $caName -}}
 {{- $ca := dict -}}
 {{- if and $old $old.data (gt (int64 (dig "metadata" "annotations" "ichor.dev/renew-after" "0" $old)) $now) -}}
@@ -62,9 +70,8 @@ new CA's).
 {{- end -}}
 {{- $_ := set $out "cas" $cas -}}
 {{- $leaves := dict -}}
-{{- range $id, $c := include "ichor.certificates" . | fromYaml -}}
-{{- $caName := ternary "ichor-ui-client-ca" "ichor-ca" (eq $id "uiClient") -}}
-{{- $ca := get $cas $caName -}}
+{{- range $id, $c := $certs -}}
+{{- $ca := get $cas $c.ca -}}
 {{- $names := join "," $c.dnsNames -}}
 {{- $old := lookup "v1" "Secret" $ns $c.secret -}}
 {{- $leaf := dict -}}

@@ -76,9 +76,9 @@ func TestChartServerDryRun(t *testing.T) {
 			// What the release needs to exist before it: its namespace with
 			// the restricted level (helm --create-namespace leaves it out),
 			// and the namespaces its clusters live in.
-			itest.MustApply(ctx, t, fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q,"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`, ns))
+			applyNamespace(t, ns, true)
 			for _, other := range []string{"team-a", "team-b", "monitoring"} {
-				itest.MustApply(ctx, t, fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q}}`, other))
+				applyNamespace(t, other, false)
 			}
 			args := []string{"template", "ichor", chartDir(t), "-n", ns, "-f", values}
 			for _, v := range extraAPIVersions {
@@ -120,10 +120,10 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 	ctx := t.Context()
 	const ns = "ichor-system"
 	kube := kubernetes.NewForConfigOrDie(itest.CP.AdminConfig)
-	itest.MustApply(ctx, t, fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q,"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`, ns))
+	applyNamespace(t, ns, true)
 	base := []string{"-n", ns, "--set", "tls.mode=generate", "--set", "monitoring.serviceMonitor=false", "--set", "monitoring.prometheusRule=false",
 		"--set-json", `controller.clusterNamespaces=["team-a"]`}
-	itest.MustApply(ctx, t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a"}}`)
+	applyNamespace(t, "team-a", false)
 
 	out, err := runHelm(t, nil, append([]string{"install", "ichor", chartDir(t)}, base...)...)
 	if err != nil {
@@ -245,6 +245,23 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 	if _, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.ichor.dev", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("APIService after the uninstall: %v", err)
 	}
+}
+
+// applyNamespace makes the namespace name, at Pod Security's restricted
+// level when restricted (as the chart's namespace.create makes it; helm
+// --create-namespace leaves the label out).
+func applyNamespace(t *testing.T, name string, restricted bool) {
+	t.Helper()
+	labels := map[string]string{}
+	if restricted {
+		labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	}
+	ns, err := json.Marshal(corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	itest.MustApply(t.Context(), t, string(ns))
 }
 
 func pool(t *testing.T, pemCA []byte) *x509.CertPool {
