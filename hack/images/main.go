@@ -119,7 +119,12 @@ func main() {
 	version := flag.String("version", "", "the images' tag (default: v0.1.0-<commit>)")
 	push := flag.String("push", "", "then push the images and their SBOMs to this registry (host[:port][/path])")
 	noBuild := flag.Bool("no-build", false, "push the images already in OUT/oci, without building them")
+	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "the platforms to build each image for (os/arch, comma-separated)")
 	flag.Parse()
+	only, err := parsePlatforms(*platforms)
+	if err != nil {
+		fail(err)
+	}
 	if !*noBuild {
 		src, err := SourceOf(root)
 		if err != nil {
@@ -128,7 +133,7 @@ func main() {
 		if *version != "" {
 			src.Version = *version
 		}
-		built, err := Build(Options{Root: root, Out: *out, Source: src, Components: Components, Platforms: Platforms})
+		built, err := Build(Options{Root: root, Out: *out, Source: src, Components: Components, Platforms: only})
 		if err != nil {
 			fail(err)
 		}
@@ -151,6 +156,19 @@ func main() {
 			fail(err)
 		}
 	}
+}
+
+// parsePlatforms reads -platforms: each must be one of Platforms.
+func parsePlatforms(list string) ([]v1.Platform, error) {
+	var out []v1.Platform
+	for _, s := range strings.Split(list, ",") {
+		i := slices.IndexFunc(Platforms, func(p v1.Platform) bool { return p.OS+"/"+p.Architecture == strings.TrimSpace(s) })
+		if i < 0 {
+			return nil, fmt.Errorf("-platforms: %q is not one of the platforms Ichor is built for (linux/amd64, linux/arm64)", s)
+		}
+		out = append(out, Platforms[i])
+	}
+	return out, nil
 }
 
 func fail(err error) {

@@ -28,6 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"ichor.dev/ichor/test/ociimage"
 )
 
 // TestImagesAreReproducibleAndComplete runs `go run ./hack/images` (what
@@ -338,7 +340,7 @@ func runInRunc(t *testing.T, runc string, img v1.Image, args ...string) string {
 	}
 	bundle := t.TempDir()
 	rootfs := filepath.Join(bundle, "rootfs")
-	if err := unpack(mutate.Extract(img), rootfs); err != nil {
+	if err := ociimage.Unpack(img, rootfs); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
@@ -382,59 +384,4 @@ func runInRunc(t *testing.T, runc string, img v1.Image, args ...string) string {
 		t.Fatalf("runc run %v: %v\n%s", process["args"], err, out.String())
 	}
 	return out.String()
-}
-
-// unpack writes a flattened image filesystem (mutate.Extract's tar) to dir.
-func unpack(r io.ReadCloser, dir string) error {
-	defer r.Close() //nolint:errcheck
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
-				return err
-			}
-			if err := os.Chmod(p, os.FileMode(h.Mode)&os.ModePerm|modeBits(h.Mode)); err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if err := os.Symlink(h.Linkname, p); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return err
-			}
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(p, data, 0o600); err != nil {
-				return err
-			}
-			if err := os.Chmod(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
-				return err
-			}
-		}
-		if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
-			return err
-		}
-	}
-}
-
-// modeBits are the sticky, setuid and setgid bits of a tar mode.
-func modeBits(mode int64) os.FileMode {
-	var m os.FileMode
-	if mode&0o1000 != 0 {
-		m |= os.ModeSticky
-	}
-	return m
 }

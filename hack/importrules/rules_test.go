@@ -94,4 +94,6 @@ var testOnly = []edge{
 		Why: "the upload forwarder's test streams through the controller's real upload endpoint"},
 	{From: "pkg/talos", To: "test/talossim",
 		Why: "the Talos client's fidelity tests run against the node simulator"},
+	{From: "hack/images", To: "test/ociimage",
+		Why: "the image test unpacks each image to run it as the test node does"},
 }

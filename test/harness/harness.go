@@ -8,6 +8,8 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +45,14 @@ type Options struct {
 	// NoIchor starts etcd, kube-apiserver and kube-controller-manager only,
 	// for a test that installs Ichor itself (the chart).
 	NoIchor bool
+	// Workloads runs what Deployments need to become running Pods, but
+	// the node: kube-scheduler, and kube-controller-manager's deployment,
+	// replicaset, garbage-collector, persistentvolume-binder,
+	// root-ca-cert-publisher, node-lifecycle and endpointslice controllers
+	// (the aggregator wants an APIService's Service to have ready
+	// endpoints). A test adds the node (test/mgmtnode), which runs the Pods
+	// bound to it.
+	Workloads bool
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -75,6 +85,11 @@ type ControlPlane struct {
 	// OIDC is the external OpenID provider (test/oidcprovider), which the
 	// harness runs, with the people of oidcprovider.People.
 	OIDC IssuerEndpoint
+	// ServiceCIDR is where Services get their cluster IPs: a /24 on
+	// loopback, chosen at random so that control planes running side by
+	// side rarely share one, so that whatever dials a Service (the
+	// aggregator dials the APIService's) stays on this machine.
+	ServiceCIDR netip.Prefix
 
 	files   files
 	ichorCA []byte
@@ -83,6 +98,7 @@ type ControlPlane struct {
 	etcd    *proc.Process
 	kube    *proc.Process
 	kcm     *proc.Process
+	sched   *proc.Process
 	// ichorPorts are ichor-apiserver's port and its embedded etcd's client and peer ports.
 	ichorPorts []int
 	ichor      *ichorServer
@@ -138,11 +154,12 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err = os.MkdirAll(pkiDir, 0o700); err != nil {
 		return nil, err
 	}
-	if cp.files, cp.ichorCA, err = writePKI(pkiDir); err != nil {
+	cp.ServiceCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{127, byte(96 + rand.IntN(32)), byte(rand.IntN(256)), 0}), 24)
+	if cp.files, cp.ichorCA, err = writePKI(pkiDir, cp.ServiceCIDR.Addr().Next()); err != nil {
 		return nil, fmt.Errorf("generate certificates: %w", err)
 	}
 	// Every port is chosen in one call, so no two components are handed the same one.
-	ports, err := proc.FreePorts("127.0.0.1", 10)
+	ports, err := proc.FreePorts("127.0.0.1", 11)
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +182,13 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err = cp.startKubeAPIServer(ctx, ports[2]); err != nil {
 		return nil, err
 	}
-	if err = cp.startControllerManager(ctx, ports[3]); err != nil {
+	if err = cp.startControllerManager(ctx, ports[3], opts.Workloads); err != nil {
 		return nil, err
+	}
+	if opts.Workloads {
+		if err = cp.startScheduler(ports[10]); err != nil {
+			return nil, err
+		}
 	}
 	if opts.NoIchor {
 		return cp, nil
@@ -196,6 +218,7 @@ func (cp *ControlPlane) Stop() {
 	}
 	_ = cp.ichor.stop()
 	cp.ha.stop()
+	cp.sched.Stop(10 * time.Second)
 	cp.kcm.Stop(10 * time.Second)
 	cp.kube.Stop(15 * time.Second)
 	cp.etcd.Stop(10 * time.Second)
@@ -248,7 +271,7 @@ func (cp *ControlPlane) startKubeAPIServer(ctx context.Context, port int) error 
 		"--authorization-mode=Node,RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + f.saPub, "--service-account-signing-key-file=" + f.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + cp.ServiceCIDR.String(),
 		// The front proxy: how the aggregator tells ichor-apiserver who is calling.
 		"--requestheader-client-ca-file=" + f.frontProxyCA,
 		"--requestheader-allowed-names=" + frontProxyClient,
@@ -306,20 +329,42 @@ func (cp *ControlPlane) RestartKubeAPIServer(ctx context.Context) error {
 
 // startControllerManager runs kube-controller-manager with the controllers a
 // management cluster needs here: ClusterRole aggregation, which fills Ichor's
-// aggregated roles, and namespace deletion.
-func (cp *ControlPlane) startControllerManager(ctx context.Context, port int) error {
+// aggregated roles, and namespace deletion; with workloads, those that turn
+// Deployments into Pods, bind claims to volumes, publish kube-root-ca.crt,
+// take a node's not-ready taint away once it reports Ready, and list ready
+// pods as their Services' endpoints.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, port int, workloads bool) error {
+	// Namespace deletion empties namespaces through discovery, Ichor's resources included.
+	controllers := "clusterrole-aggregation,namespace"
+	if workloads {
+		controllers += ",deployment,replicaset,garbagecollector,persistentvolume-binder,root-ca-cert-publisher,nodelifecycle,endpointslice"
+	}
 	var err error
 	cp.kcm, err = proc.Start(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),
 		"--kubeconfig="+cp.AdminKubeconfig,
 		"--authentication-kubeconfig="+cp.AdminKubeconfig,
 		"--authorization-kubeconfig="+cp.AdminKubeconfig,
-		// Namespace deletion empties namespaces through discovery, Ichor's resources included.
-		"--controllers=clusterrole-aggregation,namespace",
+		"--controllers="+controllers,
+		"--root-ca-file="+cp.files.kubeCA,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--cert-dir="+filepath.Join(cp.Dir, "kcm-certs"),
 	)
 	// Its readiness shows in installIchorAccess, which waits for the aggregated roles.
+	return err
+}
+
+// startScheduler runs kube-scheduler, which binds Pods to the test's node.
+func (cp *ControlPlane) startScheduler(port int) error {
+	var err error
+	cp.sched, err = proc.Start(cp.Dir, "kube-scheduler", cp.bin("kube-scheduler"),
+		"--kubeconfig="+cp.AdminKubeconfig,
+		"--authentication-kubeconfig="+cp.AdminKubeconfig,
+		"--authorization-kubeconfig="+cp.AdminKubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+filepath.Join(cp.Dir, "scheduler-certs"),
+	)
 	return err
 }
 

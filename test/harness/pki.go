@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"ichor.dev/ichor/pkg/pki"
 )
@@ -40,8 +42,10 @@ type files struct {
 	clientIssuer *pki.CA
 }
 
-// writePKI generates every CA and certificate of a test control plane in dir.
-func writePKI(dir string) (files, []byte, error) {
+// writePKI generates every CA and certificate of a test control plane in
+// dir; kube-apiserver's serves kubernetesIP too, the kubernetes Service's
+// cluster IP, which in-cluster clients dial.
+func writePKI(dir string, kubernetesIP netip.Addr) (files, []byte, error) {
 	var f files
 	var ichorCAPEM []byte
 	write := func(ca *pki.CA, name string) (string, error) {
@@ -85,6 +89,7 @@ func writePKI(dir string) (files, []byte, error) {
 			leaf := serving
 			leaf.CommonName = "kube-apiserver"
 			leaf.DNSNames = append(leaf.DNSNames, "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+			leaf.IPs = append(slices.Clone(leaf.IPs), kubernetesIP.AsSlice())
 			f.kubeServingCert, f.kubeServingKey, err = issue(ca, "kube-apiserver", leaf)
 			return err
 		},

@@ -147,6 +147,9 @@ func addProbes(mgr ctrl.Manager) error {
 
 // Run runs the controller manager until ctx ends.
 func (o *Options) Run(ctx context.Context, cfg *rest.Config) error {
+	if err := o.waitForAPI(ctx, cfg); err != nil {
+		return err
+	}
 	mgr, err := o.NewManager(cfg)
 	if err != nil {
 		return err

@@ -38,11 +38,17 @@ const helmTimeout = 2 * time.Minute
 // cache and data in the test's own directory, and returns its stdout.
 func runHelm(t *testing.T, stdin []byte, args ...string) (string, error) {
 	t.Helper()
+	return runHelmWithin(t, helmTimeout, stdin, args...)
+}
+
+// runHelmWithin is runHelm with its own time limit, for --wait.
+func runHelmWithin(t *testing.T, limit time.Duration, stdin []byte, args ...string) (string, error) {
+	t.Helper()
 	dir := os.Getenv("ICHOR_HELM_BIN")
 	if dir == "" {
 		t.Fatal("ICHOR_HELM_BIN is not set: run the tests through make (it builds helm with hack/build-helm.sh)")
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), helmTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	home := t.TempDir()
 	cmd := exec.CommandContext(ctx, filepath.Join(dir, "helm"), args...)

@@ -29,8 +29,9 @@ const (
 	// binary behind one Service, on an etcd cluster of three members of
 	// their own.
 	HA
-	// Bare runs no Ichor at all: etcd, kube-apiserver and
-	// kube-controller-manager, for tests that install Ichor themselves.
+	// Bare runs no Ichor at all: etcd, kube-apiserver,
+	// kube-controller-manager and kube-scheduler (harness.Options.Workloads),
+	// for tests that install Ichor themselves and may add a node.
 	Bare
 )
 
@@ -59,6 +60,7 @@ func run(m *testing.M, shape Shape) int {
 		opts.HA = true
 	}
 	opts.NoIchor = shape == Bare
+	opts.Workloads = shape == Bare
 	var err error
 	CP, err = harness.Start(ctx, opts)
 	if err != nil {
