@@ -48,9 +48,9 @@ type Options struct {
 	// Workloads runs what Deployments need to become running Pods, but
 	// the node: kube-scheduler, and kube-controller-manager's deployment,
 	// replicaset, garbage-collector, persistentvolume-binder,
-	// root-ca-cert-publisher, node-lifecycle and endpointslice controllers
-	// (the aggregator wants an APIService's Service to have ready
-	// endpoints). A test adds the node (test/mgmtnode), which runs the Pods
+	// root-ca-cert-publisher, node-lifecycle, endpointslice (the aggregator
+	// wants an APIService's Service to have ready endpoints) and the
+	// claim and volume protection controllers. A test adds the node (test/mgmtnode), which runs the Pods
 	// bound to it.
 	Workloads bool
 	// Logf receives progress messages; nil discards them.
@@ -337,7 +337,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, port int, wo
 	// Namespace deletion empties namespaces through discovery, Ichor's resources included.
 	controllers := "clusterrole-aggregation,namespace"
 	if workloads {
-		controllers += ",deployment,replicaset,garbagecollector,persistentvolume-binder,root-ca-cert-publisher,nodelifecycle,endpointslice"
+		controllers += ",deployment,replicaset,garbagecollector,persistentvolume-binder,root-ca-cert-publisher,nodelifecycle,endpointslice,pvc-protection,pv-protection"
 	}
 	var err error
 	cp.kcm, err = proc.Start(cp.Dir, "kube-controller-manager", cp.bin("kube-controller-manager"),

@@ -49,6 +49,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -62,8 +63,9 @@ type Options struct {
 	Dir string
 	// Runc is the runc binary.
 	Runc string
-	// Images is the OCI layout the containers' images come from.
-	Images string
+	// Images are the OCI layouts the containers' images come from, looked
+	// up in turn.
+	Images []string
 	// APIServer is the kube-apiserver's host:port, where the kubernetes
 	// Service leads.
 	APIServer string
@@ -169,7 +171,7 @@ func (n *Node) Stop() {
 	n.mu.Lock()
 	runs := make([]*podRun, 0, len(n.running))
 	for _, p := range n.running {
-		p.grace = min(p.grace, 5*time.Second)
+		p.setGrace(func(g time.Duration) time.Duration { return min(g, 5*time.Second) })
 		runs = append(runs, p)
 	}
 	n.mu.Unlock()
@@ -294,27 +296,29 @@ func (n *Node) register(ctx context.Context) error {
 			"kubernetes.io/hostname": n.opts.Name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
 		}},
 	}
-	created, err := n.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		created, err = n.client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{})
-	}
-	if err != nil {
+	if _, err := n.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("register node %s: %w", n.opts.Name, err)
 	}
-	now := metav1.Now()
-	created.Status = corev1.NodeStatus{
-		Capacity: capacity, Allocatable: capacity,
-		Conditions: []corev1.NodeCondition{
-			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "runc pods on loopback", LastHeartbeatTime: now, LastTransitionTime: now},
-			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
-			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
-			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
-		},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: n.opts.Name}},
-		NodeInfo:  corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", ContainerRuntimeVersion: "runc://", KubeletVersion: "mgmtnode"},
-	}
-	_, err = n.client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		cur, err := n.client.CoreV1().Nodes().Get(ctx, n.opts.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cur.Status = corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "runc pods on loopback", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+			},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: n.opts.Name}},
+			NodeInfo:  corev1.NodeSystemInfo{Architecture: "amd64", OperatingSystem: "linux", ContainerRuntimeVersion: "runc://", KubeletVersion: "mgmtnode"},
+		}
+		_, err = n.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // heartbeat renews the node's Lease every ten seconds, as the kubelet does,
@@ -372,7 +376,7 @@ func (n *Node) podChanged(o any) {
 		go p.run()
 	case known && gone && p.ctx.Err() == nil:
 		if g := pod.DeletionGracePeriodSeconds; g != nil {
-			p.grace = time.Duration(*g) * time.Second
+			p.setGrace(func(time.Duration) time.Duration { return time.Duration(*g) * time.Second })
 		}
 		p.cancel()
 		go func() {

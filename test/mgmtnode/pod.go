@@ -37,12 +37,12 @@ type podRun struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	// grace is how long its containers get between SIGTERM and SIGKILL.
-	grace time.Duration
-	done  chan struct{}
-	dirty chan struct{}
+	done   chan struct{}
+	dirty  chan struct{}
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// grace is how long its containers get between SIGTERM and SIGKILL.
+	grace      time.Duration
 	started    time.Time
 	sandbox    bool
 	containers []*containerRun
@@ -165,7 +165,7 @@ func (p *podRun) setUp() error {
 	}
 	platform := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
 	for _, c := range p.containers {
-		img, err := ociimage.Find(p.node.opts.Images, c.spec.Image, platform)
+		img, err := p.node.image(c.spec.Image, platform)
 		if err != nil {
 			return fmt.Errorf("container %s: %w", c.spec.Name, err)
 		}
@@ -185,6 +185,32 @@ func (p *podRun) setUp() error {
 	p.sandbox = true
 	p.mu.Unlock()
 	return nil
+}
+
+// image finds ref in the node's layouts.
+func (n *Node) image(ref string, platform v1.Platform) (v1.Image, error) {
+	var errs []error
+	for _, dir := range n.opts.Images {
+		img, err := ociimage.Find(dir, ref, platform)
+		if err == nil {
+			return img, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("pull %s: %w", ref, errors.Join(errs...))
+}
+
+// setGrace changes the grace period (a deletion's, or the node stopping).
+func (p *podRun) setGrace(f func(time.Duration) time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.grace = f(p.grace)
+}
+
+func (p *podRun) gracePeriod() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.grace
 }
 
 // tearDown releases the pod's network namespace and listeners.
@@ -287,7 +313,7 @@ func (p *podRun) runContainer(c *containerRun) error {
 		p.signal(c, "TERM")
 		select {
 		case err = <-waitErr:
-		case <-time.After(p.grace):
+		case <-time.After(p.gracePeriod()):
 			p.signal(c, "KILL")
 			err = <-waitErr
 		}
@@ -344,7 +370,7 @@ func (p *podRun) kill(c *containerRun) {
 	p.signal(c, "TERM")
 	select {
 	case <-exited:
-	case <-time.After(p.grace):
+	case <-time.After(p.gracePeriod()):
 		p.signal(c, "KILL")
 	}
 }
@@ -421,8 +447,9 @@ func (p *podRun) status(s *corev1.PodStatus) {
 	s.ContainerStatuses = nil
 	allReady, anyRunning := true, false
 	for _, c := range p.containers {
+		started := c.started
 		cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: c.imageID, RestartCount: c.restarts,
-			Ready: c.ready, Started: &c.started, LastTerminationState: corev1.ContainerState{Terminated: c.last}}
+			Ready: c.ready, Started: &started, LastTerminationState: corev1.ContainerState{Terminated: c.last}}
 		switch {
 		case c.running:
 			anyRunning = true

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -8,10 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +24,9 @@ import (
 	"ichor.dev/ichor/test/mgmtnode"
 	"ichor.dev/ichor/test/talossim"
 )
+
+// ns is where the tests that run Ichor install it, as docs/install.md does.
+const ns = "ichor-system"
 
 // TestChartRunsAClusterFromImages follows docs/install.md as a platform
 // team would, on a management cluster with a node: the images `make
@@ -38,113 +42,26 @@ import (
 func TestChartRunsAClusterFromImages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	runc := os.Getenv("ICHOR_RUNC")
-	if runc == "" {
-		t.Fatal("ICHOR_RUNC is not set: run the tests through make (hack/install-runc.sh installs runc)")
-	}
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// make images, for this machine's platform alone.
 	const tag = "v0.0.0-chart-test"
-	images := t.TempDir()
-	build := exec.CommandContext(ctx, "go", "run", "./hack/images", "-out", images, "-platforms", "linux/amd64", "-version", tag)
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go run ./hack/images: %v\n%s", err, out)
-	} else {
-		t.Logf("images:\n%s", out)
-	}
-
+	node := startNode(ctx, t, buildImages(ctx, t, root, tag))
 	kube := kubernetes.NewForConfigOrDie(itest.CP.AdminConfig)
-	apiServer, err := url.Parse(itest.CP.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := mgmtnode.Start(ctx, mgmtnode.Options{Client: kube, Name: "mgmt-1", Dir: t.TempDir(), Runc: runc,
-		Images: filepath.Join(images, "oci"), APIServer: apiServer.Host, ServiceCIDR: itest.CP.ServiceCIDR, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(node.Stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the node's pods:\n%s", node.Describe())
-		}
-	})
 
-	const ns = "ichor-system"
 	applyNamespace(t, ns, true)
 	applyNamespace(t, "team-b", false)
-	install := []string{"install", "ichor", chartDir(t), "-n", ns,
-		"--set", "image.registry=images.ichor.invalid", "--set", "image.tag=" + tag,
-		"--set", "tls.mode=generate", "--set", "monitoring.serviceMonitor=false", "--set", "monitoring.prometheusRule=false",
-		"--set-json", `controller.clusterNamespaces=["team-b"]`,
-		"--set", "auth.issuerURL=https://ichor-auth." + ns + ".svc",
-		"--set-json", `installation.provisioningNetworks=["127.0.14.0/24"]`,
-		"--wait", "--timeout=6m"}
 	began := time.Now()
-	if out, err := runHelmWithin(t, 7*time.Minute, nil, install...); err != nil {
+	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"install", "ichor", chartDir(t)}, runValues(tag, "team-b")...)...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("helm install --wait: every Deployment available after %s", time.Since(began).Round(time.Second))
-	for _, name := range []string{"ichor-apiserver", "ichor-controller", "ichor-auth", "ichor-ui"} {
-		d, err := kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Status.ReadyReplicas != *d.Spec.Replicas {
-			t.Errorf("deployment %s: %d of %d replicas ready", name, d.Status.ReadyReplicas, *d.Spec.Replicas)
-		}
-	}
-	itest.MustKubectl(ctx, t, "wait", "--for=condition=Available", "--timeout=2m", "apiservice/v1alpha1.ichor.dev")
+	checkRunning(ctx, t, kube)
 
-	// A cluster of one machine, through the install.
-	binDir, err := harness.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	workload := &talossim.Kubernetes{BinDir: binDir, Dir: t.TempDir(), Logf: t.Logf}
-	t.Cleanup(workload.Stop)
-	const endpointIP = "127.0.14.100"
-	ports, err := proc.FreePorts(endpointIP, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	endpoint := net.JoinHostPort(endpointIP, fmt.Sprint(ports[0]))
-	machine := itest.SimNode(t, talossim.Options{ListenAddress: "127.0.14.1:0", Kubernetes: workload, Etcd: &talossim.EtcdCluster{Name: "first"},
-		Trustd: talossim.NewTrustd(), InstallDelay: 100 * time.Millisecond, RebootDelay: 100 * time.Millisecond})
-	// The machines' network, as the management cluster's pods reach it.
-	if err := node.Expose(endpoint, machine.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	itest.MustApply(ctx, t, fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
-kind: TalosCluster
-metadata: {name: first, namespace: team-b}
-spec:
-  talosVersion: %s
-  kubernetesVersion: v1.36.0
-  controlPlane: {endpoint: "https://%s"}
----
-apiVersion: ichor.dev/v1alpha1
-kind: TalosMachine
-metadata: {name: first-1, namespace: team-b}
-spec: {clusterName: first, role: controlplane, address: "%s", hostname: first-1, install: {disk: /dev/sda}}
-`, talossim.DefaultVersion, endpoint, machine.Addr()))
-	itest.WaitMachine(ctx, t, "team-b", "first-1", "pinned", itest.PinnedTo(machine.MaintenanceFingerprint()))
-	itest.MustKubectl(ctx, t, "-n", "team-b", "patch", "talosmachine", "first-1", "--subresource=approval", "--type=merge",
-		"-p", `{"status":{"approval":{"decision":"Approved"}}}`)
-	itest.WaitCluster(ctx, t, "team-b", "first", v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	buildCluster(ctx, t, node, "team-b", "first", "127.0.14")
 	t.Logf("cluster first Ready %s after the install began", time.Since(began).Round(time.Second))
-
-	out := itest.MustKubectl(ctx, t, "-n", ns, "get", "pods", "-o", "custom-columns=NAME:.metadata.name,READY:.status.containerStatuses[0].ready,RESTARTS:.status.containerStatuses[0].restartCount", "--no-headers")
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		if f := strings.Fields(line); len(f) != 3 || f[1] != "true" || f[2] != "0" {
-			t.Errorf("a pod not ready, or restarted: %q", line)
-		}
-	}
+	checkRunning(ctx, t, kube)
 
 	// Uninstall stops every pod (the node deletes each once its containers
 	// ended) and leaves the user roles, which then grant nothing.
@@ -176,4 +93,147 @@ spec: {clusterName: first, role: controlplane, address: "%s", hostname: first-1,
 			t.Errorf("%s after the uninstall: release %q, %d rules", name, role.Annotations["meta.helm.sh/release-name"], len(role.Rules))
 		}
 	}
+	// What an uninstall keeps of the API's data goes too, for the next test.
+	itest.MustKubectl(ctx, t, "-n", ns, "delete", "pvc", "ichor-etcd", "--wait=true", "--timeout=1m")
+}
+
+// runValues are the flags of a helm install or upgrade of the images
+// tagged tag, clusters in namespace clusters, every Deployment waited for.
+func runValues(tag, clusters string) []string {
+	return []string{"-n", ns,
+		"--set", "image.registry=images.ichor.invalid", "--set", "image.tag=" + tag,
+		"--set", "tls.mode=generate", "--set", "monitoring.serviceMonitor=false", "--set", "monitoring.prometheusRule=false",
+		"--set-json", `controller.clusterNamespaces=["` + clusters + `"]`,
+		"--set", "auth.issuerURL=https://ichor-auth." + ns + ".svc",
+		"--set-json", `installation.provisioningNetworks=["127.0.14.0/24"]`,
+		"--set", "installation.usersEnabled=true",
+		"--wait", "--timeout=6m"}
+}
+
+// buildImages runs make images' builder on the tree at root, for this
+// machine's platform alone where that tree's builder can be told so, and
+// returns the OCI layout.
+func buildImages(ctx context.Context, t *testing.T, root, tag string) string {
+	t.Helper()
+	out := t.TempDir()
+	args := []string{"run", "./hack/images", "-out", out, "-version", tag}
+	if src, err := os.ReadFile(filepath.Join(root, "hack", "images", "main.go")); err == nil && bytes.Contains(src, []byte(`"platforms"`)) {
+		args = append(args, "-platforms", "linux/amd64")
+	}
+	build := exec.CommandContext(ctx, "go", args...)
+	build.Dir = root
+	report, err := build.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go run ./hack/images in %s: %v\n%s", root, err, report)
+	}
+	t.Logf("images of %s:\n%s", root, report)
+	return filepath.Join(out, "oci")
+}
+
+// startNode registers a node that runs pods from the layouts' images, until
+// the test ends; a failing test logs its pods' states and logs.
+func startNode(ctx context.Context, t *testing.T, layouts ...string) *mgmtnode.Node {
+	t.Helper()
+	runc := os.Getenv("ICHOR_RUNC")
+	if runc == "" {
+		t.Fatal("ICHOR_RUNC is not set: run the tests through make (hack/install-runc.sh installs runc)")
+	}
+	apiServer, err := url.Parse(itest.CP.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := mgmtnode.Start(ctx, mgmtnode.Options{Client: kubernetes.NewForConfigOrDie(itest.CP.AdminConfig), Name: "mgmt-1",
+		Dir: t.TempDir(), Runc: runc, Images: layouts, APIServer: apiServer.Host, ServiceCIDR: itest.CP.ServiceCIDR, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the node's pods:\n%s", node.Describe())
+		}
+	})
+	return node
+}
+
+// checkRunning wants each Deployment of the release all ready, and no
+// container ever restarted.
+func checkRunning(ctx context.Context, t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	for _, name := range []string{"ichor-apiserver", "ichor-controller", "ichor-auth", "ichor-ui"} {
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas || d.Status.UpdatedReplicas != *d.Spec.Replicas {
+			t.Errorf("deployment %s: %d of %d replicas ready, %d updated", name, d.Status.ReadyReplicas, *d.Spec.Replicas, d.Status.UpdatedReplicas)
+		}
+	}
+	for _, p := range livePods(ctx, t, kube) {
+		for _, c := range p.Status.ContainerStatuses {
+			if !c.Ready || c.RestartCount != 0 {
+				t.Errorf("pod %s container %s: ready %v, %d restarts", p.Name, c.Name, c.Ready, c.RestartCount)
+			}
+		}
+	}
+}
+
+// livePods are the release's pods but those being deleted.
+func livePods(ctx context.Context, t *testing.T, kube kubernetes.Interface) []corev1.Pod {
+	t.Helper()
+	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+// buildCluster builds cluster name of one control-plane machine in
+// namespace clusters, on the addresses subnet.1 (the machine) and
+// subnet.100 (its endpoint), as the getting-started guide does; the node
+// routes them to the pods. It returns once the cluster is Ready.
+func buildCluster(ctx context.Context, t *testing.T, node *mgmtnode.Node, clusters, name, subnet string) *talossim.Node {
+	t.Helper()
+	binDir, err := harness.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	workload := &talossim.Kubernetes{BinDir: binDir, Dir: t.TempDir(), Logf: t.Logf}
+	t.Cleanup(workload.Stop)
+	endpointIP := subnet + ".100"
+	ports, err := proc.FreePorts(endpointIP, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := net.JoinHostPort(endpointIP, fmt.Sprint(ports[0]))
+	machine := itest.SimNode(t, talossim.Options{ListenAddress: subnet + ".1:0", Kubernetes: workload, Etcd: &talossim.EtcdCluster{Name: name},
+		Trustd: talossim.NewTrustd(), InstallDelay: 100 * time.Millisecond, RebootDelay: 100 * time.Millisecond})
+	// The machines' network, as the management cluster's pods reach it.
+	if err := node.Expose(endpoint, machine.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	itest.MustApply(ctx, t, fmt.Sprintf(`apiVersion: ichor.dev/v1alpha1
+kind: TalosCluster
+metadata: {name: %[1]s, namespace: %[2]s}
+spec:
+  talosVersion: %[3]s
+  kubernetesVersion: v1.36.0
+  controlPlane: {endpoint: "https://%[4]s"}
+---
+apiVersion: ichor.dev/v1alpha1
+kind: TalosMachine
+metadata: {name: %[1]s-1, namespace: %[2]s}
+spec: {clusterName: %[1]s, role: controlplane, address: "%[5]s", hostname: %[1]s-1, install: {disk: /dev/sda}}
+`, name, clusters, talossim.DefaultVersion, endpoint, machine.Addr()))
+	itest.WaitMachine(ctx, t, clusters, name+"-1", "pinned", itest.PinnedTo(machine.MaintenanceFingerprint()))
+	itest.MustKubectl(ctx, t, "-n", clusters, "patch", "talosmachine", name+"-1", "--subresource=approval", "--type=merge",
+		"-p", `{"status":{"approval":{"decision":"Approved"}}}`)
+	itest.WaitCluster(ctx, t, clusters, name, v1alpha1.ClusterConditionReady, metav1.ConditionTrue, v1alpha1.ClusterReasonReady)
+	return machine
 }
