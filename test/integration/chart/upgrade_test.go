@@ -81,9 +81,11 @@ spec:
 	runOperation(ctx, t, api, clusters, "defrag-before")
 	before := snapshot(ctx, t, api, clusters)
 
+	began := time.Now()
 	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"upgrade", "ichor", chartDir(t)}, runValues(newTag, clusters)...)...); err != nil {
 		t.Fatalf("upgrade to this tree: %v\n%s", err, out)
 	}
+	t.Logf("helm upgrade --wait: every Deployment replaced and available after %s", time.Since(began).Round(time.Second))
 	checkRunning(ctx, t, kube)
 	for _, p := range livePods(ctx, t, kube) {
 		if image := p.Spec.Containers[0].Image; !strings.HasSuffix(image, ":"+newTag) {
