@@ -407,28 +407,44 @@ func (k *Kubernetes) Bootstrapped(endpoint string) bool {
 }
 
 // Stop stops every control plane's processes and removes a temporary Dir.
+// It waits for each run with k.mu released: a run's goroutines take it as
+// they wind down.
 func (k *Kubernetes) Stop() {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-
 	if k.stopped {
+		k.mu.Unlock()
+
 		return
 	}
 
 	k.stopped = true
 
+	runs := make([]*kubeRun, 0, len(k.runs))
 	for _, r := range k.runs {
+		runs = append(runs, r)
+	}
+
+	var parked []*kubeRun
+
+	for _, p := range k.power {
+		if p.parked != nil {
+			parked = append(parked, p.parked)
+		}
+	}
+	k.mu.Unlock()
+
+	for _, r := range runs {
 		r.cancel()
 		<-r.done
 	}
 
-	for _, p := range k.power {
-		if p.parked != nil {
-			<-p.parked.done
-		}
+	for _, r := range parked {
+		<-r.done
 	}
 
+	k.mu.Lock()
 	k.notifyLocked()
+	k.mu.Unlock()
 
 	if k.tmpDir != "" && os.Getenv("ICHOR_KEEP_TEST_DIR") == "" {
 		os.RemoveAll(k.tmpDir) //nolint:errcheck

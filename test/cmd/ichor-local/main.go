@@ -237,6 +237,9 @@ func startController(ctx context.Context, cp *harness.ControlPlane, dir, binary 
 		"--leader-elect=false",
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:0",
+		// Its own: a restore's decrypted snapshot waits there, and the
+		// controller sweeps away whatever of that kind no operation needs.
+		"--scratch-dir="+filepath.Join(dir, "scratch"),
 		// The simulated nodes pull any installer whose tag is a Talos version;
 		// a site names its own mirror's repository here.
 		"--install-image=siderolabs/installer:"+talossim.DefaultVersion,

@@ -129,6 +129,7 @@ func RunControllerWith(t testing.TB, tune func(*ctrlcmd.Options), wrap func(http
 	o.MetricsBindAddress = "0"
 	o.HealthProbeBindAddress = probes
 	o.SkipControllerNameValidation = true // one manager per test, in one process
+	o.ScratchDir = ScratchDir
 	tune(o)
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)

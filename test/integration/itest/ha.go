@@ -121,6 +121,7 @@ func StartControllerBinary(t testing.TB, binary, name string, flags ...string) *
 		"--metrics-tls-cert-file=" + CP.ControllerUpload.CertFile,
 		"--metrics-tls-private-key-file=" + CP.ControllerUpload.KeyFile,
 		"--health-probe-bind-address=" + FreeLoopbackAddress(t),
+		"--scratch-dir=" + ScratchDir,
 	}, flags...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,12 @@ import (
 // a namespace of its own.
 var CP *harness.ControlPlane
 
+// ScratchDir is the scratch directory of the controllers a test package
+// runs (ichor-controller's --scratch-dir): one per package, so that a
+// controller started again finds what the one before it kept there, and no
+// other package's controller sweeps it.
+var ScratchDir string
+
 // Shape is the shape of the control plane a test package runs on.
 type Shape int
 
@@ -43,6 +49,12 @@ func Main(m *testing.M, shape Shape) {
 
 func run(m *testing.M, shape Shape) int {
 	ctx := context.Background()
+	var err error
+	if ScratchDir, err = os.MkdirTemp("", "ichor-scratch-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(ScratchDir) //nolint:errcheck
 	opts := harness.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
 	}}
@@ -61,7 +73,6 @@ func run(m *testing.M, shape Shape) int {
 	}
 	opts.NoIchor = shape == Bare
 	opts.Workloads = shape == Bare
-	var err error
 	CP, err = harness.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start control plane: %v\n", err)
