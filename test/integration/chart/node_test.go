@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,14 +47,13 @@ func TestChartRunsAClusterFromImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const tag = "v0.0.0-chart-test"
-	node := startNode(ctx, t, buildImages(ctx, t, root, tag))
+	node := startNode(ctx, t, treeImages(ctx, t, root))
 	kube := kubernetes.NewForConfigOrDie(itest.CP.AdminConfig)
 
 	applyNamespace(t, ns, true)
 	applyNamespace(t, "team-b", false)
 	began := time.Now()
-	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"install", "ichor", chartDir(t)}, runValues(tag, "team-b")...)...); err != nil {
+	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"install", "ichor", chartDir(t)}, runValues(treeTag, "team-b")...)...); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("helm install --wait: every Deployment available after %s", time.Since(began).Round(time.Second))
@@ -110,12 +110,32 @@ func runValues(tag, clusters string) []string {
 		"--wait", "--timeout=6m"}
 }
 
-// buildImages runs make images' builder on the tree at root, for this
-// machine's platform alone where that tree's builder can be told so, and
-// returns the OCI layout.
-func buildImages(ctx context.Context, t *testing.T, root, tag string) string {
+// treeTag is the tag of the images built from this tree.
+const treeTag = "v0.0.0-chart-test"
+
+var (
+	treeOnce   sync.Once
+	treeLayout string
+	treeErr    error
+)
+
+// treeImages are this tree's images, built once for the package's tests.
+func treeImages(ctx context.Context, t *testing.T, root string) string {
 	t.Helper()
-	out := t.TempDir()
+	treeOnce.Do(func() {
+		treeLayout, treeErr = buildImages(ctx, t, root, treeTag, filepath.Join(itest.PackageDir, "images"))
+	})
+	if treeErr != nil {
+		t.Fatal(treeErr)
+	}
+	return treeLayout
+}
+
+// buildImages runs make images' builder on the tree at root into out, for
+// this machine's platform alone where that tree's builder can be told so,
+// and returns the OCI layout.
+func buildImages(ctx context.Context, t *testing.T, root, tag, out string) (string, error) {
+	t.Helper()
 	args := []string{"run", "./hack/images", "-out", out, "-version", tag}
 	if src, err := os.ReadFile(filepath.Join(root, "hack", "images", "main.go")); err == nil && bytes.Contains(src, []byte(`"platforms"`)) {
 		args = append(args, "-platforms", "linux/amd64")
@@ -124,10 +144,10 @@ func buildImages(ctx context.Context, t *testing.T, root, tag string) string {
 	build.Dir = root
 	report, err := build.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go run ./hack/images in %s: %v\n%s", root, err, report)
+		return "", fmt.Errorf("go run ./hack/images in %s: %w\n%s", root, err, report)
 	}
 	t.Logf("images of %s:\n%s", root, report)
-	return filepath.Join(out, "oci")
+	return filepath.Join(out, "oci"), nil
 }
 
 // startNode registers a node that runs pods from the layouts' images, until

@@ -3,6 +3,9 @@ package chart
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,6 +27,66 @@ import (
 // from: the release before this tree. Move it when a release is cut.
 const previousRelease = "f196ae4f46c42d7e4620c78c765963360ba2d8dc"
 
+// previousTag is the tag of the previous release's images.
+const previousTag = "v0.0.0-previous"
+
+// previousSource is the previous release's tree, checked out once.
+func previousSource(ctx context.Context, t *testing.T, root string) string {
+	t.Helper()
+	dir := filepath.Join(itest.PackageDir, "previous")
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	for _, args := range [][]string{{"clone", "--quiet", "--shared", "--no-checkout", root, dir}, {"-C", dir, "checkout", "--quiet", previousRelease}} {
+		if out, err := exec.CommandContext(ctx, "git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return dir
+}
+
+// previousChart is the previous release's chart.
+func previousChart(ctx context.Context, t *testing.T, root string) string {
+	t.Helper()
+	return filepath.Join(previousSource(ctx, t, root), "charts", "ichor")
+}
+
+// previousImages are the previous release's images, built from its source
+// once per machine: a commit's images never change, so they are kept in
+// ~/.cache/ichor/previous-release/<commit>, as the tools are.
+func previousImages(ctx context.Context, t *testing.T, root string) string {
+	t.Helper()
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := filepath.Join(home, ".cache", "ichor", "previous-release", previousRelease)
+	if _, err := os.Stat(filepath.Join(cached, "oci", "index.json")); err == nil {
+		return filepath.Join(cached, "oci")
+	}
+	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	building, err := os.MkdirTemp(filepath.Dir(cached), previousRelease+".building-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(building) //nolint:errcheck
+	if _, err := buildImages(ctx, t, previousSource(ctx, t, root), previousTag, building); err != nil {
+		t.Fatal(err)
+	}
+	archives, _ := filepath.Glob(filepath.Join(building, "*.oci.tar")) // the layout is all a node needs
+	for _, a := range archives {
+		_ = os.Remove(a)
+	}
+	if err := os.Rename(building, cached); err != nil && !errors.Is(err, fs.ErrExist) {
+		if _, statErr := os.Stat(filepath.Join(cached, "oci", "index.json")); statErr != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(cached, "oci")
+}
+
 // TestChartUpgradesFromThePreviousRelease installs the previous release
 // (its chart, its images built from its source), builds a cluster through
 // it, and puts in place what a team has: a user with a password, a
@@ -40,21 +103,14 @@ func TestChartUpgradesFromThePreviousRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := filepath.Join(t.TempDir(), "previous")
-	for _, args := range [][]string{{"clone", "--quiet", "--shared", "--no-checkout", root, prev}, {"-C", prev, "checkout", "--quiet", previousRelease}} {
-		if out, err := exec.CommandContext(ctx, "git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	const oldTag, newTag = "v0.0.0-previous", "v0.0.0-chart-test"
-	node := startNode(ctx, t, buildImages(ctx, t, prev, oldTag), buildImages(ctx, t, root, newTag))
+	node := startNode(ctx, t, previousImages(ctx, t, root), treeImages(ctx, t, root))
 	kube := kubernetes.NewForConfigOrDie(itest.CP.AdminConfig)
 	api := versioned.NewForConfigOrDie(itest.CP.AdminConfig).IchorV1alpha1()
 
 	const clusters = "team-c"
 	applyNamespace(t, ns, true)
 	applyNamespace(t, clusters, false)
-	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"install", "ichor", filepath.Join(prev, "charts", "ichor")}, runValues(oldTag, clusters)...)...); err != nil {
+	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"install", "ichor", previousChart(ctx, t, root)}, runValues(previousTag, clusters)...)...); err != nil {
 		t.Fatalf("install the previous release: %v\n%s", err, out)
 	}
 	buildCluster(ctx, t, node, clusters, "kept", "127.0.15")
@@ -82,13 +138,13 @@ spec:
 	before := snapshot(ctx, t, api, clusters)
 
 	began := time.Now()
-	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"upgrade", "ichor", chartDir(t)}, runValues(newTag, clusters)...)...); err != nil {
+	if out, err := runHelmWithin(t, 7*time.Minute, nil, append([]string{"upgrade", "ichor", chartDir(t)}, runValues(treeTag, clusters)...)...); err != nil {
 		t.Fatalf("upgrade to this tree: %v\n%s", err, out)
 	}
 	t.Logf("helm upgrade --wait: every Deployment replaced and available after %s", time.Since(began).Round(time.Second))
 	checkRunning(ctx, t, kube)
 	for _, p := range livePods(ctx, t, kube) {
-		if image := p.Spec.Containers[0].Image; !strings.HasSuffix(image, ":"+newTag) {
+		if image := p.Spec.Containers[0].Image; !strings.HasSuffix(image, ":"+treeTag) {
 			t.Errorf("pod %s runs %s after the upgrade", p.Name, image)
 		}
 	}

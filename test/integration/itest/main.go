@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"ichor.dev/ichor/test/harness"
@@ -17,6 +18,10 @@ import (
 // CP is the control plane of the test package running; each test works in
 // a namespace of its own.
 var CP *harness.ControlPlane
+
+// PackageDir is a directory the test package's tests share, removed when
+// they end.
+var PackageDir string
 
 // ScratchDir is the scratch directory of the controllers a test package
 // runs (ichor-controller's --scratch-dir): one per package, so that a
@@ -50,11 +55,12 @@ func Main(m *testing.M, shape Shape) {
 func run(m *testing.M, shape Shape) int {
 	ctx := context.Background()
 	var err error
-	if ScratchDir, err = os.MkdirTemp("", "ichor-scratch-"); err != nil {
+	if PackageDir, err = os.MkdirTemp("", "ichor-package-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(ScratchDir) //nolint:errcheck
+	defer os.RemoveAll(PackageDir) //nolint:errcheck
+	ScratchDir = filepath.Join(PackageDir, "scratch")
 	opts := harness.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "harness: "+format+"\n", args...)
 	}}
