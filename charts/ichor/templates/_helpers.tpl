@@ -120,4 +120,13 @@ true
 {{- if and .Values.ui.oidc.enabled (not .Values.ui.oidc.issuerURL) }}
 {{- fail "ui.oidc.enabled needs ui.oidc.issuerURL: your OpenID provider's issuer" }}
 {{- end }}
+{{- /* As ichor-apiserver validates the IchorInstallation it creates from them: it would not start. */}}
+{{- range .Values.installation.provisioningNetworks }}
+{{- $bits := int (last (splitList "/" .)) }}
+{{- if and (contains ":" .) (lt $bits 112) }}
+{{- fail (printf "installation.provisioningNetworks: %s is wider than the controller scans; IPv6 networks must be /112 or smaller" .) }}
+{{- else if and (not (contains ":" .)) (lt $bits 16) }}
+{{- fail (printf "installation.provisioningNetworks: %s is wider than the controller scans; IPv4 networks must be /16 or smaller" .) }}
+{{- end }}
+{{- end }}
 {{- end }}

@@ -130,6 +130,10 @@ func TestChartRefuses(t *testing.T) {
 		{"NetworkPolicy without pod CIDRs", []string{"--set", "networkPolicy.enabled=true"}, "networkPolicy.enabled needs networkPolicy.podCIDRs"},
 		{"cert-manager absent", []string{"--set", "tls.mode=cert-manager"}, "this cluster does not serve cert-manager.io/v1; install cert-manager first, or use tls.mode generate"},
 		{"OpenID sign-in without a provider", []string{"--set", "ui.oidc.enabled=true"}, "ui.oidc.enabled needs ui.oidc.issuerURL"},
+		{"an IPv4 provisioning network wider than /16", []string{"--set-json", `installation.provisioningNetworks=["10.5.0.0/24","10.0.0.0/8"]`},
+			"installation.provisioningNetworks: 10.0.0.0/8 is wider than the controller scans; IPv4 networks must be /16 or smaller"},
+		{"an IPv6 provisioning network wider than /112", []string{"--set-json", `installation.provisioningNetworks=["fd00::/64"]`},
+			"installation.provisioningNetworks: fd00::/64 is wider than the controller scans; IPv6 networks must be /112 or smaller"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := runHelm(t, nil, append([]string{"template", "ichor", dir, "-n", "ichor-system"}, tc.set...)...)
