@@ -96,9 +96,11 @@ type Node struct {
 	next   int
 	// exposed are the host addresses pods reach; ips, the pod IPs in use.
 	exposed []netip.Prefix
-	ips     map[netip.Addr]bool
-	veths   int
-	wg      sync.WaitGroup
+	// gone describes the pods the node ran and deleted, with their logs' end.
+	gone  []string
+	ips   map[netip.Addr]bool
+	veths int
+	wg    sync.WaitGroup
 }
 
 // Start registers the Node and runs the pods bound to it until Stop.
@@ -254,16 +256,16 @@ func (n *Node) release(ip netip.Addr) {
 	n.mu.Unlock()
 }
 
-// Describe is every pod's containers' states and the end of their logs.
+// Describe is every pod's containers' states and the end of their logs,
+// the deleted pods' first.
 func (n *Node) Describe() string {
 	n.mu.Lock()
-	runs := make([]*podRun, 0, len(n.running))
-	for _, p := range n.running {
-		runs = append(runs, p)
-	}
+	runs := n.all()
+	gone := strings.Join(n.gone, "")
 	n.mu.Unlock()
 	slices.SortFunc(runs, func(a, b *podRun) int { return strings.Compare(a.pod.Name, b.pod.Name) })
 	var b strings.Builder
+	b.WriteString(gone)
 	for _, p := range runs {
 		b.WriteString(p.describe())
 	}
@@ -387,9 +389,11 @@ func (n *Node) podChanged(o any) {
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && n.ctx.Err() == nil {
 				n.logf("delete pod %s/%s: %v", pod.Namespace, pod.Name, err)
 			}
+			described := p.describe()
 			_ = os.RemoveAll(p.dir)
 			n.mu.Lock()
 			delete(n.running, pod.UID)
+			n.gone = append(n.gone, described)
 			n.mu.Unlock()
 		}()
 	}

@@ -177,7 +177,7 @@ func startNode(ctx context.Context, t *testing.T, layouts ...string) *mgmtnode.N
 }
 
 // checkRunning wants each Deployment of the release all ready, and no
-// container ever restarted.
+// container restarted more than once.
 func checkRunning(ctx context.Context, t *testing.T, kube kubernetes.Interface) {
 	t.Helper()
 	for _, name := range []string{"ichor-apiserver", "ichor-controller", "ichor-auth", "ichor-ui"} {
@@ -191,8 +191,14 @@ func checkRunning(ctx context.Context, t *testing.T, kube kubernetes.Interface) 
 	}
 	for _, p := range livePods(ctx, t, kube) {
 		for _, c := range p.Status.ContainerStatuses {
-			if !c.Ready || c.RestartCount != 0 {
+			// One restart is what a CPU-starved machine may cost a
+			// controller (a lost leader lease ends it); a component that
+			// cannot start, or crash-loops while the API is not served yet,
+			// restarts again and again.
+			if !c.Ready || c.RestartCount > 1 {
 				t.Errorf("pod %s container %s: ready %v, %d restarts", p.Name, c.Name, c.Ready, c.RestartCount)
+			} else if c.RestartCount > 0 {
+				t.Logf("pod %s container %s restarted once; its last run: %+v", p.Name, c.Name, c.LastTerminationState.Terminated)
 			}
 		}
 	}
