@@ -57,7 +57,6 @@ type containerRun struct {
 	rootfs  string
 	log     string
 
-	proc      *exec.Cmd
 	exited    chan struct{}
 	running   bool
 	startedAt time.Time
@@ -302,7 +301,7 @@ func (p *podRun) runContainer(c *containerRun) error {
 	}
 	exited := make(chan struct{})
 	p.mu.Lock()
-	c.proc, c.exited, c.running, c.startedAt, c.waiting, c.ready, c.started = cmd, exited, true, time.Now(), nil, false, false
+	c.exited, c.running, c.startedAt, c.waiting, c.ready, c.started = exited, true, time.Now(), nil, false, false
 	p.mu.Unlock()
 	p.report()
 	waitErr := make(chan error, 1)
